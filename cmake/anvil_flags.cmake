@@ -1,0 +1,27 @@
+# Compiler warnings and sanitizers, applied to every anvil target through anvil_target_defaults().
+
+add_library(anvil_defaults INTERFACE)
+target_compile_options(anvil_defaults INTERFACE
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow>)
+if(ANVIL_WERROR)
+  target_compile_options(anvil_defaults INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-Werror>)
+endif()
+# Asio: no deprecated interfaces; Boost.System header-only error categories.
+target_compile_definitions(anvil_defaults INTERFACE BOOST_ASIO_NO_DEPRECATED)
+
+if(ANVIL_SANITIZE)
+  string(REPLACE "," ";" _san_list "${ANVIL_SANITIZE}")
+  foreach(_s IN LISTS _san_list)
+    if(NOT _s MATCHES "^(address|undefined|thread|leak)$")
+      message(FATAL_ERROR "ANVIL_SANITIZE: unknown sanitizer '${_s}'")
+    endif()
+  endforeach()
+  set(_san_flags -fsanitize=${ANVIL_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all)
+  # Sanitizers apply to host C++ only; device code is compiled by nvcc/hipcc untouched.
+  add_compile_options($<$<COMPILE_LANGUAGE:CXX>:${_san_flags}>)
+  add_link_options(${_san_flags})
+endif()
+
+function(anvil_target_defaults target)
+  target_link_libraries(${target} PRIVATE anvil_defaults)
+endfunction()

@@ -1,0 +1,85 @@
+# GPU backend selection. Kernels are written once in HIP (kernels/*.hip):
+#   cuda: nvcc compiles them as CUDA; kernels/gpu_runtime.h maps the hip* names to CUDA.
+#   hip:  hipcc compiles them for AMD GPUs. CMake's HIP language does not work with Debian's ROCm
+#         packaging, so each .hip file is compiled by a custom command and archived.
+# Only gpu_worker/ and kernels/ (and their tests) may link `anvil_gpu_runtime` (DESIGN.md, the one rule).
+
+set(ANVIL_CUDA_ARCHS "90a" CACHE STRING "CUDA architectures (CMAKE_CUDA_ARCHITECTURES syntax)")
+set(ANVIL_HIP_ARCHS "gfx90a;gfx1030" CACHE STRING "AMD offload architectures for hipcc")
+
+set(ANVIL_GPU_BACKEND none)
+if(ANVIL_GPU STREQUAL "auto")
+  find_program(_anvil_nvcc nvcc HINTS /usr/local/cuda/bin)
+  find_program(_anvil_hipcc hipcc)
+  if(_anvil_nvcc)
+    set(ANVIL_GPU_BACKEND cuda)
+  elseif(_anvil_hipcc)
+    set(ANVIL_GPU_BACKEND hip)
+  endif()
+elseif(ANVIL_GPU STREQUAL "cuda" OR ANVIL_GPU STREQUAL "hip")
+  set(ANVIL_GPU_BACKEND ${ANVIL_GPU})
+elseif(NOT ANVIL_GPU STREQUAL "off")
+  message(FATAL_ERROR "ANVIL_GPU must be off, cuda, hip or auto (got '${ANVIL_GPU}')")
+endif()
+
+if(ANVIL_GPU_BACKEND STREQUAL "cuda")
+  if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  set(CMAKE_CUDA_ARCHITECTURES ${ANVIL_CUDA_ARCHS})
+  enable_language(CUDA)
+  find_package(CUDAToolkit REQUIRED)
+  add_library(anvil_gpu_runtime INTERFACE)
+  target_link_libraries(anvil_gpu_runtime INTERFACE CUDA::cudart_static)
+  target_compile_definitions(anvil_gpu_runtime INTERFACE ANVIL_GPU_CUDA=1)
+
+elseif(ANVIL_GPU_BACKEND STREQUAL "hip")
+  find_program(ANVIL_HIPCC hipcc REQUIRED)
+  find_library(ANVIL_AMDHIP64 amdhip64 REQUIRED)
+  find_path(ANVIL_HIP_INCLUDE hip/hip_runtime_api.h REQUIRED)
+  add_library(anvil_gpu_runtime INTERFACE)
+  target_link_libraries(anvil_gpu_runtime INTERFACE ${ANVIL_AMDHIP64})
+  target_include_directories(anvil_gpu_runtime SYSTEM INTERFACE ${ANVIL_HIP_INCLUDE})
+  target_compile_definitions(anvil_gpu_runtime INTERFACE ANVIL_GPU_HIP=1 __HIP_PLATFORM_AMD__=1)
+endif()
+
+# anvil_add_gpu_library(NAME SOURCES a.hip ...): a static library of kernels for the chosen backend.
+function(anvil_add_gpu_library name)
+  cmake_parse_arguments(ARG "" "" "SOURCES" ${ARGN})
+  if(ANVIL_GPU_BACKEND STREQUAL "cuda")
+    set_source_files_properties(${ARG_SOURCES} PROPERTIES LANGUAGE CUDA)
+    add_library(${name} STATIC ${ARG_SOURCES})
+    set_target_properties(${name} PROPERTIES CUDA_STANDARD 20 CUDA_STANDARD_REQUIRED ON
+                          CUDA_ARCHITECTURES "${ANVIL_CUDA_ARCHS}" POSITION_INDEPENDENT_CODE ON)
+    target_compile_options(${name} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo>)
+  elseif(ANVIL_GPU_BACKEND STREQUAL "hip")
+    set(_objs)
+    set(_arch_flags)
+    foreach(_a IN LISTS ANVIL_HIP_ARCHS)
+      list(APPEND _arch_flags --offload-arch=${_a})
+    endforeach()
+    foreach(_src IN LISTS ARG_SOURCES)
+      get_filename_component(_abs ${_src} ABSOLUTE)
+      get_filename_component(_stem ${_src} NAME_WE)
+      set(_obj ${CMAKE_CURRENT_BINARY_DIR}/${name}.dir/${_stem}.o)
+      add_custom_command(
+        OUTPUT ${_obj}
+        COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_CURRENT_BINARY_DIR}/${name}.dir
+        COMMAND ${ANVIL_HIPCC} -std=c++20 -O3 -fPIC ${_arch_flags}
+                -DANVIL_GPU_HIP=1 -I${PROJECT_SOURCE_DIR}
+                -MD -MF ${_obj}.d -c ${_abs} -o ${_obj}
+        DEPENDS ${_abs}
+        DEPFILE ${_obj}.d
+        COMMENT "hipcc ${_src}"
+        VERBATIM)
+      list(APPEND _objs ${_obj})
+    endforeach()
+    set_source_files_properties(${_objs} PROPERTIES EXTERNAL_OBJECT TRUE GENERATED TRUE)
+    add_library(${name} STATIC ${_objs})
+    set_target_properties(${name} PROPERTIES LINKER_LANGUAGE CXX)
+  else()
+    message(FATAL_ERROR "anvil_add_gpu_library(${name}) called without a GPU backend")
+  endif()
+  target_link_libraries(${name} PUBLIC anvil_gpu_runtime)
+  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR})
+endfunction()

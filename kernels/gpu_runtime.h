@@ -1,0 +1,145 @@
+// kernels/gpu_runtime.h — the only place vendor names appear.
+//
+// Kernels and launchers are written once against the HIP API (hip* names, <<<>>> launches) and
+// the warp helpers below. Under hipcc this header is plain HIP. Under nvcc (ANVIL_GPU_CUDA) it
+// maps the hip* names we use to CUDA: Debian's HIP-on-NVIDIA headers do not compile against
+// CUDA 13, so we keep our own small mapping instead of including <hip/hip_runtime.h> there.
+// Only gpu_worker/ and kernels/ (and their tests) may include this file (DESIGN.md, the one rule).
+#pragma once
+
+#include <cstddef>
+
+#if defined(ANVIL_GPU_CUDA)
+#include <cuda_runtime.h>
+
+using hipError_t = cudaError_t;
+using hipStream_t = cudaStream_t;
+using hipEvent_t = cudaEvent_t;
+using hipDeviceProp_t = cudaDeviceProp;
+using hipMemcpyKind = cudaMemcpyKind;
+
+inline constexpr hipError_t hipSuccess = cudaSuccess;
+inline constexpr hipError_t hipErrorInvalidValue = cudaErrorInvalidValue;
+inline constexpr hipError_t hipErrorNoDevice = cudaErrorNoDevice;
+inline constexpr hipError_t hipErrorOutOfMemory = cudaErrorMemoryAllocation;
+inline constexpr hipMemcpyKind hipMemcpyHostToDevice = cudaMemcpyHostToDevice;
+inline constexpr hipMemcpyKind hipMemcpyDeviceToHost = cudaMemcpyDeviceToHost;
+inline constexpr hipMemcpyKind hipMemcpyDeviceToDevice = cudaMemcpyDeviceToDevice;
+inline constexpr hipMemcpyKind hipMemcpyDefault = cudaMemcpyDefault;
+inline constexpr unsigned hipStreamNonBlocking = cudaStreamNonBlocking;
+inline constexpr unsigned hipHostMallocDefault = cudaHostAllocDefault;
+
+inline const char* hipGetErrorString(hipError_t e) { return cudaGetErrorString(e); }
+inline const char* hipGetErrorName(hipError_t e) { return cudaGetErrorName(e); }
+inline hipError_t hipGetLastError() { return cudaGetLastError(); }
+inline hipError_t hipPeekAtLastError() { return cudaPeekAtLastError(); }
+
+inline hipError_t hipGetDeviceCount(int* n) { return cudaGetDeviceCount(n); }
+inline hipError_t hipSetDevice(int d) { return cudaSetDevice(d); }
+inline hipError_t hipGetDevice(int* d) { return cudaGetDevice(d); }
+inline hipError_t hipGetDeviceProperties(hipDeviceProp_t* p, int d) { return cudaGetDeviceProperties(p, d); }
+inline hipError_t hipMemGetInfo(std::size_t* free_b, std::size_t* total_b) { return cudaMemGetInfo(free_b, total_b); }
+inline hipError_t hipDeviceSynchronize() { return cudaDeviceSynchronize(); }
+inline hipError_t hipDriverGetVersion(int* v) { return cudaDriverGetVersion(v); }
+inline hipError_t hipRuntimeGetVersion(int* v) { return cudaRuntimeGetVersion(v); }
+
+inline hipError_t hipMalloc(void** p, std::size_t n) { return cudaMalloc(p, n); }
+template <class T>
+inline hipError_t hipMalloc(T** p, std::size_t n) { return cudaMalloc(reinterpret_cast<void**>(p), n); }
+inline hipError_t hipFree(void* p) { return cudaFree(p); }
+inline hipError_t hipHostMalloc(void** p, std::size_t n, unsigned flags = hipHostMallocDefault) {
+  return cudaHostAlloc(p, n, flags);
+}
+inline hipError_t hipHostFree(void* p) { return cudaFreeHost(p); }
+inline hipError_t hipMemcpy(void* dst, const void* src, std::size_t n, hipMemcpyKind k) {
+  return cudaMemcpy(dst, src, n, k);
+}
+inline hipError_t hipMemcpyAsync(void* dst, const void* src, std::size_t n, hipMemcpyKind k, hipStream_t s) {
+  return cudaMemcpyAsync(dst, src, n, k, s);
+}
+inline hipError_t hipMemset(void* p, int v, std::size_t n) { return cudaMemset(p, v, n); }
+inline hipError_t hipMemsetAsync(void* p, int v, std::size_t n, hipStream_t s) { return cudaMemsetAsync(p, v, n, s); }
+
+inline hipError_t hipStreamCreate(hipStream_t* s) { return cudaStreamCreate(s); }
+inline hipError_t hipStreamCreateWithFlags(hipStream_t* s, unsigned f) { return cudaStreamCreateWithFlags(s, f); }
+inline hipError_t hipStreamDestroy(hipStream_t s) { return cudaStreamDestroy(s); }
+inline hipError_t hipStreamSynchronize(hipStream_t s) { return cudaStreamSynchronize(s); }
+
+inline hipError_t hipEventCreate(hipEvent_t* e) { return cudaEventCreate(e); }
+inline hipError_t hipEventDestroy(hipEvent_t e) { return cudaEventDestroy(e); }
+inline hipError_t hipEventRecord(hipEvent_t e, hipStream_t s = nullptr) { return cudaEventRecord(e, s); }
+inline hipError_t hipEventSynchronize(hipEvent_t e) { return cudaEventSynchronize(e); }
+inline hipError_t hipEventElapsedTime(float* ms, hipEvent_t a, hipEvent_t b) { return cudaEventElapsedTime(ms, a, b); }
+
+#elif defined(ANVIL_GPU_HIP)
+#if defined(__HIPCC__)
+#include <hip/hip_runtime.h>
+#else
+#include <hip/hip_runtime_api.h>  // host-only translation units compiled by the C++ compiler
+#endif
+
+#else
+#error "kernels/gpu_runtime.h needs a GPU backend: build with -DANVIL_GPU=cuda or -DANVIL_GPU=hip"
+#endif
+
+// ---- Device-side helpers: warp size, shuffles, reductions ----
+#if defined(__CUDACC__) || defined(__HIPCC__)
+namespace anvil::gpu {
+
+#if defined(ANVIL_GPU_CUDA)
+inline constexpr int warp_size = 32;
+template <class T>
+__device__ __forceinline__ T shfl_xor(T v, int lane_mask) {
+  return __shfl_xor_sync(0xffffffffu, v, lane_mask, warp_size);
+}
+#else
+// 64 on CDNA (gfx9), 32 on RDNA (gfx10+, wave32). The host pass never uses it.
+#if defined(__AMDGCN_WAVEFRONT_SIZE)
+inline constexpr int warp_size = __AMDGCN_WAVEFRONT_SIZE;
+#else
+inline constexpr int warp_size = 64;
+#endif
+template <class T>
+__device__ __forceinline__ T shfl_xor(T v, int lane_mask) {
+  return __shfl_xor(v, lane_mask, warp_size);
+}
+#endif
+
+// Sum over the threads of one warp; every lane receives the total.
+template <class T>
+__device__ __forceinline__ T warp_reduce_sum(T v) {
+#pragma unroll
+  for (int m = warp_size / 2; m > 0; m /= 2) v += shfl_xor(v, m);
+  return v;
+}
+
+template <class T>
+__device__ __forceinline__ T warp_reduce_max(T v) {
+#pragma unroll
+  for (int m = warp_size / 2; m > 0; m /= 2) {
+    const T o = shfl_xor(v, m);
+    v = o > v ? o : v;
+  }
+  return v;
+}
+
+// Sum over a block of BlockSize threads (a multiple of the warp size, at most 1024); every thread
+// receives the total. Uses a small static shared array; callable once per barrier phase.
+template <int BlockSize, class T>
+__device__ __forceinline__ T block_reduce_sum(T v) {
+  static_assert(BlockSize % 32 == 0 && BlockSize <= 1024, "block size must be a multiple of 32, at most 1024");
+  constexpr int max_warps = BlockSize / 32;  // enough for warp sizes 32 and 64
+  __shared__ T partial[max_warps];
+  const int warps = BlockSize / warp_size;
+  const int lane = threadIdx.x % warp_size;
+  const int warp = threadIdx.x / warp_size;
+  v = warp_reduce_sum(v);
+  __syncthreads();  // `partial` may still be read by a previous call
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  T total = lane < warps ? partial[lane] : T(0);
+  return warp_reduce_sum(total);
+}
+
+}  // namespace anvil::gpu
+#endif

@@ -1,0 +1,18 @@
+#include "kernels/rms_norm.h"
+
+#include <cmath>
+
+namespace anvil::kernels {
+
+void rms_norm_ref(const rms_norm_params& p) {
+  for (std::int64_t r = 0; r < p.rows; ++r) {
+    const float* x = p.x + r * p.cols;
+    float* y = p.y + r * p.cols;
+    double sum_sq = 0.0;
+    for (std::int64_t c = 0; c < p.cols; ++c) sum_sq += double(x[c]) * double(x[c]);
+    const double scale = 1.0 / std::sqrt(sum_sq / double(p.cols) + double(p.eps));
+    for (std::int64_t c = 0; c < p.cols; ++c) y[c] = float(double(x[c]) * scale * double(p.weight[c]));
+  }
+}
+
+}  // namespace anvil::kernels

@@ -1,0 +1,86 @@
+// RMSNorm GPU kernel against its CPU reference on random inputs of several shapes, with
+// sentinels around every buffer and a poisoned output. Label: gpu.
+#include <cstdio>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernels/rms_norm.h"
+#include "tests/kernels/op_check.h"
+
+namespace {
+
+using namespace anvil::kernels;
+using namespace anvil::kernels::testing;
+
+struct rms_norm_case {
+  std::int64_t rows, cols;
+  float eps;
+  bool in_place;      // y aliases x
+  std::int64_t skew;  // element offset of x/y inside their buffers (breaks 16-byte alignment)
+
+  std::string str() const {
+    std::ostringstream s;
+    s << "rms_norm(rows=" << rows << ", cols=" << cols << ", eps=" << eps << ", in_place=" << in_place
+      << ", skew=" << skew << ")";
+    return s.str();
+  }
+};
+
+class RmsNormGpu : public ::testing::TestWithParam<rms_norm_case> {};
+
+TEST_P(RmsNormGpu, MatchesCpuReference) {
+  require_device();
+  const rms_norm_case c = GetParam();
+  SCOPED_TRACE(c.str());
+  std::mt19937 rng(static_cast<unsigned>(c.rows * 7919 + c.cols));
+  const std::size_t n = std::size_t(c.rows * c.cols);
+
+  std::vector<float> x = random_vector(n + c.skew, rng, -3.f, 3.f);
+  const std::vector<float> w = random_vector(std::size_t(c.cols), rng, 0.5f, 1.5f);
+
+  std::vector<float> ref(n);
+  rms_norm_ref({x.data() + c.skew, w.data(), ref.data(), c.rows, c.cols, c.eps});
+
+  guarded_buffer dx(n + c.skew), dw(std::size_t(c.cols)), dy(n + c.skew);
+  dx.upload(x);
+  dw.upload(w);
+  dy.poison();
+  float* y = c.in_place ? dx.data() + c.skew : dy.data() + c.skew;
+  ANVIL_GPU_CHECK(launch_rms_norm({dx.data() + c.skew, dw.data(), y, c.rows, c.cols, c.eps}, nullptr));
+  ANVIL_GPU_CHECK(hipDeviceSynchronize());
+
+  std::vector<float> out = c.in_place ? dx.download() : dy.download();
+  out.erase(out.begin(), out.begin() + c.skew);
+  const double err = nmse(out, ref);
+  std::printf("  %-70s nmse=%.3g\n", c.str().c_str(), err);
+  EXPECT_LT(err, 1e-10) << "nmse " << err;
+  EXPECT_TRUE(dx.guards_intact());
+  EXPECT_TRUE(dw.guards_intact());
+  EXPECT_TRUE(dy.guards_intact());
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormGpu,
+                         ::testing::Values(rms_norm_case{1, 1, 1e-6f, false, 0},
+                                           rms_norm_case{1, 7, 1e-6f, false, 0},
+                                           rms_norm_case{3, 64, 1e-5f, false, 0},
+                                           rms_norm_case{5, 896, 1e-6f, false, 0},      // Qwen2.5-0.5B
+                                           rms_norm_case{17, 4096, 1e-5f, false, 0},    // Llama 3 8B
+                                           rms_norm_case{9, 4097, 1e-6f, false, 0},     // odd width
+                                           rms_norm_case{64, 5120, 1e-6f, false, 0},
+                                           rms_norm_case{2, 8192, 1e-5f, true, 0},      // in place
+                                           rms_norm_case{4, 4096, 1e-6f, false, 1},     // misaligned
+                                           rms_norm_case{300, 128, 1e-6f, true, 3}));
+
+TEST(RmsNormGpuLaunch, RejectsBadShapesWithoutLaunching) {
+  require_device();
+  const float dummy = 0;
+  EXPECT_EQ(launch_rms_norm({&dummy, &dummy, nullptr, 1, 0, 1e-6f}, nullptr), hipErrorInvalidValue);
+  EXPECT_EQ(launch_rms_norm({&dummy, &dummy, nullptr, -1, 4, 1e-6f}, nullptr), hipErrorInvalidValue);
+  EXPECT_EQ(launch_rms_norm({&dummy, &dummy, nullptr, 0, 4, 1e-6f}, nullptr), hipSuccess);
+  EXPECT_EQ(hipGetLastError(), hipSuccess);
+}
+
+}  // namespace
