@@ -34,8 +34,10 @@ void strand_actor::leave() noexcept {
   if (!gate_.leave()) return;
   asio::post(strand_, [this] {
     log_->debug("{}: stopped, all in-flight work drained", opts_.name);
-    for (auto& w : stop_waiters_) w(error_code{});
+    // Take the waiters out first: once the last one is answered its caller may destroy us.
+    std::vector<reply<void>> waiters = std::move(stop_waiters_);
     stop_waiters_.clear();
+    for (auto& w : waiters) w(error_code{});
   });
 }
 

@@ -18,7 +18,7 @@ if(ANVIL_SANITIZE)
   endforeach()
   set(_san_flags -fsanitize=${ANVIL_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all)
   # Sanitizers apply to host C++ only; device code is compiled by nvcc/hipcc untouched.
-  add_compile_options($<$<COMPILE_LANGUAGE:CXX>:${_san_flags}>)
+  add_compile_options("$<$<COMPILE_LANGUAGE:CXX>:${_san_flags}>")
   add_link_options(${_san_flags})
 endif()
 
