@@ -43,9 +43,9 @@ struct executor_pool::impl {
   }
 };
 
-executor_pool::executor_pool(std::string name, std::size_t threads)
-    : impl_(std::make_unique<impl>(std::move(name), threads == 0 ? 1 : threads)) {
+executor_pool::executor_pool(std::string name, std::size_t threads) {
   const std::size_t n = threads == 0 ? 1 : threads;
+  impl_ = std::make_unique<impl>(std::move(name), n);
   impl_->threads.reserve(n);
   for (std::size_t i = 0; i < n; ++i) impl_->threads.emplace_back([this, i] { impl_->run_thread(i); });
 }
