@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
+#include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -69,45 +71,50 @@ constexpr std::size_t type_table_size = 40;  // one past the largest GGUF type n
 
 constexpr std::array<type_entry, type_table_size> make_type_table() {
   std::array<type_entry, type_table_size> t{};
-  auto set = [&t](ggml_type ty, std::string_view name, std::int64_t elems, std::size_t bytes,
-                  dequantize_fn dq = nullptr, quantize_fn q = nullptr) {
-    t[std::size_t(ty)] = {{name, elems, bytes, dq != nullptr}, dq, q};
+  // (`supported` is spelled out: comparing a function's address with null is not a constant
+  // expression under the sanitizers.)
+  auto supported = [&t](ggml_type ty, std::string_view name, std::int64_t elems, std::size_t bytes,
+                        dequantize_fn dq, quantize_fn q) {
+    t[std::size_t(ty)] = {{name, elems, bytes, true}, dq, q};
+  };
+  auto known = [&t](ggml_type ty, std::string_view name, std::int64_t elems, std::size_t bytes) {
+    t[std::size_t(ty)] = {{name, elems, bytes, false}, nullptr, nullptr};
   };
   using enum ggml_type;
-  set(F32, "F32", 1, 4, dequantize_f32, quantize_f32);
-  set(F16, "F16", 1, 2, dequantize_f16, quantize_f16);
-  set(BF16, "BF16", 1, 2, dequantize_bf16, quantize_bf16);
-  set(Q4_0, "Q4_0", qk, q4_0_layout::bytes, dequantize_q4_0, quantize_q4_0);
-  set(Q4_1, "Q4_1", qk, q4_1_layout::bytes, dequantize_q4_1, quantize_q4_1);
-  set(Q5_0, "Q5_0", qk, q5_0_layout::bytes, dequantize_q5_0, quantize_q5_0);
-  set(Q5_1, "Q5_1", qk, q5_1_layout::bytes, dequantize_q5_1, quantize_q5_1);
-  set(Q8_0, "Q8_0", qk, q8_0_layout::bytes, dequantize_q8_0, quantize_q8_0);
-  set(Q2_K, "Q2_K", qk_k, q2_k_layout::bytes, dequantize_q2_k, quantize_q2_k);
-  set(Q3_K, "Q3_K", qk_k, q3_k_layout::bytes, dequantize_q3_k, quantize_q3_k);
-  set(Q4_K, "Q4_K", qk_k, q4_k_layout::bytes, dequantize_q4_k, quantize_q4_k);
-  set(Q5_K, "Q5_K", qk_k, q5_k_layout::bytes, dequantize_q5_k, quantize_q5_k);
-  set(Q6_K, "Q6_K", qk_k, q6_k_layout::bytes, dequantize_q6_k, quantize_q6_k);
+  supported(F32, "F32", 1, 4, dequantize_f32, quantize_f32);
+  supported(F16, "F16", 1, 2, dequantize_f16, quantize_f16);
+  supported(BF16, "BF16", 1, 2, dequantize_bf16, quantize_bf16);
+  supported(Q4_0, "Q4_0", qk, q4_0_layout::bytes, dequantize_q4_0, quantize_q4_0);
+  supported(Q4_1, "Q4_1", qk, q4_1_layout::bytes, dequantize_q4_1, quantize_q4_1);
+  supported(Q5_0, "Q5_0", qk, q5_0_layout::bytes, dequantize_q5_0, quantize_q5_0);
+  supported(Q5_1, "Q5_1", qk, q5_1_layout::bytes, dequantize_q5_1, quantize_q5_1);
+  supported(Q8_0, "Q8_0", qk, q8_0_layout::bytes, dequantize_q8_0, quantize_q8_0);
+  supported(Q2_K, "Q2_K", qk_k, q2_k_layout::bytes, dequantize_q2_k, quantize_q2_k);
+  supported(Q3_K, "Q3_K", qk_k, q3_k_layout::bytes, dequantize_q3_k, quantize_q3_k);
+  supported(Q4_K, "Q4_K", qk_k, q4_k_layout::bytes, dequantize_q4_k, quantize_q4_k);
+  supported(Q5_K, "Q5_K", qk_k, q5_k_layout::bytes, dequantize_q5_k, quantize_q5_k);
+  supported(Q6_K, "Q6_K", qk_k, q6_k_layout::bytes, dequantize_q6_k, quantize_q6_k);
   // Known, not supported: the dot-product intermediates (never in model files), the i-quants
   // (grid codebooks), ternary and MXFP4 types, and the integer and F64 tensors.
-  set(Q8_1, "Q8_1", qk, 36);  // fp16 d, fp16 s = d * sum(q), 32 int8
-  set(Q8_K, "Q8_K", qk_k, 292);  // f32 d, 256 int8, 16 int16 block sums
-  set(IQ2_XXS, "IQ2_XXS", qk_k, 66);
-  set(IQ2_XS, "IQ2_XS", qk_k, 74);
-  set(IQ3_XXS, "IQ3_XXS", qk_k, 98);
-  set(IQ1_S, "IQ1_S", qk_k, 50);
-  set(IQ4_NL, "IQ4_NL", qk, 18);
-  set(IQ3_S, "IQ3_S", qk_k, 110);
-  set(IQ2_S, "IQ2_S", qk_k, 82);
-  set(IQ4_XS, "IQ4_XS", qk_k, 136);
-  set(IQ1_M, "IQ1_M", qk_k, 56);
-  set(TQ1_0, "TQ1_0", qk_k, 54);
-  set(TQ2_0, "TQ2_0", qk_k, 66);
-  set(MXFP4, "MXFP4", qk, 17);
-  set(I8, "I8", 1, 1);
-  set(I16, "I16", 1, 2);
-  set(I32, "I32", 1, 4);
-  set(I64, "I64", 1, 8);
-  set(F64, "F64", 1, 8);
+  known(Q8_1, "Q8_1", qk, 36);  // fp16 d, fp16 s = d * sum(q), 32 int8
+  known(Q8_K, "Q8_K", qk_k, 292);  // f32 d, 256 int8, 16 int16 block sums
+  known(IQ2_XXS, "IQ2_XXS", qk_k, 66);
+  known(IQ2_XS, "IQ2_XS", qk_k, 74);
+  known(IQ3_XXS, "IQ3_XXS", qk_k, 98);
+  known(IQ1_S, "IQ1_S", qk_k, 50);
+  known(IQ4_NL, "IQ4_NL", qk, 18);
+  known(IQ3_S, "IQ3_S", qk_k, 110);
+  known(IQ2_S, "IQ2_S", qk_k, 82);
+  known(IQ4_XS, "IQ4_XS", qk_k, 136);
+  known(IQ1_M, "IQ1_M", qk_k, 56);
+  known(TQ1_0, "TQ1_0", qk_k, 54);
+  known(TQ2_0, "TQ2_0", qk_k, 66);
+  known(MXFP4, "MXFP4", qk, 17);
+  known(I8, "I8", 1, 1);
+  known(I16, "I16", 1, 2);
+  known(I32, "I32", 1, 4);
+  known(I64, "I64", 1, 8);
+  known(F64, "F64", 1, 8);
   return t;
 }
 

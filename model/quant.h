@@ -6,7 +6,8 @@
 //
 // A quantized row is a sequence of blocks; each block holds block_elems elements in block_bytes
 // bytes (scales first or last, then packed integers). Rows are read as bytes, so they need no
-// alignment. Host byte order must be little-endian, like the files.
+// alignment. Host byte order must be little-endian, like the files. Nothing here keeps state:
+// every function may be called from any number of threads at once.
 #pragma once
 
 #include <cstddef>

@@ -158,8 +158,8 @@ void pack_k4_scales(const int* ls, const int* lm, std::uint8_t* s) {
 }
 
 // Steps 1-3 for one Q4_K/Q5_K super-block: levels 0..nmax into L, scales into the block.
-void quantize_k4_levels(const float* x, std::uint8_t* block, std::size_t d_off, std::size_t dmin_off,
-                        std::size_t scales_off, const affine_search& search, std::uint8_t* L) {
+template <class layout>
+void quantize_k4_levels(const float* x, std::uint8_t* block, const affine_search& search, std::uint8_t* L) {
   float scales[8], mins[8], weights[32];
   float max_scale = 0.f, max_min = 0.f;
   for (int j = 0; j < 8; ++j) {
@@ -179,16 +179,18 @@ void quantize_k4_levels(const float* x, std::uint8_t* block, std::size_t d_off, 
     ls[j] = clamp_int(nearest_int(inv_scale * scales[j]), 0, 63);
     lm[j] = clamp_int(nearest_int(inv_min * mins[j]), 0, 63);
   }
-  pack_k4_scales(ls, lm, block + scales_off);
-  store_f16(block + d_off, max_scale / 63.f);
-  store_f16(block + dmin_off, max_min / 63.f);
-  const float d = load_f16(block + d_off), dmin = load_f16(block + dmin_off);
+  pack_k4_scales(ls, lm, block + layout::scales);
+  store_f16(block + layout::d, max_scale / 63.f);
+  store_f16(block + layout::dmin, max_min / 63.f);
+  const float d = load_f16(block + layout::d), dmin = load_f16(block + layout::dmin);
   for (int j = 0; j < 8; ++j) {
-    const scale_min sm = k4_scale_min(block + scales_off, j);
+    const scale_min sm = k4_scale_min(block + layout::scales, j);
     const float dj = d * float(sm.scale);
     if (dj == 0.f) continue;  // the sub-block decodes to -min whatever its levels
     const float mj = dmin * float(sm.min);
-    for (int l = 0; l < 32; ++l) L[32 * j + l] = std::uint8_t(clamp_int(nearest_int((x[32 * j + l] + mj) / dj), 0, search.nmax));
+    for (int l = 0; l < 32; ++l) {
+      L[32 * j + l] = std::uint8_t(clamp_int(nearest_int((x[32 * j + l] + mj) / dj), 0, search.nmax));
+    }
   }
 }
 
@@ -221,7 +223,9 @@ void quantize_q2_k(const float* src, std::uint8_t* dst, std::int64_t nblocks) {
       const float dj = d * float(sc[j] & 0xF);
       if (dj == 0.f) continue;
       const float mj = dmin * float(sc[j] >> 4);
-      for (int l = 0; l < 16; ++l) L[16 * j + l] = std::uint8_t(clamp_int(nearest_int((src[16 * j + l] + mj) / dj), 0, 3));
+      for (int l = 0; l < 16; ++l) {
+        L[16 * j + l] = std::uint8_t(clamp_int(nearest_int((src[16 * j + l] + mj) / dj), 0, 3));
+      }
     }
     pack_2bit(L, dst + q2_k_layout::qs);
   }
@@ -252,7 +256,9 @@ void quantize_q3_k(const float* src, std::uint8_t* dst, std::int64_t nblocks) {
       s[8 + j % 4] = std::uint8_t(s[8 + j % 4] | ((biased >> 4) << (2 * (j / 4))));
       const float dj = d * float(sc);
       if (dj == 0.f) continue;
-      for (int l = 0; l < 16; ++l) L[16 * j + l] = std::int8_t(4 + clamp_int(nearest_int(src[16 * j + l] / dj), -4, 3));
+      for (int l = 0; l < 16; ++l) {
+        L[16 * j + l] = std::int8_t(4 + clamp_int(nearest_int(src[16 * j + l] / dj), -4, 3));
+      }
     }
     // Bit 2 of element e goes to bit e / 32 of hmask[e % 32]; the low two bits as Q2_K.
     std::uint8_t low[qk_k];
@@ -268,7 +274,7 @@ void quantize_q3_k(const float* src, std::uint8_t* dst, std::int64_t nblocks) {
 void quantize_q4_k(const float* src, std::uint8_t* dst, std::int64_t nblocks) {
   std::uint8_t L[qk_k];
   for (std::int64_t i = 0; i < nblocks; ++i, src += qk_k, dst += q4_k_layout::bytes) {
-    quantize_k4_levels(src, dst, q4_k_layout::d, q4_k_layout::dmin, q4_k_layout::scales, {15, -1.f, 0.1f, 20, false}, L);
+    quantize_k4_levels<q4_k_layout>(src, dst, {15, -1.f, 0.1f, 20, false}, L);
     std::uint8_t* qs = dst + q4_k_layout::qs;
     for (int c = 0; c < 4; ++c) {
       for (int l = 0; l < 32; ++l) qs[32 * c + l] = std::uint8_t(L[64 * c + l] | (L[64 * c + 32 + l] << 4));
@@ -279,7 +285,7 @@ void quantize_q4_k(const float* src, std::uint8_t* dst, std::int64_t nblocks) {
 void quantize_q5_k(const float* src, std::uint8_t* dst, std::int64_t nblocks) {
   std::uint8_t L[qk_k];
   for (std::int64_t i = 0; i < nblocks; ++i, src += qk_k, dst += q5_k_layout::bytes) {
-    quantize_k4_levels(src, dst, q5_k_layout::d, q5_k_layout::dmin, q5_k_layout::scales, {31, -0.5f, 0.1f, 15, false}, L);
+    quantize_k4_levels<q5_k_layout>(src, dst, {31, -0.5f, 0.1f, 15, false}, L);
     std::uint8_t* qs = dst + q5_k_layout::qs;
     std::uint8_t* qh = dst + q5_k_layout::qh;
     std::memset(qh, 0, 32);
@@ -317,7 +323,9 @@ void quantize_q6_k(const float* src, std::uint8_t* dst, std::int64_t nblocks) {
       dst[q6_k_layout::scales + j] = std::uint8_t(std::int8_t(sc));
       const float dj = d * float(sc);
       if (dj == 0.f) continue;
-      for (int l = 0; l < 16; ++l) L[16 * j + l] = std::int8_t(32 + clamp_int(nearest_int(src[16 * j + l] / dj), -32, 31));
+      for (int l = 0; l < 16; ++l) {
+        L[16 * j + l] = std::int8_t(32 + clamp_int(nearest_int(src[16 * j + l] / dj), -32, 31));
+      }
     }
     std::uint8_t* ql = dst + q6_k_layout::ql;
     std::uint8_t* qh = dst + q6_k_layout::qh;

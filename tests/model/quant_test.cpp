@@ -117,7 +117,7 @@ bytes build_q5(bool type1, const std::vector<int>& q, std::uint16_t d, std::uint
   std::uint32_t qh = 0;
   for (int j = 0; j < 32; ++j) qh |= std::uint32_t((q[std::size_t(j)] >> 4) & 1) << j;
   for (int k = 0; k < 4; ++k) b[qh_off + std::size_t(k)] = std::uint8_t(qh >> (8 * k));
-  for (int j = 0; j < 16; ++j) b[qs_off + std::size_t(j)] = std::uint8_t((q[std::size_t(j)] & 0xF) | ((q[std::size_t(j) + 16] & 0xF) << 4));
+  for (std::size_t j = 0; j < 16; ++j) b[qs_off + j] = std::uint8_t((q[j] & 0xF) | ((q[j + 16] & 0xF) << 4));
   return b;
 }
 
