@@ -59,8 +59,8 @@ std::string_view pattern_for(std::string_view pre) {
   if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3") return llama3_pattern;
   if (pre == "qwen2") return qwen2_pattern;
   if (pre == "default" || pre.empty()) return gpt2_pattern;
-  throw model_error("tokenizer: unknown pre-tokenizer '" + std::string(pre) + "' (tokenizer.ggml.pre); known: " +
-                    pre_tokenizer::known_names());
+  throw model_error("tokenizer: unknown pre-tokenizer '" + std::string(pre) +
+                    "' (tokenizer.ggml.pre); known: " + pre_tokenizer::known_names());
 }
 
 std::string pcre2_message(int code) {
@@ -82,7 +82,8 @@ pre_tokenizer::pre_tokenizer(std::string_view pre) {
   pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
                                    PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &err_offset, nullptr);
   if (code == nullptr)
-    throw model_error("tokenizer: pre-tokenizer regex failed to compile at " + std::to_string(err_offset) + ": " + pcre2_message(err));
+    throw model_error("tokenizer: pre-tokenizer regex failed to compile at " + std::to_string(err_offset) + ": " +
+                      pcre2_message(err));
   code_.reset(code, pcre2_code_free);
   pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // best effort: the interpreter is the fallback
 }
@@ -95,7 +96,9 @@ std::vector<std::string_view> pre_tokenizer::split(std::string_view text) const 
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   std::size_t done = 0, search = 0;  // end of the last piece; where the next match may start
   while (search < text.size()) {
-    const int rc = pcre2_match(code_.get(), subject, text.size(), search, 0, md.get(), nullptr);
+    int rc = pcre2_match(code_.get(), subject, text.size(), search, 0, md.get(), nullptr);
+    if (rc == PCRE2_ERROR_JIT_STACKLIMIT)  // the interpreter keeps its backtracking on the heap
+      rc = pcre2_match(code_.get(), subject, text.size(), search, PCRE2_NO_JIT, md.get(), nullptr);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) throw std::runtime_error("tokenizer: pre-tokenizer regex failed: " + pcre2_message(rc));
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md.get());

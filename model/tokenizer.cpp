@@ -38,9 +38,12 @@ std::string spm_piece(const std::string& text) {
 std::string make_piece(const tokenizer::state& s, std::size_t id) {
   const std::string& text = s.spec.tokens[id];
   switch (s.vocab.types[id]) {
-    case token_type::normal: return s.byte_level ? detail::byte_level_decode(text) : spm_piece(text);
-    case token_type::byte: return std::string(1, static_cast<char>(detail::parse_byte_token(text)));
-    default: return text;  // control, user-defined, unknown, unused: their text as written
+    case token_type::normal:
+      return s.byte_level ? detail::byte_level_decode(text) : spm_piece(text);
+    case token_type::byte:
+      return std::string(1, static_cast<char>(detail::parse_byte_token(text)));
+    default:
+      return text;  // control, user-defined, unknown, unused: their text as written
   }
 }
 
@@ -49,8 +52,10 @@ std::string escape_spaces(std::string_view text, bool add_prefix) {
   out.reserve(text.size() + 8);
   if (add_prefix) out += spm_space;
   for (char c : text) {
-    if (c == ' ') out += spm_space;
-    else out += c;
+    if (c == ' ')
+      out += spm_space;
+    else
+      out += c;
   }
   return out;
 }
@@ -59,7 +64,8 @@ std::string escape_spaces(std::string_view text, bool add_prefix) {
 
 namespace detail {
 
-special_matcher::special_matcher(const tokenizer_spec& spec, const vocab_index& vocab) : spec_(spec), vocab_(vocab) {
+special_matcher::special_matcher(const tokenizer_spec& spec, const vocab_index& vocab)
+    : spec_(spec), vocab_(vocab) {
   for (std::size_t i = 0; i < spec.tokens.size(); ++i) {
     const token_type t = vocab.types[i];
     const bool matchable = t == token_type::user_defined || t == token_type::control || t == token_type::unknown;
@@ -67,7 +73,9 @@ special_matcher::special_matcher(const tokenizer_spec& spec, const vocab_index& 
       by_first_byte_[static_cast<unsigned char>(spec.tokens[i][0])].push_back(static_cast<std::int32_t>(i));
   }
   for (auto& ids : by_first_byte_)
-    std::stable_sort(ids.begin(), ids.end(), [&](std::int32_t a, std::int32_t b) { return spec.tokens[a].size() > spec.tokens[b].size(); });
+    std::stable_sort(ids.begin(), ids.end(), [&](std::int32_t a, std::int32_t b) {
+      return spec.tokens[a].size() > spec.tokens[b].size();
+    });
 }
 
 special_matcher::match special_matcher::find(std::string_view text, std::size_t from, bool parse_special) const {
@@ -133,7 +141,8 @@ std::vector<std::int32_t> tokenizer::encode(std::string_view text, bool add_spec
 }
 
 const std::string* tokenizer::piece_for_output(std::int32_t id, bool skip_special) const {
-  if (id < 0 || id >= n_vocab()) throw std::out_of_range("tokenizer: token id " + std::to_string(id) + " out of range");
+  if (id < 0 || id >= n_vocab())
+    throw std::out_of_range("tokenizer: token id " + std::to_string(id) + " out of range");
   if (skip_special && is_special_type(state_->vocab.types[id])) return nullptr;
   return &state_->pieces[id];
 }
@@ -147,10 +156,7 @@ std::string tokenizer::decode(std::span<const std::int32_t> ids, bool skip_speci
   return out;
 }
 
-std::string tokenizer::token_piece(std::int32_t id) const {
-  if (id < 0 || id >= n_vocab()) throw std::out_of_range("tokenizer::token_piece: token id " + std::to_string(id) + " out of range");
-  return state_->pieces[id];
-}
+std::string tokenizer::token_piece(std::int32_t id) const { return *piece_for_output(id, false); }
 
 std::int32_t tokenizer::n_vocab() const { return static_cast<std::int32_t>(state_->spec.tokens.size()); }
 std::int32_t tokenizer::bos() const { return state_->spec.bos_id; }

@@ -24,14 +24,15 @@
 namespace anvil::model {
 
 struct tokenizer_spec {
-  std::string model;                      // tokenizer.ggml.model: "gpt2" (byte-level BPE) or "llama" (SentencePiece-style)
-  std::string pre;                        // tokenizer.ggml.pre: "llama-bpe", "qwen2", "default"/"" (gpt2 only)
+  std::string model;                      // tokenizer.ggml.model: "gpt2" (byte-level BPE) or "llama" (SPM)
+  std::string pre;                        // tokenizer.ggml.pre: "llama-bpe", "qwen2", "default"/""
   std::vector<std::string> tokens;        // tokenizer.ggml.tokens, indexed by id
   std::vector<float> scores;              // tokenizer.ggml.scores: SPM merge priority; empty = all 0
   std::vector<std::int32_t> token_types;  // tokenizer.ggml.token_type: 1 normal, 2 unknown, 3 control,
                                           // 4 user-defined, 5 unused, 6 byte; empty = all normal
   std::vector<std::string> merges;        // tokenizer.ggml.merges, "left right", by rank (gpt2 only)
-  std::int32_t bos_id = -1, eos_id = -1, unk_id = -1, pad_id = -1, eot_id = -1, eom_id = -1;  // -1: none
+  // tokenizer.ggml.*_token_id; -1: none
+  std::int32_t bos_id = -1, eos_id = -1, unk_id = -1, pad_id = -1, eot_id = -1, eom_id = -1;
   bool add_bos = false, add_eos = false;  // tokenizer.ggml.add_bos_token / add_eos_token
   bool add_space_prefix = true;           // tokenizer.ggml.add_space_prefix ("llama" only)
 };

@@ -68,8 +68,10 @@ std::string byte_level_decode(std::string_view token_text) {
       continue;
     }
     const char32_t cp = utf8_decode(token_text, pos, len);
-    if (cp < tables().to_byte.size() && tables().to_byte[cp] >= 0) out += static_cast<char>(tables().to_byte[cp]);
-    else out.append(token_text.substr(pos, len));  // not part of the mapping: pass through
+    if (cp < tables().to_byte.size() && tables().to_byte[cp] >= 0)
+      out += static_cast<char>(tables().to_byte[cp]);
+    else
+      out.append(token_text.substr(pos, len));  // not part of the mapping: pass through
     pos += len;
   }
   return out;
@@ -93,9 +95,10 @@ bpe_encoder::bpe_encoder(const tokenizer_spec& spec, const vocab_index& vocab, b
                         "' does not name two tokens of the vocabulary (tokenizer.ggml.merges)");
     const auto result = vocab.normal.find(spec.tokens[left] + spec.tokens[right]);
     if (result == vocab.normal.end())
-      throw model_error("tokenizer: merge " + std::to_string(rank) + " '" + line + "' produces '" + spec.tokens[left] +
-                        spec.tokens[right] + "', which is not in the vocabulary");
-    merges_.emplace(key(left, right), merge_rule{static_cast<std::int32_t>(rank), result->second});  // first rank wins
+      throw model_error("tokenizer: merge " + std::to_string(rank) + " '" + line + "' produces '" +
+                        spec.tokens[left] + spec.tokens[right] + "', which is not in the vocabulary");
+    merges_.emplace(key(left, right),
+                    merge_rule{static_cast<std::int32_t>(rank), result->second});  // first rank wins
   }
 }
 
@@ -120,10 +123,13 @@ void bpe_encoder::encode_piece(std::string_view piece, std::vector<std::int32_t>
   };
   const auto n = static_cast<std::int32_t>(piece.size());
   std::vector<symbol> syms(piece.size());
-  for (std::int32_t i = 0; i < n; ++i) syms[i] = {byte_ids_[static_cast<unsigned char>(piece[i])], i - 1, i + 1 < n ? i + 1 : -1};
+  for (std::int32_t i = 0; i < n; ++i)
+    syms[i] = {byte_ids_[static_cast<unsigned char>(piece[i])], i - 1, i + 1 < n ? i + 1 : -1};
 
   std::vector<candidate> heap;
-  const auto later = [](const candidate& a, const candidate& b) { return a.rank != b.rank ? a.rank > b.rank : a.left > b.left; };
+  const auto later = [](const candidate& a, const candidate& b) {
+    return a.rank != b.rank ? a.rank > b.rank : a.left > b.left;
+  };
   const auto consider = [&](std::int32_t left) {
     if (left < 0 || syms[left].next < 0) return;
     const symbol& r = syms[syms[left].next];

@@ -18,7 +18,17 @@
 namespace anvil::model::detail {
 
 // GGUF tokenizer.ggml.token_type values (llama.cpp's llama_token_type).
-enum class token_type : std::int32_t { normal = 1, unknown = 2, control = 3, user_defined = 4, unused = 5, byte = 6 };
+enum class token_type : std::int32_t {
+  normal = 1,
+  unknown = 2,
+  control = 3,
+  user_defined = 4,
+  unused = 5,
+  byte = 6
+};
+
+// The value tokenizer_spec::token_types stores for t.
+constexpr std::int32_t gguf_value(token_type t) { return static_cast<std::int32_t>(t); }
 
 struct string_hash {
   using is_transparent = void;  // lets find() take a string_view without building a string
@@ -59,7 +69,8 @@ class bpe_encoder {
     std::int32_t result;
   };
   static std::uint64_t key(std::int32_t left, std::int32_t right) {
-    return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(left)) << 32) | static_cast<std::uint32_t>(right);
+    return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(left)) << 32) |
+           static_cast<std::uint32_t>(right);
   }
   const merge_rule* find_merge(std::int32_t left, std::int32_t right) const;
 
@@ -113,8 +124,8 @@ struct tokenizer::state {
   state& operator=(const state&) = delete;
 
   tokenizer_spec spec;
-  bool byte_level = false;         // "gpt2"; otherwise "llama"
-  bool nfc = false;                // normalise raw text to NFC first ("qwen2")
+  bool byte_level = false;           // "gpt2"; otherwise "llama"
+  bool nfc = false;                  // normalise raw text to NFC first ("qwen2")
   bool strip_leading_space = false;  // decode drops the space encode prefixed ("llama")
   detail::vocab_index vocab;
   std::vector<std::string> pieces;  // token_piece() per id

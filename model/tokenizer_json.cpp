@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "model/model_error.h"
+#include "model/tokenizer_impl.h"
 #include "model/tokenizer_json_internal.h"
 
 namespace anvil::model {
@@ -18,7 +19,8 @@ using namespace hf_json;
 
 namespace {
 
-constexpr std::int32_t type_normal = 1, type_control = 3, type_user_defined = 4, type_unused = 5, type_byte = 6;
+using detail::gguf_value;
+using detail::token_type;
 constexpr std::int64_t max_vocab = 10'000'000;  // far above any real vocabulary; bounds the allocation
 
 // llama.cpp's does_token_look_special(): added tokens some models forget to mark special.
@@ -30,15 +32,12 @@ bool looks_special(const std::string& t) {
          wrapped("<\xEF\xBD\x9C", "\xEF\xBD\x9C>") || wrapped("<unused", ">");
 }
 
-bool is_byte_token_text(const std::string& t) {
-  const auto hex = [](char c) { return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'F') || (c >= 'a' && c <= 'f'); };
-  return t.size() == 6 && t.starts_with("<0x") && hex(t[3]) && hex(t[4]) && t[5] == '>';
-}
-
 std::int32_t read_id(const file& f, const json::value& v, const std::string& what) {
-  const auto* n = v.if_int64();
-  const auto* u = v.if_uint64();
-  const std::int64_t id = n ? *n : u && *u <= static_cast<std::uint64_t>(max_vocab) ? static_cast<std::int64_t>(*u) : -1;
+  std::int64_t id = -1;
+  if (const auto* n = v.if_int64())
+    id = *n;
+  else if (const auto* u = v.if_uint64(); u && *u < static_cast<std::uint64_t>(max_vocab))
+    id = static_cast<std::int64_t>(*u);
   if (id < 0 || id >= max_vocab) f.fail(what + ": id is not an integer in 0.." + std::to_string(max_vocab - 1));
   return static_cast<std::int32_t>(id);
 }
@@ -49,7 +48,7 @@ void read_tokens(const file& f, const json::object& model, tokenizer_spec& spec)
   std::int32_t max_id = -1;
   for (const json::key_value_pair& kv : f.require_object(model, "vocab", "model.vocab")) {
     const std::int32_t id = read_id(f, kv.value(), "model.vocab['" + std::string(kv.key()) + "']");
-    by_id[id] = {std::string(kv.key()), type_normal};
+    by_id[id] = {std::string(kv.key()), gguf_value(token_type::normal)};
     max_id = std::max(max_id, id);
   }
   if (const json::array* added = f.optional_array(f.root_object(), "added_tokens", "added_tokens")) {
@@ -58,16 +57,18 @@ void read_tokens(const file& f, const json::object& model, tokenizer_spec& spec)
       const std::int32_t id = read_id(f, f.require(o, "id", "added_tokens[].id"), "added_tokens[].id");
       std::string text = f.require_string(o, "content", "added_tokens[].content");
       const bool special = f.optional_bool(o, "special", "added_tokens[].special").value_or(false);
-      std::int32_t type = special || looks_special(text) ? type_control : type_user_defined;
+      std::int32_t type =
+          special || looks_special(text) ? gguf_value(token_type::control) : gguf_value(token_type::user_defined);
       // llama.cpp stores user-defined SentencePiece tokens with plain spaces (they are matched in raw text).
-      if (type == type_user_defined && spec.model == "llama") text = replace_all(text, "\xE2\x96\x81", " ");
+      if (type == gguf_value(token_type::user_defined) && spec.model == "llama")
+        text = replace_all(text, "\xE2\x96\x81", " ");
       by_id[id] = {std::move(text), type};
       max_id = std::max(max_id, id);
     }
   }
   if (max_id < 0) f.fail("model.vocab is empty");
   spec.tokens.resize(static_cast<std::size_t>(max_id) + 1);
-  spec.token_types.assign(spec.tokens.size(), type_unused);
+  spec.token_types.assign(spec.tokens.size(), gguf_value(token_type::unused));
   for (std::int32_t id = 0; id <= max_id; ++id) {
     auto it = by_id.find(id);
     if (it == by_id.end()) {
@@ -76,8 +77,9 @@ void read_tokens(const file& f, const json::object& model, tokenizer_spec& spec)
     }
     spec.tokens[id] = std::move(it->second.first);
     spec.token_types[id] = it->second.second;
-    if (spec.model == "llama" && spec.token_types[id] == type_normal && is_byte_token_text(spec.tokens[id]))
-      spec.token_types[id] = type_byte;
+    if (spec.model == "llama" && spec.token_types[id] == gguf_value(token_type::normal) &&
+        detail::parse_byte_token(spec.tokens[id]) >= 0)
+      spec.token_types[id] = gguf_value(token_type::byte);
   }
 }
 
@@ -88,7 +90,8 @@ void read_merges(const file& f, const json::object& model, tokenizer_spec& spec)
   for (const json::value& m : *merges) {
     if (const json::string* s = m.if_string()) {
       spec.merges.emplace_back(*s);
-    } else if (const json::array* pair = m.if_array(); pair && pair->size() == 2 && (*pair)[0].is_string() && (*pair)[1].is_string()) {
+    } else if (const json::array* pair = m.if_array();
+               pair && pair->size() == 2 && (*pair)[0].is_string() && (*pair)[1].is_string()) {
       spec.merges.push_back(std::string((*pair)[0].get_string()) + " " + std::string((*pair)[1].get_string()));
     } else {
       f.fail("model.merges[" + std::to_string(spec.merges.size()) + "] is neither \"a b\" nor [\"a\", \"b\"]");
@@ -99,7 +102,7 @@ void read_merges(const file& f, const json::object& model, tokenizer_spec& spec)
 // SentencePiece merges by score, HF's BPE by merge rank. HF built its merge list from the
 // SentencePiece model sorted by the merged piece's score, so -(rank of the first merge that
 // makes a token) orders tokens exactly as their scores did. Tokens no merge makes (characters,
-// specials, bytes) are never merged into; they get the lowest score.
+// specials, bytes) score below every merge, so the encoder would form one only last.
 void scores_from_merges(tokenizer_spec& spec) {
   std::unordered_map<std::string, std::int32_t> ids;
   for (std::size_t i = 0; i < spec.tokens.size(); ++i) ids.emplace(spec.tokens[i], static_cast<std::int32_t>(i));
@@ -109,14 +112,16 @@ void scores_from_merges(tokenizer_spec& spec) {
     const std::string& m = spec.merges[rank];
     const std::size_t sp = m.find(' ');
     if (sp == std::string::npos) continue;
-    if (auto it = ids.find(m.substr(0, sp) + m.substr(sp + 1)); it != ids.end()) spec.scores[it->second] = -static_cast<float>(rank);
+    if (auto it = ids.find(m.substr(0, sp) + m.substr(sp + 1)); it != ids.end())
+      spec.scores[it->second] = -static_cast<float>(rank);
   }
   spec.merges.clear();  // GGUF "llama" vocabularies carry scores, not merges
 }
 
 }  // namespace
 
-tokenizer_spec spec_from_hf_json(const std::string& tokenizer_json_path, const std::string& tokenizer_config_path) {
+tokenizer_spec spec_from_hf_json(const std::string& tokenizer_json_path,
+                                 const std::string& tokenizer_config_path) {
   const file tj = file::read(tokenizer_json_path);
   const json::object& model = tj.require_object(tj.root_object(), "model", "model");
   tokenizer_spec spec;
@@ -141,9 +146,11 @@ std::string chat_template_from_hf_config(const std::string& tokenizer_config_pat
   const json::string* first = nullptr;
   for (const json::value& v : *list) {
     const json::object& o = f.as_object(v, "chat_template[]");
-    const json::string& body = f.as_string(f.require(o, "template", "chat_template[].template"), "chat_template[].template");
+    const json::string& body =
+        f.as_string(f.require(o, "template", "chat_template[].template"), "chat_template[].template");
     if (first == nullptr) first = &body;
-    if (const json::value* name = o.if_contains("name"); name && name->is_string() && name->get_string() == "default")
+    if (const json::value* name = o.if_contains("name");
+        name && name->is_string() && name->get_string() == "default")
       return std::string(body);
   }
   return first ? std::string(*first) : "";

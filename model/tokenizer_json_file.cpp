@@ -34,7 +34,8 @@ const json::value& file::require(const json::object& o, std::string_view key, co
   return *v;
 }
 
-const json::object& file::require_object(const json::object& o, std::string_view key, const std::string& where) const {
+const json::object& file::require_object(const json::object& o, std::string_view key,
+                                         const std::string& where) const {
   return as_object(require(o, key, where), where);
 }
 
@@ -42,20 +43,23 @@ std::string file::require_string(const json::object& o, std::string_view key, co
   return std::string(as_string(require(o, key, where), where));
 }
 
-const json::array* file::optional_array(const json::object& o, std::string_view key, const std::string& where) const {
+const json::array* file::optional_array(const json::object& o, std::string_view key,
+                                        const std::string& where) const {
   const json::value* v = o.if_contains(key);
   if (v == nullptr || v->is_null()) return nullptr;
   if (!v->is_array()) fail(where + " is not an array");
   return &v->get_array();
 }
 
-const json::object* file::optional_object(const json::object& o, std::string_view key, const std::string& where) const {
+const json::object* file::optional_object(const json::object& o, std::string_view key,
+                                          const std::string& where) const {
   const json::value* v = o.if_contains(key);
   if (v == nullptr || v->is_null()) return nullptr;
   return &as_object(*v, where);
 }
 
-std::optional<bool> file::optional_bool(const json::object& o, std::string_view key, const std::string& where) const {
+std::optional<bool> file::optional_bool(const json::object& o, std::string_view key,
+                                        const std::string& where) const {
   const json::value* v = o.if_contains(key);
   if (v == nullptr || v->is_null()) return std::nullopt;
   if (!v->is_bool()) fail(where + " is not true or false");
@@ -89,7 +93,8 @@ std::string type_of(const json::object& o) {
 }
 
 std::string replace_all(std::string s, std::string_view from, std::string_view to) {
-  for (std::size_t pos = s.find(from); pos != std::string::npos; pos = s.find(from, pos + to.size())) s.replace(pos, from.size(), to);
+  for (std::size_t pos = s.find(from); pos != std::string::npos; pos = s.find(from, pos + to.size()))
+    s.replace(pos, from.size(), to);
   return s;
 }
 

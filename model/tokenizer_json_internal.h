@@ -23,13 +23,18 @@ class file {
   [[noreturn]] void fail(const std::string& what) const;
 
   // `where` is the field's name in messages ("model.vocab"). Missing or mistyped -> fail().
-  const boost::json::value& require(const boost::json::object& o, std::string_view key, const std::string& where) const;
-  const boost::json::object& require_object(const boost::json::object& o, std::string_view key, const std::string& where) const;
+  const boost::json::value& require(const boost::json::object& o, std::string_view key,
+                                    const std::string& where) const;
+  const boost::json::object& require_object(const boost::json::object& o, std::string_view key,
+                                            const std::string& where) const;
   std::string require_string(const boost::json::object& o, std::string_view key, const std::string& where) const;
   // Missing or null -> nullptr / nullopt; present with the wrong type -> fail().
-  const boost::json::array* optional_array(const boost::json::object& o, std::string_view key, const std::string& where) const;
-  const boost::json::object* optional_object(const boost::json::object& o, std::string_view key, const std::string& where) const;
-  std::optional<bool> optional_bool(const boost::json::object& o, std::string_view key, const std::string& where) const;
+  const boost::json::array* optional_array(const boost::json::object& o, std::string_view key,
+                                           const std::string& where) const;
+  const boost::json::object* optional_object(const boost::json::object& o, std::string_view key,
+                                             const std::string& where) const;
+  std::optional<bool> optional_bool(const boost::json::object& o, std::string_view key,
+                                    const std::string& where) const;
   const boost::json::object& as_object(const boost::json::value& v, const std::string& where) const;
   const boost::json::string& as_string(const boost::json::value& v, const std::string& where) const;
 

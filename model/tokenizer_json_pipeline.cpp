@@ -15,9 +15,11 @@ namespace {
 
 // The pre-tokenizer regexes exactly as the published tokenizer.json files spell them.
 constexpr std::string_view llama3_regex =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 constexpr std::string_view qwen2_regex =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 constexpr std::string_view spm_space = "\xE2\x96\x81";
 
 std::string string_field(const json::object& o, std::string_view key) {
@@ -30,8 +32,8 @@ bool bool_field(const json::object& o, std::string_view key, bool fallback) {
   return v && v->is_bool() ? v->get_bool() : fallback;
 }
 
-void identify_byte_level(const file& f, const std::vector<const json::object*>& pre, const std::vector<const json::object*>& norm,
-                         tokenizer_spec& spec) {
+void identify_byte_level(const file& f, const std::vector<const json::object*>& pre,
+                         const std::vector<const json::object*>& norm, tokenizer_spec& spec) {
   std::string regex;
   bool byte_level_regex = false;  // ByteLevel splitting with GPT-2's regex itself
   for (const json::object* p : pre) {
@@ -44,18 +46,24 @@ void identify_byte_level(const file& f, const std::vector<const json::object*>& 
       if (string_field(*p, "behavior") != "Isolated" || bool_field(*p, "invert", false))
         f.fail("pre_tokenizer Split must use behavior Isolated without invert");
     } else if (t == "ByteLevel") {
-      if (bool_field(*p, "add_prefix_space", false)) f.fail("pre_tokenizer ByteLevel with add_prefix_space is not supported");
+      if (bool_field(*p, "add_prefix_space", false))
+        f.fail("pre_tokenizer ByteLevel with add_prefix_space is not supported");
       byte_level_regex = bool_field(*p, "use_regex", true);
     } else {
       f.fail("pre_tokenizer stage '" + t + "' is not supported");
     }
   }
   if (!regex.empty() && byte_level_regex) f.fail("pre_tokenizer splits twice (Split and ByteLevel use_regex)");
-  if (regex.empty() && !byte_level_regex) f.fail("pre_tokenizer does not split the text (ByteLevel use_regex is false)");
-  if (regex == llama3_regex) spec.pre = "llama-bpe";
-  else if (regex == qwen2_regex) spec.pre = "qwen2";
-  else if (regex.empty()) spec.pre = "default";  // ByteLevel's own (GPT-2) regex
-  else f.fail("pre_tokenizer regex is not one this runtime knows (llama-bpe, qwen2): " + regex);
+  if (regex.empty() && !byte_level_regex)
+    f.fail("pre_tokenizer does not split the text (ByteLevel use_regex is false)");
+  if (regex == llama3_regex)
+    spec.pre = "llama-bpe";
+  else if (regex == qwen2_regex)
+    spec.pre = "qwen2";
+  else if (regex.empty())
+    spec.pre = "default";  // ByteLevel's own (GPT-2) regex
+  else
+    f.fail("pre_tokenizer regex is not one this runtime knows (llama-bpe, qwen2): " + regex);
   spec.model = "gpt2";
   for (const json::object* n : norm) {
     if (type_of(*n) != "NFC" || spec.pre != "qwen2")
@@ -63,18 +71,23 @@ void identify_byte_level(const file& f, const std::vector<const json::object*>& 
   }
 }
 
-void identify_sentencepiece(const file& f, const std::vector<const json::object*>& pre, const std::vector<const json::object*>& norm,
-                            tokenizer_spec& spec) {
+void identify_sentencepiece(const file& f, const std::vector<const json::object*>& pre,
+                            const std::vector<const json::object*>& norm, tokenizer_spec& spec) {
   bool spaces_escaped = false, prefix = false;
   for (const json::object* n : norm) {
     const std::string t = type_of(*n);
-    const json::object* pattern = t == "Replace" ? f.optional_object(*n, "pattern", "normalizer.pattern") : nullptr;
-    if (t == "Prepend" && string_field(*n, "prepend") == spm_space) prefix = true;
-    else if (pattern && string_field(*pattern, "String") == " " && string_field(*n, "content") == spm_space) spaces_escaped = true;
-    else f.fail("normalizer stage '" + t + "' is not supported for a SentencePiece-style tokenizer");
+    const json::object* pattern =
+        t == "Replace" ? f.optional_object(*n, "pattern", "normalizer.pattern") : nullptr;
+    if (t == "Prepend" && string_field(*n, "prepend") == spm_space)
+      prefix = true;
+    else if (pattern && string_field(*pattern, "String") == " " && string_field(*n, "content") == spm_space)
+      spaces_escaped = true;
+    else
+      f.fail("normalizer stage '" + t + "' is not supported for a SentencePiece-style tokenizer");
   }
   for (const json::object* p : pre) {
-    if (type_of(*p) != "Metaspace" || string_field(*p, "replacement") != spm_space || bool_field(*p, "split", true))
+    if (type_of(*p) != "Metaspace" || string_field(*p, "replacement") != spm_space ||
+        bool_field(*p, "split", true))
       f.fail("pre_tokenizer '" + type_of(*p) + "' is not supported for a SentencePiece-style tokenizer");
     spaces_escaped = true;
     prefix = string_field(*p, "prepend_scheme") != "never" && bool_field(*p, "add_prefix_space", true);
@@ -91,7 +104,8 @@ void identify_pipeline(const file& tj, const json::object& model, tokenizer_spec
   if (type_of(model) != "BPE") tj.fail("model type '" + type_of(model) + "' is not supported (only BPE)");
   const auto pre = stages(tj, "pre_tokenizer", "pretokenizers");
   const auto norm = stages(tj, "normalizer", "normalizers");
-  const bool byte_level = std::any_of(pre.begin(), pre.end(), [](const json::object* p) { return type_of(*p) == "ByteLevel"; });
+  const bool byte_level =
+      std::any_of(pre.begin(), pre.end(), [](const json::object* p) { return type_of(*p) == "ByteLevel"; });
   if (byte_level) {
     if (bool_field(model, "byte_fallback", false)) tj.fail("byte-level BPE with byte_fallback is not supported");
     identify_byte_level(tj, pre, norm, spec);

@@ -8,6 +8,7 @@
 #include <array>
 #include <unordered_map>
 
+#include "model/tokenizer_impl.h"
 #include "model/tokenizer_json_internal.h"
 
 namespace anvil::model::hf_json {
@@ -16,15 +17,13 @@ namespace {
 
 using token_ids = std::unordered_map<std::string, std::int32_t>;
 
-constexpr std::int32_t type_unknown = 2;
-
 // End-of-turn names in llama.cpp's order; the first present that is not already eos is eot, so
 // is_eog() covers both (Qwen: eos <|im_end|>, eot <|endoftext|>).
-constexpr std::array<std::string_view, 7> eot_names = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
-                                                        "<|endoftext|>", "<|end_of_text|>", "<EOT>"};
+constexpr std::array<std::string_view, 7> eot_names = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>", "<EOT>"};
 
 struct template_info {
-  bool present = false;       // a TemplateProcessing post-processor exists
+  bool present = false;             // a TemplateProcessing post-processor exists
   std::int32_t bos = -1, eos = -1;  // special tokens before / after the text in its "single" template
 };
 
@@ -58,7 +57,8 @@ template_info read_template(const file& tj, const token_ids& ids) {
       }
       const json::object* special = tj.optional_object(o, "SpecialToken", "post_processor.single[].SpecialToken");
       if (special == nullptr) continue;
-      const std::int32_t id = lookup(tj, ids, tj.require_string(*special, "id", "SpecialToken.id"), "post_processor special token");
+      const std::int32_t id =
+          lookup(tj, ids, tj.require_string(*special, "id", "SpecialToken.id"), "post_processor special token");
       if (!seen_text && info.bos < 0) info.bos = id;
       if (seen_text) info.eos = id;
     }
@@ -84,7 +84,7 @@ void read_special_ids(const file& tj, const json::object& model, const file* con
   spec.unk_id = named_id(config, ids, "unk_token");
   if (const json::value* unk = model.if_contains("unk_token"); spec.unk_id < 0 && unk && unk->is_string())
     spec.unk_id = lookup(tj, ids, std::string(unk->get_string()), "model.unk_token");
-  if (spec.unk_id >= 0) spec.token_types[spec.unk_id] = type_unknown;
+  if (spec.unk_id >= 0) spec.token_types[spec.unk_id] = detail::gguf_value(detail::token_type::unknown);
 
   const template_info tpl = read_template(tj, ids);
   if (spec.bos_id < 0) spec.bos_id = tpl.bos;
@@ -94,11 +94,15 @@ void read_special_ids(const file& tj, const json::object& model, const file* con
   spec.add_bos = tpl.present ? tpl.bos >= 0 : bos_by_default && spec.bos_id >= 0;
   spec.add_eos = tpl.present && tpl.eos >= 0;
   if (config != nullptr) {  // an explicit setting in tokenizer_config.json wins
-    spec.add_bos = config->optional_bool(config->root_object(), "add_bos_token", "add_bos_token").value_or(spec.add_bos);
-    spec.add_eos = config->optional_bool(config->root_object(), "add_eos_token", "add_eos_token").value_or(spec.add_eos);
+    spec.add_bos =
+        config->optional_bool(config->root_object(), "add_bos_token", "add_bos_token").value_or(spec.add_bos);
+    spec.add_eos =
+        config->optional_bool(config->root_object(), "add_eos_token", "add_eos_token").value_or(spec.add_eos);
   }
-  if (spec.add_bos && spec.bos_id < 0) (config ? *config : tj).fail("add_bos_token is true but no bos_token is named");
-  if (spec.add_eos && spec.eos_id < 0) (config ? *config : tj).fail("add_eos_token is true but no eos_token is named");
+  if (spec.add_bos && spec.bos_id < 0)
+    (config ? *config : tj).fail("add_bos_token is true but no bos_token is named");
+  if (spec.add_eos && spec.eos_id < 0)
+    (config ? *config : tj).fail("add_eos_token is true but no eos_token is named");
 
   for (const std::string_view name : eot_names) {
     const auto it = ids.find(std::string(name));

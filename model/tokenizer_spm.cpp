@@ -16,13 +16,13 @@ spm_encoder::spm_encoder(const tokenizer_spec& spec, const vocab_index& vocab)
 
 void spm_encoder::encode_fragment(std::string_view text, std::vector<std::int32_t>& out) const {
   struct symbol {
-    std::size_t begin, len;   // bytes of text; len 0 once merged into the left neighbour
+    std::size_t begin, len;  // bytes of text; len 0 once merged into the left neighbour
     std::int32_t prev, next;
   };
   struct candidate {
     float score;
     std::int32_t left, right;
-    std::size_t len;          // combined length when queued, to recognise stale entries
+    std::size_t len;  // combined length when queued, to recognise stale entries
   };
   std::vector<symbol> syms;
   for (std::size_t pos = 0; pos < text.size();) {
@@ -34,7 +34,9 @@ void spm_encoder::encode_fragment(std::string_view text, std::vector<std::int32_
   if (syms.empty()) return;
 
   std::vector<candidate> heap;
-  const auto worse = [](const candidate& a, const candidate& b) { return a.score != b.score ? a.score < b.score : a.left > b.left; };
+  const auto worse = [](const candidate& a, const candidate& b) {
+    return a.score != b.score ? a.score < b.score : a.left > b.left;
+  };
   const auto consider = [&](std::int32_t left, std::int32_t right) {
     if (left < 0 || right < 0) return;
     const std::size_t len = syms[left].len + syms[right].len;
@@ -43,7 +45,8 @@ void spm_encoder::encode_fragment(std::string_view text, std::vector<std::int32_
     heap.push_back({scores_[static_cast<std::size_t>(it->second)], left, right, len});
     std::push_heap(heap.begin(), heap.end(), worse);
   };
-  for (std::size_t i = 1; i < syms.size(); ++i) consider(static_cast<std::int32_t>(i - 1), static_cast<std::int32_t>(i));
+  for (std::size_t i = 1; i < syms.size(); ++i)
+    consider(static_cast<std::int32_t>(i - 1), static_cast<std::int32_t>(i));
 
   while (!heap.empty()) {
     std::pop_heap(heap.begin(), heap.end(), worse);
@@ -68,7 +71,9 @@ void spm_encoder::encode_fragment(std::string_view text, std::vector<std::int32_
     }
     // Byte fallback; if a byte token is missing the character becomes one unknown token (the
     // constructor made sure there is one then), as HF's byte_fallback does.
-    const bool all_bytes = std::all_of(piece.begin(), piece.end(), [&](char b) { return vocab_.byte_tokens[static_cast<unsigned char>(b)] >= 0; });
+    const bool all_bytes = std::all_of(piece.begin(), piece.end(), [&](char b) {
+      return vocab_.byte_tokens[static_cast<unsigned char>(b)] >= 0;
+    });
     if (!all_bytes) {
       out.push_back(unk_id_);
       continue;

@@ -14,8 +14,8 @@ void check_lengths(const tokenizer_spec& spec) {
   if (spec.tokens.empty()) fail("empty vocabulary (tokenizer.ggml.tokens has no entries)");
   const std::size_t n = spec.tokens.size();
   if (!spec.scores.empty() && spec.scores.size() != n)
-    fail("tokenizer.ggml.scores has " + std::to_string(spec.scores.size()) + " entries but tokenizer.ggml.tokens has " +
-         std::to_string(n));
+    fail("tokenizer.ggml.scores has " + std::to_string(spec.scores.size()) +
+         " entries but tokenizer.ggml.tokens has " + std::to_string(n));
   if (!spec.token_types.empty() && spec.token_types.size() != n)
     fail("tokenizer.ggml.token_type has " + std::to_string(spec.token_types.size()) +
          " entries but tokenizer.ggml.tokens has " + std::to_string(n));
@@ -47,9 +47,12 @@ int parse_byte_token(std::string_view text) {
   int value = 0;
   for (char c : text.substr(3, 2)) {
     int digit = -1;
-    if (c >= '0' && c <= '9') digit = c - '0';
-    else if (c >= 'A' && c <= 'F') digit = c - 'A' + 10;
-    else if (c >= 'a' && c <= 'f') digit = c - 'a' + 10;
+    if (c >= '0' && c <= '9')
+      digit = c - '0';
+    else if (c >= 'A' && c <= 'F')
+      digit = c - 'A' + 10;
+    else if (c >= 'a' && c <= 'f')
+      digit = c - 'a' + 10;
     if (digit < 0) return -1;
     value = value * 16 + digit;
   }
@@ -60,7 +63,8 @@ void validate_spec(const tokenizer_spec& spec) {
   if (spec.model != "gpt2" && spec.model != "llama")
     fail("unknown tokenizer model '" + spec.model + "' (tokenizer.ggml.model); supported: gpt2, llama");
   if (spec.model == "llama" && !spec.pre.empty() && spec.pre != "default")
-    fail("pre-tokenizer '" + spec.pre + "' (tokenizer.ggml.pre) is not supported with model 'llama' (expected 'default')");
+    fail("pre-tokenizer '" + spec.pre +
+         "' (tokenizer.ggml.pre) is not supported with model 'llama' (expected 'default')");
   check_lengths(spec);
   check_token_types(spec);
   check_special_id(spec, "bos_token_id", spec.bos_id);
@@ -77,7 +81,8 @@ vocab_index build_vocab_index(const tokenizer_spec& spec) {
   vocab_index v;
   const std::size_t n = spec.tokens.size();
   v.types.resize(n, token_type::normal);
-  for (std::size_t i = 0; i < spec.token_types.size(); ++i) v.types[i] = static_cast<token_type>(spec.token_types[i]);
+  for (std::size_t i = 0; i < spec.token_types.size(); ++i)
+    v.types[i] = static_cast<token_type>(spec.token_types[i]);
   v.byte_tokens.fill(-1);
   v.normal.reserve(n);
   for (std::size_t i = 0; i < n; ++i) {
@@ -91,8 +96,10 @@ vocab_index build_vocab_index(const tokenizer_spec& spec) {
   if (spec.model == "llama" && spec.unk_id < 0) {
     for (int b = 0; b < 256; ++b) {
       if (v.byte_tokens[b] < 0)
-        fail("model 'llama' needs byte tokens <0x00>..<0xFF> or an unknown_token_id for characters outside the "
-             "vocabulary; byte " + std::to_string(b) + " has no token and there is no unknown token");
+        fail(
+            "model 'llama' needs byte tokens <0x00>..<0xFF> or an unknown_token_id for characters outside the "
+            "vocabulary; byte " +
+            std::to_string(b) + " has no token and there is no unknown token");
     }
   }
   return v;

@@ -6,21 +6,21 @@ namespace anvil::model {
 namespace {
 
 struct lead_info {
-  std::size_t length;        // total bytes in the sequence, 0 for a byte that cannot lead
-  unsigned char second_lo;   // allowed range of the second byte
+  std::size_t length;       // total bytes in the sequence, 0 for a byte that cannot lead
+  unsigned char second_lo;  // allowed range of the second byte
   unsigned char second_hi;
 };
 
 lead_info classify_lead(unsigned char b) {
   if (b < 0x80) return {1, 0, 0};
-  if (b < 0xC2) return {0, 0, 0};                // continuation byte or overlong 2-byte lead
+  if (b < 0xC2) return {0, 0, 0};  // continuation byte or overlong 2-byte lead
   if (b < 0xE0) return {2, 0x80, 0xBF};
-  if (b == 0xE0) return {3, 0xA0, 0xBF};         // no overlong 3-byte forms
-  if (b == 0xED) return {3, 0x80, 0x9F};         // no surrogates
+  if (b == 0xE0) return {3, 0xA0, 0xBF};  // no overlong 3-byte forms
+  if (b == 0xED) return {3, 0x80, 0x9F};  // no surrogates
   if (b < 0xF0) return {3, 0x80, 0xBF};
-  if (b == 0xF0) return {4, 0x90, 0xBF};         // no overlong 4-byte forms
+  if (b == 0xF0) return {4, 0x90, 0xBF};  // no overlong 4-byte forms
   if (b < 0xF4) return {4, 0x80, 0xBF};
-  if (b == 0xF4) return {4, 0x80, 0x8F};         // nothing above U+10FFFF
+  if (b == 0xF4) return {4, 0x80, 0x8F};  // nothing above U+10FFFF
   return {0, 0, 0};
 }
 

@@ -22,7 +22,8 @@ constexpr char32_t s_count = l_count * n_count;
 
 std::uint8_t combining_class(char32_t cp) {
   const auto& r = nfc_data::ccc_ranges;
-  auto it = std::upper_bound(r.begin(), r.end(), cp, [](char32_t c, const nfc_data::ccc_range& e) { return c < e.first; });
+  auto it = std::upper_bound(r.begin(), r.end(), cp,
+                             [](char32_t c, const nfc_data::ccc_range& e) { return c < e.first; });
   if (it == r.begin()) return 0;
   --it;
   return cp <= it->last ? it->ccc : 0;
@@ -30,7 +31,8 @@ std::uint8_t combining_class(char32_t cp) {
 
 const nfc_data::decomposition* find_decomposition(char32_t cp) {
   const auto& d = nfc_data::decompositions;
-  auto it = std::lower_bound(d.begin(), d.end(), cp, [](const nfc_data::decomposition& e, char32_t c) { return e.cp < c; });
+  auto it = std::lower_bound(d.begin(), d.end(), cp,
+                             [](const nfc_data::decomposition& e, char32_t c) { return e.cp < c; });
   return it != d.end() && it->cp == cp ? &*it : nullptr;
 }
 
@@ -58,9 +60,10 @@ char32_t compose_pair(char32_t a, char32_t b) {
   if (a >= s_base && a < s_base + s_count && (a - s_base) % t_count == 0 && b > t_base && b < t_base + t_count)
     return a + (b - t_base);
   const auto& c = nfc_data::compositions;
-  auto it = std::lower_bound(c.begin(), c.end(), std::pair{a, b}, [](const nfc_data::composition& e, std::pair<char32_t, char32_t> k) {
-    return e.first != k.first ? e.first < k.first : e.second < k.second;
-  });
+  auto it = std::lower_bound(c.begin(), c.end(), std::pair{a, b},
+                             [](const nfc_data::composition& e, std::pair<char32_t, char32_t> k) {
+                               return e.first != k.first ? e.first < k.first : e.second < k.second;
+                             });
   return it != c.end() && it->first == a && it->second == b ? it->composite : 0;
 }
 
@@ -89,7 +92,8 @@ void canonical_order(std::vector<char32_t>& cps) {
     }
     std::size_t j = i;
     while (j < cps.size() && combining_class(cps[j]) != 0) ++j;
-    std::stable_sort(cps.begin() + i, cps.begin() + j, [](char32_t a, char32_t b) { return combining_class(a) < combining_class(b); });
+    std::stable_sort(cps.begin() + i, cps.begin() + j,
+                     [](char32_t a, char32_t b) { return combining_class(a) < combining_class(b); });
     i = j;
   }
 }
@@ -121,7 +125,8 @@ void compose(std::vector<char32_t>& cps) {
 std::string to_nfc(std::string_view text) {
   // Below U+0300 (lead bytes below 0xCC) every character is its own NFC and never composes with
   // a neighbour (checked when the tables were generated): most text needs no work.
-  const bool trivial = std::all_of(text.begin(), text.end(), [](char c) { return static_cast<unsigned char>(c) < 0xCC; });
+  const bool trivial =
+      std::all_of(text.begin(), text.end(), [](char c) { return static_cast<unsigned char>(c) < 0xCC; });
   if (trivial) return std::string(text);
   std::vector<char32_t> cps = decode_and_decompose(text);
   canonical_order(cps);
@@ -129,8 +134,10 @@ std::string to_nfc(std::string_view text) {
   std::string out;
   out.reserve(text.size());
   for (char32_t cp : cps) {
-    if (cp >= invalid_byte_base) out += static_cast<char>(cp - invalid_byte_base);
-    else utf8_append(out, cp);
+    if (cp >= invalid_byte_base)
+      out += static_cast<char>(cp - invalid_byte_base);
+    else
+      utf8_append(out, cp);
   }
   return out;
 }

@@ -8,19 +8,19 @@
 
 namespace anvil::model::nfc_data {
 
-struct ccc_range {            // code points first..last have canonical combining class ccc (> 0)
+struct ccc_range {  // code points first..last have canonical combining class ccc (> 0)
   char32_t first;
   char32_t last;
   std::uint8_t ccc;
 };
 
-struct decomposition {        // one level of a canonical decomposition: cp -> first [second]
+struct decomposition {  // one level of a canonical decomposition: cp -> first [second]
   char32_t cp;
   char32_t first;
-  char32_t second;            // 0 for a singleton decomposition
+  char32_t second;  // 0 for a singleton decomposition
 };
 
-struct composition {          // first + second compose to composite (exclusions already removed)
+struct composition {  // first + second compose to composite (exclusions already removed)
   char32_t first;
   char32_t second;
   char32_t composite;

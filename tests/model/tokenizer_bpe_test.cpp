@@ -14,7 +14,9 @@ using namespace anvil::model::test;
 using ids_t = std::vector<std::int32_t>;
 using pieces_t = std::vector<std::string_view>;
 
-ids_t encode(const tokenizer& t, std::string_view text, bool parse_special = false) { return t.encode(text, false, parse_special); }
+ids_t encode(const tokenizer& t, std::string_view text, bool parse_special = false) {
+  return t.encode(text, false, parse_special);
+}
 
 TEST(TokenizerBpe, MergesLowestRankFirst) {
   const tokenizer bc_first(byte_level_spec("qwen2", {"ab", "bc"}, {"b c", "a b"}));
@@ -106,8 +108,10 @@ TEST(PreTokenizer, DigitRunsDifferBetweenLlama3Qwen2AndGpt2) {
 }
 
 TEST(PreTokenizer, ContractionsMatchInAnyCase) {
-  EXPECT_EQ(split("llama-bpe", "I'M you'Re it's WE'LL"), (pieces_t{"I", "'M", " you", "'Re", " it", "'s", " WE", "'LL"}));
-  EXPECT_EQ(split("qwen2", "don\xE2\x80\x99t"), (pieces_t{"don", "\xE2\x80\x99t"}));  // U+2019 is not an apostrophe
+  EXPECT_EQ(split("llama-bpe", "I'M you'Re it's WE'LL"),
+            (pieces_t{"I", "'M", " you", "'Re", " it", "'s", " WE", "'LL"}));
+  EXPECT_EQ(split("qwen2", "don\xE2\x80\x99t"),
+            (pieces_t{"don", "\xE2\x80\x99t"}));                  // U+2019 is not an apostrophe
   EXPECT_EQ(split("default", "I'M"), (pieces_t{"I", "'", "M"}));  // GPT-2's contractions are lower-case only
 }
 
@@ -121,12 +125,25 @@ TEST(PreTokenizer, WhitespaceRunsLeaveOneSpaceForTheNextWord) {
 
 TEST(PreTokenizer, WhitespaceIsUnicodeWhiteSpaceIncludingNel) {
   // U+0085 (NEL) is White_Space, as in HF tokenizers and tiktoken, though PCRE2's \s omits it.
-  EXPECT_EQ(split("qwen2", "a\xC2\x85\xC2\x85" "b"), (pieces_t{"a", "\xC2\x85", "\xC2\x85" "b"}));
-  EXPECT_EQ(split("qwen2", "a\xE3\x80\x80\xE3\x80\x80" "b"), (pieces_t{"a", "\xE3\x80\x80", "\xE3\x80\x80" "b"}));
+  EXPECT_EQ(split("qwen2",
+                  "a\xC2\x85\xC2\x85"
+                  "b"),
+            (pieces_t{"a", "\xC2\x85",
+                      "\xC2\x85"
+                      "b"}));
+  EXPECT_EQ(split("qwen2",
+                  "a\xE3\x80\x80\xE3\x80\x80"
+                  "b"),
+            (pieces_t{"a", "\xE3\x80\x80",
+                      "\xE3\x80\x80"
+                      "b"}));
 }
 
 TEST(PreTokenizer, InvalidBytesBecomePiecesOfTheirOwn) {
-  EXPECT_EQ(split("qwen2", "a\xFF" "b"), (pieces_t{"a", "\xFF", "b"}));
+  EXPECT_EQ(split("qwen2",
+                  "a\xFF"
+                  "b"),
+            (pieces_t{"a", "\xFF", "b"}));
   const std::string messy = "x\x80\xC3(\xED\xA0\x80 yz\xF4\x90\x80\x80!\xC3";
   std::string joined;
   for (auto p : split("llama-bpe", messy)) joined += p;

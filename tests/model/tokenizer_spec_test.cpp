@@ -73,14 +73,18 @@ TEST(TokenizerSpec, RejectsMalformedByteTokens) {
   for (const char* bad : {"<0x-1>", "<0x1G>", "<0x1>", "<0x100>", "0x41", "<0X41>"}) {
     tokenizer_spec s = spm_spec();
     add_token(s, bad, 6);
-    EXPECT_THAT(rejection(s), HasSubstr("'" + std::string(bad) + "' has type byte but is not of the form <0xHH>")) << bad;
+    EXPECT_THAT(rejection(s), HasSubstr("'" + std::string(bad) + "' has type byte but is not of the form <0xHH>"))
+        << bad;
   }
 }
 
 TEST(TokenizerSpec, RejectsMergesNamingUnknownTokens) {
-  EXPECT_THAT(rejection(byte_level_spec("qwen2", {"ab"}, {"a zz"})), HasSubstr("merge 0 'a zz' does not name two tokens"));
-  EXPECT_THAT(rejection(byte_level_spec("qwen2", {"ab"}, {"ab"})), HasSubstr("merge 0 'ab' does not name two tokens"));
-  EXPECT_THAT(rejection(byte_level_spec("qwen2", {"ab"}, {"a b", "b c"})), HasSubstr("merge 1 'b c' produces 'bc', which is not in the vocabulary"));
+  EXPECT_THAT(rejection(byte_level_spec("qwen2", {"ab"}, {"a zz"})),
+              HasSubstr("merge 0 'a zz' does not name two tokens"));
+  EXPECT_THAT(rejection(byte_level_spec("qwen2", {"ab"}, {"ab"})),
+              HasSubstr("merge 0 'ab' does not name two tokens"));
+  EXPECT_THAT(rejection(byte_level_spec("qwen2", {"ab"}, {"a b", "b c"})),
+              HasSubstr("merge 1 'b c' produces 'bc', which is not in the vocabulary"));
 }
 
 TEST(TokenizerSpec, RejectsSpecialIdsOutsideTheVocabulary) {
@@ -90,7 +94,8 @@ TEST(TokenizerSpec, RejectsSpecialIdsOutsideTheVocabulary) {
   s = byte_level_spec("qwen2");
   s.eos_id = -2;
   EXPECT_THAT(rejection(s), HasSubstr("eos_token_id -2 is out of range"));
-  for (auto field : {&tokenizer_spec::unk_id, &tokenizer_spec::pad_id, &tokenizer_spec::eot_id, &tokenizer_spec::eom_id}) {
+  for (auto field :
+       {&tokenizer_spec::unk_id, &tokenizer_spec::pad_id, &tokenizer_spec::eot_id, &tokenizer_spec::eom_id}) {
     s = byte_level_spec("qwen2");
     s.*field = 1000;
     EXPECT_THAT(rejection(s), HasSubstr("1000 is out of range"));

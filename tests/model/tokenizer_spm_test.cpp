@@ -19,7 +19,7 @@ struct hello_vocab {
   std::int32_t e = add_token(spec, "e", 1, -10);
   std::int32_t l = add_token(spec, "l", 1, -10);
   std::int32_t o = add_token(spec, "o", 1, -10);
-  std::int32_t sp_h = add_token(spec, "\xE2\x96\x81h", 1, -1);      // ▁h
+  std::int32_t sp_h = add_token(spec, "\xE2\x96\x81h", 1, -1);  // ▁h
   std::int32_t el = add_token(spec, "el", 1, -2);
   std::int32_t lo = add_token(spec, "lo", 1, -3);
   std::int32_t sp_hel = add_token(spec, "\xE2\x96\x81hel", 1, -4);  // ▁hel

@@ -32,7 +32,8 @@ inline std::string byte_char(unsigned char b) {
 
 // Byte-level BPE spec: ids 0..255 are the 256 byte tokens in byte order, then `extra` normal
 // tokens from id 256, in order.
-inline tokenizer_spec byte_level_spec(std::string pre, std::vector<std::string> extra = {}, std::vector<std::string> merges = {}) {
+inline tokenizer_spec byte_level_spec(std::string pre, std::vector<std::string> extra = {},
+                                      std::vector<std::string> merges = {}) {
   tokenizer_spec s;
   s.model = "gpt2";
   s.pre = std::move(pre);
@@ -71,6 +72,8 @@ inline tokenizer_spec spm_spec() {
 
 inline constexpr std::int32_t spm_byte(unsigned char b) { return 3 + b; }
 
-inline std::string data_path(std::string_view rel) { return std::string(ANVIL_TEST_DATA_DIR) + "/" + std::string(rel); }
+inline std::string data_path(std::string_view rel) {
+  return std::string(ANVIL_TEST_DATA_DIR) + "/" + std::string(rel);
+}
 
 }  // namespace anvil::model::test

@@ -27,7 +27,10 @@ TEST(Utf8, SequenceLengthAcceptsOnlyWellFormedSequences) {
   EXPECT_EQ(utf8_sequence_length("\xED\xA0\x80", 0), 0u);      // surrogate U+D800
   EXPECT_EQ(utf8_sequence_length("\xF4\x90\x80\x80", 0), 0u);  // above U+10FFFF
   EXPECT_EQ(utf8_sequence_length("\xE2\x82", 0), 0u);          // truncated
-  EXPECT_EQ(utf8_sequence_length("\xC3" "A", 0), 0u);
+  EXPECT_EQ(utf8_sequence_length("\xC3"
+                                 "A",
+                                 0),
+            0u);
 }
 
 TEST(Utf8, StablePrefixHoldsBackOnlyCompletableTails) {
@@ -37,20 +40,23 @@ TEST(Utf8, StablePrefixHoldsBackOnlyCompletableTails) {
   EXPECT_EQ(utf8_stable_prefix("a\xF0\x9F"), 1u);
   EXPECT_EQ(utf8_stable_prefix("a\xF0\x9F\x98"), 1u);
   EXPECT_EQ(utf8_stable_prefix("a\xF0\x9F\x98\x80"), 5u);
-  EXPECT_EQ(utf8_stable_prefix("a\xE0\x80"), 3u);   // E0 80 can never become valid
+  EXPECT_EQ(utf8_stable_prefix("a\xE0\x80"), 3u);  // E0 80 can never become valid
   EXPECT_EQ(utf8_stable_prefix("a\xFF"), 2u);
   EXPECT_EQ(utf8_stable_prefix("\x80\x80\x80"), 3u);
   EXPECT_EQ(utf8_stable_prefix("\xC3\xA9\xC3"), 2u);
 }
 
 TEST(Nfc, ComposesReordersAndKeepsExclusions) {
-  EXPECT_EQ(to_nfc("e\xCC\x81"), "\xC3\xA9");                      // e + acute -> é
-  EXPECT_EQ(to_nfc("\xE2\x84\xAB"), "\xC3\x85");                   // U+212B ANGSTROM SIGN -> Å (singleton)
+  EXPECT_EQ(to_nfc("e\xCC\x81"), "\xC3\xA9");     // e + acute -> é
+  EXPECT_EQ(to_nfc("\xE2\x84\xAB"), "\xC3\x85");  // U+212B ANGSTROM SIGN -> Å (singleton)
   EXPECT_EQ(to_nfc("\xE1\x84\x80\xE1\x85\xA1\xE1\x86\xA8"), "\xEA\xB0\x81");  // jamo G A G -> 각
-  EXPECT_EQ(to_nfc("q\xCC\x87\xCC\xA3"), "q\xCC\xA3\xCC\x87");      // dot below (220) before dot above (230)
-  EXPECT_EQ(to_nfc("a\xCC\xA3\xCC\x82"), "\xE1\xBA\xAD");          // a + dot below + circumflex -> ậ
-  EXPECT_EQ(to_nfc("\xE0\xA5\x98"), "\xE0\xA4\x95\xE0\xA4\xBC");   // U+0958 is excluded: stays decomposed
-  EXPECT_EQ(to_nfc("\xCC\x81" "e"), "\xCC\x81" "e");               // a leading mark composes with nothing
+  EXPECT_EQ(to_nfc("q\xCC\x87\xCC\xA3"), "q\xCC\xA3\xCC\x87");    // dot below (220) before dot above (230)
+  EXPECT_EQ(to_nfc("a\xCC\xA3\xCC\x82"), "\xE1\xBA\xAD");         // a + dot below + circumflex -> ậ
+  EXPECT_EQ(to_nfc("\xE0\xA5\x98"), "\xE0\xA4\x95\xE0\xA4\xBC");  // U+0958 is excluded: stays decomposed
+  EXPECT_EQ(to_nfc("\xCC\x81"
+                   "e"),
+            "\xCC\x81"
+            "e");  // a leading mark composes with nothing
   EXPECT_EQ(to_nfc("plain ASCII"), "plain ASCII");
 }
 
