@@ -1,8 +1,8 @@
 // hf_json::file: reading and type-checked access, so the import code reads as a list of fields.
 #include <boost/json.hpp>
 
+#include <filesystem>
 #include <fstream>
-#include <iterator>
 
 #include "model/model_error.h"
 #include "model/tokenizer_json_internal.h"
@@ -13,9 +13,13 @@ namespace json = boost::json;
 file file::read(const std::string& path) {
   file f;
   f.path_ = path;
+  std::error_code fs_error;
+  const bool regular = std::filesystem::is_regular_file(path, fs_error);
+  const std::uintmax_t size = regular ? std::filesystem::file_size(path, fs_error) : 0;
   std::ifstream in(path, std::ios::binary);
-  if (!in) f.fail("cannot open file");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!regular || fs_error || !in) f.fail("cannot open file");
+  std::string text(size, '\0');  // one read: these files are large
+  if (!in.read(text.data(), static_cast<std::streamsize>(size))) f.fail("cannot read file");
   boost::system::error_code ec;
   // A monotonic arena: these files are large (up to ~20 MB), read once, then dropped whole.
   f.root_ = json::parse(text, ec, json::make_shared_resource<json::monotonic_resource>());

@@ -105,12 +105,14 @@ TEST_F(TokenizerJson, RefusesPipelinesItCannotReproduce) {
   EXPECT_THAT(rejection("{not json"), HasSubstr("not valid JSON"));
 }
 
-TEST_F(TokenizerJson, MissingFilesNameThePath) {
-  try {
-    spec_from_hf_json((dir_ / "nope.json").string(), "");
-    FAIL() << "no exception";
-  } catch (const model_error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("nope.json: cannot open file"));
+TEST_F(TokenizerJson, UnreadableFilesNameThePath) {
+  for (const std::filesystem::path& p : {dir_ / "nope.json", dir_}) {
+    try {
+      spec_from_hf_json(p.string(), "");
+      ADD_FAILURE() << "no exception for " << p;
+    } catch (const model_error& e) {
+      EXPECT_THAT(e.what(), HasSubstr(p.string() + ": cannot open file"));
+    }
   }
 }
 
