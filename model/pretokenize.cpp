@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "model/model_error.h"
+#include "model/tokenizer_impl.h"
 
 namespace anvil::model {
 namespace {
@@ -44,17 +45,6 @@ constexpr std::string_view qwen2_pattern =
 constexpr std::string_view gpt2_pattern =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^WS\\p{L}\\p{N}]+|[WS]+(?![^WS])|[WS]+";
 
-std::string expand_whitespace(std::string_view pattern) {
-  std::string out;
-  for (std::size_t pos = 0;;) {
-    const std::size_t hit = pattern.find(ws_placeholder, pos);
-    out += pattern.substr(pos, hit - pos);
-    if (hit == std::string_view::npos) return out;
-    out += ws_set;
-    pos = hit + ws_placeholder.size();
-  }
-}
-
 std::string_view pattern_for(std::string_view pre) {
   if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3") return llama3_pattern;
   if (pre == "qwen2") return qwen2_pattern;
@@ -74,7 +64,7 @@ std::string pcre2_message(int code) {
 const char* pre_tokenizer::known_names() { return "llama-bpe (llama3, llama-v3), qwen2, default"; }
 
 pre_tokenizer::pre_tokenizer(std::string_view pre) {
-  const std::string pattern = expand_whitespace(pattern_for(pre));
+  const std::string pattern = detail::replace_all(pattern_for(pre), ws_placeholder, ws_set);
   int err = 0;
   PCRE2_SIZE err_offset = 0;
   // MATCH_INVALID_UTF: invalid bytes are simply never matched (they end up in pieces of their

@@ -16,30 +16,17 @@ namespace {
 
 using detail::token_type;
 
-constexpr std::string_view spm_space = "\xE2\x96\x81";  // U+2581, SentencePiece's visible space
+using detail::spm_space;
 
 bool is_special_type(token_type t) {  // what parse_special governs and skip_special drops
   return t == token_type::control || t == token_type::unknown || t == token_type::unused;
-}
-
-std::string spm_piece(const std::string& text) {
-  std::string out;
-  for (std::size_t pos = 0; pos < text.size();) {
-    if (text.compare(pos, spm_space.size(), spm_space) == 0) {
-      out += ' ';
-      pos += spm_space.size();
-    } else {
-      out += text[pos++];
-    }
-  }
-  return out;
 }
 
 std::string make_piece(const tokenizer::state& s, std::size_t id) {
   const std::string& text = s.spec.tokens[id];
   switch (s.vocab.types[id]) {
     case token_type::normal:
-      return s.byte_level ? detail::byte_level_decode(text) : spm_piece(text);
+      return s.byte_level ? detail::byte_level_decode(text) : detail::replace_all(text, spm_space, " ");
     case token_type::byte:
       return std::string(1, static_cast<char>(detail::parse_byte_token(text)));
     default:
@@ -47,22 +34,21 @@ std::string make_piece(const tokenizer::state& s, std::size_t id) {
   }
 }
 
-std::string escape_spaces(std::string_view text, bool add_prefix) {
-  std::string out;
-  out.reserve(text.size() + 8);
-  if (add_prefix) out += spm_space;
-  for (char c : text) {
-    if (c == ' ')
-      out += spm_space;
-    else
-      out += c;
-  }
-  return out;
-}
-
 }  // namespace
 
 namespace detail {
+
+std::string replace_all(std::string_view s, std::string_view from, std::string_view to) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t pos = 0;;) {
+    const std::size_t hit = s.find(from, pos);
+    out += s.substr(pos, hit - pos);
+    if (hit == std::string_view::npos) return out;
+    out += to;
+    pos = hit + from.size();
+  }
+}
 
 special_matcher::special_matcher(const tokenizer_spec& spec, const vocab_index& vocab)
     : spec_(spec), vocab_(vocab) {
@@ -121,7 +107,8 @@ std::vector<std::int32_t> tokenizer::encode(std::string_view text, bool add_spec
       const std::string normalized = s.nfc ? to_nfc(plain) : std::string(plain);
       for (const std::string_view piece : s.pre->split(normalized)) s.bpe->encode_piece(piece, out);
     } else {
-      s.spm->encode_fragment(escape_spaces(plain, s.spec.add_space_prefix && after_special), out);
+      const std::string_view prefix = s.spec.add_space_prefix && after_special ? spm_space : "";
+      s.spm->encode_fragment(std::string(prefix) + detail::replace_all(plain, " ", spm_space), out);
     }
     after_special = false;
   };

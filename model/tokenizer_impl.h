@@ -27,6 +27,8 @@ enum class token_type : std::int32_t {
   byte = 6
 };
 
+constexpr std::string_view spm_space = "\xE2\x96\x81";  // U+2581, SentencePiece's visible space
+
 // The value tokenizer_spec::token_types stores for t.
 constexpr std::int32_t gguf_value(token_type t) { return static_cast<std::int32_t>(t); }
 
@@ -47,6 +49,8 @@ struct vocab_index {
 // model type's tables (those are checked as the encoders are built).
 void validate_spec(const tokenizer_spec& spec);
 vocab_index build_vocab_index(const tokenizer_spec& spec);
+
+std::string replace_all(std::string_view s, std::string_view from, std::string_view to);
 
 // Parses "<0xHH>" (either case of hex digit); -1 when text is not of that form.
 int parse_byte_token(std::string_view text);

@@ -61,7 +61,7 @@ void read_tokens(const file& f, const json::object& model, tokenizer_spec& spec)
           special || looks_special(text) ? gguf_value(token_type::control) : gguf_value(token_type::user_defined);
       // llama.cpp stores user-defined SentencePiece tokens with plain spaces (they are matched in raw text).
       if (type == gguf_value(token_type::user_defined) && spec.model == "llama")
-        text = replace_all(text, "\xE2\x96\x81", " ");
+        text = detail::replace_all(text, detail::spm_space, " ");
       by_id[id] = {std::move(text), type};
       max_id = std::max(max_id, id);
     }
@@ -104,8 +104,7 @@ void read_merges(const file& f, const json::object& model, tokenizer_spec& spec)
 // makes a token) orders tokens exactly as their scores did. Tokens no merge makes (characters,
 // specials, bytes) score below every merge, so the encoder would form one only last.
 void scores_from_merges(tokenizer_spec& spec) {
-  std::unordered_map<std::string, std::int32_t> ids;
-  for (std::size_t i = 0; i < spec.tokens.size(); ++i) ids.emplace(spec.tokens[i], static_cast<std::int32_t>(i));
+  const auto ids = ids_by_text(spec.tokens);
   const float never = -static_cast<float>(spec.merges.size()) - 1.0f;
   spec.scores.assign(spec.tokens.size(), never);
   for (std::size_t rank = spec.merges.size(); rank-- > 0;) {  // backwards: the first rank wins

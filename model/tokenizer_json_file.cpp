@@ -96,10 +96,11 @@ std::string type_of(const json::object& o) {
   return t && t->is_string() ? std::string(t->get_string()) : std::string();
 }
 
-std::string replace_all(std::string s, std::string_view from, std::string_view to) {
-  for (std::size_t pos = s.find(from); pos != std::string::npos; pos = s.find(from, pos + to.size()))
-    s.replace(pos, from.size(), to);
-  return s;
+std::unordered_map<std::string, std::int32_t> ids_by_text(const std::vector<std::string>& tokens) {
+  std::unordered_map<std::string, std::int32_t> ids;
+  ids.reserve(tokens.size());
+  for (std::size_t i = 0; i < tokens.size(); ++i) ids.emplace(tokens[i], static_cast<std::int32_t>(i));
+  return ids;
 }
 
 }  // namespace anvil::model::hf_json

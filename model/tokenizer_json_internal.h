@@ -5,9 +5,11 @@
 #include <boost/json/fwd.hpp>
 #include <boost/json/value.hpp>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "model/tokenizer.h"
@@ -48,7 +50,8 @@ class file {
 std::vector<const boost::json::object*> stages(const file& f, std::string_view key, std::string_view list_key);
 std::string type_of(const boost::json::object& o);  // its "type" string, "" if none
 
-std::string replace_all(std::string s, std::string_view from, std::string_view to);
+// Token text -> id; the first of duplicate texts wins.
+std::unordered_map<std::string, std::int32_t> ids_by_text(const std::vector<std::string>& tokens);
 
 // Sets spec.model, spec.pre and spec.add_space_prefix from the normalizer, pre-tokenizer and
 // model sections; fails for pipelines the runtime does not implement.

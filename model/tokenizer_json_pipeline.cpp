@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "model/tokenizer_impl.h"
 #include "model/tokenizer_json_internal.h"
 
 namespace anvil::model::hf_json {
@@ -20,7 +21,7 @@ constexpr std::string_view llama3_regex =
 constexpr std::string_view qwen2_regex =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-constexpr std::string_view spm_space = "\xE2\x96\x81";
+using detail::spm_space;
 
 std::string string_field(const json::object& o, std::string_view key) {
   const json::value* v = o.if_contains(key);

@@ -75,8 +75,7 @@ std::int32_t named_id(const file* cfg, const token_ids& ids, std::string_view ke
 }  // namespace
 
 void read_special_ids(const file& tj, const json::object& model, const file* config, tokenizer_spec& spec) {
-  token_ids ids;
-  for (std::size_t i = 0; i < spec.tokens.size(); ++i) ids.emplace(spec.tokens[i], static_cast<std::int32_t>(i));
+  const token_ids ids = ids_by_text(spec.tokens);
 
   spec.bos_id = named_id(config, ids, "bos_token");
   spec.eos_id = named_id(config, ids, "eos_token");

@@ -113,4 +113,14 @@ TEST(TokenizerSpm, DecodeRemovesTheSpacePrefixOnce) {
   EXPECT_EQ(no_prefix.decode(ids_t{v.sp_hello}), " hello");
 }
 
+TEST(TokenizerSpm, LongInputsStayLinear) {
+  hello_vocab v;
+  std::string text;
+  for (int i = 0; i < 50000; ++i) text += "hello ";
+  const tokenizer t(v.spec);
+  const ids_t ids = t.encode(text, false, false);
+  EXPECT_EQ(ids.size(), 50001u);  // 50000 x ▁hello, then the trailing ▁
+  EXPECT_EQ(t.decode(ids), text);
+}
+
 }  // namespace
