@@ -1,0 +1,100 @@
+// Writes the tokenizer goldens in tests/data/tokenizer/ with transformers.js's tokenizer
+// (@lenml/tokenizers, a packaging of it), reading the same tokenizer.json / tokenizer_config.json
+// files the C++ test reads (tests/data/tokenizers/, fetched by scripts/fetch-tokenizers.sh).
+//
+//   scripts/fetch-tokenizers.sh && cd tools/tokenizer && npm ci && node gen_goldens.mjs
+//
+// <name>.jsonl, one line per string: {"text": ..., "ids": [...]} — ids encoded without BOS/EOS,
+// with special-token strings recognised (parse_special). "plain": [...] is added where encoding
+// with control tokens NOT recognised gives different ids. nfc.jsonl: {"text", "nfc"} pairs from
+// String.prototype.normalize("NFC"), for the NFC implementation the Qwen2 tokenizer needs.
+import fs from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { TokenizerLoader } from "@lenml/tokenizers";
+import { rng, generators, edgeCases, specials, chat, combining, randomUnicode } from "./texts.mjs";
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
+const outDir = path.join(root, "tests/data/tokenizer");
+
+const sets = [
+  { name: "qwen3", seed: 1, count: 2500, turn: (role, text) => `<|im_start|>${role}\n${text}<|im_end|>\n` },
+  { name: "llama3", seed: 2, count: 2500, turn: (role, text) => `<|start_header_id|>${role}<|end_header_id|>\n\n${text}<|eot_id|>` },
+  { name: "llama2", seed: 3, count: 1500, turn: (role, text) => `<s>[INST] ${role}: ${text} [/INST]</s>` },
+];
+
+// The same rule as llama.cpp's converter and model/tokenizer_json.cpp: added tokens that are
+// special, or look special, become control tokens; the others user-defined tokens.
+function looksSpecial(t) {
+  return ["<pad>", "<mask>", "<2mass>", "[@BOS@]"].includes(t) || (t.startsWith("<|") && t.endsWith("|>")) ||
+    (t.startsWith("<｜") && t.endsWith("｜>")) || (t.startsWith("<unused") && t.endsWith(">"));
+}
+
+function load(name) {
+  const dir = path.join(root, "tests/data/tokenizers", name);
+  const file = (f) => {
+    const p = path.join(dir, f);
+    if (!fs.existsSync(p)) throw new Error(`${p} missing: run scripts/fetch-tokenizers.sh first`);
+    return JSON.parse(fs.readFileSync(p, "utf8"));
+  };
+  const tokenizerJSON = file("tokenizer.json");
+  const tokenizerConfig = file("tokenizer_config.json");
+  const full = TokenizerLoader.fromPreTrained({ tokenizerJSON, tokenizerConfig });
+  // parse_special = false: only user-defined added tokens are still split out of the text.
+  const userDefined = tokenizerJSON.added_tokens.filter((t) => !t.special && !looksSpecial(t.content));
+  const plain = TokenizerLoader.fromPreTrained({ tokenizerJSON: { ...tokenizerJSON, added_tokens: userDefined }, tokenizerConfig });
+  // Strings to embed in text: every added token, but only one of Llama 3's 250 reserved ones.
+  const specialNames = tokenizerJSON.added_tokens.map((t) => t.content)
+    .filter((c) => !/^<\|reserved_special_token_\d+\|>$/.test(c) || c === "<|reserved_special_token_7|>");
+  return { full, plain, specialNames };
+}
+
+function texts(set, specialNames) {
+  const r = rng(set.seed);
+  const out = [...edgeCases];
+  const kinds = Object.values(generators);
+  while (out.length < set.count) {
+    const roll = r.next();
+    if (roll < 0.12) out.push(specials(r, specialNames));
+    else if (roll < 0.16) out.push(chat(r, set.turn));
+    else if (roll < 0.24) out.push(Array.from({ length: r.int(2, 4) }, () => r.pick(kinds)(r)).join(r.pick(["", " ", "\n"])));
+    else if (roll < 0.245) out.push(Array.from({ length: r.int(10, 25) }, () => r.pick(kinds)(r)).join(r.pick([" ", "\n", "\n\n"])));
+    else out.push(r.pick(kinds)(r));
+  }
+  return out;
+}
+
+function writeGoldens(set) {
+  const { full, plain, specialNames } = load(set.name);
+  const lines = [];
+  let withPlain = 0;
+  for (const text of texts(set, specialNames)) {
+    const ids = full.encode(text, { add_special_tokens: false });
+    const record = { text, ids };
+    const plainIds = plain.encode(text, { add_special_tokens: false });
+    if (JSON.stringify(plainIds) !== JSON.stringify(ids)) {
+      record.plain = plainIds;
+      ++withPlain;
+    }
+    lines.push(JSON.stringify(record));
+  }
+  const file = path.join(outDir, `${set.name}.jsonl`);
+  fs.writeFileSync(file, lines.join("\n") + "\n");
+  console.log(`${file}: ${lines.length} strings (${withPlain} with "plain"), ${fs.statSync(file).size} bytes`);
+}
+
+function writeNfc() {
+  const r = rng(4);
+  const lines = [];
+  for (let i = 0; i < 600; ++i) {
+    const text = r.chance(0.7) ? combining(r) : randomUnicode(r).normalize(r.pick(["NFD", "NFC", "NFKD"]));
+    lines.push(JSON.stringify({ text, nfc: text.normalize("NFC") }));
+  }
+  const file = path.join(outDir, "nfc.jsonl");
+  fs.writeFileSync(file, lines.join("\n") + "\n");
+  console.log(`${file}: ${lines.length} strings, ${fs.statSync(file).size} bytes`);
+}
+
+fs.mkdirSync(outDir, { recursive: true });
+for (const set of sets) writeGoldens(set);
+writeNfc();
