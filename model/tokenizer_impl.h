@@ -1,5 +1,6 @@
-// Internals shared by tokenizer.cpp, tokenizer_bpe.cpp and tokenizer_spm.cpp: token types, the
-// vocabulary lookups both encoders need, and the two merge engines. Not part of the public API.
+// Internals of the tokenizer (tokenizer*.cpp, pretokenize.cpp): token types, the vocabulary
+// lookups both encoders need, the two merge engines, special-token matching, and the state a
+// tokenizer shares between its copies. Not part of the public API.
 #pragma once
 
 #include <array>

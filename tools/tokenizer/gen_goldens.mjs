@@ -18,8 +18,8 @@ const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..")
 const outDir = path.join(root, "tests/data/tokenizer");
 
 const sets = [
-  { name: "qwen3", seed: 1, count: 2500, turn: (role, text) => `<|im_start|>${role}\n${text}<|im_end|>\n` },
-  { name: "llama3", seed: 2, count: 2500, turn: (role, text) => `<|start_header_id|>${role}<|end_header_id|>\n\n${text}<|eot_id|>` },
+  { name: "qwen3", seed: 1, count: 2000, turn: (role, text) => `<|im_start|>${role}\n${text}<|im_end|>\n` },
+  { name: "llama3", seed: 2, count: 2000, turn: (role, text) => `<|start_header_id|>${role}<|end_header_id|>\n\n${text}<|eot_id|>` },
   { name: "llama2", seed: 3, count: 1500, turn: (role, text) => `<s>[INST] ${role}: ${text} [/INST]</s>` },
 ];
 
