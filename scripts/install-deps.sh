@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Installs anvil's build dependencies from Debian 12 packages (run as root, or it uses sudo).
+# Installs anvil's build and test dependencies on Debian 12: packages with apt (as root, or
+# through sudo), then the test data that comes from the npm registry (as the current user).
 #   --gpu   also the AMD HIP compiler (hipcc) for -DANVIL_GPU=hip. NVIDIA builds use the CUDA
 #           toolkit at /usr/local/cuda, which does not come from Debian.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 packages=(
   cmake ninja-build g++ pkg-config git
@@ -16,9 +18,17 @@ packages=(
 if [[ "${1:-}" == "--gpu" ]]; then
   packages+=(hipcc libamdhip64-dev)
 fi
+if ! command -v npm >/dev/null; then
+  packages+=(nodejs npm)                   # test data and the independent GGUF reader
+fi
 
 sudo=""
 if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -q
 $sudo apt-get install -y -q "${packages[@]}"
+
+# Hugging Face's GGUF parser, which the gguf tests read anvil's files with.
+npm ci --prefix tools/gguf-check --no-audit --no-fund --loglevel=error
+# Real tokenizers (Qwen3, Llama 3) for the tokenizer tests.
+scripts/fetch-tokenizers.sh

@@ -1,0 +1,23 @@
+// Embedding lookup: out[t, :] = dequantize(table row ids[t]). The table is a GGUF token_embd
+// weight ([n_vocab rows] of n_embd elements in any supported quant format).
+#pragma once
+
+#include <cstdint>
+
+#include "model/quant.h"
+
+namespace anvil::kernels {
+
+struct embedding_params {
+  const void* table = nullptr;
+  model::ggml_type type = model::ggml_type::F32;
+  std::int64_t n_embd = 0;
+  std::int64_t n_vocab = 0;
+  const std::int32_t* ids = nullptr;  // [n_tokens], each in [0, n_vocab)
+  std::int64_t n_tokens = 0;
+  float* out = nullptr;               // [n_tokens, n_embd]
+};
+
+void embedding_ref(const embedding_params& p);
+
+}  // namespace anvil::kernels

@@ -1,0 +1,19 @@
+#include <stdexcept>
+#include <string>
+
+#include "kernels/embedding.h"
+
+namespace anvil::kernels {
+
+void embedding_ref(const embedding_params& p) {
+  const std::size_t row = *model::row_bytes(p.type, p.n_embd);
+  const auto* table = static_cast<const std::byte*>(p.table);
+  for (std::int64_t t = 0; t < p.n_tokens; ++t) {
+    if (p.ids[t] < 0 || p.ids[t] >= p.n_vocab) {
+      throw std::out_of_range("embedding: token id " + std::to_string(p.ids[t]) + " outside the vocabulary");
+    }
+    model::dequantize_row(p.type, table + std::size_t(p.ids[t]) * row, p.out + t * p.n_embd, p.n_embd);
+  }
+}
+
+}  // namespace anvil::kernels

@@ -1,0 +1,132 @@
+#include "model/cpu_forward.h"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/embedding.h"
+#include "kernels/matmul.h"
+#include "kernels/rms_norm.h"
+#include "kernels/swiglu.h"
+
+namespace anvil::model {
+namespace {
+
+void matmul(const weight& w, const std::vector<float>& bias, const std::vector<float>& x, std::int64_t n_tokens,
+            std::vector<float>& y) {
+  y.resize(static_cast<std::size_t>(n_tokens * w.out));
+  kernels::matmul_ref({w.data, w.type, w.in, w.out, bias.empty() ? nullptr : bias.data(), x.data(), y.data(), n_tokens});
+}
+
+void rms_norm(const float* x, const std::vector<float>& w, float* y, std::int64_t rows, std::int64_t cols, float eps) {
+  kernels::rms_norm_ref({x, w.data(), y, rows, cols, eps});
+}
+
+}  // namespace
+
+kv_cache_storage::kv_cache_storage(const hparams& hp, std::int64_t n_blocks, std::int64_t block_size)
+    : n_layer_(hp.n_layer), n_blocks_(n_blocks), block_size_(block_size), n_kv_heads_(hp.n_head_kv),
+      head_dim_(hp.head_dim) {
+  if (n_blocks <= 0 || block_size <= 0) throw std::invalid_argument("kv cache needs at least one block of one slot");
+  const auto n = static_cast<std::size_t>(n_layer_ * n_blocks_ * block_size_ * n_kv_heads_ * head_dim_);
+  k_.assign(n, 0.f);
+  v_.assign(n, 0.f);
+}
+
+kernels::paged_kv_view kv_cache_storage::layer(std::int64_t l) {
+  const std::int64_t per_layer = n_blocks_ * block_size_ * n_kv_heads_ * head_dim_;
+  return {k_.data() + l * per_layer, v_.data() + l * per_layer, n_blocks_, block_size_, n_kv_heads_, head_dim_};
+}
+
+void cpu_forward::check(std::span<const forward_seq> batch, const kv_cache_storage& cache) const {
+  for (std::size_t s = 0; s < batch.size(); ++s) {
+    const forward_seq& seq = batch[s];
+    const std::string where = "forward: sequence " + std::to_string(s) + ": ";
+    if (seq.tokens.empty()) throw std::invalid_argument(where + "no tokens");
+    if (seq.start_pos < 0) throw std::invalid_argument(where + "negative start position");
+    const std::int64_t end = seq.start_pos + std::int64_t(seq.tokens.size());
+    const std::int64_t blocks_needed = (end + cache.block_size() - 1) / cache.block_size();
+    if (std::int64_t(seq.block_table.size()) < blocks_needed) {
+      throw std::invalid_argument(where + "block table covers " + std::to_string(seq.block_table.size()) + " blocks, " +
+                                  std::to_string(blocks_needed) + " needed");
+    }
+    for (std::int64_t b = 0; b < blocks_needed; ++b) {
+      if (seq.block_table[b] < 0 || seq.block_table[b] >= cache.n_blocks()) {
+        throw std::invalid_argument(where + "block id " + std::to_string(seq.block_table[b]) + " out of range");
+      }
+    }
+    for (std::int32_t id : seq.tokens) {
+      if (id < 0 || id >= m_.hp.n_vocab) throw std::invalid_argument(where + "token id " + std::to_string(id) + " outside the vocabulary");
+    }
+  }
+}
+
+void cpu_forward::run(std::span<const forward_seq> batch, kv_cache_storage& cache, std::vector<float>& logits) {
+  check(batch, cache);
+  const hparams& hp = m_.hp;
+  ids_.clear();
+  positions_.clear();
+  slots_.clear();
+  std::vector<kernels::attention_seq> seqs;
+  std::vector<std::int64_t> logit_rows;
+  for (const forward_seq& s : batch) {
+    const std::int64_t first = std::int64_t(ids_.size()), n = std::int64_t(s.tokens.size());
+    seqs.push_back({first, n, s.start_pos, s.block_table.data()});
+    for (std::int64_t j = 0; j < n; ++j) {
+      const std::int64_t pos = s.start_pos + j;
+      ids_.push_back(s.tokens[j]);
+      positions_.push_back(static_cast<std::int32_t>(pos));
+      slots_.push_back(std::int64_t(s.block_table[pos / cache.block_size()]) * cache.block_size() + pos % cache.block_size());
+      if (s.all_logits || j == n - 1) logit_rows.push_back(first + j);
+    }
+  }
+  const std::int64_t n_tokens = std::int64_t(ids_.size());
+
+  x_.resize(static_cast<std::size_t>(n_tokens * hp.n_embd));
+  kernels::embedding_ref({m_.tok_embd.data, m_.tok_embd.type, hp.n_embd, hp.n_vocab, ids_.data(), n_tokens, x_.data()});
+  for (std::int64_t l = 0; l < hp.n_layer; ++l) layer(l, seqs, cache);
+
+  // Final norm on the rows that need logits only, then the head.
+  const std::int64_t rows = std::int64_t(logit_rows.size());
+  h_.resize(static_cast<std::size_t>(rows * hp.n_embd));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    rms_norm(x_.data() + logit_rows[r] * hp.n_embd, m_.output_norm, h_.data() + r * hp.n_embd, 1, hp.n_embd, hp.rms_eps);
+  }
+  matmul(m_.output, {}, h_, rows, logits);
+}
+
+void cpu_forward::layer(std::int64_t l, std::span<const kernels::attention_seq> seqs, kv_cache_storage& cache) {
+  const hparams& hp = m_.hp;
+  const layer_weights& w = m_.layers[l];
+  const std::int64_t n = std::int64_t(ids_.size());
+
+  // Attention block.
+  h_.resize(x_.size());
+  rms_norm(x_.data(), w.attn_norm, h_.data(), n, hp.n_embd, hp.rms_eps);
+  matmul(w.wq, w.bq, h_, n, q_);
+  matmul(w.wk, w.bk, h_, n, k_);
+  matmul(w.wv, w.bv, h_, n, v_);
+  if (hp.qk_norm) {
+    rms_norm(q_.data(), w.q_norm, q_.data(), n * hp.n_head, hp.head_dim, hp.rms_eps);
+    rms_norm(k_.data(), w.k_norm, k_.data(), n * hp.n_head_kv, hp.head_dim, hp.rms_eps);
+  }
+  const float* factors = m_.rope_freqs.empty() ? nullptr : m_.rope_freqs.data();
+  kernels::rope_ref({q_.data(), n, hp.n_head, hp.head_dim, hp.rope_dim, positions_.data(), hp.rope_base, hp.rope_freq_scale, factors, hp.rope});
+  kernels::rope_ref({k_.data(), n, hp.n_head_kv, hp.head_dim, hp.rope_dim, positions_.data(), hp.rope_base, hp.rope_freq_scale, factors, hp.rope});
+  const kernels::paged_kv_view kv = cache.layer(l);
+  kernels::kv_write_ref({kv, k_.data(), v_.data(), slots_.data(), n});
+  attn_.resize(q_.size());
+  kernels::attention_ref({q_.data(), attn_.data(), hp.n_head, kv, 1.f / std::sqrt(float(hp.head_dim)), seqs});
+  matmul(w.wo, {}, attn_, n, o_);
+  for (std::size_t i = 0; i < x_.size(); ++i) x_[i] += o_[i];
+
+  // Feed-forward block.
+  rms_norm(x_.data(), w.ffn_norm, h_.data(), n, hp.n_embd, hp.rms_eps);
+  matmul(w.gate, {}, h_, n, gate_);
+  matmul(w.up, {}, h_, n, up_);
+  kernels::swiglu_ref({gate_.data(), up_.data(), gate_.data(), std::int64_t(gate_.size())});
+  matmul(w.down, {}, gate_, n, o_);
+  for (std::size_t i = 0; i < x_.size(); ++i) x_[i] += o_[i];
+}
+
+}  // namespace anvil::model

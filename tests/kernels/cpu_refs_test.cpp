@@ -1,0 +1,159 @@
+// The CPU references other than RMSNorm: each checked against hand-computed values or a naive
+// double-precision restatement of its definition.
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernels/attention.h"
+#include "kernels/embedding.h"
+#include "kernels/matmul.h"
+#include "kernels/rope.h"
+#include "kernels/swiglu.h"
+
+namespace {
+
+using namespace anvil::kernels;
+using anvil::model::ggml_type;
+
+std::vector<float> randn(std::size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d;
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+TEST(MatmulRef, MatchesANaiveProductWithBias) {
+  const std::int64_t in = 96, out = 7, tokens = 3;
+  const auto w = randn(in * out, 1), x = randn(in * tokens, 2), b = randn(out, 3);
+  std::vector<float> y(out * tokens);
+  matmul_ref({w.data(), ggml_type::F32, in, out, b.data(), x.data(), y.data(), tokens});
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    for (std::int64_t o = 0; o < out; ++o) {
+      double ref = b[o];
+      for (std::int64_t i = 0; i < in; ++i) ref += double(w[o * in + i]) * x[t * in + i];
+      EXPECT_NEAR(y[t * out + o], ref, 1e-4) << "t=" << t << " o=" << o;
+    }
+  }
+}
+
+TEST(MatmulRef, ReadsQuantizedWeightsThroughDequantization) {
+  const std::int64_t in = 256, out = 5;
+  const auto wf = randn(in * out, 4), x = randn(in, 5);
+  for (ggml_type t : {ggml_type::F16, ggml_type::BF16, ggml_type::Q8_0, ggml_type::Q4_0, ggml_type::Q4_K,
+                      ggml_type::Q5_K, ggml_type::Q6_K}) {
+    const std::size_t row = *anvil::model::row_bytes(t, in);
+    std::vector<std::byte> wq(row * out);
+    for (std::int64_t o = 0; o < out; ++o) anvil::model::quantize_row(t, wf.data() + o * in, wq.data() + o * row, in);
+    std::vector<float> y(out), deq(in);
+    matmul_ref({wq.data(), t, in, out, nullptr, x.data(), y.data(), 1});
+    for (std::int64_t o = 0; o < out; ++o) {
+      anvil::model::dequantize_row(t, wq.data() + o * row, deq.data(), in);
+      double ref = 0;
+      for (std::int64_t i = 0; i < in; ++i) ref += double(deq[i]) * x[i];
+      EXPECT_NEAR(y[o], ref, 1e-3) << anvil::model::info(t).name << " row " << o;
+    }
+  }
+}
+
+TEST(RopeRef, PositionZeroIsTheIdentityAndNormsArePreserved) {
+  const std::int64_t heads = 2, dim = 8;
+  const auto x = randn(2 * heads * dim, 6);
+  for (rope_style style : {rope_style::normal, rope_style::neox}) {
+    std::vector<float> y = x;
+    const std::int32_t pos[] = {0, 37};
+    rope_ref({y.data(), 2, heads, dim, dim, pos, 10000.f, 1.f, nullptr, style});
+    for (std::int64_t i = 0; i < heads * dim; ++i) EXPECT_FLOAT_EQ(y[i], x[i]);
+    for (std::int64_t h = 0; h < heads; ++h) {
+      double n0 = 0, n1 = 0;
+      for (std::int64_t i = 0; i < dim; ++i) {
+        n0 += double(x[(heads + h) * dim + i]) * x[(heads + h) * dim + i];
+        n1 += double(y[(heads + h) * dim + i]) * y[(heads + h) * dim + i];
+      }
+      EXPECT_NEAR(n0, n1, 1e-4);
+    }
+  }
+}
+
+TEST(RopeRef, RotatesThePairsEachStyleNames) {
+  // dim 4: pair 0 turns by pos * 1, pair 1 by pos * base^(-1/2).
+  const float base = 100.f, p = 3.f;
+  const float a0 = p, a1 = p / 10.f;
+  std::vector<float> normal = {1, 2, 3, 4}, neox = {1, 2, 3, 4};
+  const std::int32_t pos[] = {3};
+  rope_ref({normal.data(), 1, 1, 4, 4, pos, base, 1.f, nullptr, rope_style::normal});
+  EXPECT_NEAR(normal[0], 1 * std::cos(a0) - 2 * std::sin(a0), 1e-6);
+  EXPECT_NEAR(normal[1], 1 * std::sin(a0) + 2 * std::cos(a0), 1e-6);
+  EXPECT_NEAR(normal[2], 3 * std::cos(a1) - 4 * std::sin(a1), 1e-6);
+  rope_ref({neox.data(), 1, 1, 4, 4, pos, base, 1.f, nullptr, rope_style::neox});
+  EXPECT_NEAR(neox[0], 1 * std::cos(a0) - 3 * std::sin(a0), 1e-6);
+  EXPECT_NEAR(neox[2], 1 * std::sin(a0) + 3 * std::cos(a0), 1e-6);
+  EXPECT_NEAR(neox[1], 2 * std::cos(a1) - 4 * std::sin(a1), 1e-6);
+  // Linear scaling and frequency factors slow the rotation.
+  std::vector<float> scaled = {1, 2, 3, 4};
+  const float factors[] = {2.f, 1.f};
+  rope_ref({scaled.data(), 1, 1, 4, 4, pos, base, 0.5f, factors, rope_style::normal});
+  EXPECT_NEAR(scaled[0], 1 * std::cos(a0 / 4) - 2 * std::sin(a0 / 4), 1e-6);
+  EXPECT_NEAR(scaled[2], 3 * std::cos(a1 / 2) - 4 * std::sin(a1 / 2), 1e-6);
+}
+
+TEST(AttentionRef, ReadsThePagedCacheThroughTheBlockTable) {
+  // 2 kv heads, 4 query heads (GQA 2:1), blocks of 2 slots, a sequence of 5 positions stored in
+  // blocks 3, 0, 2 (out of order on purpose).
+  const std::int64_t kvh = 2, heads = 4, dim = 4, bs = 2, nblocks = 4, n = 5;
+  std::vector<float> kc(nblocks * bs * kvh * dim, NAN), vc(kc.size(), NAN);
+  paged_kv_view cache{kc.data(), vc.data(), nblocks, bs, kvh, dim};
+  const std::int32_t table[] = {3, 0, 2};
+  const auto k = randn(n * kvh * dim, 7), v = randn(n * kvh * dim, 8), q = randn(n * heads * dim, 9);
+  std::vector<std::int64_t> slots;
+  for (std::int64_t p = 0; p < n; ++p) slots.push_back(table[p / bs] * bs + p % bs);
+  kv_write_ref({cache, k.data(), v.data(), slots.data(), n});
+
+  std::vector<float> out(q.size());
+  const attention_seq seq{0, n, 0, table};
+  attention_ref({q.data(), out.data(), heads, cache, 0.5f, std::span(&seq, 1)});
+  for (std::int64_t t = 0; t < n; ++t) {
+    for (std::int64_t h = 0; h < heads; ++h) {
+      const std::int64_t g = h / 2;
+      std::vector<double> w(t + 1);
+      double mx = -INFINITY, sum = 0;
+      for (std::int64_t p = 0; p <= t; ++p) {
+        double d = 0;
+        for (std::int64_t i = 0; i < dim; ++i) d += double(q[(t * heads + h) * dim + i]) * k[(p * kvh + g) * dim + i];
+        w[p] = 0.5 * d;
+        mx = std::max(mx, w[p]);
+      }
+      for (auto& x : w) sum += x = std::exp(x - mx);
+      for (std::int64_t i = 0; i < dim; ++i) {
+        double ref = 0;
+        for (std::int64_t p = 0; p <= t; ++p) ref += w[p] / sum * v[(p * kvh + g) * dim + i];
+        EXPECT_NEAR(out[(t * heads + h) * dim + i], ref, 1e-5) << "t=" << t << " h=" << h;
+      }
+    }
+  }
+  // The first position sees only itself: its output is its own v.
+  for (std::int64_t i = 0; i < dim; ++i) EXPECT_NEAR(out[i], v[i], 1e-6);
+}
+
+TEST(SwigluRef, IsSiluOfTheGateTimesUp) {
+  const std::vector<float> g = {0.f, 1.f, -2.f}, u = {5.f, 2.f, 3.f};
+  std::vector<float> y(3);
+  swiglu_ref({g.data(), u.data(), y.data(), 3});
+  EXPECT_FLOAT_EQ(y[0], 0.f);
+  EXPECT_NEAR(y[1], 1.f / (1.f + std::exp(-1.f)) * 2.f, 1e-6);
+  EXPECT_NEAR(y[2], -2.f / (1.f + std::exp(2.f)) * 3.f, 1e-6);
+}
+
+TEST(EmbeddingRef, GathersRowsAndRejectsIdsOutsideTheVocabulary) {
+  const std::vector<float> table = {0, 1, 10, 11, 20, 21};
+  const std::int32_t ids[] = {2, 0};
+  std::vector<float> out(4);
+  embedding_ref({table.data(), ggml_type::F32, 2, 3, ids, 2, out.data()});
+  EXPECT_EQ(out, (std::vector<float>{20, 21, 0, 1}));
+  const std::int32_t bad[] = {3};
+  EXPECT_THROW(embedding_ref({table.data(), ggml_type::F32, 2, 3, bad, 1, out.data()}), std::out_of_range);
+}
+
+}  // namespace

@@ -1,0 +1,30 @@
+// Small random-weight models for tests, written once per test process into a temp directory.
+#pragma once
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include "model/synth.h"
+
+namespace anvil::model::testing {
+
+inline std::string synth_fixture(const std::string& shape, synth_mix mix, std::uint64_t seed = 1) {
+  static std::map<std::string, std::string> made;
+  const std::string key = shape + "-" + std::string(synth_mix_name(mix)) + "-" + std::to_string(seed);
+  if (auto it = made.find(key); it != made.end()) return it->second;
+  const auto dir = std::filesystem::temp_directory_path() / ("anvil_fixtures_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / (key + ".gguf")).string();
+  synth_options opt;
+  opt.shape = *find_synth_shape(shape);
+  opt.mix = mix;
+  opt.seed = seed;
+  write_synth_model(opt, path);
+  made[key] = path;
+  return path;
+}
+
+}  // namespace anvil::model::testing

@@ -1,0 +1,191 @@
+// Loading architectures from GGUF and the CPU forward pass: shapes, clear load errors, and the
+// invariants a paged, batched forward pass must keep (chunking, batching and block placement
+// never change a sequence's logits).
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "model/cpu_forward.h"
+#include "tests/model/fixtures.h"
+
+namespace {
+
+using namespace anvil::model;
+using anvil::model::testing::synth_fixture;
+
+std::string load_error(gguf_writer& w) {
+  const std::string path = ::testing::TempDir() + "anvil_llm_bad.gguf";
+  w.write(path);
+  try {
+    load_llm(gguf_file::open(path));
+  } catch (const model_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void put_llama_hparams(gguf_writer& w, const std::string& arch) {
+  w.set_string("general.architecture", arch);
+  w.set_u32(arch + ".context_length", 128);
+  w.set_u32(arch + ".embedding_length", 32);
+  w.set_u32(arch + ".block_count", 1);
+  w.set_u32(arch + ".feed_forward_length", 64);
+  w.set_u32(arch + ".attention.head_count", 4);
+}
+
+TEST(LoadLlm, ReadsTheHyperParametersOfEachShape) {
+  for (const char* name : {"tiny", "tiny-qwen2", "tiny-qwen3"}) {
+    const synth_shape& s = *find_synth_shape(name);
+    const llm m = load_llm(gguf_file::open(synth_fixture(name, synth_mix::f32)));
+    EXPECT_EQ(m.hp.arch_name, std::string(arch_name(s.architecture))) << name;
+    EXPECT_EQ(m.hp.n_vocab, s.n_vocab);
+    EXPECT_EQ(m.hp.n_embd, s.n_embd);
+    EXPECT_EQ(m.hp.n_layer, s.n_layer);
+    EXPECT_EQ(m.hp.n_head, s.n_head);
+    EXPECT_EQ(m.hp.n_head_kv, s.n_head_kv);
+    EXPECT_EQ(m.hp.head_dim, s.head_dim);
+    EXPECT_EQ(m.hp.n_ff, s.n_ff);
+    EXPECT_EQ(m.hp.tied_output, s.tied_output);
+    EXPECT_FLOAT_EQ(m.hp.rope_base, s.rope_base);
+    EXPECT_EQ(m.hp.qkv_bias, s.architecture == arch::qwen2);
+    EXPECT_EQ(m.hp.qk_norm, s.architecture == arch::qwen3);
+    EXPECT_EQ(m.hp.rope, s.architecture == arch::llama ? anvil::kernels::rope_style::normal : anvil::kernels::rope_style::neox);
+    ASSERT_EQ(m.layers.size(), std::size_t(s.n_layer));
+    EXPECT_EQ(m.layers[0].wq.out, s.n_head * s.head_dim);
+  }
+}
+
+TEST(LoadLlm, RefusesAnUnsupportedArchitecture) {
+  gguf_writer w;
+  put_llama_hparams(w, "gemma2");
+  EXPECT_NE(load_error(w).find("unsupported architecture 'gemma2'"), std::string::npos);
+}
+
+TEST(LoadLlm, NamesMissingMetadataAndTensors) {
+  gguf_writer none;
+  EXPECT_NE(load_error(none).find("general.architecture"), std::string::npos);
+  gguf_writer w;
+  put_llama_hparams(w, "llama");
+  EXPECT_NE(load_error(w).find("missing tensor 'token_embd.weight'"), std::string::npos);
+  w.add_tensor("token_embd.weight", ggml_type::F32, {32, 10}, std::vector<std::byte>(32 * 10 * 4));
+  w.add_tensor("output_norm.weight", ggml_type::F32, {32}, std::vector<std::byte>(32 * 4));
+  w.add_tensor("blk.0.attn_norm.weight", ggml_type::F32, {31}, std::vector<std::byte>(31 * 4));
+  EXPECT_NE(load_error(w).find("tensor 'blk.0.attn_norm.weight' has shape [31], expected [32]"), std::string::npos);
+}
+
+TEST(LoadLlm, RefusesInconsistentHeads) {
+  gguf_writer w;
+  put_llama_hparams(w, "llama");
+  w.set_u32("llama.attention.head_count_kv", 3);
+  EXPECT_NE(load_error(w).find("not a multiple of head_count_kv"), std::string::npos);
+  gguf_writer y;
+  put_llama_hparams(y, "llama");
+  y.set_string("llama.rope.scaling.type", "yarn");
+  EXPECT_NE(load_error(y).find("rope scaling 'yarn' is not supported"), std::string::npos);
+}
+
+// Runs one sequence through the forward pass in chunks; returns logits for every position.
+std::vector<float> run_all(const llm& m, const std::vector<std::int32_t>& tokens, std::int64_t chunk,
+                           const std::vector<std::int32_t>& table, kv_cache_storage& cache) {
+  cpu_forward fwd(m);
+  std::vector<float> all, logits;
+  for (std::size_t pos = 0; pos < tokens.size(); pos += std::size_t(chunk)) {
+    const std::size_t n = std::min<std::size_t>(std::size_t(chunk), tokens.size() - pos);
+    const forward_seq seq{std::span(tokens).subspan(pos, n), std::int64_t(pos), table, true};
+    fwd.run(std::span(&seq, 1), cache, logits);
+    all.insert(all.end(), logits.begin(), logits.end());
+  }
+  return all;
+}
+
+double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    num = std::max(num, std::abs(double(a[i]) - b[i]));
+    den = std::max(den, std::abs(double(b[i])));
+  }
+  return num / den;
+}
+
+std::vector<std::int32_t> some_tokens(std::size_t n, std::int32_t seed) {
+  std::vector<std::int32_t> t(n);
+  for (std::size_t i = 0; i < n; ++i) t[i] = std::int32_t((i * 7919 + std::size_t(seed) * 104729) % 259);
+  return t;
+}
+
+TEST(CpuForward, LogitsAreFiniteAndVariedForEveryShapeAndMix) {
+  for (const char* shape : {"tiny", "tiny-qwen2", "tiny-qwen3"}) {
+    for (synth_mix mix : {synth_mix::f32, synth_mix::f16, synth_mix::bf16, synth_mix::q8_0, synth_mix::q4_0,
+                          synth_mix::q6_k, synth_mix::q4_k_m}) {
+      const llm m = load_llm(gguf_file::open(synth_fixture(shape, mix)));
+      kv_cache_storage cache(m.hp, 4, 16);
+      const std::vector<std::int32_t> table = {0, 1, 2, 3};
+      const auto logits = run_all(m, some_tokens(20, 1), 20, table, cache);
+      ASSERT_EQ(logits.size(), std::size_t(20 * m.hp.n_vocab));
+      double sum = 0, sq = 0;
+      for (float x : logits) {
+        ASSERT_TRUE(std::isfinite(x)) << shape << " " << synth_mix_name(mix);
+        sum += x;
+        sq += double(x) * x;
+      }
+      const double stddev = std::sqrt(sq / logits.size() - (sum / logits.size()) * (sum / logits.size()));
+      EXPECT_GT(stddev, 0.1) << shape << " " << synth_mix_name(mix);
+      EXPECT_LT(stddev, 100.0) << shape << " " << synth_mix_name(mix);
+    }
+  }
+}
+
+TEST(CpuForward, ChunkedPrefillAndDecodeMatchOneShotPrefill) {
+  for (const char* shape : {"tiny", "tiny-qwen2", "tiny-qwen3"}) {
+    const llm m = load_llm(gguf_file::open(synth_fixture(shape, synth_mix::f32)));
+    const auto tokens = some_tokens(37, 2);
+    const std::vector<std::int32_t> table = {0, 1, 2, 3, 4};
+    kv_cache_storage a(m.hp, 5, 8), b(m.hp, 5, 8), c(m.hp, 5, 8);
+    const auto one_shot = run_all(m, tokens, 37, table, a);
+    EXPECT_LT(max_rel_diff(run_all(m, tokens, 5, table, b), one_shot), 1e-5) << shape;   // chunks of 5
+    EXPECT_LT(max_rel_diff(run_all(m, tokens, 1, table, c), one_shot), 1e-5) << shape;   // decode steps
+  }
+}
+
+TEST(CpuForward, BatchingAndBlockPlacementDoNotChangeLogits) {
+  const llm m = load_llm(gguf_file::open(synth_fixture("tiny-qwen3", synth_mix::f32)));
+  const auto ta = some_tokens(21, 3), tb = some_tokens(9, 4);
+  kv_cache_storage alone(m.hp, 3, 8);
+  const auto ref_a = run_all(m, ta, 21, {0, 1, 2}, alone);
+
+  // Both sequences in one cache with interleaved, out-of-order blocks; B prefills while A
+  // prefills its first 13 tokens, then A finishes its prompt while B decodes one token.
+  kv_cache_storage shared(m.hp, 6, 8);
+  const std::vector<std::int32_t> table_a = {5, 1, 3}, table_b = {4, 0};
+  cpu_forward fwd(m);
+  std::vector<float> logits;
+  const forward_seq step1[] = {{std::span(ta).subspan(0, 13), 0, table_a, true}, {std::span(tb).subspan(0, 8), 0, table_b, false}};
+  fwd.run(step1, shared, logits);
+  ASSERT_EQ(logits.size(), std::size_t((13 + 1) * m.hp.n_vocab));
+  std::vector<float> got_a(logits.begin(), logits.begin() + 13 * m.hp.n_vocab);
+  const forward_seq step2[] = {{std::span(tb).subspan(8, 1), 8, table_b, false}, {std::span(ta).subspan(13), 13, table_a, true}};
+  fwd.run(step2, shared, logits);
+  ASSERT_EQ(logits.size(), std::size_t((1 + 8) * m.hp.n_vocab));
+  got_a.insert(got_a.end(), logits.begin() + m.hp.n_vocab, logits.end());
+  EXPECT_LT(max_rel_diff(got_a, ref_a), 1e-5);
+}
+
+TEST(CpuForward, RejectsMalformedBatches) {
+  const llm m = load_llm(gguf_file::open(synth_fixture("tiny", synth_mix::f32)));
+  kv_cache_storage cache(m.hp, 2, 4);
+  cpu_forward fwd(m);
+  std::vector<float> logits;
+  const std::vector<std::int32_t> ok = {1, 2}, bad_id = {1, 600}, table = {0, 1}, bad_table = {0, 7};
+  const forward_seq id_seq{bad_id, 0, table, false};
+  EXPECT_THROW(fwd.run(std::span(&id_seq, 1), cache, logits), std::invalid_argument);
+  const forward_seq short_table{ok, 7, std::span(table).subspan(0, 1), false};
+  EXPECT_THROW(fwd.run(std::span(&short_table, 1), cache, logits), std::invalid_argument);
+  const forward_seq out_of_range{ok, 3, bad_table, false};
+  EXPECT_THROW(fwd.run(std::span(&out_of_range, 1), cache, logits), std::invalid_argument);
+  const forward_seq empty{{}, 0, table, false};
+  EXPECT_THROW(fwd.run(std::span(&empty, 1), cache, logits), std::invalid_argument);
+}
+
+}  // namespace

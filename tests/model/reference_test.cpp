@@ -1,0 +1,100 @@
+// The CPU forward pass against PyTorch/transformers on the same weights (goldens made on the GPU
+// machine by tools/reference/make_model_goldens.py and committed in tests/data/reference):
+// logits of every position within float32 rounding, and 64 greedy tokens identical.
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <boost/json.hpp>
+#include <gtest/gtest.h>
+
+#include "model/cpu_forward.h"
+
+namespace {
+
+using namespace anvil::model;
+namespace json = boost::json;
+
+const std::string dir = std::string(ANVIL_TEST_DATA_DIR) + "/reference/";
+
+struct golden {
+  std::vector<std::vector<std::int32_t>> prompts;
+  std::vector<std::int32_t> greedy;
+  std::vector<float> logits;  // every position of every prompt, prompt after prompt
+};
+
+golden read_golden(const std::string& arch) {
+  std::ifstream js(dir + "ref-" + arch + ".json");
+  if (!js) throw std::runtime_error("missing golden " + dir + "ref-" + arch + ".json");
+  std::stringstream ss;
+  ss << js.rdbuf();
+  const json::object o = json::parse(ss.str()).as_object();
+  golden g;
+  for (const auto& p : o.at("prompts").as_array()) g.prompts.push_back(json::value_to<std::vector<std::int32_t>>(p));
+  g.greedy = json::value_to<std::vector<std::int32_t>>(o.at("greedy"));
+  std::ifstream bin(dir + "ref-" + arch + ".logits.f32", std::ios::binary);
+  std::vector<char> raw((std::istreambuf_iterator<char>(bin)), std::istreambuf_iterator<char>());
+  g.logits.resize(raw.size() / sizeof(float));
+  std::memcpy(g.logits.data(), raw.data(), raw.size());
+  return g;
+}
+
+double rel_l2(const float* a, const float* b, std::size_t n) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / den);
+}
+
+class ReferenceModel : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ReferenceModel, LogitsMatchPyTorchForBothPromptsInOneBatch) {
+  const golden g = read_golden(GetParam());
+  const llm m = load_llm(gguf_file::open(dir + "ref-" + GetParam() + ".gguf"));
+  const std::int64_t v = m.hp.n_vocab;
+  kv_cache_storage cache(m.hp, 8, 8);
+  const std::vector<std::int32_t> t0 = {0, 1, 2, 3}, t1 = {4, 5};
+  const forward_seq batch[] = {{g.prompts[0], 0, t0, true}, {g.prompts[1], 0, t1, true}};
+  std::vector<float> logits;
+  cpu_forward(m).run(batch, cache, logits);
+  ASSERT_EQ(logits.size(), g.logits.size());
+  std::size_t row = 0;
+  for (const auto& p : g.prompts) {
+    for (std::size_t i = 0; i < p.size(); ++i, ++row) {
+      const double err = rel_l2(logits.data() + row * v, g.logits.data() + row * v, std::size_t(v));
+      EXPECT_LT(err, 1e-4) << GetParam() << " position " << i;
+    }
+  }
+  EXPECT_LT(rel_l2(logits.data(), g.logits.data(), logits.size()), 2e-5) << GetParam();
+}
+
+TEST_P(ReferenceModel, SixtyFourGreedyTokensMatchPyTorch) {
+  const golden g = read_golden(GetParam());
+  const llm m = load_llm(gguf_file::open(dir + "ref-" + GetParam() + ".gguf"));
+  std::vector<std::int32_t> seq = g.prompts[0];
+  kv_cache_storage cache(m.hp, 12, 8);
+  std::vector<std::int32_t> table(12);
+  for (int i = 0; i < 12; ++i) table[std::size_t(i)] = 11 - i;  // any placement must do
+  cpu_forward fwd(m);
+  std::vector<float> logits;
+  forward_seq step{seq, 0, table, false};
+  fwd.run(std::span(&step, 1), cache, logits);
+  std::vector<std::int32_t> got;
+  for (int i = 0; i < 64; ++i) {
+    const auto next = std::int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    got.push_back(next);
+    seq.push_back(next);
+    step = {std::span(&seq.back(), 1), std::int64_t(seq.size()) - 1, table, false};
+    fwd.run(std::span(&step, 1), cache, logits);
+  }
+  EXPECT_EQ(got, g.greedy) << GetParam();
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, ReferenceModel, ::testing::Values("llama", "qwen2", "qwen3"));
+
+}  // namespace
