@@ -1,0 +1,70 @@
+// The step contract between the scheduler and the GPU worker (DESIGN.md): a step_plan says which
+// sequences run, which tokens they feed, their positions and block tables; the step_result
+// carries, per sequence that asked, the top-K candidates of its next-token distribution and the
+// log-normaliser — K numbers, never a vocabulary of logits. Plain data only: no pointers, no
+// device handles. "We only send what the step needs."
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace anvil::gpu_worker {
+
+// Logit processing that needs the whole vocabulary; the worker applies it before the top-K cut,
+// in this order: logit bias, penalties, temperature.
+struct logit_params {
+  float temperature = 0.f;          // <= 0: no scaling (greedy); else logits are divided by it
+  float repetition_penalty = 1.f;   // seen tokens: positive logits divided, negative multiplied
+  float presence_penalty = 0.f;     // subtracted once from every seen token
+  float frequency_penalty = 0.f;    // subtracted once per occurrence
+  std::vector<std::pair<std::int32_t, std::int32_t>> token_counts;  // (token, occurrences) in the history, for the penalties
+  std::vector<std::pair<std::int32_t, float>> logit_bias;          // (token, added to its logit)
+  std::int32_t top_k = 64;          // candidates to return, >= 1 (clamped to the vocabulary)
+  std::uint64_t seed = 0;           // the request's seed: with the position, it seeds the tail draw
+};
+
+// One sequence's part of a step.
+struct seq_step {
+  std::uint64_t seq_id = 0;                 // the scheduler's sequence (request) id
+  std::vector<std::int32_t> tokens;         // fed this step: a prefill chunk or one decode token
+  std::int64_t start_pos = 0;               // position of tokens[0]; earlier positions are in the KV cache
+  std::vector<std::int32_t> block_table;    // block ids covering positions [0, start_pos + tokens.size())
+  bool want_candidates = false;             // the next-token distribution after the last fed token is needed
+  logit_params logits;                      // how to process it (when want_candidates)
+};
+
+// Copy-on-write: the worker copies block `src` into block `dst` (all layers) before the step.
+struct block_copy {
+  std::int32_t src = 0;
+  std::int32_t dst = 0;
+};
+
+struct step_plan {
+  std::uint64_t step = 0;                   // step number, for logs (step=)
+  std::vector<block_copy> copies;           // done first, in order
+  std::vector<seq_step> seqs;               // at least one
+};
+
+struct candidate {
+  std::int32_t token = -1;
+  float logit = 0.f;                        // after processing (bias, penalties, temperature)
+};
+
+// One sequence's next-token distribution, summarised exactly: p(t) = exp(logit(t) - log_normalizer).
+struct seq_output {
+  std::uint64_t seq_id = 0;
+  std::vector<candidate> top;               // the top_k most likely, sorted by logit descending, ties by lower token id
+  float log_normalizer = 0.f;               // log of the softmax denominator over the whole vocabulary
+  float tail_mass = 0.f;                    // probability outside `top` (0 when top covers the vocabulary)
+  candidate tail;                           // a token drawn from the distribution restricted to outside `top`,
+                                            // seeded by (seed, position); token -1 when tail_mass is 0
+};
+
+struct step_result {
+  std::uint64_t step = 0;
+  std::vector<seq_output> outputs;          // one per seq_step with want_candidates, in plan order
+  double execute_ms = 0;                    // time the worker spent on the step
+};
+
+}  // namespace anvil::gpu_worker
