@@ -11,9 +11,14 @@ namespace anvil {
 using error_code = boost::system::error_code;
 
 enum class errc {
-  busy = 1,    // the actor's mailbox is full: try again later (maps to 429/503 at the edges)
-  stopped,     // the actor is stopping or stopped and takes no new work
-  dropped,     // the actor dropped a request without answering it (a bug, but never a hang)
+  busy = 1,          // the actor's mailbox is full: try again later (maps to 429/503 at the edges)
+  stopped,           // the actor is stopping or stopped and takes no new work
+  dropped,           // the actor dropped a request without answering it (a bug, but never a hang)
+  invalid_argument,  // a request or plan that breaks the contract (out-of-range ids, bad parameters)
+  overloaded,        // the waiting queue is full: try again later
+  context_overflow,  // the prompt (plus the tokens asked for) does not fit the context
+  cancelled,         // the caller cancelled the request
+  device_fault,      // the worker failed executing a step; the engine is unhealthy
 };
 
 const boost::system::error_category& anvil_category() noexcept;

@@ -236,6 +236,10 @@ class strand_actor {
     return {};
   }
 
+  // Holds the gate open without a message: for work the actor drives itself (a step loop), so
+  // that async_stop waits for it. Empty when the actor is stopping.
+  in_flight hold() noexcept { return gate_.try_enter() ? in_flight(this) : in_flight{}; }
+
   spdlog::logger& log() const noexcept { return *log_; }
 
  private:
