@@ -26,12 +26,11 @@ void apply_penalties(std::vector<candidate>& c, const sampling_params& p, std::s
   }
 }
 
-// A uniform double in [0, 1) from exactly one draw, the same on every platform.
-double uniform01(std::mt19937_64& rng) { return double(rng() >> 11) * 0x1.0p-53; }
-
 }  // namespace
 
-std::optional<std::string> validate(const sampling_params& p) {
+double uniform01(std::mt19937_64& rng) { return double(rng() >> 11) * 0x1.0p-53; }
+
+std::optional<std::string> validate(const sampling_params& p, std::int64_t vocab_size) {
   if (!(p.temperature >= 0.f && p.temperature <= 100.f)) return "temperature must be in [0, 100]";
   if (p.top_k < 0) return "top_k must be >= 0 (0 disables it)";
   if (!(p.top_p > 0.f && p.top_p <= 1.f)) return "top_p must be in (0, 1]";
@@ -39,6 +38,13 @@ std::optional<std::string> validate(const sampling_params& p) {
   if (!(p.repetition_penalty > 0.f && p.repetition_penalty <= 10.f)) return "repetition_penalty must be in (0, 10]";
   if (!(p.presence_penalty >= -2.f && p.presence_penalty <= 2.f)) return "presence_penalty must be in [-2, 2]";
   if (!(p.frequency_penalty >= -2.f && p.frequency_penalty <= 2.f)) return "frequency_penalty must be in [-2, 2]";
+  if (p.logprobs < 0 || p.logprobs > max_logprobs) return "logprobs must be in [0, 20]";
+  for (const auto& [id, b] : p.logit_bias) {
+    if (id < 0 || (vocab_size > 0 && id >= vocab_size)) {
+      return "logit_bias token " + std::to_string(id) + " is outside the vocabulary";
+    }
+    if (!(b >= -100.f && b <= 100.f)) return "logit_bias values must be in [-100, 100]";
+  }
   return std::nullopt;
 }
 
@@ -46,6 +52,9 @@ std::int32_t sample_token(std::span<const float> logits, const sampling_params& 
                           std::span<const std::int32_t> history, std::mt19937_64& rng) {
   std::vector<candidate> c(logits.size());
   for (std::size_t i = 0; i < logits.size(); ++i) c[i] = {std::int32_t(i), logits[i]};
+  for (const auto& [id, b] : p.logit_bias) {
+    if (id >= 0 && std::size_t(id) < c.size()) c[std::size_t(id)].logit += b;
+  }
   apply_penalties(c, p, history);
 
   auto more_likely = [](const candidate& a, const candidate& b) {

@@ -99,4 +99,35 @@ TEST(Sampling, ValidatesRanges) {
   EXPECT_NE(bad([](auto& p) { p.presence_penalty = 3.f; }).find("presence_penalty"), std::string::npos);
 }
 
+TEST(Sampling, ValidatesLogprobsAndLogitBias) {
+  auto bad = [](auto mutate, std::int64_t vocab = 0) {
+    sampling_params p;
+    mutate(p);
+    return validate(p, vocab).value_or("");
+  };
+  EXPECT_EQ(bad([](auto& p) { p.logprobs = 20; }), "");
+  EXPECT_NE(bad([](auto& p) { p.logprobs = 21; }).find("logprobs"), std::string::npos);
+  EXPECT_NE(bad([](auto& p) { p.logprobs = -1; }).find("logprobs"), std::string::npos);
+  EXPECT_EQ(bad([](auto& p) { p.logit_bias = {{0, -100.f}, {9, 100.f}}; }, 10), "");
+  EXPECT_NE(bad([](auto& p) { p.logit_bias = {{0, 100.5f}}; }).find("logit_bias"), std::string::npos);
+  EXPECT_NE(bad([](auto& p) { p.logit_bias = {{0, NAN}}; }).find("logit_bias"), std::string::npos);
+  EXPECT_NE(bad([](auto& p) { p.logit_bias = {{-1, 1.f}}; }).find("logit_bias token -1"), std::string::npos);
+  EXPECT_NE(bad([](auto& p) { p.logit_bias = {{10, 1.f}}; }, 10).find("logit_bias token 10"), std::string::npos);
+  EXPECT_EQ(bad([](auto& p) { p.logit_bias = {{10, 1.f}}; }), "");  // vocabulary unknown: only the sign is checked
+}
+
+TEST(Sampling, LogitBiasComesBeforeThePenalties) {
+  std::mt19937_64 rng(1);
+  const std::vector<float> logits = {1.f, 1.5f};
+  const std::vector<std::int32_t> history = {0};
+  sampling_params p;
+  p.logit_bias = {{0, 1.f}};       // token 0: 1 + 1 = 2
+  p.repetition_penalty = 2.f;      // then 2 / 2 = 1 < 1.5; penalising first gives 0.5 + 1 = 1.5
+  EXPECT_EQ(sample_token(logits, p, history, rng), 1);
+  p.repetition_penalty = 1.f;
+  EXPECT_EQ(sample_token(logits, p, history, rng), 0);
+  p.logit_bias = {{5, 10.f}};      // outside the vocabulary: skipped
+  EXPECT_EQ(sample_token(logits, p, history, rng), 1);
+}
+
 }  // namespace

@@ -1,0 +1,126 @@
+#include "kernels/candidates.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace anvil::kernels {
+namespace {
+
+using gpu_worker::candidate;
+using gpu_worker::logit_params;
+using gpu_worker::seq_output;
+
+void check_token(std::int32_t id, std::size_t vocab, const char* what) {
+  if (id < 0 || std::size_t(id) >= vocab) {
+    throw std::invalid_argument(std::string("candidates_ref: ") + what + " token " + std::to_string(id) +
+                                " is outside the vocabulary of " + std::to_string(vocab));
+  }
+}
+
+// Raw logits with bias, penalties and temperature applied (see the header for the rules).
+std::vector<float> process(std::span<const float> logits, const logit_params& p) {
+  const std::size_t vocab = logits.size();
+  std::vector<float> l(logits.begin(), logits.end());
+  for (float x : l) {
+    if (std::isnan(x) || x == INFINITY) throw std::invalid_argument("candidates_ref: a raw logit is NaN or +inf");
+  }
+  for (const auto& [id, b] : p.logit_bias) {
+    check_token(id, vocab, "logit_bias");
+    l[std::size_t(id)] += b;
+  }
+
+  // Distinct ids, so a token is penalised once whatever the order of the pairs.
+  std::vector<std::int32_t> ids;
+  ids.reserve(p.token_counts.size());
+  for (const auto& [id, n] : p.token_counts) {
+    check_token(id, vocab, "token_counts");
+    if (n < 0) throw std::invalid_argument("candidates_ref: negative count for token " + std::to_string(id));
+    ids.push_back(id);
+  }
+  std::sort(ids.begin(), ids.end());
+  if (std::adjacent_find(ids.begin(), ids.end()) != ids.end()) {
+    throw std::invalid_argument("candidates_ref: token_counts lists a token twice");
+  }
+  for (const auto& [id, n] : p.token_counts) {
+    if (n == 0) continue;
+    float& x = l[std::size_t(id)];
+    x = x > 0 ? x / p.repetition_penalty : x * p.repetition_penalty;
+    x -= p.presence_penalty + p.frequency_penalty * float(n);
+  }
+
+  if (p.temperature > 0.f) {
+    for (float& x : l) x /= p.temperature;
+  }
+  return l;
+}
+
+// splitmix64's output function (Steele, Lea, Flood 2014): a bijection that mixes every bit.
+std::uint64_t splitmix64(std::uint64_t x) noexcept {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+double tail_uniform(std::uint64_t seed, std::int64_t position) noexcept {
+  const std::uint64_t key = seed ^ (std::uint64_t(position) * 0x9E3779B97F4A7C15ull);
+  return double(splitmix64(key) >> 11) * 0x1.0p-53;
+}
+
+seq_output candidates_ref(std::span<const float> logits, const logit_params& p, std::int64_t position) {
+  if (logits.empty()) throw std::invalid_argument("candidates_ref: empty vocabulary");
+  if (p.top_k < 1) throw std::invalid_argument("candidates_ref: top_k must be >= 1");
+  const std::vector<float> l = process(logits, p);
+  const std::size_t vocab = l.size();
+
+  const float max = *std::max_element(l.begin(), l.end());
+  if (!std::isfinite(max)) throw std::invalid_argument("candidates_ref: no token has a finite logit");
+
+  // Top-K by logit descending, ties to the lower id (a strict total order, so the cut is unique).
+  const std::size_t k = std::min(std::size_t(p.top_k), vocab);
+  std::vector<std::int32_t> order(vocab);
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + std::ptrdiff_t(k), order.end(), [&](std::int32_t a, std::int32_t b) {
+    return l[std::size_t(a)] > l[std::size_t(b)] || (l[std::size_t(a)] == l[std::size_t(b)] && a < b);
+  });
+  std::vector<bool> in_top(vocab, false);
+  seq_output out;
+  out.top.reserve(k);
+  for (std::size_t i = 0; i < k; ++i) {
+    in_top[std::size_t(order[i])] = true;
+    out.top.push_back({order[i], l[std::size_t(order[i])]});
+  }
+
+  // Weights relative to the maximum: the largest is 1, so the sum is in [1, vocab] and nothing
+  // overflows; -inf logits weigh exactly 0.
+  double total = 0, tail = 0;
+  for (std::size_t t = 0; t < vocab; ++t) {
+    const double w = std::exp(double(l[t]) - double(max));
+    total += w;
+    if (!in_top[t]) tail += w;
+  }
+  out.log_normalizer = float(double(max) + std::log(total));
+  out.tail_mass = float(std::clamp(tail / total, 0.0, 1.0));
+  if (out.tail_mass == 0.f) return out;  // tail stays {-1, 0}
+
+  // The tail draw: first id in ascending order whose cumulative weight exceeds u * tail. The
+  // fallback (rounding left r >= 0 after the last token) is the last tail token with weight.
+  double r = tail_uniform(p.seed, position) * tail;
+  for (std::size_t t = 0; t < vocab; ++t) {
+    if (in_top[t]) continue;
+    const double w = std::exp(double(l[t]) - double(max));
+    if (w == 0) continue;
+    out.tail = {std::int32_t(t), l[t]};
+    r -= w;
+    if (r < 0) break;
+  }
+  return out;
+}
+
+}  // namespace anvil::kernels
