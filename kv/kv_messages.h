@@ -43,6 +43,7 @@ struct kv_op {
 struct kv_batch {
   std::vector<kv_op> ops;              // applied in order
   std::vector<std::uint64_t> victims;  // lowest priority first: released one by one when a may_preempt reserve has no room
+  std::uint64_t step = 0;              // the scheduler's step number, for logs (step=) only
 };
 
 struct kv_op_result {

@@ -1,0 +1,60 @@
+// kv_core::check: the audit the scheduler runs after every step in debug builds. It trusts no
+// counter: refcounts are recounted from every live block table, the pool's lists are walked, and
+// the prefix index is compared with the block states. The first problem found is returned.
+#include <string>
+#include <vector>
+
+#include "kv/kv_core.h"
+
+namespace anvil::kv {
+
+namespace {
+
+std::string block_str(block_id b) { return "block " + std::to_string(b); }
+std::string seq_str(std::uint64_t id) { return "seq " + std::to_string(id); }
+
+}  // namespace
+
+std::string kv_core::check() const {
+  if (std::string e = pool_.check(); !e.empty()) return "block pool: " + e;
+  if (cache_) {
+    if (std::string e = cache_->check(); !e.empty()) return "prefix cache: " + e;
+  }
+  const std::int32_t n = pool_.size();
+  std::vector<std::int32_t> refs(static_cast<std::size_t>(n), 0);
+  std::vector<std::int64_t> last_holder(static_cast<std::size_t>(n), -1);  // catches a block twice in one table
+  std::int64_t holder = 0;
+  for (const auto& [id, s] : seqs_) {
+    const auto n_table = static_cast<std::int64_t>(s.table.size());
+    if (s.computed < 0 || s.computed > s.reserved || s.reserved > n_table * block_size_) {
+      return seq_str(id) + ": computed " + std::to_string(s.computed) + " / reserved " + std::to_string(s.reserved) +
+             " outside its " + std::to_string(n_table) + " blocks";
+    }
+    const std::int64_t full = s.computed / block_size_;
+    if (s.hashed != (cache_ ? full : 0)) return seq_str(id) + ": full blocks not offered to the prefix cache";
+    for (std::int64_t k = 0; k < n_table; ++k) {
+      const block_id b = s.table[static_cast<std::size_t>(k)];
+      if (b < 0 || b >= n) return seq_str(id) + " holds out-of-range " + block_str(b);
+      const auto i = static_cast<std::size_t>(b);
+      if (last_holder[i] == holder) return seq_str(id) + " holds " + block_str(b) + " twice";
+      last_holder[i] = holder;
+      ++refs[i];
+    }
+    ++holder;
+  }
+  for (block_id b = 0; b < n; ++b) {
+    const auto i = static_cast<std::size_t>(b);
+    if (refs[i] != pool_.refcount(b)) {
+      return block_str(b) + ": refcount " + std::to_string(pool_.refcount(b)) + " but live tables hold it " +
+             std::to_string(refs[i]) + " times";
+    }
+    const bool indexed = cache_ && cache_->indexed(b);
+    if (pool_.is_cached(b) && !indexed) return block_str(b) + " is cached but not in the prefix index (unreachable)";
+    if (indexed && refs[i] == 0 && !pool_.is_cached(b)) return block_str(b) + " is indexed but free";
+  }
+  const kv::ledger l = ledger();
+  if (l.free + l.cached + l.in_use != l.total || l.total != n) return "ledger does not sum to the pool size";
+  return {};
+}
+
+}  // namespace anvil::kv

@@ -1,0 +1,112 @@
+// kv_core: the KV-cache manager's pure core — logical block ids, per-sequence block tables,
+// refcounts, the prefix cache and the block ledger. Plain synchronous C++ (no Asio, no logging):
+// the kv_manager actor wraps it, and tests drive it directly.
+//
+// A sequence's life (see kv_messages.h): begin (take the longest cached prefix of the prompt),
+// reserve before each step that grows it (allocate; copy-on-write for blocks it will write into
+// that another table shares or the prefix cache vouches for), commit after the step (newly full blocks enter the prefix cache), release at the end.
+// fork shares a sequence's blocks with a new one. Running out of blocks is an ordinary answer;
+// misuse (an unknown or already-live sequence id, committing past what was reserved) is a caller
+// bug and throws std::logic_error before changing anything. Internal invariants assert.
+//
+// Costs: every op is O(blocks it touches) — begin O(prompt), reserve O(new blocks + blocks
+// written), commit O(newly full blocks x block_size), release/fork O(table) — with no scans of
+// the pool; check() is the O(pool + tables) audit the scheduler runs after each step in debug.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kv/block_pool.h"
+#include "kv/kv_messages.h"
+#include "kv/prefix_cache.h"
+
+namespace anvil::kv {
+
+struct reserve_result {
+  bool ok = true;                               // false: no room, nothing changed
+  std::vector<gpu_worker::block_copy> copies;   // copy-on-write copies the worker must do first
+};
+
+class kv_core {
+ public:
+  // Throws std::invalid_argument for a config it cannot run (no blocks, block_size < 1, a pool
+  // beyond int32 block ids). `hasher` is the prefix cache's chain hash (tests inject weak ones).
+  explicit kv_core(const kv_config& config, block_hasher hasher = default_block_hash);
+
+  // Starts seq_id with its prompt. With prefix caching, takes the longest run of cached full
+  // blocks matching the prompt, capped so the last prompt token is always computed. Returns the
+  // prompt tokens whose KV is already there (a multiple of block_size).
+  std::int64_t begin(std::uint64_t seq_id, std::span<const std::int32_t> prompt);
+  // Makes the table cover positions [0, n_tokens); the step writes [computed, n_tokens), so
+  // shared or indexed blocks in that range are swapped for copies (reported). All or nothing.
+  [[nodiscard]] reserve_result reserve(std::uint64_t seq_id, std::int64_t n_tokens);
+  // The KV of `tokens` (the sequence's whole token list so far) is computed. Needs
+  // tokens.size() between the computed count and what this sequence's reserves covered.
+  void commit(std::uint64_t seq_id, std::span<const std::int32_t> tokens);
+  // Drops the sequence and its references; blocks with indexed contents stay cached.
+  void release(std::uint64_t seq_id);
+  // seq_id (new) shares from's computed blocks (those holding positions [0, computed)) and its
+  // computed count; blocks `from` reserved ahead stay its own.
+  void fork(std::uint64_t seq_id, std::uint64_t from);
+
+  // Executes a batch in order; see kv_messages.h and apply.cpp for preemption.
+  kv_batch_result apply(const kv_batch& batch);
+
+  bool live(std::uint64_t seq_id) const { return seqs_.contains(seq_id); }
+  std::span<const block_id> block_table(std::uint64_t seq_id) const;
+  std::int64_t computed(std::uint64_t seq_id) const;
+  std::int64_t live_count() const noexcept { return static_cast<std::int64_t>(seqs_.size()); }
+
+  kv::ledger ledger() const noexcept;
+  kv_stats stats() const noexcept;
+  const kv_config& config() const noexcept { return config_; }
+
+  // Recomputes everything from scratch and compares: refcounts from every live table, the
+  // ledger, free list / LRU structure, prefix index <-> block states. An error message, or "".
+  std::string check() const;
+
+ private:
+  friend struct kv_core_test_access;  // tests only: corrupts state to prove check() notices
+
+  struct sequence {
+    std::vector<block_id> table;             // block of positions [i*block_size, (i+1)*block_size)
+    std::int64_t computed = 0;               // positions [0, computed) hold computed KV
+    std::int64_t reserved = 0;               // positions [0, reserved) this sequence reserved: commit's bound
+    std::int64_t hashed = 0;                 // leading full blocks already offered to the prefix cache
+    std::uint64_t chain_hash = root_hash;    // hash of block hashed-1
+    std::uint64_t chain_serial = root_serial;  // the index's name for blocks [0, hashed); no_serial if none
+  };
+
+  sequence& live_seq(std::uint64_t seq_id, const char* op);
+  const sequence& live_seq(std::uint64_t seq_id, const char* op) const;
+  std::int64_t blocks_for(std::int64_t n_tokens) const noexcept;
+  // Blocks reserve(s, n_tokens) would take from the pool (new ones plus copy-on-write copies).
+  std::int64_t blocks_needed(const sequence& s, std::int64_t n_tokens) const noexcept;
+  // A block the sequence is about to write into must be copied first: another table reads it,
+  // or the prefix cache vouches for its contents.
+  bool must_copy(block_id b) const noexcept;
+  block_id take_block();
+  void drop_block(block_id b);
+  void index_full_blocks(sequence& s, std::span<const std::int32_t> tokens);
+
+  // apply() helpers (apply.cpp).
+  kv_op_result apply_op(const kv_op& op, const std::vector<std::uint64_t>& victims, kv_batch_result& out,
+                        std::vector<std::uint64_t>& gone);
+  std::vector<std::int32_t> table_copy(std::uint64_t seq_id) const;  // a result's block_table
+  void reserve_preempting(const kv_op& op, const std::vector<std::uint64_t>& victims, kv_batch_result& out,
+                          std::vector<std::uint64_t>& gone, kv_op_result& r);
+
+  kv_config config_;
+  std::int64_t block_size_;
+  block_pool pool_;
+  std::optional<prefix_cache> cache_;  // engaged when prefix caching is on
+  std::unordered_map<std::uint64_t, sequence> seqs_;
+  kv_stats stats_;
+};
+
+}  // namespace anvil::kv
