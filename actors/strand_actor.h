@@ -23,10 +23,12 @@
 #include <utility>
 #include <vector>
 
+#include <boost/asio/any_completion_executor.hpp>
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>
+#include <boost/asio/dispatch.hpp>
 #include <boost/asio/execution/outstanding_work.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/prefer.hpp>
@@ -97,6 +99,7 @@ class reply {
   template <class Handler>
   reply(Handler&& h, const asio::any_io_executor& fallback, in_flight pass)
       : work_(asio::prefer(asio::get_associated_executor(h, fallback), asio::execution::outstanding_work.tracked)),
+        relay_(fallback),
         handler_(std::forward<Handler>(h)),
         pass_(std::move(pass)) {}
   reply(reply&&) noexcept = default;
@@ -104,6 +107,7 @@ class reply {
     if (this != &o) {
       if (handler_) fail(make_error_code(errc::dropped));
       work_ = std::move(o.work_);
+      relay_ = std::move(o.relay_);
       handler_ = std::move(o.handler_);
       pass_ = std::move(o.pass_);
     }
@@ -120,8 +124,11 @@ class reply {
   template <class... V>
   void operator()(error_code ec, V&&... value) {
     static_assert(sizeof...(V) == (std::is_void_v<R> ? 0 : 1), "reply<R> takes (ec) for void, else (ec, R)");
-    asio::post(work_, [h = std::move(handler_), ec, ... v = std::forward<V>(value)]() mutable {
-      std::move(h)(ec, std::move(v)...);
+    // Never inline and never on the actor's strand: post to the relay (the actor's own context,
+    // outside the strand), then dispatch to the handler's executor. Two hops, because the
+    // executor of a type-erased handler cannot be asked for blocking.never directly.
+    asio::post(relay_, [work = std::move(work_), h = std::move(handler_), ec, ... v = std::forward<V>(value)]() mutable {
+      asio::dispatch(work, [h = std::move(h), ec, ... v = std::move(v)]() mutable { std::move(h)(ec, std::move(v)...); });
     });
     work_ = {};
     pass_.release();
@@ -138,7 +145,10 @@ class reply {
   }
 
  private:
-  asio::any_io_executor work_;
+  // The handler's executor with outstanding work tracked, so its context keeps running until the
+  // answer. any_completion_executor also holds the executor of a type-erased handler.
+  asio::any_completion_executor work_;
+  asio::any_io_executor relay_;
   asio::any_completion_handler<signature> handler_;
   in_flight pass_;
 };

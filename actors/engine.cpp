@@ -1,0 +1,284 @@
+#include "actors/engine.h"
+
+#include <atomic>
+#include <optional>
+#include <unordered_map>
+
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_future.hpp>
+#include <spdlog/logger.h>
+
+#include "actors/executor_pool.h"
+#include "actors/log.h"
+#include "gpu_worker/cpu_worker.h"
+#include "kv/kv_manager.h"
+#include "model/gguf_tokenizer.h"
+#include "sampler/sampler.h"
+#include "sched/scheduler.h"
+
+namespace anvil {
+
+namespace asio = boost::asio;
+
+namespace {
+
+const char* reason_name(sched::finish_reason r) {
+  switch (r) {
+    case sched::finish_reason::stop: return "stop";
+    case sched::finish_reason::length: return "length";
+    case sched::finish_reason::cancelled: return "cancelled";
+    case sched::finish_reason::failed: return "error";
+    case sched::finish_reason::none: break;
+  }
+  return "";
+}
+
+// K candidates per step: enough for the request's top_k and logprobs; the tail draw keeps
+// sampling exact beyond them.
+std::int32_t candidates_for(const generate_request& r) {
+  return std::max({r.sampling.top_k > 0 ? r.sampling.top_k : 64, r.sampling.logprobs, 1});
+}
+
+}  // namespace
+
+struct engine::impl {
+  struct live_stream {
+    request_stream out;
+    event_handler on_event;
+    std::int64_t prompt_tokens = 0;
+    bool finished = false;  // a stop string ended it; later scheduler events are ignored
+  };
+
+  engine_config cfg;
+  model::llm model;
+  model::tokenizer tok;
+  std::optional<model::chat_template> chat;
+  std::int64_t max_model_len = 0;
+  actors::executor_pool pool;
+  std::unique_ptr<gpu_worker::cpu_worker> worker;
+  std::unique_ptr<kv::kv_manager> kv;
+  std::unique_ptr<sampler::sampler_actor> sampler;
+  std::unique_ptr<sched::scheduler> sched;
+  asio::strand<asio::any_io_executor> streams;
+  std::unordered_map<std::uint64_t, live_stream> live;  // streams strand only
+  std::atomic<std::uint64_t> next_id{1};
+  std::atomic<bool> accepting{true};
+  std::atomic<bool> stopped{false};
+  std::shared_ptr<spdlog::logger> log = log::get("engine");
+
+  impl(const engine_config& c, model::llm m)
+      : cfg(c), model(std::move(m)), tok(model::tokenizer_spec_from_gguf(model.file)), pool("anvil", c.threads),
+        streams(asio::make_strand(pool.get_executor())) {}
+
+  void on_step_events(std::vector<sched::step_event> events);
+  void finish(std::uint64_t id, live_stream& s, const char* reason, error_code ec, stream_event e = {});
+  error_code check(const generate_request& r) const;
+  boost::system::result<std::vector<std::int32_t>, error_code> prompt_of(const generate_request& r) const;
+};
+
+std::shared_ptr<engine> engine::create(const engine_config& cfg) {
+  auto p = std::make_unique<impl>(cfg, model::load_llm(model::gguf_file::open(cfg.model_path)));
+  const std::string tmpl = model::chat_template_from_gguf(p->model.file);
+  const auto piece = [&](std::int32_t id) { return id >= 0 ? p->tok.token_piece(id) : std::string(); };
+  if (!tmpl.empty() && model::detect_chat_family(tmpl)) p->chat.emplace(tmpl, piece(p->tok.bos()), piece(p->tok.eos()));
+  p->max_model_len = cfg.max_model_len > 0 ? cfg.max_model_len : std::min<std::int64_t>(p->model.hp.n_ctx_train, 4096);
+
+  gpu_worker::cpu_worker_config wc{cfg.block_size, cfg.kv_budget_bytes, cfg.max_batch_tokens, cfg.max_seqs};
+  p->worker = std::make_unique<gpu_worker::cpu_worker>(p->model, wc);
+  const gpu_worker::memory_plan& mem = p->worker->plan();
+  p->kv = std::make_unique<kv::kv_manager>(p->pool.get_executor(), kv::kv_config{mem.n_blocks, mem.block_size, cfg.prefix_caching});
+  p->sampler = std::make_unique<sampler::sampler_actor>(p->pool.get_executor());
+
+  sched::sched_config sc;
+  sc.max_num_batched_tokens = cfg.max_batch_tokens;
+  sc.max_num_seqs = cfg.max_seqs;
+  sc.max_queue = cfg.max_queue;
+  sc.max_model_len = p->max_model_len;
+  sc.max_prefill_chunk = std::min(cfg.max_prefill_chunk, cfg.max_batch_tokens);
+  sc.block_size = mem.block_size;
+  sc.prefix_caching = cfg.prefix_caching;
+  for (std::int32_t id = 0; id < p->tok.n_vocab(); ++id) {
+    if (p->tok.is_eog(id)) sc.eog_tokens.push_back(id);
+  }
+  impl* raw = p.get();
+  p->sched = std::make_unique<sched::scheduler>(p->pool.get_executor(), sc, *p->kv, *p->worker, *p->sampler,
+                                                [raw](std::vector<sched::step_event> ev) {
+                                                  asio::post(raw->streams, [raw, ev = std::move(ev)]() mutable {
+                                                    raw->on_step_events(std::move(ev));
+                                                  });
+                                                });
+  p->log->info("engine ready: {} ({}, {} layers), {} KV blocks of {} tokens, context {}", cfg.model_path,
+               p->model.hp.arch_name, p->model.hp.n_layer, mem.n_blocks, mem.block_size, p->max_model_len);
+  return std::shared_ptr<engine>(new engine(std::move(p)));
+}
+
+engine::engine(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+
+engine::~engine() {
+  if (!impl_->stopped) async_stop(asio::use_future).get();
+  impl_->pool.join();
+}
+
+const model::tokenizer& engine::tokenizer() const { return impl_->tok; }
+std::int64_t engine::max_model_len() const { return impl_->max_model_len; }
+
+error_code engine::impl::check(const generate_request& r) const {
+  if (sampler::validate(r.sampling, std::int32_t(model.hp.n_vocab)) || r.max_tokens < 1) {
+    return make_error_code(errc::invalid_argument);
+  }
+  const int sources = !r.prompt.empty() + !r.messages.empty() + !r.prompt_tokens.empty();
+  if (sources != 1) return make_error_code(errc::invalid_argument);
+  return {};
+}
+
+boost::system::result<std::vector<std::int32_t>, error_code> engine::impl::prompt_of(const generate_request& r) const {
+  if (!r.prompt_tokens.empty()) {
+    for (std::int32_t t : r.prompt_tokens) {
+      if (t < 0 || t >= model.hp.n_vocab) return make_error_code(errc::invalid_argument);
+    }
+    return r.prompt_tokens;
+  }
+  if (!r.messages.empty()) {
+    if (!chat) return make_error_code(errc::invalid_argument);
+    try {
+      return tok.encode(chat->render(r.messages, true), false, true);
+    } catch (const model::model_error&) {
+      return make_error_code(errc::invalid_argument);
+    }
+  }
+  return tok.encode(r.prompt, true, true);
+}
+
+boost::system::result<std::uint64_t, error_code> engine::submit(generate_request r, event_handler on_event) {
+  impl& m = *impl_;
+  if (!m.accepting) return make_error_code(errc::stopped);
+  if (const error_code ec = m.check(r)) return ec;
+  auto prompt = m.prompt_of(r);
+  if (!prompt) return prompt.error();
+  if (prompt->empty()) return make_error_code(errc::invalid_argument);
+  if (std::int64_t(prompt->size()) >= m.max_model_len) return make_error_code(errc::context_overflow);
+
+  const std::uint64_t id = m.next_id++;
+  sched::request req;
+  req.id = id;
+  req.max_tokens = std::min<std::int64_t>(r.max_tokens, m.max_model_len - std::int64_t(prompt->size()));
+  req.prompt = std::move(*prompt);
+  req.priority = r.priority;
+  req.ignore_eos = r.ignore_eos;
+  req.logits.temperature = r.sampling.temperature;
+  req.logits.repetition_penalty = r.sampling.repetition_penalty;
+  req.logits.presence_penalty = r.sampling.presence_penalty;
+  req.logits.frequency_penalty = r.sampling.frequency_penalty;
+  req.logits.logit_bias = r.sampling.logit_bias;
+  req.logits.top_k = candidates_for(r);
+  req.logits.seed = r.sampling.seed;
+  const std::int64_t n_prompt = std::int64_t(req.prompt.size());
+  sched::submit_options opt{r.sampling, r.sampling.logprobs};
+
+  // Register the stream first, on its strand; only then may the scheduler produce events for it.
+  asio::post(m.streams, [&m, id, req = std::move(req), opt, n_prompt, stop = std::move(r.stop),
+                         cb = std::move(on_event), t0 = request_stream::clock::now()]() mutable {
+    m.live.emplace(id, impl::live_stream{request_stream(m.tok, std::move(stop), t0), std::move(cb), n_prompt, false});
+    m.sched->async_submit(std::move(req), opt, asio::bind_executor(m.streams, [&m, id](error_code ec) {
+      auto it = m.live.find(id);
+      if (ec && it != m.live.end()) m.finish(id, it->second, "error", ec);
+    }));
+  });
+  return id;
+}
+
+void engine::impl::finish(std::uint64_t id, live_stream& s, const char* reason, error_code ec, stream_event e) {
+  e.request_id = id;
+  e.text += s.out.flush(request_stream::clock::now());
+  e.done = true;
+  e.finish_reason = reason;
+  e.error = ec;
+  e.usage = {s.prompt_tokens, s.out.completion_tokens()};
+  e.timings = s.out.timings();
+  event_handler cb = std::move(s.on_event);
+  live.erase(id);
+  if (cb) cb(e);
+}
+
+void engine::impl::on_step_events(std::vector<sched::step_event> events) {
+  const auto now = request_stream::clock::now();
+  for (sched::step_event& ev : events) {
+    auto it = live.find(ev.id);
+    if (it == live.end()) continue;  // already ended by a stop string
+    live_stream& s = it->second;
+    if (ev.token < 0 && ev.finish == sched::finish_reason::none) {  // admitted: queue time ends
+      s.out.mark_first_step(now);
+      continue;
+    }
+    stream_event e;
+    e.request_id = ev.id;
+    if (ev.token >= 0) {
+      request_stream::piece p = s.out.push(ev.token, now);
+      e.text = std::move(p.text);
+      e.tokens = {ev.token};
+      e.logprobs = {ev.logprob};
+      if (p.stopped) {
+        sched->cancel(ev.id);
+        finish(ev.id, s, "stop", {}, std::move(e));
+        continue;
+      }
+    }
+    if (ev.finish != sched::finish_reason::none) {
+      finish(ev.id, s, reason_name(ev.finish), ev.error, std::move(e));
+    } else if (s.on_event) {
+      s.on_event(e);
+    }
+  }
+}
+
+void engine::cancel(std::uint64_t request_id) {
+  // Through the streams strand, so a cancel can never overtake its own submit on the way to the
+  // scheduler (submit forwards from that strand too).
+  impl& m = *impl_;
+  asio::post(m.streams, [&m, request_id] { m.sched->cancel(request_id); });
+}
+
+void engine::start_generate(generate_request r, actors::reply<completion> done) {
+  auto state = std::make_shared<completion>();
+  auto reply = std::make_shared<actors::reply<completion>>(std::move(done));
+  auto submitted = submit(std::move(r), [state, reply](const stream_event& e) {
+    state->text += e.text;
+    state->tokens.insert(state->tokens.end(), e.tokens.begin(), e.tokens.end());
+    if (!e.done) return;
+    state->request_id = e.request_id;
+    state->finish_reason = e.finish_reason;
+    state->usage = e.usage;
+    state->timings = e.timings;
+    (*reply)(e.error, std::move(*state));
+  });
+  if (!submitted) (*reply)(submitted.error(), completion{});
+}
+
+void engine::start_stop(actors::reply<void> done) {
+  impl& m = *impl_;
+  m.accepting = false;
+  auto reply = std::make_shared<actors::reply<void>>(std::move(done));
+  m.sched->async_stop([&m, reply](error_code) {
+    m.sampler->async_stop([&m, reply](error_code) {
+      m.kv->async_stop([&m, reply](error_code ec) {
+        m.stopped = true;
+        (*reply)(ec);
+      });
+    });
+  });
+}
+
+asio::any_io_executor engine::get_executor() const { return impl_->pool.get_executor(); }
+
+engine_stats engine::stats() {
+  engine_stats s;
+  s.sched = impl_->sched->async_stats(asio::use_future).get();
+  s.kv = impl_->kv->async_stats(asio::use_future).get();
+  s.device_allocations = impl_->worker->device_allocations();
+  s.healthy = impl_->sched->healthy();
+  return s;
+}
+
+}  // namespace anvil

@@ -1,0 +1,135 @@
+// engine: the in-process API. It loads a model, starts the actors — scheduler, KV-cache manager,
+// sampler, worker — and turns requests into streams of text.
+//
+//   auto eng = anvil::engine::create(cfg);                 // throws model_error at the edge
+//   auto id = eng->submit(req, [](const stream_event& e) { ... });   // streaming
+//   completion c = eng->async_generate(req, use_future).get();       // or use_awaitable, a callback
+//   eng->cancel(id);  eng->async_stop(use_future).get();             // drains accepted requests
+//
+// Events of one request arrive in order, on the engine's streams strand; the last has done set,
+// with the finish reason, usage and timings. Requests hold only integers and strings.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/system/result.hpp>
+
+#include "actors/error.h"
+#include "actors/request_stream.h"
+#include "actors/strand_actor.h"
+#include "kv/kv_messages.h"
+#include "model/chat_template.h"
+#include "sampler/sampling.h"
+#include "sched/scheduler_core.h"
+
+namespace anvil {
+
+struct engine_config {
+  std::string model_path;
+  std::int64_t block_size = 16;              // tokens per KV block
+  std::size_t kv_budget_bytes = 64u << 20;   // memory for the KV pool
+  std::int64_t max_batch_tokens = 512;       // tokens per step
+  std::int64_t max_seqs = 64;                // sequences per step
+  std::int64_t max_queue = 1024;             // waiting requests before submit answers overloaded
+  std::int64_t max_model_len = 0;            // prompt + output tokens; 0: the model's, at most 4096
+  std::int64_t max_prefill_chunk = 256;      // prompt tokens per sequence per step
+  bool prefix_caching = true;
+  std::size_t threads = 2;                   // threads for the CPU-side actors
+};
+
+struct generate_request {
+  std::string prompt;                              // raw text (special tokens are recognised), or
+  std::vector<model::chat_message> messages;       // a conversation for the model's chat template, or
+  std::vector<std::int32_t> prompt_tokens;         // token ids as they are
+  std::int64_t max_tokens = 16;                    // >= 1; cut to what the context leaves
+  sampler::sampling_params sampling;               // temperature, top_k/p, min_p, penalties, seed, logprobs, logit_bias
+  std::vector<std::string> stop;                   // stop strings: output ends before the first one
+  std::int32_t priority = 0;                       // lower runs first
+  bool ignore_eos = false;
+};
+
+struct usage {
+  std::int64_t prompt_tokens = 0;
+  std::int64_t completion_tokens = 0;
+};
+
+struct stream_event {
+  std::uint64_t request_id = 0;
+  std::string text;                                // new text since the previous event
+  std::vector<std::int32_t> tokens;                // new tokens
+  std::vector<float> logprobs;                     // one per token
+  bool done = false;
+  std::string finish_reason;                       // with done: "stop", "length", "cancelled" or "error"
+  error_code error;                                // with "error": why
+  anvil::usage usage;                              // with done
+  stream_timings timings;                          // with done
+};
+
+// A whole non-streamed answer.
+struct completion {
+  std::uint64_t request_id = 0;
+  std::string text;
+  std::vector<std::int32_t> tokens;
+  std::string finish_reason;
+  anvil::usage usage;
+  stream_timings timings;
+};
+
+struct engine_stats {
+  sched::sched_stats sched;
+  kv::kv_stats kv;
+  std::uint64_t device_allocations = 0;
+  bool healthy = true;
+};
+
+class engine : public std::enable_shared_from_this<engine> {
+ public:
+  using event_handler = std::function<void(const stream_event&)>;
+
+  static std::shared_ptr<engine> create(const engine_config& cfg);
+  ~engine();
+
+  // Validates and queues a request; `on_event` then receives its stream. Errors (bad parameters,
+  // a prompt that does not fit, a full queue) come back here and nothing is queued.
+  boost::system::result<std::uint64_t, error_code> submit(generate_request r, event_handler on_event);
+
+  // The whole answer at once; completes on the token's executor.
+  template <class Token>
+  auto async_generate(generate_request r, Token&& token) {
+    return boost::asio::async_initiate<Token, void(error_code, completion)>(
+        [this](auto handler, generate_request req) {
+          start_generate(std::move(req), actors::reply<completion>(std::move(handler), get_executor(), {}));
+        },
+        token, std::move(r));
+  }
+
+  void cancel(std::uint64_t request_id);
+
+  // Refuses new requests, lets every accepted one finish, then stops the actors.
+  template <class Token>
+  auto async_stop(Token&& token) {
+    return boost::asio::async_initiate<Token, void(error_code)>(
+        [this](auto handler) { start_stop(actors::reply<void>(std::move(handler), get_executor(), {})); }, token);
+  }
+
+  engine_stats stats();  // blocking; not from inside a completion handler
+  boost::asio::any_io_executor get_executor() const;  // the engine's own pool
+  const model::tokenizer& tokenizer() const;
+  std::int64_t max_model_len() const;
+
+ private:
+  struct impl;
+  explicit engine(std::unique_ptr<impl> p);
+  void start_generate(generate_request r, actors::reply<completion> done);
+  void start_stop(actors::reply<void> done);
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace anvil

@@ -1,0 +1,152 @@
+#include "gpu_worker/cpu_worker.h"
+
+#include <atomic>
+#include <chrono>
+#include <exception>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <boost/asio/use_future.hpp>
+#include <spdlog/logger.h>
+
+#include "actors/executor_pool.h"
+#include "actors/strand_actor.h"
+#include "kernels/candidates.h"
+#include "model/cpu_forward.h"
+
+namespace anvil::gpu_worker {
+namespace {
+
+// Why a plan breaks the contract, or "" when it keeps it.
+std::string check_plan(const step_plan& plan, const memory_plan& mem) {
+  if (plan.seqs.empty()) return "a step needs at least one sequence";
+  if (std::int64_t(plan.seqs.size()) > mem.max_seqs) return "more sequences than max_seqs";
+  std::int64_t tokens = 0;
+  for (const block_copy& c : plan.copies) {
+    if (c.src < 0 || c.src >= mem.n_blocks || c.dst < 0 || c.dst >= mem.n_blocks) return "block copy out of range";
+  }
+  for (const seq_step& s : plan.seqs) {
+    const std::string where = "seq " + std::to_string(s.seq_id) + ": ";
+    if (s.tokens.empty()) return where + "no tokens";
+    if (s.start_pos < 0) return where + "negative position";
+    tokens += std::int64_t(s.tokens.size());
+    const std::int64_t end = s.start_pos + std::int64_t(s.tokens.size());
+    if (std::int64_t(s.block_table.size()) * mem.block_size < end) return where + "block table too short";
+    for (std::int32_t b : s.block_table) {
+      if (b < 0 || b >= mem.n_blocks) return where + "block id out of range";
+    }
+    for (std::int32_t t : s.tokens) {
+      if (t < 0 || t >= mem.n_vocab) return where + "token id out of range";
+    }
+    if (s.want_candidates && s.logits.top_k < 1) return where + "top_k must be at least 1";
+  }
+  if (tokens > mem.max_batch_tokens) return "more tokens than max_batch_tokens";
+  return "";
+}
+
+// The execution shell: steps run one at a time on the worker's own thread.
+class cpu_executor : public actors::strand_actor {
+ public:
+  cpu_executor(boost::asio::any_io_executor ex, const model::llm& m, const cpu_worker_config& cfg, memory_plan& mem)
+      : strand_actor(std::move(ex), {"gpu", 1024}), m_(m), mem_(mem) {
+    const std::size_t per_block = model::kv_cache_storage::bytes_per_block(m.hp, cfg.block_size);
+    mem.device = "cpu";
+    mem.block_size = cfg.block_size;
+    mem.n_blocks = std::int64_t(cfg.kv_budget_bytes / per_block);
+    mem.max_batch_tokens = cfg.max_batch_tokens;
+    mem.max_seqs = cfg.max_seqs;
+    mem.n_vocab = m.hp.n_vocab;
+    mem.weight_bytes = m.weight_bytes();
+    if (mem.n_blocks < 1 || cfg.max_batch_tokens < 1 || cfg.max_seqs < 1) {
+      throw std::invalid_argument("cpu worker: the KV budget holds no block, or the step limits are zero");
+    }
+    // Every arena allocation happens here, before the first step.
+    cache_ = std::make_unique<model::kv_cache_storage>(m.hp, mem.n_blocks, mem.block_size);
+    fwd_ = std::make_unique<model::cpu_forward>(m, cfg.max_batch_tokens);
+    logits_.reserve(std::size_t(cfg.max_seqs * m.hp.n_vocab));
+    arena_allocations_ = 3;
+    mem.kv_bytes = cache_->bytes();
+    mem.scratch_bytes = logits_.capacity() * sizeof(float);
+    log().info("memory plan: {} KV blocks of {} tokens ({:.1f} MB), weights {:.1f} MB, step limits {} tokens / {} seqs",
+               mem.n_blocks, mem.block_size, double(mem.kv_bytes) / 1e6, double(mem.weight_bytes) / 1e6,
+               mem.max_batch_tokens, mem.max_seqs);
+  }
+  ~cpu_executor() = default;
+
+  std::uint64_t allocations() const {
+    return arena_allocations_ + growths_.load(std::memory_order_relaxed);
+  }
+
+  void execute(step_plan plan, boost::asio::any_completion_handler<worker::execute_signature> handler) {
+    ask<step_result>(std::move(handler), [this, p = std::move(plan)]() -> actors::outcome<step_result> { return run(p); });
+  }
+
+ private:
+  actors::outcome<step_result> run(const step_plan& plan) {
+    if (const std::string why = check_plan(plan, mem_); !why.empty()) {
+      log().error("step={} rejected: {}", plan.step, why);
+      return make_error_code(errc::invalid_argument);
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    step_result result;
+    result.step = plan.step;
+    try {
+      for (const block_copy& c : plan.copies) cache_->copy_block(c.src, c.dst);
+      batch_.clear();
+      for (const seq_step& s : plan.seqs) batch_.push_back({s.tokens, s.start_pos, s.block_table, false});
+      fwd_->run(batch_, *cache_, logits_);
+      for (std::size_t i = 0; i < plan.seqs.size(); ++i) {
+        const seq_step& s = plan.seqs[i];
+        if (!s.want_candidates) continue;
+        const std::span<const float> row(logits_.data() + i * std::size_t(mem_.n_vocab), std::size_t(mem_.n_vocab));
+        seq_output out = kernels::candidates_ref(row, s.logits, s.start_pos + std::int64_t(s.tokens.size()));
+        out.seq_id = s.seq_id;
+        result.outputs.push_back(std::move(out));
+      }
+    } catch (const std::exception& e) {
+      log().error("step={} failed: {}", plan.step, e.what());
+      return make_error_code(errc::device_fault);
+    }
+    growths_.store(fwd_->scratch_growths(), std::memory_order_relaxed);
+    result.execute_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    log().debug("step={} seqs={} ms={:.2f}", plan.step, plan.seqs.size(), result.execute_ms);
+    return result;
+  }
+
+  const model::llm& m_;
+  memory_plan& mem_;
+  std::unique_ptr<model::kv_cache_storage> cache_;
+  std::unique_ptr<model::cpu_forward> fwd_;
+  std::vector<float> logits_;
+  std::vector<model::forward_seq> batch_;
+  std::uint64_t arena_allocations_ = 0;
+  std::atomic<std::uint64_t> growths_{0};
+};
+
+}  // namespace
+
+struct cpu_worker::impl {
+  memory_plan mem;
+  actors::executor_pool pool{"gpu", 1};
+  std::unique_ptr<cpu_executor> exec;
+};
+
+cpu_worker::cpu_worker(const model::llm& model, const cpu_worker_config& config) : impl_(std::make_unique<impl>()) {
+  impl_->exec = std::make_unique<cpu_executor>(impl_->pool.get_executor(), model, config, impl_->mem);
+}
+
+cpu_worker::~cpu_worker() {
+  impl_->exec->async_stop(boost::asio::use_future).get();
+  impl_->exec.reset();
+  impl_->pool.join();
+}
+
+const memory_plan& cpu_worker::plan() const { return impl_->mem; }
+std::uint64_t cpu_worker::device_allocations() const { return impl_->exec->allocations(); }
+
+void cpu_worker::do_execute(step_plan plan, boost::asio::any_completion_handler<execute_signature> handler) {
+  impl_->exec->execute(std::move(plan), std::move(handler));
+}
+
+}  // namespace anvil::gpu_worker

@@ -1,0 +1,38 @@
+// cpu_worker: the worker interface on the CPU reference forward pass. It plans its memory at
+// start-up exactly as the GPU worker will — the KV pool from a byte budget, scratch for the step
+// limits, a logits buffer for max_seqs rows — and allocates it all before the first step; the
+// allocation counter proves nothing grows afterwards. Steps run on a thread of its own.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "gpu_worker/worker.h"
+#include "model/llm.h"
+
+namespace anvil::gpu_worker {
+
+struct cpu_worker_config {
+  std::int64_t block_size = 16;             // tokens per KV block
+  std::size_t kv_budget_bytes = 64u << 20;  // memory for the KV pool
+  std::int64_t max_batch_tokens = 512;      // tokens one step may feed
+  std::int64_t max_seqs = 64;               // sequences one step may hold
+};
+
+class cpu_worker final : public worker {
+ public:
+  // `model` must outlive the worker. Throws std::invalid_argument when the budget holds no block.
+  cpu_worker(const model::llm& model, const cpu_worker_config& config);
+  ~cpu_worker() override;  // drains the step in flight
+
+  const memory_plan& plan() const override;
+  std::uint64_t device_allocations() const override;
+
+ private:
+  void do_execute(step_plan plan, boost::asio::any_completion_handler<execute_signature> handler) override;
+
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace anvil::gpu_worker

@@ -1,0 +1,56 @@
+// The worker interface the scheduler drives: execute one step_plan, answer one step_result.
+// Mockable in the Boost.Asio manner: the public template async_execute forwards to the private
+// virtual do_execute with a type-erased handler, so a GoogleMock worker can complete handlers in
+// any order, or with errors, from the test. Implementations: cpu_worker (the reference forward
+// pass) here; the GPU worker later, behind the same interface.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/async_result.hpp>
+
+#include "actors/error.h"
+#include "gpu_worker/step.h"
+
+namespace anvil::gpu_worker {
+
+// What the worker allocated at start-up and what the step limits are. The KV pool's block count
+// is what the KV manager may hand out.
+struct memory_plan {
+  std::string device;                   // "cpu" or the GPU's name
+  std::int64_t n_blocks = 0;            // KV pool blocks
+  std::int64_t block_size = 0;          // tokens per block
+  std::int64_t max_batch_tokens = 0;    // tokens one step may feed
+  std::int64_t max_seqs = 0;            // sequences one step may hold
+  std::int64_t n_vocab = 0;
+  std::size_t weight_bytes = 0;
+  std::size_t kv_bytes = 0;             // the KV pool, all layers, K and V
+  std::size_t scratch_bytes = 0;        // activations and logits for a full step
+};
+
+class worker {
+ public:
+  using execute_signature = void(error_code, step_result);
+
+  virtual ~worker() = default;
+
+  // Completes with the step's result, or an error (errc::invalid_argument for a plan that breaks
+  // the contract, errc::device_fault when execution failed).
+  template <class Token>
+  auto async_execute(step_plan plan, Token&& token) {
+    return boost::asio::async_initiate<Token, execute_signature>(
+        [this](auto handler, step_plan p) { do_execute(std::move(p), std::move(handler)); }, token, std::move(plan));
+  }
+
+  virtual const memory_plan& plan() const = 0;
+  // Device (arena) allocations since construction. Fixed once start-up is over: the one rule.
+  virtual std::uint64_t device_allocations() const = 0;
+
+ private:
+  virtual void do_execute(step_plan plan, boost::asio::any_completion_handler<execute_signature> handler) = 0;
+};
+
+}  // namespace anvil::gpu_worker

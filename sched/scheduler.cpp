@@ -1,0 +1,130 @@
+#include "sched/scheduler.h"
+
+#include <spdlog/logger.h>
+
+namespace anvil::sched {
+
+scheduler::scheduler(boost::asio::any_io_executor ex, sched_config cfg, kv::kv_manager& kv, gpu_worker::worker& worker,
+                     sampler::sampler_actor& sampler, event_sink sink)
+    : strand_actor(std::move(ex), {"sched", 1u << 16}), core_(std::move(cfg)), kv_(kv), worker_(worker),
+      sampler_(sampler), sink_(std::move(sink)) {}
+
+scheduler::~scheduler() = default;
+
+actors::outcome<void> scheduler::submit(request r, const submit_options& opt) {
+  const std::uint64_t id = r.id;
+  if (const error_code ec = core_.submit(std::move(r))) return ec;
+  n_logprobs_[id] = opt.n_logprobs;
+  // FIFO on the sampler's strand: the open is handled before any sample for this id.
+  sampler_.async_open(id, opt.sampling, on_strand([this, id](error_code ec) {
+    if (ec) {
+      log().error("req={} sampler refused the request: {}", id, ec.message());
+      core_.cancel(id);
+      kick();
+    }
+  }));
+  kick();
+  return {};
+}
+
+void scheduler::kick() {
+  if (looping_ || !core_.has_work()) return;
+  looping_ = true;
+  loop_ = hold();  // empty while stopping: the loop still drains what was accepted
+  step();
+}
+
+void scheduler::idle() {
+  looping_ = false;
+  loop_.release();
+}
+
+void scheduler::step() {
+  kv_.async_apply(core_.plan_kv(), on_strand([this](error_code ec, kv::kv_batch_result r) { on_kv(ec, std::move(r)); }));
+}
+
+void scheduler::on_kv(error_code ec, kv::kv_batch_result r) {
+  if (ec) {
+    log().error("KV manager failed: {}", ec.message());
+    healthy_ = false;
+    return idle();
+  }
+  std::optional<gpu_worker::step_plan> plan = core_.plan_step(r);
+  if (!plan) {
+    // Nothing to feed this step (e.g. everything was cancelled or preempted): go again while
+    // there is work; the core fails a request that can never fit, so this cannot spin forever.
+    emit(core_.take_events());
+    return core_.has_work() ? step() : idle();
+  }
+  emit(core_.take_events());  // admissions and cancellations, before the step runs
+  log().debug("step={} seqs={} copies={}", plan->step, plan->seqs.size(), plan->copies.size());
+  worker_.async_execute(std::move(*plan), on_strand([this](error_code ec2, gpu_worker::step_result res) {
+    on_executed(ec2, std::move(res));
+  }));
+}
+
+void scheduler::on_executed(error_code ec, gpu_worker::step_result r) {
+  if (ec) {
+    log().error("step failed on the worker: {}", ec.message());
+    healthy_ = false;
+    emit(core_.fail_step(), nullptr, nullptr, ec);
+    return core_.has_work() ? step() : idle();
+  }
+  std::vector<sampler::sample_request> batch;
+  std::vector<std::uint64_t> ids;
+  batch.reserve(r.outputs.size());
+  for (gpu_worker::seq_output& out : r.outputs) {
+    ids.push_back(out.seq_id);
+    const auto it = n_logprobs_.find(out.seq_id);
+    batch.push_back({out.seq_id, std::move(out), it == n_logprobs_.end() ? 0 : it->second});
+  }
+  sampler_.async_sample(std::move(batch), on_strand([this, ids = std::move(ids)](error_code ec2, std::vector<sampler::sample_outcome> o) mutable {
+    on_sampled(ec2, std::move(o), std::move(ids));
+  }));
+}
+
+void scheduler::on_sampled(error_code ec, std::vector<sampler::sample_outcome> outcomes, std::vector<std::uint64_t> ids) {
+  if (ec || outcomes.size() != ids.size()) {
+    log().error("sampler failed: {}", ec ? ec.message() : "wrong number of answers");
+    healthy_ = false;
+    emit(core_.fail_step(), nullptr, nullptr, ec ? ec : make_error_code(errc::dropped));
+    return core_.has_work() ? step() : idle();
+  }
+  std::vector<std::int32_t> tokens;
+  tokens.reserve(outcomes.size());
+  for (const auto& o : outcomes) tokens.push_back(o ? o->token : -1);
+  // A sampler error for one sequence cancels that sequence only.
+  for (std::size_t i = 0; i < outcomes.size(); ++i) {
+    if (!outcomes[i]) core_.cancel(ids[i]);
+  }
+  emit(core_.complete_step(tokens), &outcomes, &ids);
+  core_.has_work() ? step() : idle();
+}
+
+void scheduler::emit(const std::vector<seq_event>& events, const std::vector<sampler::sample_outcome>* outcomes,
+                     const std::vector<std::uint64_t>* ids, error_code failure) {
+  if (events.empty()) return;
+  std::vector<step_event> out;
+  out.reserve(events.size());
+  for (const seq_event& e : events) {
+    step_event se{e.id, e.token, e.finish, e.error, 0.f, {}};
+    if (e.finish == finish_reason::failed && failure) se.error = failure;
+    if (outcomes && e.token >= 0) {
+      for (std::size_t i = 0; i < ids->size(); ++i) {
+        if ((*ids)[i] == e.id && (*outcomes)[i]) {
+          se.logprob = (*outcomes)[i]->logprob;
+          se.top_logprobs = (*outcomes)[i]->top_logprobs;
+          break;
+        }
+      }
+    }
+    if (e.finish != finish_reason::none) {
+      n_logprobs_.erase(e.id);
+      sampler_.async_close(e.id, [](error_code) {});
+    }
+    out.push_back(std::move(se));
+  }
+  sink_(std::move(out));
+}
+
+}  // namespace anvil::sched

@@ -1,0 +1,139 @@
+// scheduler_core: continuous (iteration-level) batching, as plain synchronous C++ (no Asio).
+//
+// Every step goes through three calls, each a pure function of the core's state and its input:
+//   plan_kv()       -> the KV manager's batch: releases, then a reserve for each running sequence
+//                      (priority order; may preempt the lowest-priority ones), then admissions;
+//   plan_step(kv)   -> the worker's step plan from the KV answers (preempted sequences go back to
+//                      waiting and will recompute; a chunk of each prompt, one token per decode);
+//   complete_step(sampled tokens) -> events: tokens appended, sequences finished.
+// Under the token budget and the sequence cap, decodes are never starved by long prompts:
+// running sequences are served first and a prompt is fed at most max_prefill_chunk tokens a step.
+// Ordering is FCFS within a priority (lower value first). Sequences are plain integers and token
+// lists; KV blocks are the KV manager's, tensors the worker's.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <span>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "actors/error.h"
+#include "gpu_worker/step.h"
+#include "kv/kv_messages.h"
+
+namespace anvil::sched {
+
+struct sched_config {
+  std::int64_t max_num_batched_tokens = 512;  // tokens one step may feed (the worker's limit)
+  std::int64_t max_num_seqs = 64;             // sequences one step may hold
+  std::int64_t max_queue = 1024;              // waiting requests; beyond it submit answers overloaded
+  std::int64_t max_model_len = 4096;          // prompt + generated tokens of one sequence
+  std::int64_t max_prefill_chunk = 256;       // prompt tokens one sequence feeds per step at most
+  std::int64_t block_size = 16;               // the KV manager's, to know when blocks fill
+  bool prefix_caching = true;                 // commit full blocks so later prompts can reuse them
+  std::vector<std::int32_t> eog_tokens;       // end-of-generation token ids
+};
+
+struct request {
+  std::uint64_t id = 0;
+  std::vector<std::int32_t> prompt;           // not empty
+  std::int64_t max_tokens = 16;               // tokens to generate at most (>= 1)
+  std::int32_t priority = 0;                  // lower runs first; FCFS among equals
+  bool ignore_eos = false;                    // keep going past end-of-generation tokens
+  gpu_worker::logit_params logits;            // the worker's logit processing (counts are filled per step)
+};
+
+enum class finish_reason { none, stop, length, cancelled, failed };
+
+struct seq_event {
+  std::uint64_t id = 0;
+  std::int32_t token = -1;                    // the token appended this step, -1 for none
+  finish_reason finish = finish_reason::none; // set on the sequence's last event
+  error_code error;                           // with finish_reason::failed: why
+};
+
+struct sched_stats {
+  std::int64_t waiting = 0;
+  std::int64_t running = 0;
+  std::int64_t steps = 0;
+  std::int64_t preemptions = 0;               // sequences sent back to recompute
+  std::int64_t prompt_tokens = 0;             // admitted prompt tokens
+  std::int64_t cached_prompt_tokens = 0;      // of those, found in the prefix cache
+  std::int64_t generated_tokens = 0;
+};
+
+class scheduler_core {
+ public:
+  explicit scheduler_core(sched_config cfg);
+
+  // errc::invalid_argument (empty prompt, duplicate id, max_tokens < 1), errc::context_overflow
+  // (the prompt leaves no room to generate), errc::overloaded (the queue is full).
+  error_code submit(request r);
+  // Cancels a waiting or running request: its blocks are released in the next KV batch and a
+  // cancelled event is queued (take_events). Unknown ids are ignored.
+  void cancel(std::uint64_t id);
+  bool has_work() const { return !seqs_.empty() || !pending_release_.empty(); }
+
+  kv::kv_batch plan_kv();
+  std::optional<gpu_worker::step_plan> plan_step(const kv::kv_batch_result& kv);
+  // `sampled`: one token per sequence that asked for candidates, in plan order.
+  std::vector<seq_event> complete_step(std::span<const std::int32_t> sampled);
+  // The step failed on the worker: its sequences finish with finish_reason::failed.
+  std::vector<seq_event> fail_step();
+  // Events that happened outside a step: admissions, cancellations (taken after the KV batch
+  // that released their blocks, so a cancelled request's blocks are free when it hears of it).
+  std::vector<seq_event> take_events();
+
+  const sched_stats& stats() const { return stats_; }
+  const sched_config& config() const { return cfg_; }
+
+ private:
+  enum class where { waiting, running };
+  struct seq_state {
+    request req;
+    std::vector<std::int32_t> tokens;  // prompt + generated
+    std::int64_t n_prompt = 0;
+    std::int64_t n_computed = 0;       // tokens whose KV is in the cache
+    std::int64_t n_generated = 0;
+    std::uint64_t arrival = 0;
+    where at = where::waiting;
+    bool kv_live = false;              // begun in the KV manager: must be released
+  };
+  // One op of the last plan_kv batch, as the scheduler meant it.
+  struct planned_op {
+    enum class kind { commit, release, reserve_running, begin, reserve_admit };
+    kind what;
+    std::uint64_t id;
+    std::int64_t n_tokens;             // reserve: positions held after the step
+  };
+  struct scheduled {
+    std::uint64_t id;
+    std::int64_t n_new;
+    bool samples;
+  };
+  using queue_key = std::tuple<std::int32_t, std::uint64_t, std::uint64_t>;  // priority, arrival, id
+
+  queue_key key(const seq_state& s) const { return {s.req.priority, s.arrival, s.req.id}; }
+  void to_waiting(seq_state& s, bool release_kv);
+  void finish(std::uint64_t id, finish_reason why, std::int32_t token, std::vector<seq_event>& out,
+              error_code error = {});
+  gpu_worker::seq_step make_step(const seq_state& s, std::int64_t n_new, std::vector<std::int32_t> table) const;
+  std::optional<finish_reason> finished(const seq_state& s) const;
+
+  sched_config cfg_;
+  std::unordered_map<std::uint64_t, seq_state> seqs_;
+  std::set<queue_key> waiting_;
+  std::set<queue_key> running_;
+  std::vector<std::uint64_t> pending_release_;
+  std::vector<kv::kv_op> pending_commits_;
+  std::vector<planned_op> planned_;
+  std::vector<scheduled> in_step_;
+  std::vector<seq_event> events_;
+  std::uint64_t next_arrival_ = 0;
+  sched_stats stats_;
+};
+
+}  // namespace anvil::sched

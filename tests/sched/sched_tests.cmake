@@ -1,0 +1,6 @@
+anvil_add_test(sched_test LABELS sched
+  SOURCES sched/scheduler_core_test.cpp sched/scheduler_actor_test.cpp
+  LIBS anvil_sched)
+anvil_add_test(engine_test LABELS engine
+  SOURCES engine/engine_test.cpp engine/request_stream_test.cpp
+  LIBS anvil_engine)

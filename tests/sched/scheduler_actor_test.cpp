@@ -1,0 +1,175 @@
+// The scheduler actor against a GoogleMock worker: the test answers each step itself — with
+// fabricated candidates, or with an error mid-run — and checks what reaches the request streams.
+#include <condition_variable>
+#include <deque>
+#include <future>
+#include <mutex>
+#include <vector>
+
+#include <boost/asio/use_future.hpp>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "actors/executor_pool.h"
+#include "sched/scheduler.h"
+
+namespace {
+
+using namespace anvil;
+namespace asio = boost::asio;
+using ::testing::_;
+using ::testing::Invoke;
+using ::testing::Return;
+using ::testing::ReturnRef;
+
+class mock_worker : public gpu_worker::worker {
+ public:
+  MOCK_METHOD(const gpu_worker::memory_plan&, plan, (), (const, override));
+  MOCK_METHOD(std::uint64_t, device_allocations, (), (const, override));
+  MOCK_METHOD(void, do_execute,
+              (gpu_worker::step_plan, asio::any_completion_handler<gpu_worker::worker::execute_signature>), (override));
+};
+
+// Candidates that make token `t` the certain choice.
+gpu_worker::seq_output certain(std::uint64_t seq, std::int32_t t) {
+  gpu_worker::seq_output o;
+  o.seq_id = seq;
+  o.top = {{t, 0.f}};
+  o.log_normalizer = 0.f;
+  o.tail_mass = 0.f;
+  return o;
+}
+
+struct harness {
+  actors::executor_pool pool{"t", 2};
+  mock_worker worker;
+  kv::kv_manager kv{pool.get_executor(), kv::kv_config{64, 4, true}};
+  sampler::sampler_actor sampler{pool.get_executor()};
+  std::mutex mu;
+  std::vector<sched::step_event> events;
+  std::promise<void> all_done;
+  int expected_finishes = 0;
+  int finishes = 0;
+  std::unique_ptr<sched::scheduler> sched;
+
+  explicit harness(int finishes_expected) : expected_finishes(finishes_expected) {
+    sched::sched_config cfg;
+    cfg.max_num_batched_tokens = 64;
+    cfg.max_num_seqs = 8;
+    cfg.block_size = 4;
+    cfg.eog_tokens = {99};
+    sched = std::make_unique<sched::scheduler>(pool.get_executor(), cfg, kv, worker, sampler,
+                                               [this](std::vector<sched::step_event> ev) {
+                                                 std::lock_guard lock(mu);
+                                                 for (auto& e : ev) {
+                                                   const bool last = e.finish != sched::finish_reason::none &&
+                                                                     ++finishes == expected_finishes;
+                                                   events.push_back(std::move(e));
+                                                   if (last) all_done.set_value();
+                                                 }
+                                               });
+  }
+  ~harness() {
+    sched->async_stop(asio::use_future).get();
+    sampler.async_stop(asio::use_future).get();
+    kv.async_stop(asio::use_future).get();
+  }
+  error_code submit(sched::request r) {
+    std::promise<error_code> p;
+    sched->async_submit(std::move(r), {}, [&p](error_code ec) { p.set_value(ec); });
+    return p.get_future().get();
+  }
+  sched::request req(std::uint64_t id, std::vector<std::int32_t> prompt, std::int64_t max_tokens) {
+    sched::request r;
+    r.id = id;
+    r.prompt = std::move(prompt);
+    r.max_tokens = max_tokens;
+    return r;
+  }
+};
+
+TEST(SchedulerActor, StreamsTheTokensTheWorkerAndSamplerChoose) {
+  harness h(1);
+  int step = 0;
+  EXPECT_CALL(h.worker, do_execute(_, _)).WillRepeatedly(Invoke([&](gpu_worker::step_plan p, auto handler) {
+    gpu_worker::step_result r;
+    r.step = p.step;
+    EXPECT_EQ(p.seqs.size(), 1u);
+    if (p.seqs[0].want_candidates) r.outputs.push_back(certain(p.seqs[0].seq_id, 40 + step++));
+    std::move(handler)(error_code{}, std::move(r));
+  }));
+  ASSERT_FALSE(h.submit(h.req(1, {1, 2, 3, 4, 5, 6}, 3)));
+  h.all_done.get_future().wait();
+  std::vector<std::int32_t> tokens;
+  for (const auto& e : h.events) {
+    if (e.token >= 0) tokens.push_back(e.token);
+  }
+  EXPECT_EQ(tokens, (std::vector<std::int32_t>{40, 41, 42}));
+  EXPECT_EQ(h.events.back().finish, sched::finish_reason::length);
+}
+
+TEST(SchedulerActor, AWorkerErrorMidRunFailsTheStepsRequestsAndMarksUnhealthy) {
+  harness h(2);
+  // The test holds every step's handler and completes it from this thread, when it chooses.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::pair<gpu_worker::step_plan, asio::any_completion_handler<gpu_worker::worker::execute_signature>>> held;
+  EXPECT_CALL(h.worker, do_execute(_, _)).WillRepeatedly(Invoke([&](gpu_worker::step_plan p, auto handler) {
+    std::lock_guard lock(mu);
+    held.emplace_back(std::move(p), std::move(handler));
+    cv.notify_all();
+  }));
+  auto next_step = [&] {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return !held.empty(); });
+    auto s = std::move(held.front());
+    held.pop_front();
+    return s;
+  };
+  ASSERT_FALSE(h.submit(h.req(1, {1, 2, 3}, 50)));
+  auto [first, first_handler] = next_step();  // seq 1 alone, held while seq 2 arrives
+  ASSERT_FALSE(h.submit(h.req(2, {4, 5, 6}, 50)));
+  gpu_worker::step_result r1;
+  r1.outputs.push_back(certain(first.seqs.at(0).seq_id, 7));
+  std::move(first_handler)(error_code{}, std::move(r1));
+  auto [second, second_handler] = next_step();
+  EXPECT_EQ(second.seqs.size(), 2u);
+  std::move(second_handler)(make_error_code(errc::device_fault), gpu_worker::step_result{});
+  h.all_done.get_future().wait();
+
+  int failed = 0;
+  for (const auto& e : h.events) {
+    if (e.finish == sched::finish_reason::failed) {
+      ++failed;
+      EXPECT_EQ(e.error, make_error_code(errc::device_fault));
+    }
+  }
+  EXPECT_EQ(failed, 2);
+  EXPECT_FALSE(h.sched->healthy());
+  const kv::kv_stats ks = h.kv.async_stats(asio::use_future).get();
+  EXPECT_EQ(ks.counts.free + ks.counts.cached + ks.counts.in_use, ks.counts.total);
+}
+
+TEST(SchedulerActor, EndOfGenerationFinishesWithStop) {
+  harness h(1);
+  EXPECT_CALL(h.worker, do_execute(_, _)).WillRepeatedly(Invoke([&](gpu_worker::step_plan p, auto handler) {
+    gpu_worker::step_result r;
+    for (const auto& s : p.seqs) {
+      if (s.want_candidates) r.outputs.push_back(certain(s.seq_id, 99));
+    }
+    std::move(handler)(error_code{}, std::move(r));
+  }));
+  ASSERT_FALSE(h.submit(h.req(5, {1, 2}, 10)));
+  h.all_done.get_future().wait();
+  EXPECT_EQ(h.events.back().finish, sched::finish_reason::stop);
+  EXPECT_EQ(h.events.back().token, 99);
+}
+
+TEST(SchedulerActor, AdmissionErrorsComeBackFromSubmit) {
+  harness h(0);
+  EXPECT_CALL(h.worker, do_execute(_, _)).Times(0);
+  EXPECT_EQ(h.submit(h.req(1, {}, 4)), make_error_code(errc::invalid_argument));
+  EXPECT_EQ(h.submit(h.req(2, std::vector<std::int32_t>(5000, 1), 4)), make_error_code(errc::context_overflow));
+}
+
+}  // namespace

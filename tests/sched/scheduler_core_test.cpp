@@ -1,0 +1,206 @@
+// scheduler_core without Asio: each step is driven by hand through the real kv_core, with a fake
+// "sampler" that picks a token from the sequence id and position.
+#include "sched/scheduler_core.h"
+
+#include <map>
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "kv/kv_core.h"
+
+namespace {
+
+using namespace anvil;
+using namespace anvil::sched;
+
+struct driver {
+  scheduler_core core;
+  kv::kv_core kv;
+  std::vector<gpu_worker::step_plan> plans;
+  std::map<std::uint64_t, std::vector<std::int32_t>> generated;
+  std::map<std::uint64_t, finish_reason> finished;
+
+  driver(sched_config cfg, std::int64_t n_blocks) : core(cfg), kv(kv::kv_config{n_blocks, cfg.block_size, cfg.prefix_caching}) {}
+
+  static request req(std::uint64_t id, std::size_t prompt_len, std::int64_t max_tokens, std::int32_t priority = 0) {
+    request r;
+    r.id = id;
+    for (std::size_t i = 0; i < prompt_len; ++i) r.prompt.push_back(std::int32_t((id * 31 + i) % 200));
+    r.max_tokens = max_tokens;
+    r.priority = priority;
+    return r;
+  }
+
+  // One step; returns false when nothing ran.
+  bool step() {
+    const kv::kv_batch batch = core.plan_kv();
+    const kv::kv_batch_result res = kv.apply(batch);
+    EXPECT_EQ(kv.check(), "");
+    const auto plan = core.plan_step(res);
+    record(core.take_events());
+    if (!plan) return false;
+    plans.push_back(*plan);
+    std::vector<std::int32_t> sampled;
+    for (const auto& s : plan->seqs) {
+      if (s.want_candidates) sampled.push_back(std::int32_t((s.seq_id * 7 + std::uint64_t(s.start_pos + std::int64_t(s.tokens.size()))) % 50 + 1));
+    }
+    record(core.complete_step(sampled));
+    return true;
+  }
+  void record(const std::vector<seq_event>& events) {
+    for (const seq_event& e : events) {
+      if (e.token >= 0) generated[e.id].push_back(e.token);
+      if (e.finish != finish_reason::none) finished[e.id] = e.finish;
+    }
+  }
+  void run(int max_steps = 10000) {
+    for (int i = 0; i < max_steps && core.has_work(); ++i) step();
+    // Let the last releases through.
+    if (!core.has_work()) {
+      kv.apply(core.plan_kv());
+    }
+  }
+};
+
+sched_config small_config() {
+  sched_config c;
+  c.max_num_batched_tokens = 32;
+  c.max_num_seqs = 4;
+  c.max_prefill_chunk = 16;
+  c.block_size = 4;
+  c.max_model_len = 512;
+  return c;
+}
+
+TEST(SchedulerCore, ChunkedPrefillNeverStallsRunningDecodes) {
+  driver d(small_config(), 200);
+  ASSERT_FALSE(d.core.submit(driver::req(1, 3, 40)));
+  d.step();  // seq 1 prefills and produces its first token
+  ASSERT_FALSE(d.core.submit(driver::req(2, 100, 4)));
+  for (int i = 0; i < 6; ++i) d.step();
+  for (std::size_t i = 1; i < d.plans.size(); ++i) {
+    const auto& p = d.plans[i];
+    std::int64_t tokens = 0;
+    bool decode_of_1 = false;
+    for (const auto& s : p.seqs) {
+      tokens += std::int64_t(s.tokens.size());
+      EXPECT_LE(std::int64_t(s.tokens.size()), 16) << "a prefill chunk larger than max_prefill_chunk";
+      if (s.seq_id == 1) decode_of_1 = s.tokens.size() == 1 && s.want_candidates;
+    }
+    EXPECT_LE(tokens, 32) << "step " << i << " is over the token budget";
+    EXPECT_TRUE(decode_of_1) << "step " << i << " left the running sequence out";
+  }
+}
+
+TEST(SchedulerCore, RespectsTheSequenceCap) {
+  driver d(small_config(), 200);
+  for (std::uint64_t id = 1; id <= 10; ++id) ASSERT_FALSE(d.core.submit(driver::req(id, 2, 3)));
+  d.step();
+  EXPECT_EQ(d.plans[0].seqs.size(), 4u);
+  d.run();
+  EXPECT_EQ(d.finished.size(), 10u);
+  for (const auto& [id, why] : d.finished) EXPECT_EQ(why, finish_reason::length) << id;
+  EXPECT_EQ(d.kv.stats().counts.in_use, 0);
+}
+
+TEST(SchedulerCore, PreemptsTheNewestWhenKvIsExhaustedAndOutputsAreUnchanged) {
+  // Alone, each request gets the same tokens: the fake sampler depends on id and position only.
+  std::map<std::uint64_t, std::vector<std::int32_t>> alone;
+  for (std::uint64_t id = 1; id <= 3; ++id) {
+    driver d(small_config(), 200);
+    ASSERT_FALSE(d.core.submit(driver::req(id, 6, 30)));
+    d.run();
+    alone[id] = d.generated[id];
+  }
+  driver d(small_config(), 16);  // 64 slots: three sequences of 36 tokens cannot all fit
+  for (std::uint64_t id = 1; id <= 3; ++id) ASSERT_FALSE(d.core.submit(driver::req(id, 6, 30)));
+  d.run();
+  EXPECT_GT(d.core.stats().preemptions, 0);
+  for (std::uint64_t id = 1; id <= 3; ++id) EXPECT_EQ(d.generated[id], alone[id]) << id;
+  EXPECT_EQ(d.kv.stats().counts.in_use, 0);
+  EXPECT_EQ(d.finished.size(), 3u);
+}
+
+TEST(SchedulerCore, LowerPriorityValuesAreAdmittedFirst) {
+  sched_config c = small_config();
+  c.max_num_seqs = 1;
+  driver d(c, 200);
+  ASSERT_FALSE(d.core.submit(driver::req(1, 2, 1, 5)));
+  ASSERT_FALSE(d.core.submit(driver::req(2, 2, 1, 0)));
+  d.step();
+  ASSERT_EQ(d.plans[0].seqs.size(), 1u);
+  EXPECT_EQ(d.plans[0].seqs[0].seq_id, 2u);
+}
+
+TEST(SchedulerCore, CancelReleasesBlocksInTheNextBatch) {
+  driver d(small_config(), 200);
+  ASSERT_FALSE(d.core.submit(driver::req(1, 10, 100)));
+  d.step();
+  d.step();
+  EXPECT_GT(d.kv.stats().counts.in_use, 0);
+  d.core.cancel(1);
+  const kv::kv_batch b = d.core.plan_kv();
+  ASSERT_FALSE(b.ops.empty());
+  bool released = false;
+  for (const auto& op : b.ops) released |= op.op == kv::kv_op::kind::release && op.seq_id == 1;
+  EXPECT_TRUE(released);
+  d.kv.apply(b);
+  EXPECT_EQ(d.kv.stats().counts.in_use, 0);
+  d.record(d.core.take_events());
+  EXPECT_EQ(d.finished[1], finish_reason::cancelled);
+  EXPECT_FALSE(d.core.has_work());
+}
+
+TEST(SchedulerCore, RefusesWhatItCannotServe) {
+  sched_config c = small_config();
+  c.max_queue = 2;
+  c.max_model_len = 20;
+  scheduler_core core(c);
+  EXPECT_EQ(core.submit(driver::req(1, 0, 4)), make_error_code(errc::invalid_argument));
+  EXPECT_EQ(core.submit(driver::req(1, 20, 4)), make_error_code(errc::context_overflow));
+  EXPECT_FALSE(core.submit(driver::req(1, 5, 4)));
+  EXPECT_EQ(core.submit(driver::req(1, 5, 4)), make_error_code(errc::invalid_argument));  // duplicate id
+  EXPECT_FALSE(core.submit(driver::req(2, 5, 4)));
+  EXPECT_EQ(core.submit(driver::req(3, 5, 4)), make_error_code(errc::overloaded));
+}
+
+TEST(SchedulerCore, FinishesOnEndOfGenerationUnlessTold) {
+  sched_config c = small_config();
+  c.eog_tokens = {1, 2, 3, 4, 5, 6, 7, 8};  // the fake sampler soon picks one of these
+  driver d(c, 200);
+  request r = driver::req(1, 3, 100);
+  ASSERT_FALSE(d.core.submit(r));
+  request keep = driver::req(2, 3, 100);
+  keep.ignore_eos = true;
+  ASSERT_FALSE(d.core.submit(keep));
+  d.run();
+  EXPECT_EQ(d.finished[1], finish_reason::stop);
+  EXPECT_LT(d.generated[1].size(), 100u);
+  EXPECT_EQ(d.finished[2], finish_reason::length);
+  EXPECT_EQ(d.generated[2].size(), 100u);
+}
+
+TEST(SchedulerCore, ARequestThatCanNeverFitFailsInsteadOfWaitingForever) {
+  driver d(small_config(), 2);  // 8 slots in all
+  ASSERT_FALSE(d.core.submit(driver::req(1, 12, 2)));
+  d.run(10);
+  EXPECT_EQ(d.finished[1], finish_reason::failed);
+  EXPECT_FALSE(d.core.has_work());
+}
+
+TEST(SchedulerCore, ASharedPrefixIsComputedOnce) {
+  sched_config c = small_config();
+  driver d(c, 200);
+  request a = driver::req(1, 0, 1), b = driver::req(2, 0, 1);
+  for (int i = 0; i < 13; ++i) a.prompt.push_back(i + 1);
+  b.prompt = a.prompt;
+  b.prompt.back() = 99;
+  ASSERT_FALSE(d.core.submit(a));
+  d.run();
+  ASSERT_FALSE(d.core.submit(b));
+  d.run();
+  EXPECT_EQ(d.core.stats().cached_prompt_tokens, 12);  // three full blocks of four
+}
+
+}  // namespace
