@@ -18,6 +18,14 @@ actors::outcome<kv_batch_result> kv_manager::run(const kv_batch& batch) {
     log().error("step={} batch refused: {}", batch.step, e.what());
     return boost::system::errc::make_error_code(boost::system::errc::invalid_argument);
   }
+#ifndef NDEBUG
+  // Debug builds audit the whole pool after every step: free + cached + in use must equal the
+  // total, and every refcount must match the tables.
+  if (std::string err = core_.check(); !err.empty()) {
+    log().error("step={} ledger check failed: {}", batch.step, err);
+    return boost::system::errc::make_error_code(boost::system::errc::state_not_recoverable);
+  }
+#endif
   if (log().should_log(spdlog::level::debug)) {
     std::size_t no_room = 0, copies = 0;
     for (const kv_op_result& r : out.results) {

@@ -57,6 +57,7 @@ void scheduler_core::to_waiting(seq_state& s, bool release_kv) {
 
 kv::kv_batch scheduler_core::plan_kv() {
   kv::kv_batch batch;
+  batch.step = std::uint64_t(stats_.steps);
   planned_.clear();
   // Commits first, so a sequence finishing this step still leaves its full blocks cached.
   for (kv::kv_op& op : pending_commits_) {
