@@ -219,6 +219,7 @@ void engine::impl::on_step_events(std::vector<sched::step_event> events) {
       e.text = std::move(p.text);
       e.tokens = {ev.token};
       e.logprobs = {ev.logprob};
+      e.top_logprobs = {std::move(ev.top_logprobs)};
       if (p.stopped) {
         sched->cancel(ev.id);
         finish(ev.id, s, "stop", {}, std::move(e));

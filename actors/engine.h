@@ -26,6 +26,7 @@
 #include "actors/strand_actor.h"
 #include "kv/kv_messages.h"
 #include "model/chat_template.h"
+#include "sampler/sampler_core.h"
 #include "sampler/sampling.h"
 #include "sched/scheduler_core.h"
 
@@ -64,7 +65,8 @@ struct stream_event {
   std::uint64_t request_id = 0;
   std::string text;                                // new text since the previous event
   std::vector<std::int32_t> tokens;                // new tokens
-  std::vector<float> logprobs;                     // one per token
+  std::vector<float> logprobs;                     // one per token: log p under the processed distribution
+  std::vector<std::vector<sampler::token_logprob>> top_logprobs;  // one per token: the sampling.logprobs most likely
   bool done = false;
   std::string finish_reason;                       // with done: "stop", "length", "cancelled" or "error"
   error_code error;                                // with "error": why

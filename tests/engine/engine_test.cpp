@@ -215,6 +215,33 @@ TEST(Engine, StopStringsEndTheOutputAndAreNotShown) {
   eng->async_stop(asio::use_future).get();
 }
 
+TEST(Engine, ReportsLogprobsOfTheChosenTokenAndItsAlternatives) {
+  auto eng = engine::create(tiny_config());
+  generate_request r = greedy(prompt_tokens(8, 4), 3);
+  r.sampling.logprobs = 5;
+  std::vector<stream_event> events;
+  std::promise<void> done;
+  ASSERT_TRUE(eng->submit(r, [&](const stream_event& e) {
+    events.push_back(e);
+    if (e.done) done.set_value();
+  }));
+  done.get_future().wait();
+  int tokens = 0;
+  for (const auto& e : events) {
+    ASSERT_EQ(e.logprobs.size(), e.tokens.size());
+    ASSERT_EQ(e.top_logprobs.size(), e.tokens.size());
+    for (std::size_t i = 0; i < e.tokens.size(); ++i, ++tokens) {
+      ASSERT_EQ(e.top_logprobs[i].size(), 5u);
+      EXPECT_EQ(e.top_logprobs[i][0].token, e.tokens[i]);  // greedy: the chosen token is the most likely
+      EXPECT_FLOAT_EQ(e.top_logprobs[i][0].logprob, e.logprobs[i]);
+      EXPECT_LE(e.logprobs[i], 0.f);
+      EXPECT_GE(e.top_logprobs[i][0].logprob, e.top_logprobs[i][4].logprob);
+    }
+  }
+  EXPECT_EQ(tokens, 3);
+  eng->async_stop(asio::use_future).get();
+}
+
 TEST(Engine, AsyncGenerateWorksFromACoroutine) {
   auto eng = engine::create(tiny_config());
   asio::io_context caller;
