@@ -18,17 +18,21 @@ void BM_sched_decode_step(benchmark::State& state) {
   cfg.max_num_batched_tokens = 8192;
   cfg.max_queue = 4 * n;
   cfg.block_size = 16;
-  cfg.max_model_len = 1 << 20;
+  cfg.max_model_len = 4096;
   anvil::sched::scheduler_core core(cfg);
-  anvil::kv::kv_core kv({n * 4096 / 16 + 64, 16, true});
-  for (std::int64_t i = 0; i < n; ++i) {
+  // Room for every sequence at its longest (200 prompt + 1000 generated tokens): the steady
+  // state measured is decoding, not preemption.
+  anvil::kv::kv_core kv({n * 1280 / 16 + 64, 16, true});
+  std::uint64_t next_id = 1;
+  auto submit_one = [&] {
     anvil::sched::request r;
-    r.id = std::uint64_t(i + 1);
-    r.prompt.assign(200, std::int32_t(i % 1000));
-    r.max_tokens = 1 << 30;
+    r.id = next_id++;
+    r.prompt.assign(200, std::int32_t(r.id % 1000));
+    r.max_tokens = 1000;  // finished requests are replaced, so n stay running
     r.ignore_eos = true;
     (void)core.submit(std::move(r));
-  }
+  };
+  for (std::int64_t i = 0; i < n; ++i) submit_one();
   std::vector<std::int32_t> sampled;
   auto one_step = [&] {
     const auto plan = core.plan_step(kv.apply(core.plan_kv()));
@@ -38,7 +42,9 @@ void BM_sched_decode_step(benchmark::State& state) {
         if (s.want_candidates) sampled.push_back(std::int32_t(s.start_pos % 1000));
       }
     }
-    benchmark::DoNotOptimize(core.complete_step(sampled));
+    for (const auto& e : core.complete_step(sampled)) {
+      if (e.finish != anvil::sched::finish_reason::none) submit_one();
+    }
   };
   for (int i = 0; i < 10; ++i) one_step();  // through the prefill, into steady decoding
   for (auto _ : state) one_step();

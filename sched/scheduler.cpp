@@ -49,7 +49,7 @@ void scheduler::on_kv(error_code ec, kv::kv_batch_result r) {
     healthy_ = false;
     return idle();
   }
-  std::optional<gpu_worker::step_plan> plan = core_.plan_step(r);
+  std::optional<gpu_worker::step_plan> plan = core_.plan_step(std::move(r));
   if (!plan) {
     // Nothing to feed this step (e.g. everything was cancelled or preempted): go again while
     // there is work; the core fails a request that can never fit, so this cannot spin forever.

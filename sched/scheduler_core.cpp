@@ -118,7 +118,7 @@ gpu_worker::seq_step scheduler_core::make_step(const seq_state& s, std::int64_t 
   return st;
 }
 
-std::optional<gpu_worker::step_plan> scheduler_core::plan_step(const kv::kv_batch_result& kv) {
+std::optional<gpu_worker::step_plan> scheduler_core::plan_step(kv::kv_batch_result kv) {
   assert(kv.results.size() == planned_.size() && "the KV batch result must answer every op");
   for (std::uint64_t id : kv.preempted) {
     auto it = seqs_.find(id);
@@ -133,7 +133,7 @@ std::optional<gpu_worker::step_plan> scheduler_core::plan_step(const kv::kv_batc
   bool admission_blocked = false;  // FCFS: once one admission fails, later ones wait too
   for (std::size_t i = 0; i < planned_.size(); ++i) {
     const planned_op& p = planned_[i];
-    const kv::kv_op_result& r = kv.results[i];
+    kv::kv_op_result& r = kv.results[i];
     auto it = seqs_.find(p.id);
     if (it == seqs_.end() || p.what == planned_op::kind::release || p.what == planned_op::kind::commit) continue;
     seq_state& s = it->second;
@@ -147,7 +147,7 @@ std::optional<gpu_worker::step_plan> scheduler_core::plan_step(const kv::kv_batc
           break;
         }
         in_step_.push_back({p.id, p.n_tokens - s.n_computed, p.n_tokens == std::int64_t(s.tokens.size())});
-        plan.seqs.push_back(make_step(s, p.n_tokens - s.n_computed, r.block_table));
+        plan.seqs.push_back(make_step(s, p.n_tokens - s.n_computed, std::move(r.block_table)));
         plan.copies.insert(plan.copies.end(), r.copies.begin(), r.copies.end());
         break;
       case planned_op::kind::begin:
@@ -167,7 +167,7 @@ std::optional<gpu_worker::step_plan> scheduler_core::plan_step(const kv::kv_batc
         events_.push_back({p.id, -1, finish_reason::none, {}});  // admitted: queue time ends
         if (p.n_tokens > s.n_computed) {
           in_step_.push_back({p.id, p.n_tokens - s.n_computed, p.n_tokens == std::int64_t(s.tokens.size())});
-          plan.seqs.push_back(make_step(s, p.n_tokens - s.n_computed, r.block_table));
+          plan.seqs.push_back(make_step(s, p.n_tokens - s.n_computed, std::move(r.block_table)));
           plan.copies.insert(plan.copies.end(), r.copies.begin(), r.copies.end());
         }
         break;

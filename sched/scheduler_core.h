@@ -78,7 +78,7 @@ class scheduler_core {
   bool has_work() const { return !seqs_.empty() || !pending_release_.empty(); }
 
   kv::kv_batch plan_kv();
-  std::optional<gpu_worker::step_plan> plan_step(const kv::kv_batch_result& kv);
+  std::optional<gpu_worker::step_plan> plan_step(kv::kv_batch_result kv);  // consumes the tables
   // `sampled`: one token per sequence that asked for candidates, in plan order.
   std::vector<seq_event> complete_step(std::span<const std::int32_t> sampled);
   // The step failed on the worker: its sequences finish with finish_reason::failed.
