@@ -74,7 +74,7 @@ struct engine::impl {
 
   void on_step_events(std::vector<sched::step_event> events);
   void finish(std::uint64_t id, live_stream& s, const char* reason, error_code ec, stream_event e = {});
-  error_code check(const generate_request& r) const;
+  error_code check(const generate_request& r, std::string& why) const;
   boost::system::result<std::vector<std::int32_t>, error_code> prompt_of(const generate_request& r) const;
 };
 
@@ -124,13 +124,32 @@ engine::~engine() {
 const model::tokenizer& engine::tokenizer() const { return impl_->tok; }
 std::int64_t engine::max_model_len() const { return impl_->max_model_len; }
 
-error_code engine::impl::check(const generate_request& r) const {
-  if (sampler::validate(r.sampling, std::int32_t(model.hp.n_vocab)) || r.max_tokens < 1) {
-    return make_error_code(errc::invalid_argument);
+error_code engine::impl::check(const generate_request& r, std::string& why) const {
+  if (auto bad = sampler::validate(r.sampling, model.hp.n_vocab)) {
+    why = *bad;
+  } else if (r.max_tokens < 1) {
+    why = "max_tokens must be at least 1";
+  } else if (!r.prompt.empty() + !r.messages.empty() + !r.prompt_tokens.empty() != 1) {
+    why = "give exactly one of prompt, messages or prompt_tokens";
+  } else if (!r.messages.empty() && !chat) {
+    why = "the model has no chat template anvil recognises";
+  } else {
+    return {};
   }
-  const int sources = !r.prompt.empty() + !r.messages.empty() + !r.prompt_tokens.empty();
-  if (sources != 1) return make_error_code(errc::invalid_argument);
-  return {};
+  return make_error_code(errc::invalid_argument);
+}
+
+std::string engine::explain(const generate_request& r) const {
+  std::string why;
+  if (impl_->check(r, why)) return why;
+  auto prompt = impl_->prompt_of(r);
+  if (!prompt) return "the prompt is invalid: " + prompt.error().message();
+  if (prompt->empty()) return "the prompt is empty";
+  if (std::int64_t(prompt->size()) >= impl_->max_model_len) {
+    return "the prompt has " + std::to_string(prompt->size()) + " tokens; the context holds " +
+           std::to_string(impl_->max_model_len);
+  }
+  return "";
 }
 
 boost::system::result<std::vector<std::int32_t>, error_code> engine::impl::prompt_of(const generate_request& r) const {
@@ -154,7 +173,11 @@ boost::system::result<std::vector<std::int32_t>, error_code> engine::impl::promp
 boost::system::result<std::uint64_t, error_code> engine::submit(generate_request r, event_handler on_event) {
   impl& m = *impl_;
   if (!m.accepting) return make_error_code(errc::stopped);
-  if (const error_code ec = m.check(r)) return ec;
+  std::string why;
+  if (const error_code ec = m.check(r, why)) {
+    m.log->debug("request refused: {}", why);
+    return ec;
+  }
   auto prompt = m.prompt_of(r);
   if (!prompt) return prompt.error();
   if (prompt->empty()) return make_error_code(errc::invalid_argument);

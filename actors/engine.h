@@ -101,6 +101,9 @@ class engine : public std::enable_shared_from_this<engine> {
   // Validates and queues a request; `on_event` then receives its stream. Errors (bad parameters,
   // a prompt that does not fit, a full queue) come back here and nothing is queued.
   boost::system::result<std::uint64_t, error_code> submit(generate_request r, event_handler on_event);
+  // Why submit would refuse `r` ("top_p must be in (0, 1]", "the prompt has 9000 tokens; the
+  // context holds 4096"), or "" when it would accept it: the message for an error reply.
+  std::string explain(const generate_request& r) const;
 
   // The whole answer at once; completes on the token's executor.
   template <class Token>

@@ -13,6 +13,7 @@
 
 #include "actors/executor_pool.h"
 #include "tests/actors/recorder_actor.h"
+#include "tests/actors/future_error.h"
 
 namespace {
 
@@ -37,15 +38,7 @@ bool eventually(Pred pred) {
   return true;
 }
 
-template <class F>
-error_code error_of(F&& future) {
-  try {
-    future.get();
-  } catch (const boost::system::system_error& e) {
-    return e.code();
-  }
-  return {};
-}
+using anvil::test_support::error_of;
 
 TEST(StrandActor, RunsMessagesFromOneCallerInOrder) {
   executor_pool pool("t", 4);

@@ -116,7 +116,9 @@ TEST(Engine, ManyConcurrentRequestsAllCompleteWithUnchangedOutputs) {
     const completion c = futures[std::size_t(i)].get();
     ASSERT_EQ(c.finish_reason, "length") << i;
     ASSERT_EQ(std::int64_t(c.tokens.size()), lengths[std::size_t(i)]) << i;
-    if (i % 10 == 0) EXPECT_EQ(c.tokens, reference_greedy(prompts[std::size_t(i)], lengths[std::size_t(i)])) << i;
+    if (i % 10 == 0) {
+      EXPECT_EQ(c.tokens, reference_greedy(prompts[std::size_t(i)], lengths[std::size_t(i)])) << i;
+    }
   }
   const engine_stats s = settled_stats(*eng);
   EXPECT_EQ(s.kv.counts.in_use, 0);
@@ -278,6 +280,9 @@ TEST(Engine, RefusesBadRequestsWithClearErrors) {
   generate_request bad_bias = greedy({1, 2}, 4);
   bad_bias.sampling.logit_bias = {{9999, 1.f}};
   EXPECT_EQ(err(bad_bias), make_error_code(errc::invalid_argument));
+  EXPECT_NE(eng->explain(bad_p).find("top_p"), std::string::npos);
+  EXPECT_NE(eng->explain(greedy(prompt_tokens(64, 1), 4)).find("the context holds 64"), std::string::npos);
+  EXPECT_EQ(eng->explain(greedy({1, 2}, 4)), "");
   eng->async_stop(asio::use_future).get();
   EXPECT_EQ(err(greedy({1}, 1)), make_error_code(errc::stopped));
 }

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/chi_square.h"
+#include "tests/random_data.h"
 
 namespace {
 
@@ -37,13 +38,7 @@ float logit_of(const seq_output& o, std::int32_t token) {
   return NAN;
 }
 
-std::vector<float> randn(std::size_t n, unsigned seed, float scale = 1.f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
+using anvil::test_support::randn;
 
 TEST(CandidatesRef, AddsTheLogitBiasToItsTokens) {
   logit_params p = top(4);

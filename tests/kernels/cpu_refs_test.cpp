@@ -11,19 +11,14 @@
 #include "kernels/matmul.h"
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
+#include "tests/random_data.h"
 
 namespace {
 
 using namespace anvil::kernels;
 using anvil::model::ggml_type;
 
-std::vector<float> randn(std::size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d;
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
+using anvil::test_support::randn;
 
 TEST(MatmulRef, MatchesANaiveProductWithBias) {
   const std::int64_t in = 96, out = 7, tokens = 3;

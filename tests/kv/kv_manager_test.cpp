@@ -12,6 +12,7 @@
 
 #include "actors/executor_pool.h"
 #include "tests/kv/kv_test_util.h"
+#include "tests/actors/future_error.h"
 
 namespace anvil::kv {
 namespace {
@@ -20,15 +21,7 @@ namespace asio = boost::asio;
 using actors::executor_pool;
 using namespace testing;
 
-template <class F>
-error_code error_of(F&& future) {
-  try {
-    future.get();
-  } catch (const boost::system::system_error& e) {
-    return e.code();
-  }
-  return {};
-}
+using anvil::test_support::error_of;
 
 TEST(KvManager, AppliesBatchesAndAnswersStatsAndCheckThroughFutures) {
   executor_pool pool("kv-test", 2);

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "kernels/candidates.h"
+#include "tests/random_data.h"
 
 namespace {
 
@@ -20,13 +21,7 @@ using anvil::gpu_worker::seq_output;
 using anvil::kernels::candidates_ref;
 using namespace anvil::sampler;
 
-std::vector<float> randn(std::size_t n, unsigned seed, float scale = 1.f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
+using anvil::test_support::randn;
 
 sampling_params sampled(float temperature = 1.f) {
   sampling_params p;
