@@ -58,6 +58,11 @@ void scheduler_core::to_waiting(seq_state& s, bool release_kv) {
 kv::kv_batch scheduler_core::plan_kv() {
   kv::kv_batch batch;
   batch.step = std::uint64_t(stats_.steps);
+  // One allocation each: this runs every step for every sequence.
+  const std::size_t ops = pending_commits_.size() + pending_release_.size() + running_.size() +
+                          2 * std::min<std::size_t>(waiting_.size(), std::size_t(cfg_.max_num_seqs));
+  batch.ops.reserve(ops);
+  batch.victims.reserve(running_.size());
   planned_.clear();
   // Commits first, so a sequence finishing this step still leaves its full blocks cached.
   for (kv::kv_op& op : pending_commits_) {
@@ -129,6 +134,7 @@ std::optional<gpu_worker::step_plan> scheduler_core::plan_step(kv::kv_batch_resu
   }
   gpu_worker::step_plan plan;
   plan.step = std::uint64_t(stats_.steps);
+  plan.seqs.reserve(planned_.size());
   in_step_.clear();
   bool admission_blocked = false;  // FCFS: once one admission fails, later ones wait too
   for (std::size_t i = 0; i < planned_.size(); ++i) {
@@ -197,6 +203,7 @@ std::optional<finish_reason> scheduler_core::finished(const seq_state& s) const 
 
 std::vector<seq_event> scheduler_core::complete_step(std::span<const std::int32_t> sampled) {
   std::vector<seq_event> out;
+  out.reserve(in_step_.size());
   std::size_t k = 0;
   ++stats_.steps;
   for (const scheduled& sc : in_step_) {
