@@ -101,22 +101,23 @@ void scheduler::on_sampled(error_code ec, std::vector<sampler::sample_outcome> o
   core_.has_work() ? step() : idle();
 }
 
-void scheduler::emit(const std::vector<seq_event>& events, const std::vector<sampler::sample_outcome>* outcomes,
+void scheduler::emit(const std::vector<seq_event>& events, std::vector<sampler::sample_outcome>* outcomes,
                      const std::vector<std::uint64_t>* ids, error_code failure) {
   if (events.empty()) return;
+  // Which sample answer belongs to which sequence (one lookup per event, not a scan).
+  std::unordered_map<std::uint64_t, std::size_t> answer_of;
+  if (outcomes) {
+    answer_of.reserve(ids->size());
+    for (std::size_t i = 0; i < ids->size(); ++i) answer_of.emplace((*ids)[i], i);
+  }
   std::vector<step_event> out;
   out.reserve(events.size());
   for (const seq_event& e : events) {
     step_event se{e.id, e.token, e.finish, e.error, 0.f, {}};
     if (e.finish == finish_reason::failed && failure) se.error = failure;
-    if (outcomes && e.token >= 0) {
-      for (std::size_t i = 0; i < ids->size(); ++i) {
-        if ((*ids)[i] == e.id && (*outcomes)[i]) {
-          se.logprob = (*outcomes)[i]->logprob;
-          se.top_logprobs = (*outcomes)[i]->top_logprobs;
-          break;
-        }
-      }
+    if (const auto it = answer_of.find(e.id); e.token >= 0 && it != answer_of.end() && (*outcomes)[it->second]) {
+      se.logprob = (*outcomes)[it->second]->logprob;
+      se.top_logprobs = std::move((*outcomes)[it->second]->top_logprobs);
     }
     if (e.finish != finish_reason::none) {
       n_logprobs_.erase(e.id);

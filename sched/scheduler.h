@@ -74,7 +74,7 @@ class scheduler : public actors::strand_actor {
   void on_kv(error_code ec, kv::kv_batch_result r);
   void on_executed(error_code ec, gpu_worker::step_result r);
   void on_sampled(error_code ec, std::vector<sampler::sample_outcome> outcomes, std::vector<std::uint64_t> ids);
-  void emit(const std::vector<seq_event>& events, const std::vector<sampler::sample_outcome>* outcomes = nullptr,
+  void emit(const std::vector<seq_event>& events, std::vector<sampler::sample_outcome>* outcomes = nullptr,
             const std::vector<std::uint64_t>* ids = nullptr, error_code failure = {});
   void idle();
 
