@@ -1,6 +1,8 @@
 #include "actors/engine.h"
 
 #include <atomic>
+#include <chrono>
+#include <filesystem>
 #include <optional>
 #include <unordered_map>
 
@@ -49,6 +51,7 @@ struct engine::impl {
     event_handler on_event;
     std::int64_t prompt_tokens = 0;
     bool finished = false;  // a stop string ended it; later scheduler events are ignored
+    std::optional<request_stream::clock::time_point> last_token;  // for the inter-token histogram
   };
 
   engine_config cfg;
@@ -63,6 +66,9 @@ struct engine::impl {
   std::unique_ptr<sched::scheduler> sched;
   asio::strand<asio::any_io_executor> streams;
   std::unordered_map<std::uint64_t, live_stream> live;  // streams strand only
+  request_metrics metrics;                              // streams strand only
+  std::atomic<std::uint64_t> rejected{0};
+  std::string name;
   std::atomic<std::uint64_t> next_id{1};
   std::atomic<bool> accepting{true};
   std::atomic<bool> stopped{false};
@@ -73,6 +79,7 @@ struct engine::impl {
         streams(asio::make_strand(pool.get_executor())) {}
 
   void on_step_events(std::vector<sched::step_event> events);
+  void record(const stream_event& last);
   void finish(std::uint64_t id, live_stream& s, const char* reason, error_code ec, stream_event e = {});
   error_code check(const generate_request& r, std::string& why) const;
   boost::system::result<std::vector<std::int32_t>, error_code> prompt_of(const generate_request& r) const;
@@ -83,6 +90,8 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
   const std::string tmpl = model::chat_template_from_gguf(p->model.file);
   const auto piece = [&](std::int32_t id) { return id >= 0 ? p->tok.token_piece(id) : std::string(); };
   if (!tmpl.empty() && model::detect_chat_family(tmpl)) p->chat.emplace(tmpl, piece(p->tok.bos()), piece(p->tok.eos()));
+  p->name = std::string(p->model.file.get_string("general.name").value_or(""));
+  if (p->name.empty()) p->name = std::filesystem::path(cfg.model_path).filename().string();
   p->max_model_len = cfg.max_model_len > 0 ? cfg.max_model_len : std::min<std::int64_t>(p->model.hp.n_ctx_train, 4096);
 
   gpu_worker::cpu_worker_config wc{cfg.block_size, cfg.kv_budget_bytes, cfg.max_batch_tokens, cfg.max_seqs};
@@ -174,14 +183,18 @@ boost::system::result<std::uint64_t, error_code> engine::submit(generate_request
   impl& m = *impl_;
   if (!m.accepting) return make_error_code(errc::stopped);
   std::string why;
+  const auto refuse = [&m](error_code ec) {
+    ++m.rejected;
+    return ec;
+  };
   if (const error_code ec = m.check(r, why)) {
     m.log->debug("request refused: {}", why);
-    return ec;
+    return refuse(ec);
   }
   auto prompt = m.prompt_of(r);
-  if (!prompt) return prompt.error();
-  if (prompt->empty()) return make_error_code(errc::invalid_argument);
-  if (std::int64_t(prompt->size()) >= m.max_model_len) return make_error_code(errc::context_overflow);
+  if (!prompt) return refuse(prompt.error());
+  if (prompt->empty()) return refuse(make_error_code(errc::invalid_argument));
+  if (std::int64_t(prompt->size()) >= m.max_model_len) return refuse(make_error_code(errc::context_overflow));
 
   const std::uint64_t id = m.next_id++;
   sched::request req;
@@ -203,7 +216,8 @@ boost::system::result<std::uint64_t, error_code> engine::submit(generate_request
   // Register the stream first, on its strand; only then may the scheduler produce events for it.
   asio::post(m.streams, [&m, id, req = std::move(req), opt, n_prompt, stop = std::move(r.stop),
                          cb = std::move(on_event), t0 = request_stream::clock::now()]() mutable {
-    m.live.emplace(id, impl::live_stream{request_stream(m.tok, std::move(stop), t0), std::move(cb), n_prompt, false});
+    m.live.emplace(id, impl::live_stream{request_stream(m.tok, std::move(stop), t0), std::move(cb), n_prompt, false, {}});
+    ++m.metrics.submitted;
     m.sched->async_submit(std::move(req), opt, asio::bind_executor(m.streams, [&m, id](error_code ec) {
       auto it = m.live.find(id);
       if (ec && it != m.live.end()) m.finish(id, it->second, "error", ec);
@@ -220,9 +234,22 @@ void engine::impl::finish(std::uint64_t id, live_stream& s, const char* reason, 
   e.error = ec;
   e.usage = {s.prompt_tokens, s.out.completion_tokens()};
   e.timings = s.out.timings();
+  record(e);
   event_handler cb = std::move(s.on_event);
   live.erase(id);
   if (cb) cb(e);
+}
+
+void engine::impl::record(const stream_event& e) {
+  const std::string_view r = e.finish_reason;
+  ++(r == "stop" ? metrics.finished_stop
+     : r == "length" ? metrics.finished_length
+     : r == "cancelled" ? metrics.finished_cancelled
+                        : metrics.finished_error);
+  metrics.prompt_tokens += std::uint64_t(e.usage.prompt_tokens);
+  metrics.completion_tokens += std::uint64_t(e.usage.completion_tokens);
+  if (e.timings.queue_ms > 0) metrics.queue_ms.observe(e.timings.queue_ms);
+  metrics.e2e_ms.observe(e.timings.total_ms);
 }
 
 void engine::impl::on_step_events(std::vector<sched::step_event> events) {
@@ -238,6 +265,12 @@ void engine::impl::on_step_events(std::vector<sched::step_event> events) {
     stream_event e;
     e.request_id = ev.id;
     if (ev.token >= 0) {
+      if (!s.last_token) {
+        metrics.ttft_ms.observe(std::chrono::duration<double, std::milli>(now - s.out.submitted()).count());
+      } else {
+        metrics.itl_ms.observe(std::chrono::duration<double, std::milli>(now - *s.last_token).count());
+      }
+      s.last_token = now;
       request_stream::piece p = s.out.push(ev.token, now);
       e.text = std::move(p.text);
       e.tokens = {ev.token};
@@ -296,13 +329,32 @@ void engine::start_stop(actors::reply<void> done) {
 
 asio::any_io_executor engine::get_executor() const { return impl_->pool.get_executor(); }
 
-engine_stats engine::stats() {
-  engine_stats s;
-  s.sched = impl_->sched->async_stats(asio::use_future).get();
-  s.kv = impl_->kv->async_stats(asio::use_future).get();
-  s.device_allocations = impl_->worker->device_allocations();
-  s.healthy = impl_->sched->healthy();
-  return s;
+engine_stats engine::stats() { return async_stats(asio::use_future).get(); }
+
+void engine::start_stats(actors::reply<engine_stats> done) {
+  impl& m = *impl_;
+  auto st = std::make_shared<engine_stats>();
+  auto reply = std::make_shared<actors::reply<engine_stats>>(std::move(done));
+  // Scheduler, then KV manager, then the request metrics on the streams strand.
+  m.sched->async_stats([&m, st, reply](error_code ec, sched::sched_stats s) {
+    if (ec) return (*reply)(ec, engine_stats{});
+    st->sched = s;
+    m.kv->async_stats([&m, st, reply](error_code kv_ec, kv::kv_stats k) {
+      if (kv_ec) return (*reply)(kv_ec, engine_stats{});
+      st->kv = k;
+      asio::post(m.streams, [&m, st, reply] {
+        st->requests = m.metrics;
+        st->requests.rejected = m.rejected.load();
+        st->live_requests = std::int64_t(m.live.size());
+        st->device_allocations = m.worker->device_allocations();
+        st->healthy = m.sched->healthy();
+        (*reply)({}, std::move(*st));
+      });
+    });
+  });
 }
+
+bool engine::healthy() const { return impl_->sched->healthy(); }
+const std::string& engine::model_name() const { return impl_->name; }
 
 }  // namespace anvil

@@ -22,6 +22,7 @@
 #include <boost/system/result.hpp>
 
 #include "actors/error.h"
+#include "actors/metrics.h"
 #include "actors/request_stream.h"
 #include "actors/strand_actor.h"
 #include "kv/kv_messages.h"
@@ -85,10 +86,12 @@ struct completion {
 };
 
 struct engine_stats {
-  sched::sched_stats sched;
-  kv::kv_stats kv;
-  std::uint64_t device_allocations = 0;
-  bool healthy = true;
+  sched::sched_stats sched;             // waiting, running, steps, preemptions, token counts
+  kv::kv_stats kv;                      // the block ledger and prefix-cache counters
+  request_metrics requests;             // counters and latency histograms over every request
+  std::int64_t live_requests = 0;       // submitted and not yet ended
+  std::uint64_t device_allocations = 0; // device allocations made by the worker since start-up
+  bool healthy = true;                  // false once the worker failed a step
 };
 
 class engine : public std::enable_shared_from_this<engine> {
@@ -125,6 +128,17 @@ class engine : public std::enable_shared_from_this<engine> {
   }
 
   engine_stats stats();  // blocking; not from inside a completion handler
+
+  // The same, without blocking: completes on the token's executor.
+  template <class Token>
+  auto async_stats(Token&& token) {
+    return boost::asio::async_initiate<Token, void(error_code, engine_stats)>(
+        [this](auto handler) { start_stats(actors::reply<engine_stats>(std::move(handler), get_executor(), {})); },
+        token);
+  }
+
+  bool healthy() const;                 // false once a device fault failed requests
+  const std::string& model_name() const;  // general.name of the model, else its file name
   boost::asio::any_io_executor get_executor() const;  // the engine's own pool
   const model::tokenizer& tokenizer() const;
   std::int64_t max_model_len() const;
@@ -134,6 +148,7 @@ class engine : public std::enable_shared_from_this<engine> {
   explicit engine(std::unique_ptr<impl> p);
   void start_generate(generate_request r, actors::reply<completion> done);
   void start_stop(actors::reply<void> done);
+  void start_stats(actors::reply<engine_stats> done);
   std::unique_ptr<impl> impl_;
 };
 

@@ -38,6 +38,7 @@ class request_stream {
   std::string flush(clock::time_point now);
 
   std::int64_t completion_tokens() const { return n_tokens_; }
+  clock::time_point submitted() const { return submitted_; }
   const std::string& text() const { return text_; }  // everything shown so far
   stream_timings timings() const;
   void mark_first_step(clock::time_point t) {

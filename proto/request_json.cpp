@@ -1,0 +1,247 @@
+#include "proto/request_json.h"
+
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <optional>
+
+#include <boost/json.hpp>
+
+namespace anvil::proto {
+
+namespace json = boost::json;
+
+namespace {
+
+// Reads one field; returns false with `why` set when it has the wrong type or value.
+struct reader {
+  const json::object& o;
+  std::string why;
+
+  const json::value* find(std::string_view key) const {
+    const auto it = o.find(key);
+    return it == o.end() || it->value().is_null() ? nullptr : &it->value();
+  }
+  bool fail(std::string_view key, std::string_view what) {
+    if (why.empty()) {
+      why.append("`").append(key).append("` ").append(what);
+    }
+    return false;
+  }
+
+  // An integer in [lo, hi]: JSON integers, or numbers with no fraction part.
+  std::optional<std::int64_t> integer(const json::value& v) const {
+    if (v.is_int64()) return v.get_int64();
+    if (v.is_uint64()) {
+      if (v.get_uint64() > std::uint64_t(std::numeric_limits<std::int64_t>::max())) return std::nullopt;
+      return std::int64_t(v.get_uint64());
+    }
+    if (v.is_double()) {
+      const double d = v.get_double();
+      if (std::isfinite(d) && std::trunc(d) == d && std::abs(d) < 9.0e18) return std::int64_t(d);
+    }
+    return std::nullopt;
+  }
+  template <class T>
+  bool get_int(std::string_view key, T& out, std::int64_t lo, std::int64_t hi) {
+    const json::value* v = find(key);
+    if (!v) return true;
+    const auto i = integer(*v);
+    if (!i) return fail(key, "must be an integer");
+    if (*i < lo || *i > hi) {
+      return fail(key, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + std::to_string(*i));
+    }
+    out = T(*i);
+    return true;
+  }
+  bool get_float(std::string_view key, float& out) {
+    const json::value* v = find(key);
+    if (!v) return true;
+    if (!v->is_number()) return fail(key, "must be a number");
+    const double d = v->to_number<double>();
+    if (!std::isfinite(d) || std::abs(d) > 3.0e38) return fail(key, "must be a finite number");
+    out = float(d);
+    return true;
+  }
+  bool get_bool(std::string_view key, bool& out) {
+    const json::value* v = find(key);
+    if (!v) return true;
+    if (!v->is_bool()) return fail(key, "must be true or false");
+    out = v->get_bool();
+    return true;
+  }
+};
+
+bool read_messages(reader& r, const json::value& v, std::vector<model::chat_message>& out) {
+  if (!v.is_array() || v.get_array().empty()) return r.fail("messages", "must be a non-empty array of {role, content}");
+  for (const json::value& m : v.get_array()) {
+    const json::object* mo = m.if_object();
+    const json::value* role = mo ? mo->if_contains("role") : nullptr;
+    const json::value* content = mo ? mo->if_contains("content") : nullptr;
+    if (!role || !role->is_string()) return r.fail("messages", "entries need a string `role`");
+    model::chat_message cm{std::string(role->get_string()), {}};
+    if (content && content->is_string()) {
+      cm.content = std::string(content->get_string());
+    } else if (content && content->is_array()) {  // OpenAI content parts: only text parts
+      for (const json::value& part : content->get_array()) {
+        const json::object* po = part.if_object();
+        const json::value* type = po ? po->if_contains("type") : nullptr;
+        const json::value* text = po ? po->if_contains("text") : nullptr;
+        if (!type || *type != "text" || !text || !text->is_string()) {
+          return r.fail("messages", "content parts must be {\"type\": \"text\", \"text\": string}");
+        }
+        cm.content += text->get_string();
+      }
+    } else if (!content || !content->is_null()) {
+      return r.fail("messages", "entries need a string `content`");
+    }
+    out.push_back(std::move(cm));
+  }
+  return true;
+}
+
+bool read_prompt(reader& r, const json::value& v, generate_request& req) {
+  if (v.is_string()) {
+    req.prompt = std::string(v.get_string());
+    if (req.prompt.empty()) return r.fail("prompt", "must not be empty");
+    return true;
+  }
+  const json::array* a = v.if_array();
+  if (!a || a->empty()) return r.fail("prompt", "must be a string or a non-empty array of token ids");
+  if (a->size() == 1 && (*a)[0].is_string()) return read_prompt(r, (*a)[0], req);  // OpenAI's ["text"]
+  req.prompt_tokens.reserve(a->size());
+  for (const json::value& t : *a) {
+    const auto id = r.integer(t);
+    if (!id || *id < 0 || *id > std::numeric_limits<std::int32_t>::max()) {
+      return r.fail("prompt", "arrays must hold token ids (integers >= 0); one prompt per request");
+    }
+    req.prompt_tokens.push_back(std::int32_t(*id));
+  }
+  return true;
+}
+
+bool read_stop(reader& r, const json::value& v, std::vector<std::string>& out) {
+  if (v.is_string()) {
+    if (!v.get_string().empty()) out.emplace_back(v.get_string());
+    return true;
+  }
+  const json::array* a = v.if_array();
+  if (!a) return r.fail("stop", "must be a string or an array of strings");
+  if (a->size() > max_stop_strings) return r.fail("stop", "holds at most " + std::to_string(max_stop_strings) + " strings");
+  for (const json::value& s : *a) {
+    if (!s.is_string()) return r.fail("stop", "must be a string or an array of strings");
+    if (!s.get_string().empty()) out.emplace_back(s.get_string());
+  }
+  return true;
+}
+
+bool read_logit_bias(reader& r, const json::value& v, sampler::sampling_params& p) {
+  const json::object* o = v.if_object();
+  if (!o) return r.fail("logit_bias", "must be an object of {\"token id\": bias}");
+  for (const auto& kv : *o) {
+    const std::string_view key = kv.key();
+    std::int64_t id = -1;
+    const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+    if (ec != std::errc() || end != key.data() + key.size() || id < 0 || id > std::numeric_limits<std::int32_t>::max()) {
+      return r.fail("logit_bias", "keys must be token ids, got \"" + valid_utf8(key.substr(0, 32)) + "\"");
+    }
+    if (!kv.value().is_number()) return r.fail("logit_bias", "values must be numbers");
+    const double b = kv.value().to_number<double>();
+    if (!std::isfinite(b)) return r.fail("logit_bias", "values must be finite");
+    p.logit_bias.emplace_back(std::int32_t(id), float(std::clamp(b, -1e6, 1e6)));
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string read_request(const json::object& o, dialect d, parsed_request& out) {
+  reader r{o, {}};
+  generate_request& req = out.req;
+  sampler::sampling_params& s = req.sampling;
+  out.stream = d == dialect::line;
+
+  const json::value* prompt = r.find("prompt");
+  const json::value* messages = r.find("messages");
+  if (d == dialect::chat) {
+    if (!messages) return "`messages` is required";
+    prompt = nullptr;
+  } else if (d == dialect::completions) {
+    if (!prompt) return "`prompt` is required";
+    messages = nullptr;
+  } else if (!prompt == !messages) {
+    return "give exactly one of `prompt` or `messages`";
+  }
+  if (prompt && !read_prompt(r, *prompt, req)) return r.why;
+  if (messages && !read_messages(r, *messages, req.messages)) return r.why;
+
+  constexpr std::int64_t big = std::int64_t(1) << 40;
+  const char* max_key = d == dialect::chat && r.find("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  if (d != dialect::line) req.max_tokens = big;  // OpenAI: until the context is full
+  bool ok = r.get_int(max_key, req.max_tokens, 1, big) && r.get_bool("stream", out.stream) &&
+            r.get_float("temperature", s.temperature) && r.get_int("top_k", s.top_k, -1, std::numeric_limits<std::int32_t>::max()) &&
+            r.get_float("top_p", s.top_p) && r.get_float("min_p", s.min_p) &&
+            r.get_float("repetition_penalty", s.repetition_penalty) &&
+            r.get_float("presence_penalty", s.presence_penalty) &&
+            r.get_float("frequency_penalty", s.frequency_penalty) &&
+            r.get_int("seed", s.seed, 0, std::numeric_limits<std::int64_t>::max()) &&
+            r.get_bool("ignore_eos", req.ignore_eos) &&
+            r.get_int("priority", req.priority, -1000000, 1000000);
+  if (!ok) return r.why;
+  if (s.top_k < 0) s.top_k = 0;  // -1 means "all" to some clients
+
+  if (d == dialect::chat) {
+    ok = r.get_bool("logprobs", out.want_logprobs) && r.get_int("top_logprobs", s.logprobs, 0, 1000);
+    if (ok && s.logprobs > 0 && !out.want_logprobs) return "`top_logprobs` needs `logprobs: true`";
+  } else {
+    std::int32_t n = -1;
+    ok = r.get_int("logprobs", n, 0, 1000);
+    if (n >= 0) {
+      out.want_logprobs = true;
+      s.logprobs = n;
+    }
+    if (d == dialect::completions) ok = ok && r.get_bool("echo", out.echo);
+  }
+  if (!ok) return r.why;
+
+  if (const json::value* v = r.find("stop"); v && !read_stop(r, *v, req.stop)) return r.why;
+  if (const json::value* v = r.find("logit_bias"); v && !read_logit_bias(r, *v, s)) return r.why;
+  if (d != dialect::line) {
+    if (!r.get_int("n", out.n, 1, max_choices)) return r.why;
+    if (const json::value* so = r.find("stream_options")) {
+      const json::object* soo = so->if_object();
+      if (!soo) return "`stream_options` must be an object";
+      reader sr{*soo, {}};
+      if (!sr.get_bool("include_usage", out.include_usage)) return sr.why;
+    }
+  }
+  return {};
+}
+
+std::string valid_utf8(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const std::size_t n = s.size();
+  for (std::size_t i = 0; i < n;) {
+    const unsigned char c = p[i];
+    std::size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    bool ok = len > 0 && i + len <= n;
+    for (std::size_t k = 1; ok && k < len; ++k) ok = (p[i + k] & 0xC0) == 0x80;
+    if (ok && len > 1) {  // no overlong forms, surrogates or code points past U+10FFFF
+      std::uint32_t cp = c & (0x7F >> len);
+      for (std::size_t k = 1; k < len; ++k) cp = (cp << 6) | (p[i + k] & 0x3F);
+      ok = cp >= (len == 2 ? 0x80u : len == 3 ? 0x800u : 0x10000u) && cp <= 0x10FFFF && (cp < 0xD800 || cp > 0xDFFF);
+    }
+    if (ok) {
+      out.append(s.substr(i, len));
+      i += len;
+    } else {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    }
+  }
+  return out;
+}
+
+}  // namespace anvil::proto
