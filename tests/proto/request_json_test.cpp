@@ -1,0 +1,158 @@
+// The request codec: every field read with its type checked, clear messages naming the field,
+// OpenAI's shapes for each dialect, and UTF-8 made safe for JSON.
+#include <boost/json.hpp>
+#include <gtest/gtest.h>
+
+#include "proto/errors.h"
+#include "proto/request_json.h"
+
+namespace {
+
+using namespace anvil;
+using namespace anvil::proto;
+namespace json = boost::json;
+
+std::string read(std::string_view body, parsed_request& out, dialect d = dialect::line) {
+  return read_request(json::parse(body).as_object(), d, out);
+}
+
+std::string why(std::string_view body, dialect d = dialect::line) {
+  parsed_request p;
+  return read(body, p, d);
+}
+
+TEST(RequestJson, ReadsEveryLineProtocolField) {
+  parsed_request p;
+  ASSERT_EQ(read(R"({"id":1,"prompt":"Hi","max_tokens":7,"stream":false,"temperature":0.5,"top_k":40,"top_p":0.9,
+                  "min_p":0.05,"repetition_penalty":1.1,"presence_penalty":0.5,"frequency_penalty":-0.5,"seed":42,
+                  "logprobs":3,"logit_bias":{"17":-100,"3":2.5},"stop":["\n","END"],"ignore_eos":true,"priority":-2,
+                  "unknown_field":[1,2]})",
+                 p),
+            "");
+  const generate_request& r = p.req;
+  EXPECT_EQ(r.prompt, "Hi");
+  EXPECT_EQ(r.max_tokens, 7);
+  EXPECT_FALSE(p.stream);
+  EXPECT_FLOAT_EQ(r.sampling.temperature, 0.5f);
+  EXPECT_EQ(r.sampling.top_k, 40);
+  EXPECT_FLOAT_EQ(r.sampling.top_p, 0.9f);
+  EXPECT_FLOAT_EQ(r.sampling.min_p, 0.05f);
+  EXPECT_FLOAT_EQ(r.sampling.repetition_penalty, 1.1f);
+  EXPECT_FLOAT_EQ(r.sampling.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(r.sampling.frequency_penalty, -0.5f);
+  EXPECT_EQ(r.sampling.seed, 42u);
+  EXPECT_TRUE(p.want_logprobs);
+  EXPECT_EQ(r.sampling.logprobs, 3);
+  ASSERT_EQ(r.sampling.logit_bias.size(), 2u);
+  EXPECT_EQ(r.stop, (std::vector<std::string>{"\n", "END"}));
+  EXPECT_TRUE(r.ignore_eos);
+  EXPECT_EQ(r.priority, -2);
+}
+
+TEST(RequestJson, LineDefaultsStreamAndSixteenTokens) {
+  parsed_request p;
+  ASSERT_EQ(read(R"({"id":"a","prompt":[1,2,3]})", p), "");
+  EXPECT_TRUE(p.stream);
+  EXPECT_EQ(p.req.max_tokens, 16);
+  EXPECT_EQ(p.req.prompt_tokens, (std::vector<std::int32_t>{1, 2, 3}));
+  EXPECT_FALSE(p.want_logprobs);
+}
+
+TEST(RequestJson, MessagesWithStringsOrTextParts) {
+  parsed_request p;
+  ASSERT_EQ(read(R"({"id":1,"messages":[{"role":"system","content":"Be brief."},
+                  {"role":"user","content":[{"type":"text","text":"Hel"},{"type":"text","text":"lo"}]}]})",
+                 p),
+            "");
+  ASSERT_EQ(p.req.messages.size(), 2u);
+  EXPECT_EQ(p.req.messages[1].role, "user");
+  EXPECT_EQ(p.req.messages[1].content, "Hello");
+}
+
+TEST(RequestJson, WrongTypesAreNamed) {
+  EXPECT_EQ(why(R"({"id":1,"prompt":"x","temperature":"hot"})"), "`temperature` must be a number");
+  EXPECT_EQ(why(R"({"id":1,"prompt":"x","max_tokens":1.5})"), "`max_tokens` must be an integer");
+  EXPECT_EQ(why(R"({"id":1,"prompt":"x","max_tokens":0})"), "`max_tokens` must be in [1, 1099511627776], got 0");
+  EXPECT_EQ(why(R"({"id":1,"prompt":"x","stream":"yes"})"), "`stream` must be true or false");
+  EXPECT_EQ(why(R"({"id":1,"prompt":"x","seed":-1})").substr(0, 18), "`seed` must be in ");
+  EXPECT_EQ(why(R"({"id":1,"prompt":"x","seed":1e300})"), "`seed` must be an integer");
+  EXPECT_EQ(why(R"({"id":1,"prompt":"x","stop":[1]})"), "`stop` must be a string or an array of strings");
+  EXPECT_EQ(why(R"({"id":1,"prompt":"x","logit_bias":{"abc":1}})"), "`logit_bias` keys must be token ids, got \"abc\"");
+  EXPECT_EQ(why(R"({"id":1,"prompt":"x","logit_bias":{"-3":1}})"), "`logit_bias` keys must be token ids, got \"-3\"");
+  EXPECT_EQ(why(R"({"id":1,"prompt":"x","logit_bias":{"3":"a"}})"), "`logit_bias` values must be numbers");
+  EXPECT_EQ(why(R"({"id":1,"prompt":[1,-2]})").substr(0, 8), "`prompt`");
+  EXPECT_EQ(why(R"({"id":1,"prompt":""})"), "`prompt` must not be empty");
+  EXPECT_EQ(why(R"({"id":1,"prompt":{}})").substr(0, 8), "`prompt`");
+  EXPECT_EQ(why(R"({"id":1,"messages":[{"content":"x"}]})"), "`messages` entries need a string `role`");
+  EXPECT_EQ(why(R"({"id":1,"messages":[]})").substr(0, 10), "`messages`");
+  EXPECT_EQ(why(R"({"id":1})"), "give exactly one of `prompt` or `messages`");
+  EXPECT_EQ(why(R"({"id":1,"prompt":"x","messages":[{"role":"user","content":"y"}]})"),
+            "give exactly one of `prompt` or `messages`");
+  EXPECT_EQ(why(R"({"id":1,"prompt":"x","stop":["a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"]})"),
+            "`stop` holds at most 16 strings");
+}
+
+TEST(RequestJson, NullMeansAbsent) {
+  parsed_request p;
+  ASSERT_EQ(read(R"({"id":1,"prompt":"x","temperature":null,"stop":null})", p), "");
+  EXPECT_EQ(p.req.sampling.temperature, 0.f);
+}
+
+TEST(RequestJson, OpenAiCompletionsShapes) {
+  parsed_request p;
+  ASSERT_EQ(read(R"({"model":"m","prompt":["Hello"],"n":3,"stream":true,"stream_options":{"include_usage":true},
+                  "logprobs":2,"echo":true})",
+                 p, dialect::completions),
+            "");
+  EXPECT_EQ(p.req.prompt, "Hello");
+  EXPECT_EQ(p.n, 3);
+  EXPECT_TRUE(p.stream && p.include_usage && p.echo && p.want_logprobs);
+  EXPECT_EQ(p.req.sampling.logprobs, 2);
+  EXPECT_GT(p.req.max_tokens, 1 << 20);  // no max_tokens: until the context is full
+  EXPECT_EQ(why(R"({"prompt":"x","n":0})", dialect::completions), "`n` must be in [1, 16], got 0");
+  EXPECT_EQ(why(R"({"prompt":"x","n":17})", dialect::completions), "`n` must be in [1, 16], got 17");
+  EXPECT_EQ(why(R"({"messages":[{"role":"user","content":"x"}]})", dialect::completions), "`prompt` is required");
+  EXPECT_EQ(why(R"({"prompt":"x","stream_options":3})", dialect::completions), "`stream_options` must be an object");
+}
+
+TEST(RequestJson, OpenAiChatShapes) {
+  parsed_request p;
+  ASSERT_EQ(read(R"({"messages":[{"role":"user","content":"x"}],"max_completion_tokens":5,"logprobs":true,"top_logprobs":4})",
+                 p, dialect::chat),
+            "");
+  EXPECT_EQ(p.req.max_tokens, 5);
+  EXPECT_TRUE(p.want_logprobs);
+  EXPECT_EQ(p.req.sampling.logprobs, 4);
+  EXPECT_FALSE(p.stream);
+  EXPECT_EQ(why(R"({"prompt":"x"})", dialect::chat), "`messages` is required");
+  EXPECT_EQ(why(R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":2})", dialect::chat),
+            "`top_logprobs` needs `logprobs: true`");
+}
+
+TEST(RequestJson, ValidUtf8ReplacesBadSequences) {
+  EXPECT_EQ(valid_utf8("plain"), "plain");
+  EXPECT_EQ(valid_utf8("h\xC3\xA9"), "h\xC3\xA9");
+  EXPECT_EQ(valid_utf8("\xF0\x9F\x98\x80"), "\xF0\x9F\x98\x80");
+  EXPECT_EQ(valid_utf8("a\xFF" "b"), "a\xEF\xBF\xBD" "b");
+  EXPECT_EQ(valid_utf8("\xC3"), "\xEF\xBF\xBD");                  // cut short
+  EXPECT_EQ(valid_utf8("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");  // overlong '/'
+  EXPECT_EQ(valid_utf8("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // a surrogate
+}
+
+TEST(ProtoErrors, CodesAndStatuses) {
+  EXPECT_EQ(code_name(make_error_code(errc::invalid_argument)), "invalid_request");
+  EXPECT_EQ(code_name(make_error_code(errc::overloaded)), "overloaded");
+  EXPECT_EQ(code_name(make_error_code(errc::device_fault)), "internal");
+  EXPECT_EQ(http_status(make_error_code(errc::invalid_argument)), 400u);
+  EXPECT_EQ(http_status(make_error_code(errc::context_overflow)), 400u);
+  EXPECT_EQ(http_status(make_error_code(errc::overloaded)), 429u);
+  EXPECT_EQ(http_status(make_error_code(errc::stopped)), 503u);
+  EXPECT_EQ(http_status(make_error_code(errc::device_fault)), 500u);
+  EXPECT_TRUE(constant_time_equal("secret", "secret"));
+  EXPECT_FALSE(constant_time_equal("secreT", "secret"));
+  EXPECT_FALSE(constant_time_equal("secret-longer", "secret"));
+  EXPECT_FALSE(constant_time_equal("", "secret"));
+  EXPECT_FALSE(constant_time_equal("", ""));
+}
+
+}  // namespace
