@@ -320,8 +320,11 @@ void engine::start_stop(actors::reply<void> done) {
   m.sched->async_stop([&m, reply](error_code) {
     m.sampler->async_stop([&m, reply](error_code) {
       m.kv->async_stop([&m, reply](error_code ec) {
-        m.stopped = true;
-        (*reply)(ec);
+        // Through the streams strand: every event the scheduler produced is delivered first.
+        asio::post(m.streams, [&m, reply, ec] {
+          m.stopped = true;
+          (*reply)(ec);
+        });
       });
     });
   });

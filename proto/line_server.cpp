@@ -45,9 +45,12 @@ class connection : public std::enable_shared_from_this<connection> {
     asio::dispatch(strand_, [self = shared_from_this()] { self->read(); });
   }
 
-  // From any thread: close the socket on the strand.
+  // From any thread: close the connection on its strand once the answers queued so far are sent.
   void close() {
-    asio::post(strand_, [self = shared_from_this()] { self->shut("server stopping"); });
+    asio::post(strand_, [self = shared_from_this()] {
+      if (self->out_.empty()) return self->shut("server stopping");
+      self->closing_after_write_ = true;
+    });
   }
 
  private:
@@ -97,7 +100,7 @@ class connection : public std::enable_shared_from_this<connection> {
                         self->queued_bytes_ -= self->out_.front().size();
                         self->out_.pop_front();
                         if (!self->out_.empty()) return self->write();
-                        if (self->closing_after_write_) self->shut("wrong API key");
+                        if (self->closing_after_write_) self->shut("closed after its last answer");
                       }));
   }
 
