@@ -3,6 +3,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <sstream>
 
 namespace anvil::bench {
@@ -150,6 +151,12 @@ std::optional<std::vector<double>> parse_percentiles(const std::string& text, st
     return std::nullopt;
   }
   return out;
+}
+
+std::string format_seconds(double s) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%g s", s);
+  return buf;
 }
 
 std::optional<double> parse_rate(const std::string& text, std::string& error) {

@@ -75,6 +75,9 @@ std::string validate_options(const bench_options& o);
 std::optional<slo_spec> parse_goodput(const std::vector<std::string>& items, std::string& error);
 // "50,90,99" into {50, 90, 99}; each in (0, 100).
 std::optional<std::vector<double>> parse_percentiles(const std::string& text, std::string& error);
+// Seconds for messages: "0.3 s", "600 s".
+std::string format_seconds(double s);
+
 // A request rate: a positive number or "inf".
 std::optional<double> parse_rate(const std::string& text, std::string& error);
 

@@ -71,7 +71,7 @@ json::object config_json(const bench_options& o, const std::string& model) {
   c["output_len"] = o.output_len;
   c["random_token_ids"] = o.random_token_ids;
   c["dataset"] = o.dataset;
-  c["seed"] = o.seed;
+  c["seed"] = static_cast<std::int64_t>(o.seed);  // an integer, as vLLM writes it
   c["timeout"] = o.timeout_s;
   c["max_duration"] = o.max_duration_s;
   return c;

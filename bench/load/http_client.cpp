@@ -84,6 +84,7 @@ class http_connection : public std::enable_shared_from_this<http_connection> {
   std::optional<steady::time_point> done_at_;               // when "[DONE]" arrived
   request_result result_;                                   // filled as events arrive
   std::int64_t counted_chunks_ = 0;                         // chunks with content (fallback for usage)
+  std::int64_t events_ = 0;                                 // SSE events seen (none: not a stream)
 };
 
 class http_client final : public bench_client {
@@ -159,6 +160,7 @@ void http_connection::start(std::string body, std::int64_t estimated_input, benc
   last_chunk_.reset();
   done_at_.reset();
   counted_chunks_ = 0;
+  events_ = 0;
   sse_ = sse_parser{};
   error_body_.clear();
   req_ = http::request<http::string_body>(http::verb::post, cfg.endpoint, 11);
@@ -174,7 +176,7 @@ void http_connection::start(std::string body, std::int64_t estimated_input, benc
   timer_.expires_after(to_duration(cfg.timeout_s));
   timer_.async_wait([this, self = shared_from_this(), gen = generation_](error_code ec) {
     if (ec || gen != generation_ || !busy_) return;
-    fail("timeout: no answer within " + std::to_string(owner_.config().timeout_s) + " s");
+    fail("timeout: no answer within " + format_seconds(owner_.config().timeout_s));
   });
   reused_ = open_;
   if (open_) return write();
@@ -259,6 +261,7 @@ void http_connection::on_body_bytes(std::size_t n, steady::time_point now) {
 }
 
 void http_connection::on_event(const sse_event& e, steady::time_point now) {
+  ++events_;
   const http_chunk c = parse_http_event(e.data, is_chat_endpoint(owner_.config().endpoint));
   if (!c.error.empty()) return fail(c.error);
   if (c.done) {
@@ -293,6 +296,7 @@ void http_connection::complete() {
     on_event(e, now);
     if (!busy_) return;
   }
+  if (events_ == 0) return fail("the answer was not an event stream (is streaming supported?)");
   request_result r = std::move(result_);
   r.ok = true;
   r.e2el_s = seconds(done_at_.value_or(now) - sent_);

@@ -110,7 +110,7 @@ class line_client final : public bench_client {
       auto it = requests_.find(id);
       if (it == requests_.end()) return;
       auto on = it->second.conn;
-      fail(id, "timeout: no answer within " + std::to_string(config_.timeout_s) + " s");
+      fail(id, "timeout: no answer within " + format_seconds(config_.timeout_s));
       on->write_if_ready(boost::json::serialize(boost::json::object{{"cancel", id}}) + "\n");
     });
     conn->ids.insert(id);

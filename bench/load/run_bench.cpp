@@ -95,7 +95,7 @@ class request_scheduler {
   void stop_at_deadline() {
     stopped_ = true;
     arrival_timer_.cancel();
-    const std::string why = "--max-duration of " + std::to_string(max_duration_s_) + " s reached";
+    const std::string why = "--max-duration of " + format_seconds(max_duration_s_) + " reached";
     while (next_ < results_.size()) {
       request_result r;
       r.error = "not sent: " + why;
