@@ -21,6 +21,17 @@ struct paged_kv_view {
   std::int64_t head_dim = 0;
 };
 
+// The device cache: the same layout, stored as IEEE f16 (the bits in a std::uint16_t, so host
+// code needs no vendor half type). Kernels read it into f32 and compute in f32.
+struct paged_kv_f16 {
+  std::uint16_t* k = nullptr;      // [n_blocks][block_size][n_kv_heads][head_dim]
+  std::uint16_t* v = nullptr;      // same shape as k
+  std::int64_t n_blocks = 0;
+  std::int64_t block_size = 0;
+  std::int64_t n_kv_heads = 0;
+  std::int64_t head_dim = 0;
+};
+
 struct kv_write_params {
   paged_kv_view cache;
   const float* k = nullptr;              // [n_tokens, n_kv_heads, head_dim]

@@ -28,8 +28,10 @@
 //     up to rounding at the boundaries.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "gpu_worker/step.h"
 
@@ -47,4 +49,89 @@ double tail_uniform(std::uint64_t seed, std::int64_t position) noexcept;
 gpu_worker::seq_output candidates_ref(std::span<const float> logits, const gpu_worker::logit_params& p,
                                       std::int64_t position);
 
+// ---- The GPU op (kernels/candidates.hip): the same reduction for a batch of sequences ----
+//
+// Inputs are plain arrays the worker uploads each step: one candidates_seq per sequence, and the
+// bias and count pairs of all sequences concatenated (each sequence names its range). The tail
+// draw's uniform is computed on the host (tail_uniform) and passed in. The output is one
+// fixed-size record per sequence (header + max_k entries) in one device buffer that the worker
+// copies back whole.
+
+inline constexpr std::int32_t candidates_max_k = 256;
+
+struct candidates_seq {
+  float temperature = 0.f;              // as logit_params
+  float repetition_penalty = 1.f;
+  float presence_penalty = 0.f;
+  float frequency_penalty = 0.f;
+  std::int32_t top_k = 1;               // in [1, max_k]; clamped to the vocabulary
+  std::int32_t bias_begin = 0;          // this sequence's pairs: bias_ids/values[begin, begin + count)
+  std::int32_t bias_count = 0;
+  std::int32_t counts_begin = 0;        // count_ids/values[begin, begin + count): distinct ids
+  std::int32_t counts_count = 0;
+  std::int32_t reserved = 0;
+  double tail_u = 0.0;                  // tail_uniform(seed, position)
+};
+
+// Record layout: this header, then max_k entries (the first n_top used, best first).
+struct candidates_record_header {
+  float log_normalizer = 0.f;
+  float tail_mass = 0.f;
+  std::int32_t tail_token = -1;
+  float tail_logit = 0.f;
+  std::int32_t n_top = 0;
+  std::int32_t flags = 0;               // candidates_flag_*: the input broke the op's preconditions
+  std::int32_t reserved[2] = {0, 0};
+};
+struct candidates_record_entry {
+  std::int32_t token = -1;
+  float logit = 0.f;
+};
+inline constexpr std::int32_t candidates_flag_bad_logit = 1;  // a NaN or +inf processed logit
+inline constexpr std::int32_t candidates_flag_no_finite = 2;  // no token has a finite logit
+
+inline std::size_t candidates_record_bytes(std::int32_t max_k) {
+  return sizeof(candidates_record_header) + std::size_t(max_k) * sizeof(candidates_record_entry);
+}
+
+struct candidates_params {
+  float* logits = nullptr;                     // [n_seqs, vocab] raw; processed IN PLACE
+  std::int64_t vocab = 0;                      // in [1, 2^31)
+  std::int64_t n_seqs = 0;
+  const candidates_seq* seqs = nullptr;        // [n_seqs]
+  const std::int32_t* bias_ids = nullptr;      // concatenated (token, bias) pairs
+  const float* bias_values = nullptr;
+  const std::int32_t* count_ids = nullptr;     // concatenated (token, occurrences) pairs
+  const std::int32_t* count_values = nullptr;
+  std::int32_t max_k = candidates_max_k;       // record capacity, in [1, candidates_max_k]
+  void* out = nullptr;                         // n_seqs records of candidates_record_bytes(max_k)
+};
+
+// The host side of the upload: the flat arrays for a batch, validated as candidates_ref
+// validates (ids inside the vocabulary, distinct count ids, counts >= 0, top_k in [1, max_k]);
+// a violation throws std::invalid_argument. positions[s] seeds sequence s's tail draw.
+struct candidates_batch {
+  std::vector<candidates_seq> seqs;
+  std::vector<std::int32_t> bias_ids;
+  std::vector<float> bias_values;
+  std::vector<std::int32_t> count_ids;
+  std::vector<std::int32_t> count_values;
+};
+candidates_batch pack_candidates(std::span<const gpu_worker::logit_params> params,
+                                 std::span<const std::int64_t> positions, std::int64_t vocab,
+                                 std::int32_t max_k = candidates_max_k);
+
+// Reads one record (host copy) back as the reference's result (seq_id left 0).
+gpu_worker::seq_output unpack_candidates(const void* record);
+
 }  // namespace anvil::kernels
+
+#if defined(ANVIL_GPU_CUDA) || defined(ANVIL_GPU_HIP)
+#include "kernels/gpu_runtime.h"
+
+namespace anvil::kernels {
+// One block per sequence. Needs no workspace (the logits buffer is processed in place).
+// Rejects (hipErrorInvalidValue) a vocabulary or max_k out of range or a misaligned output.
+hipError_t launch_candidates(const candidates_params& p, hipStream_t stream);
+}  // namespace anvil::kernels
+#endif

@@ -10,6 +10,7 @@
 #include <cstddef>
 
 #if defined(ANVIL_GPU_CUDA)
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 using hipError_t = cudaError_t;
@@ -73,6 +74,7 @@ inline hipError_t hipEventElapsedTime(float* ms, hipEvent_t a, hipEvent_t b) { r
 
 #elif defined(ANVIL_GPU_HIP)
 #if defined(__HIPCC__)
+#include <hip/hip_fp16.h>
 #include <hip/hip_runtime.h>
 #else
 #include <hip/hip_runtime_api.h>  // host-only translation units compiled by the C++ compiler
@@ -139,6 +141,112 @@ __device__ __forceinline__ T block_reduce_sum(T v) {
   __syncthreads();
   T total = lane < warps ? partial[lane] : T(0);
   return warp_reduce_sum(total);
+}
+
+}  // namespace anvil::gpu
+#endif
+
+// ---- f16 storage (the device KV cache): IEEE binary16 bits in a std::uint16_t ----
+// Params structs carry `std::uint16_t*` so that host translation units need no vendor half
+// type; kernels convert with the helpers below. The host versions (round to nearest even) let
+// tests and CPU code round values exactly as the device stores them.
+#include <cstdint>
+#include <cstring>
+
+namespace anvil::gpu {
+
+using half_bits = std::uint16_t;
+
+inline float host_half_to_float(half_bits h) noexcept {
+  const std::uint32_t sign = std::uint32_t(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  std::uint32_t bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (mant << 13);  // inf / NaN
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112u) << 23) | (mant << 13);
+  } else if (mant == 0) {
+    bits = sign;
+  } else {  // subnormal: normalise
+    int e = -1;
+    std::uint32_t m = mant;
+    do { m <<= 1; ++e; } while ((m & 0x400u) == 0);
+    bits = sign | (std::uint32_t(112 - e) << 23) | ((m & 0x3ffu) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+inline half_bits host_float_to_half(float f) noexcept {
+  std::uint32_t x;
+  std::memcpy(&x, &f, sizeof x);
+  const std::uint32_t sign = (x >> 16) & 0x8000u;
+  const std::uint32_t abs = x & 0x7fffffffu;
+  if (abs >= 0x7f800000u) return half_bits(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0u));
+  if (abs >= 0x477ff000u) return half_bits(sign | 0x7c00u);  // rounds to >= 65520: inf
+  if (abs < 0x38800000u) {  // below the smallest normal half: subnormal or zero
+    if (abs < 0x33000000u) return half_bits(sign);  // < 2^-25 rounds to 0
+    const std::uint32_t e = abs >> 23, m = (abs & 0x7fffffu) | 0x800000u;
+    const std::uint32_t shift = 126u - e;  // 14..24
+    std::uint32_t r = m >> shift;
+    const std::uint32_t rem = m & ((1u << shift) - 1), halfway = 1u << (shift - 1);
+    if (rem > halfway || (rem == halfway && (r & 1u))) ++r;
+    return half_bits(sign | r);
+  }
+  std::uint32_t r = ((abs >> 13) - (112u << 10));
+  const std::uint32_t rem = abs & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) ++r;
+  return half_bits(sign | r);
+}
+
+// A float rounded through f16, as the device KV cache stores it.
+inline float host_round_to_half(float f) noexcept { return host_half_to_float(host_float_to_half(f)); }
+
+}  // namespace anvil::gpu
+
+#if defined(__CUDACC__) || defined(__HIPCC__)
+namespace anvil::gpu {
+
+__device__ __forceinline__ float half_to_float(half_bits h) { return __half2float(__ushort_as_half(h)); }
+__device__ __forceinline__ half_bits float_to_half(float f) { return __half_as_ushort(__float2half_rn(f)); }
+
+// Lane i receives v from lane i - delta (lanes below delta keep their own value).
+template <class T>
+__device__ __forceinline__ T shfl_up(T v, unsigned delta) {
+#if defined(ANVIL_GPU_CUDA)
+  return __shfl_up_sync(0xffffffffu, v, delta, warp_size);
+#else
+  return __shfl_up(v, delta, warp_size);
+#endif
+}
+
+// Lane i receives v from lane `src` of its warp.
+template <class T>
+__device__ __forceinline__ T shfl(T v, int src) {
+#if defined(ANVIL_GPU_CUDA)
+  return __shfl_sync(0xffffffffu, v, src, warp_size);
+#else
+  return __shfl(v, src, warp_size);
+#endif
+}
+
+// Correctly rounded float multiply and add that the compiler never fuses into an FMA: where a
+// kernel must reproduce a CPU reference bit for bit (the candidates' logit processing).
+__device__ __forceinline__ float mul_rn(float a, float b) {
+#if defined(ANVIL_GPU_CUDA)
+  return __fmul_rn(a, b);
+#else
+#pragma clang fp contract(off)
+  return a * b;
+#endif
+}
+__device__ __forceinline__ float add_rn(float a, float b) {
+#if defined(ANVIL_GPU_CUDA)
+  return __fadd_rn(a, b);
+#else
+#pragma clang fp contract(off)
+  return a + b;
+#endif
 }
 
 }  // namespace anvil::gpu

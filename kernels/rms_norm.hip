@@ -1,4 +1,5 @@
-// RMSNorm kernel: one block per row. Each thread accumulates the squares of a strided slice of
+// RMSNorm kernel: one block per row (short rows, such as qwen3's Q/K norm over head_dim: one
+// warp per row, so a block does not idle most of its threads). Each thread accumulates the squares of a strided slice of
 // the row (16-byte loads when the row is 16-byte aligned), the block reduces them, then every
 // thread writes its slice scaled. The second read of x mostly hits L1/L2 (a row is a few KB).
 #include "kernels/rms_norm.h"
@@ -44,6 +45,39 @@ __global__ void __launch_bounds__(block_size) rms_norm_kernel(rms_norm_params p)
   }
 }
 
+// One warp per row, for rows of at most short_row_max columns (Q/K norm: rows = tokens * heads).
+constexpr std::int64_t short_row_max = 512;
+
+// A block takes rows_per_block rows (fixed, so the host need not know the warp size); its warps
+// take them in turn (8 warps of 32 one each, 4 warps of 64 two each).
+constexpr int rows_per_block = block_size / 32;
+
+__global__ void __launch_bounds__(block_size) rms_norm_short_rows_kernel(rms_norm_params p) {
+  constexpr int warps = block_size / gpu::warp_size;
+  const int lane = threadIdx.x % gpu::warp_size;
+  for (int r = threadIdx.x / gpu::warp_size; r < rows_per_block; r += warps) {
+    const std::int64_t row = std::int64_t(blockIdx.x) * rows_per_block + r;
+    if (row >= p.rows) break;  // uniform across the warp: the shuffles stay convergent
+    const float* x = p.x + row * p.cols;
+    float* y = p.y + row * p.cols;
+    float v[short_row_max / 32];
+    float sum_sq = 0.f;
+#pragma unroll
+    for (int j = 0; j < short_row_max / 32; ++j) {
+      const std::int64_t c = lane + std::int64_t(j) * gpu::warp_size;
+      v[j] = c < p.cols ? x[c] : 0.f;
+      sum_sq += v[j] * v[j];
+    }
+    sum_sq = gpu::warp_reduce_sum(sum_sq);
+    const float scale = rsqrtf(sum_sq / float(p.cols) + p.eps);
+#pragma unroll
+    for (int j = 0; j < short_row_max / 32; ++j) {
+      const std::int64_t c = lane + std::int64_t(j) * gpu::warp_size;
+      if (c < p.cols) y[c] = v[j] * scale * p.weight[c];
+    }
+  }
+}
+
 bool aligned16(const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; }
 
 }  // namespace
@@ -51,6 +85,11 @@ bool aligned16(const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) %
 hipError_t launch_rms_norm(const rms_norm_params& p, hipStream_t stream) {
   if (p.rows == 0) return hipSuccess;
   if (p.rows < 0 || p.rows > 0x7fffffff || p.cols <= 0) return hipErrorInvalidValue;
+  if (p.cols <= short_row_max && p.rows > 1) {
+    const dim3 grid(static_cast<unsigned>((p.rows + rows_per_block - 1) / rows_per_block));
+    rms_norm_short_rows_kernel<<<grid, block_size, 0, stream>>>(p);
+    return hipGetLastError();
+  }
   const bool vec4 = p.cols % 4 == 0 && aligned16(p.x) && aligned16(p.y) && aligned16(p.weight);
   const dim3 grid(static_cast<unsigned>(p.rows));
   if (vec4) {

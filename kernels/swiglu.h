@@ -14,4 +14,29 @@ struct swiglu_params {
 
 void swiglu_ref(const swiglu_params& p);
 
+// The same op on rows with strides, so gate and up can be the two halves of one fused
+// [rows, 2 * cols] projection (gate = buf, up = buf + cols, strides 2 * cols) or two buffers.
+struct swiglu_rows_params {
+  const float* gate = nullptr;     // row r at gate + r * gate_stride, cols elements
+  const float* up = nullptr;       // row r at up + r * up_stride
+  float* out = nullptr;            // row r at out + r * out_stride; may alias gate or up exactly
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+  std::int64_t gate_stride = 0;    // in elements, >= cols
+  std::int64_t up_stride = 0;
+  std::int64_t out_stride = 0;
+};
+
+// CPU reference: swiglu_ref row by row.
+void swiglu_rows_ref(const swiglu_rows_params& p);
+
 }  // namespace anvil::kernels
+
+#if defined(ANVIL_GPU_CUDA) || defined(ANVIL_GPU_HIP)
+#include "kernels/gpu_runtime.h"
+
+namespace anvil::kernels {
+// Elementwise, 16-byte accesses when every row start is 16-byte aligned.
+hipError_t launch_swiglu(const swiglu_rows_params& p, hipStream_t stream);
+}  // namespace anvil::kernels
+#endif

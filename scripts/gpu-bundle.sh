@@ -6,15 +6,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-.device/bundle}
-targets=(anvil kernels_gpu_test)
+targets=(anvil kernels_gpu_test kernels_gpu_ops_test)
 
 cmake -S . -B build-cuda -G Ninja -DANVIL_GPU=cuda -DANVIL_BUILD_BENCH=OFF >/dev/null
 cmake --build build-cuda -j2 --target "${targets[@]}"
 
 rm -rf "$out"
 mkdir -p "$out/lib"
-cp build-cuda/anvil build-cuda/tests/kernels_gpu_test "$out/"
-for bin in "$out"/anvil "$out"/kernels_gpu_test; do
-  ldd "$bin" | awk '/=> \// {print $3}' | grep -E 'lib(spdlog|fmt|boost)' | xargs -r cp -n -t "$out/lib"
+cp build-cuda/anvil build-cuda/tests/kernels_gpu_test build-cuda/tests/kernels_gpu_ops_test "$out/"
+for bin in "$out"/anvil "$out"/kernels_gpu_test "$out"/kernels_gpu_ops_test; do
+  ldd "$bin" | awk '/=> \// {print $3}' | grep -E 'lib(spdlog|fmt|boost|gomp)' | xargs -r cp -n -t "$out/lib"
 done
 du -sh "$out"

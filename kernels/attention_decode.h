@@ -1,0 +1,60 @@
+// Paged attention for decode: one query token per sequence, many sequences, over the f16 device
+// cache (kernels/attention.h, paged_kv_f16). The definition is attention_ref with one token per
+// sequence whose K/V is already in the cache (rope_kv_write runs first): sequence s attends to
+// positions [0, context_lens[s]).
+//
+// Design (flash-decoding): a block takes one sequence, one kv head — and all query heads that
+// share it (GQA), so each K/V row is read from memory once — and one split of the context of
+// attention_decode_split positions. Scores go to shared memory, softmax in f32. With one split
+// the block writes the output; with several it writes its partial output and (max, sum) to the
+// workspace and a second kernel merges them. Splits have a fixed length, so a sequence's result
+// does not depend on the rest of the batch, and a single long sequence still fills the GPU.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/attention.h"
+
+namespace anvil::kernels {
+
+inline constexpr std::int64_t attention_decode_split = 256;  // context positions per split
+
+struct attention_decode_params {
+  const float* q = nullptr;                  // [n_seqs, n_heads, head_dim]
+  float* out = nullptr;                      // [n_seqs, n_heads, head_dim]; must not alias q
+  paged_kv_f16 cache;                        // one layer, read only; head_dim 64 or 128
+  std::int64_t n_heads = 0;                  // a multiple of cache.n_kv_heads
+  const std::int32_t* block_tables = nullptr;  // [n_seqs, block_table_stride] block ids
+  std::int64_t block_table_stride = 0;       // >= blocks covering max_context
+  const std::int32_t* context_lens = nullptr;  // [n_seqs], each in [1, max_context]
+  std::int64_t n_seqs = 0;                   // <= 65535
+  std::int64_t max_context = 0;              // >= every context_lens[s]: sizes the grid and workspace
+  float scale = 1.f;                         // usually 1 / sqrt(head_dim)
+  void* workspace = nullptr;                 // attention_decode_workspace_bytes(...) bytes, 16-byte aligned
+  std::size_t workspace_bytes = 0;
+};
+
+inline std::int64_t attention_decode_splits(std::int64_t max_context) {
+  return (max_context + attention_decode_split - 1) / attention_decode_split;
+}
+
+// Scratch for the split partials; 0 when max_context fits in one split. Layout: partial outputs
+// [n_seqs][n_heads][splits][head_dim] floats, then (max, sum) pairs [n_seqs][n_heads][splits].
+inline std::size_t attention_decode_workspace_bytes(std::int64_t n_seqs, std::int64_t n_heads, std::int64_t head_dim,
+                                                    std::int64_t max_context) {
+  const std::int64_t splits = attention_decode_splits(max_context);
+  if (splits <= 1 || n_seqs <= 0 || n_heads <= 0) return 0;
+  return std::size_t(n_seqs * n_heads * splits) * std::size_t(head_dim + 2) * sizeof(float);
+}
+
+}  // namespace anvil::kernels
+
+#if defined(ANVIL_GPU_CUDA) || defined(ANVIL_GPU_HIP)
+#include "kernels/gpu_runtime.h"
+
+namespace anvil::kernels {
+// Rejects (hipErrorInvalidValue) unsupported shapes, a short workspace or misaligned pointers.
+hipError_t launch_attention_decode(const attention_decode_params& p, hipStream_t stream);
+}  // namespace anvil::kernels
+#endif

@@ -1,0 +1,50 @@
+// Paged attention for prefill and chunked prefill: many query tokens per sequence, causal, over
+// the f16 device cache (kernels/attention.h, paged_kv_f16). The definition is attention_ref: the
+// chunk's tokens sit at positions start_pos.. and attend to every cached position up to their
+// own — the earlier chunks' and their own chunk's K/V, which rope_kv_write stored first.
+//
+// Design (FlashAttention-style, f32 on the CUDA cores; tensor cores are a later step): a block
+// takes 32 query rows of one sequence and one kv head, a row being (token, query head) over the
+// heads that share the kv head (GQA: K/V tiles are loaded once for all of them). It walks the
+// context in tiles of one warp's width of keys, staged in shared memory as f16; each warp keeps
+// its rows' running max, sum and output in registers (online softmax) and updates them per tile.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/attention.h"
+
+namespace anvil::kernels {
+
+// One sequence's query tokens: rows [first_token, first_token + n_tokens) of q/out at positions
+// [start_pos, start_pos + n_tokens). Plain data, uploaded as an array.
+struct attention_prefill_seq {
+  std::int32_t first_token = 0;
+  std::int32_t n_tokens = 0;
+  std::int32_t start_pos = 0;
+  std::int32_t reserved = 0;
+};
+
+struct attention_prefill_params {
+  const float* q = nullptr;                    // [total tokens, n_heads, head_dim]
+  float* out = nullptr;                        // [total tokens, n_heads, head_dim]; must not alias q
+  paged_kv_f16 cache;                          // one layer, read only; head_dim 64 or 128
+  std::int64_t n_heads = 0;                    // a multiple of cache.n_kv_heads
+  const attention_prefill_seq* seqs = nullptr;  // [n_seqs], device memory
+  std::int64_t n_seqs = 0;                     // <= 65535
+  std::int64_t max_seq_tokens = 0;             // >= every seqs[s].n_tokens: sizes the grid
+  const std::int32_t* block_tables = nullptr;  // [n_seqs, block_table_stride] block ids
+  std::int64_t block_table_stride = 0;         // covers start_pos + n_tokens of every sequence
+  float scale = 1.f;
+};
+
+}  // namespace anvil::kernels
+
+#if defined(ANVIL_GPU_CUDA) || defined(ANVIL_GPU_HIP)
+#include "kernels/gpu_runtime.h"
+
+namespace anvil::kernels {
+// Needs no workspace. Rejects (hipErrorInvalidValue) unsupported shapes or a misaligned cache.
+hipError_t launch_attention_prefill(const attention_prefill_params& p, hipStream_t stream);
+}  // namespace anvil::kernels
+#endif

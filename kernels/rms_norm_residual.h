@@ -1,0 +1,35 @@
+// The residual add fused with the next RMSNorm, as every transformer layer chains them:
+//   h[r, :] += delta[r, :];  y[r, :] = rms_norm(h[r, :]) * weight
+// One pass writes both the updated residual stream h and the normalised y (the input of the next
+// projection). With delta null it is the plain RMSNorm of h (h left alone). Q/K norm (qwen3: a
+// RMSNorm per head over head_dim, on the q and k rows) is launch_rms_norm (kernels/rms_norm.h)
+// with rows = tokens * heads and cols = head_dim, in place; it has a warp-per-row path for such
+// short rows.
+#pragma once
+
+#include <cstdint>
+
+namespace anvil::kernels {
+
+struct rms_norm_residual_params {
+  float* h = nullptr;             // [rows, cols] residual stream; h += delta in place
+  const float* delta = nullptr;   // [rows, cols] added to h first, or null (no add)
+  const float* weight = nullptr;  // [cols] per-channel gain
+  float* y = nullptr;             // [rows, cols] normalised output; must not alias h or delta
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;          // > 0
+  float eps = 1e-6f;
+};
+
+// CPU reference: the float add (as model/cpu_forward.cpp does it), then rms_norm_ref.
+void rms_norm_residual_ref(const rms_norm_residual_params& p);
+
+}  // namespace anvil::kernels
+
+#if defined(ANVIL_GPU_CUDA) || defined(ANVIL_GPU_HIP)
+#include "kernels/gpu_runtime.h"
+
+namespace anvil::kernels {
+hipError_t launch_rms_norm_residual(const rms_norm_residual_params& p, hipStream_t stream);
+}  // namespace anvil::kernels
+#endif

@@ -1,0 +1,403 @@
+// The attention-side GPU kernels against their CPU references: rope_kv_write (RoPE + the f16
+// paged KV write), paged decode attention (split-K) and paged prefill attention. The device
+// cache is f16, so the references run on K/V rounded through f16 (the cache's own values): what
+// remains is summation order and f32 softmax. Sentinels guard every output; untouched cache
+// slots must keep their bits. Label: gpu.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernels/attention.h"
+#include "kernels/attention_decode.h"
+#include "kernels/attention_prefill.h"
+#include "kernels/rope.h"
+#include "kernels/rope_kv_write.h"
+#include "tests/kernels/gpu_array.h"
+#include "tests/kernels/op_check.h"
+
+namespace {
+
+using namespace anvil::kernels;
+using namespace anvil::kernels::testing;
+using anvil::gpu::host_float_to_half;
+using anvil::gpu::host_half_to_float;
+
+// A random f16 cache (every slot holds some value, so untouched slots can be checked).
+std::vector<std::uint16_t> random_cache(std::size_t n, std::mt19937& rng, float lo = -1.f, float hi = 1.f) {
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<std::uint16_t> c(n);
+  for (auto& x : c) x = host_float_to_half(d(rng));
+  return c;
+}
+
+std::vector<float> to_float(const std::vector<std::uint16_t>& h) {
+  std::vector<float> f(h.size());
+  for (std::size_t i = 0; i < h.size(); ++i) f[i] = host_half_to_float(h[i]);
+  return f;
+}
+
+// A shuffled pool of block ids, dealt out to sequences: non-contiguous, out-of-order tables.
+struct block_deal {
+  std::vector<std::int32_t> pool;
+  std::size_t next = 0;
+  block_deal(std::int64_t n_blocks, std::mt19937& rng) : pool(std::size_t(n_blocks)) {
+    std::iota(pool.begin(), pool.end(), 0);
+    std::shuffle(pool.begin(), pool.end(), rng);
+  }
+  std::vector<std::int32_t> take(std::int64_t n) {
+    std::vector<std::int32_t> t(pool.begin() + std::ptrdiff_t(next), pool.begin() + std::ptrdiff_t(next + n));
+    next += std::size_t(n);
+    return t;
+  }
+};
+
+std::int64_t blocks_for(std::int64_t positions, std::int64_t bs) { return (positions + bs - 1) / bs; }
+
+// ---------------------------------------------------------------------------------------------
+// rope_kv_write
+
+struct rope_case {
+  std::int64_t n_tokens, n_heads, n_kv_heads, head_dim, rot_dim;
+  rope_style style;
+  bool factors;
+  std::string str() const {
+    std::ostringstream s;
+    s << "rope_kv_write(tokens=" << n_tokens << ", heads=" << n_heads << "/" << n_kv_heads << ", head_dim=" << head_dim
+      << ", rot_dim=" << rot_dim << ", " << (style == rope_style::neox ? "neox" : "normal")
+      << (factors ? ", freq_factors" : "") << ")";
+    return s.str();
+  }
+};
+
+class RopeKvWriteGpu : public ::testing::TestWithParam<rope_case> {};
+
+TEST_P(RopeKvWriteGpu, MatchesRopeThenKvWrite) {
+  require_device();
+  const rope_case c = GetParam();
+  SCOPED_TRACE(c.str());
+  std::mt19937 rng(unsigned(c.n_tokens * 131 + c.head_dim + c.n_heads));
+  const std::int64_t bs = 16, n_blocks = blocks_for(c.n_tokens, bs) * 2 + 3;
+  const std::int64_t kv_row = c.n_kv_heads * c.head_dim;
+
+  std::vector<float> q = random_vector(std::size_t(c.n_tokens * c.n_heads * c.head_dim), rng, -2.f, 2.f);
+  std::vector<float> k = random_vector(std::size_t(c.n_tokens * kv_row), rng, -2.f, 2.f);
+  const std::vector<float> v = random_vector(std::size_t(c.n_tokens * kv_row), rng, -2.f, 2.f);
+  std::vector<std::int32_t> positions(std::size_t(c.n_tokens));
+  std::uniform_int_distribution<std::int32_t> pos_d(0, 131071);
+  for (auto& p : positions) p = pos_d(rng);
+  positions[0] = 0;
+  // Distinct slots spread over a shuffled cache; the last token is padding (slot -1) when there
+  // are several.
+  std::vector<std::int64_t> all_slots(std::size_t(n_blocks * bs));
+  std::iota(all_slots.begin(), all_slots.end(), 0);
+  std::shuffle(all_slots.begin(), all_slots.end(), rng);
+  std::vector<std::int64_t> slots(all_slots.begin(), all_slots.begin() + c.n_tokens);
+  if (c.n_tokens > 1) slots.back() = -1;
+  std::vector<float> factors;
+  if (c.factors) {
+    factors = random_vector(std::size_t(c.rot_dim / 2), rng, 1.f, 8.f);
+  }
+  const std::vector<std::uint16_t> cache0 = random_cache(std::size_t(n_blocks * bs * kv_row), rng);
+
+  // Reference: rope on q and k (float), then the write rounded to f16.
+  std::vector<float> q_ref = q, k_ref = k;
+  const float* fp = c.factors ? factors.data() : nullptr;
+  rope_ref({q_ref.data(), c.n_tokens, c.n_heads, c.head_dim, c.rot_dim, positions.data(), 500000.f, 0.5f, fp, c.style});
+  rope_ref({k_ref.data(), c.n_tokens, c.n_kv_heads, c.head_dim, c.rot_dim, positions.data(), 500000.f, 0.5f, fp, c.style});
+  std::vector<std::uint16_t> k_cache_ref = cache0, v_cache_ref = cache0;
+  for (std::int64_t t = 0; t < c.n_tokens; ++t) {
+    if (slots[std::size_t(t)] < 0) continue;
+    for (std::int64_t e = 0; e < kv_row; ++e) {
+      k_cache_ref[std::size_t(slots[std::size_t(t)] * kv_row + e)] = host_float_to_half(k_ref[std::size_t(t * kv_row + e)]);
+      v_cache_ref[std::size_t(slots[std::size_t(t)] * kv_row + e)] = host_float_to_half(v[std::size_t(t * kv_row + e)]);
+    }
+  }
+
+  guarded_array<float> dq(q), dk(k), dv(v), dfactors(factors.empty() ? std::vector<float>{0.f} : factors);
+  guarded_array<std::int32_t> dpos(positions);
+  guarded_array<std::int64_t> dslots(slots);
+  guarded_array<std::uint16_t> dkc(cache0), dvc(cache0);
+  rope_kv_write_params p;
+  p.q = dq.data();
+  p.k = dk.data();
+  p.v = dv.data();
+  p.cache = {dkc.data(), dvc.data(), n_blocks, bs, c.n_kv_heads, c.head_dim};
+  p.n_tokens = c.n_tokens;
+  p.n_heads = c.n_heads;
+  p.rot_dim = c.rot_dim;
+  p.positions = dpos.data();
+  p.slots = dslots.data();
+  p.freq_base = 500000.f;
+  p.freq_scale = 0.5f;
+  p.freq_factors = c.factors ? dfactors.data() : nullptr;
+  p.style = c.style;
+  ANVIL_GPU_CHECK(launch_rope_kv_write(p, nullptr));
+  ANVIL_GPU_CHECK(hipDeviceSynchronize());
+
+  const double q_err = nmse(dq.download(), q_ref);
+  EXPECT_LT(q_err, 1e-12) << "q nmse " << q_err;
+  EXPECT_EQ(dk.download(), k) << "k is read only";
+  // K may differ by one f16 ulp where the device's double sin/cos land across a rounding
+  // boundary; V and every slot not written must match bit for bit.
+  const std::vector<std::uint16_t> kc = dkc.download(), vc = dvc.download();
+  std::size_t k_off_by_one = 0, k_bad = 0;
+  for (std::size_t i = 0; i < kc.size(); ++i) {
+    const int diff = std::abs(int(kc[i]) - int(k_cache_ref[i]));
+    k_off_by_one += diff == 1;
+    k_bad += diff > 1;
+  }
+  EXPECT_EQ(k_bad, 0u);
+  EXPECT_LE(k_off_by_one, kc.size() / 1000 + 1);
+  EXPECT_TRUE(vc == v_cache_ref) << "V cache (or an untouched slot) differs";
+  std::printf("  %-75s q nmse=%.3g, k off-by-one ulp=%zu\n", c.str().c_str(), q_err, k_off_by_one);
+  for (auto* g : {&dq, &dk, &dv, &dfactors}) EXPECT_TRUE(g->guards_intact());
+  EXPECT_TRUE(dkc.guards_intact());
+  EXPECT_TRUE(dvc.guards_intact());
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, RopeKvWriteGpu,
+                         ::testing::Values(rope_case{1, 8, 8, 64, 64, rope_style::normal, false},
+                                           rope_case{17, 32, 8, 128, 128, rope_style::normal, true},   // llama 3
+                                           rope_case{33, 14, 2, 64, 64, rope_style::neox, false},     // qwen2.5 0.5B
+                                           rope_case{300, 16, 8, 128, 128, rope_style::neox, false},  // qwen3
+                                           rope_case{5, 8, 1, 128, 64, rope_style::neox, true},       // partial rotation
+                                           rope_case{9, 4, 4, 64, 32, rope_style::normal, false}));
+
+// ---------------------------------------------------------------------------------------------
+// Attention: shared set-up. Sequences with shuffled block tables over one random f16 cache.
+
+struct attn_seq_shape {
+  std::int64_t start_pos, n_tokens;  // decode: n_tokens 1, context start_pos + 1
+};
+
+struct attn_case {
+  std::int64_t head_dim, n_kv_heads, group;
+  std::vector<attn_seq_shape> seqs;
+  std::string str(const char* op) const {
+    std::ostringstream s;
+    s << op << "(head_dim=" << head_dim << ", kv_heads=" << n_kv_heads << ", group=" << group << ", seqs=[";
+    for (std::size_t i = 0; i < seqs.size(); ++i) s << (i ? " " : "") << seqs[i].start_pos << "+" << seqs[i].n_tokens;
+    s << "])";
+    return s.str();
+  }
+};
+
+struct attn_setup {
+  std::int64_t bs = 16, n_blocks = 0, n_heads = 0, total_tokens = 0, stride = 0, max_context = 0, max_tokens = 0;
+  std::vector<std::vector<std::int32_t>> tables;
+  std::vector<std::int32_t> flat_tables;
+  std::vector<std::uint16_t> k16, v16;
+  std::vector<float> q;
+  std::vector<float> ref;
+
+  attn_setup(const attn_case& c, std::mt19937& rng) {
+    n_heads = c.n_kv_heads * c.group;
+    for (const auto& s : c.seqs) {
+      const std::int64_t end = s.start_pos + s.n_tokens;
+      n_blocks += blocks_for(end, bs);
+      stride = std::max(stride, blocks_for(end, bs));
+      max_context = std::max(max_context, end);
+      max_tokens = std::max(max_tokens, s.n_tokens);
+      total_tokens += s.n_tokens;
+    }
+    n_blocks += 7;  // spare blocks no sequence owns
+    block_deal deal(n_blocks, rng);
+    flat_tables.assign(std::size_t(std::int64_t(c.seqs.size()) * stride), -1);
+    for (std::size_t i = 0; i < c.seqs.size(); ++i) {
+      tables.push_back(deal.take(blocks_for(c.seqs[i].start_pos + c.seqs[i].n_tokens, bs)));
+      std::copy(tables.back().begin(), tables.back().end(), flat_tables.begin() + std::ptrdiff_t(i * std::size_t(stride)));
+    }
+    const std::size_t cache_n = std::size_t(n_blocks * bs * c.n_kv_heads * c.head_dim);
+    k16 = random_cache(cache_n, rng, -2.f, 2.f);
+    v16 = random_cache(cache_n, rng, -1.f, 1.f);
+    q = random_vector(std::size_t(total_tokens * n_heads * c.head_dim), rng, -2.f, 2.f);
+
+    // The reference on the cache's own (f16) values.
+    std::vector<float> kf = to_float(k16), vf = to_float(v16);
+    std::vector<attention_seq> ref_seqs;
+    std::int64_t first = 0;
+    for (std::size_t i = 0; i < c.seqs.size(); ++i) {
+      ref_seqs.push_back({first, c.seqs[i].n_tokens, c.seqs[i].start_pos, tables[i].data()});
+      first += c.seqs[i].n_tokens;
+    }
+    ref.assign(q.size(), 0.f);
+    attention_ref({q.data(), ref.data(), n_heads, {kf.data(), vf.data(), n_blocks, bs, c.n_kv_heads, c.head_dim},
+                   1.f / std::sqrt(float(c.head_dim)), ref_seqs});
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Decode
+
+class AttentionDecodeGpu : public ::testing::TestWithParam<attn_case> {};
+
+TEST_P(AttentionDecodeGpu, MatchesReferenceOnF16Cache) {
+  require_device();
+  const attn_case c = GetParam();
+  SCOPED_TRACE(c.str("decode"));
+  std::mt19937 rng(unsigned(c.head_dim * 31 + c.group * 7 + c.seqs.size()));
+  const attn_setup s(c, rng);
+  std::vector<std::int32_t> lens;
+  for (const auto& sq : c.seqs) lens.push_back(std::int32_t(sq.start_pos + 1));
+
+  guarded_array<float> dq(s.q), dout(s.q.size());
+  guarded_array<std::uint16_t> dk(s.k16), dv(s.v16);
+  guarded_array<std::int32_t> dtables(s.flat_tables), dlens(lens);
+  const std::size_t ws_bytes = attention_decode_workspace_bytes(std::int64_t(c.seqs.size()), s.n_heads, c.head_dim, s.max_context);
+  guarded_array<unsigned char> dws(std::max<std::size_t>(ws_bytes, 1));
+  dout.poison();
+
+  attention_decode_params p;
+  p.q = dq.data();
+  p.out = dout.data();
+  p.cache = {dk.data(), dv.data(), s.n_blocks, s.bs, c.n_kv_heads, c.head_dim};
+  p.n_heads = s.n_heads;
+  p.block_tables = dtables.data();
+  p.block_table_stride = s.stride;
+  p.context_lens = dlens.data();
+  p.n_seqs = std::int64_t(c.seqs.size());
+  p.max_context = s.max_context;
+  p.scale = 1.f / std::sqrt(float(c.head_dim));
+  p.workspace = dws.data();
+  p.workspace_bytes = ws_bytes;
+  ANVIL_GPU_CHECK(launch_attention_decode(p, nullptr));
+  ANVIL_GPU_CHECK(hipDeviceSynchronize());
+  const std::vector<float> out = dout.download();
+  const double err = nmse(out, s.ref);
+  // Determinism: a second run gives the same bits.
+  ANVIL_GPU_CHECK(launch_attention_decode(p, nullptr));
+  ANVIL_GPU_CHECK(hipDeviceSynchronize());
+  EXPECT_TRUE(dout.download() == out) << "two runs differ";
+
+  std::printf("  %-75s nmse=%.3g splits=%lld\n", c.str("decode").c_str(), err,
+              static_cast<long long>(attention_decode_splits(s.max_context)));
+  EXPECT_LT(err, 1e-9) << "nmse " << err;
+  EXPECT_TRUE(dk.download() == s.k16 && dv.download() == s.v16) << "the cache is read only";
+  for (auto* g : {&dq, &dout}) EXPECT_TRUE(g->guards_intact());
+  EXPECT_TRUE(dk.guards_intact() && dv.guards_intact() && dtables.guards_intact() && dlens.guards_intact());
+  EXPECT_TRUE(dws.guards_intact());
+}
+
+std::vector<attn_case> decode_cases() {
+  std::vector<attn_case> cases;
+  const std::vector<std::vector<attn_seq_shape>> contexts = {
+      {{0, 1}},                                                         // context 1
+      {{16, 1}},                                                        // 17
+      {{299, 1}},                                                       // 300
+      {{4096, 1}},                                                      // 4097: split-K
+      {{4096, 1}, {0, 1}, {299, 1}, {16, 1}, {255, 1}, {256, 1}, {1000, 1}},  // mixed batch
+  };
+  for (std::int64_t hd : {64, 128}) {
+    for (std::int64_t group : {1, 4, 8}) {
+      for (const auto& ctx : contexts) cases.push_back({hd, group == 1 ? 4 : 2, group, ctx});
+    }
+  }
+  cases.push_back({128, 2, 7, {{300, 1}, {5000, 1}}});  // qwen2.5-7B's ratio
+  cases.push_back({64, 1, 14, {{700, 1}}});             // a group over 8 (two head chunks)
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionDecodeGpu, ::testing::ValuesIn(decode_cases()));
+
+// ---------------------------------------------------------------------------------------------
+// Prefill
+
+class AttentionPrefillGpu : public ::testing::TestWithParam<attn_case> {};
+
+TEST_P(AttentionPrefillGpu, MatchesReferenceOnF16Cache) {
+  require_device();
+  const attn_case c = GetParam();
+  SCOPED_TRACE(c.str("prefill"));
+  std::mt19937 rng(unsigned(c.head_dim * 37 + c.group * 11 + c.seqs.size()));
+  const attn_setup s(c, rng);
+  std::vector<attention_prefill_seq> seqs;
+  std::int32_t first = 0;
+  for (const auto& sq : c.seqs) {
+    seqs.push_back({first, std::int32_t(sq.n_tokens), std::int32_t(sq.start_pos), 0});
+    first += std::int32_t(sq.n_tokens);
+  }
+
+  guarded_array<float> dq(s.q), dout(s.q.size());
+  guarded_array<std::uint16_t> dk(s.k16), dv(s.v16);
+  guarded_array<std::int32_t> dtables(s.flat_tables);
+  guarded_array<attention_prefill_seq> dseqs(seqs);
+  dout.poison();
+
+  attention_prefill_params p;
+  p.q = dq.data();
+  p.out = dout.data();
+  p.cache = {dk.data(), dv.data(), s.n_blocks, s.bs, c.n_kv_heads, c.head_dim};
+  p.n_heads = s.n_heads;
+  p.seqs = dseqs.data();
+  p.n_seqs = std::int64_t(seqs.size());
+  p.max_seq_tokens = s.max_tokens;
+  p.block_tables = dtables.data();
+  p.block_table_stride = s.stride;
+  p.scale = 1.f / std::sqrt(float(c.head_dim));
+  ANVIL_GPU_CHECK(launch_attention_prefill(p, nullptr));
+  ANVIL_GPU_CHECK(hipDeviceSynchronize());
+  const double err = nmse(dout.download(), s.ref);
+  std::printf("  %-75s nmse=%.3g\n", c.str("prefill").c_str(), err);
+  EXPECT_LT(err, 1e-9) << "nmse " << err;
+  EXPECT_TRUE(dk.download() == s.k16 && dv.download() == s.v16) << "the cache is read only";
+  for (auto* g : {&dq, &dout}) EXPECT_TRUE(g->guards_intact());
+  EXPECT_TRUE(dk.guards_intact() && dv.guards_intact() && dtables.guards_intact() && dseqs.guards_intact());
+}
+
+std::vector<attn_case> prefill_cases() {
+  std::vector<attn_case> cases;
+  const std::vector<std::vector<attn_seq_shape>> batches = {
+      {{0, 1}},                                   // one token from 0
+      {{0, 17}},                                  // a prompt from 0
+      {{0, 300}},
+      {{300, 17}},                                // a chunk mid-sequence
+      {{3999, 98}},                               // a chunk reaching 4097
+      {{0, 17}, {256, 44}, {5, 1}, {0, 300}, {1000, 33}},  // mixed batch
+  };
+  for (std::int64_t hd : {64, 128}) {
+    for (std::int64_t group : {1, 4, 8}) {
+      for (const auto& b : batches) cases.push_back({hd, group == 1 ? 4 : 2, group, b});
+    }
+  }
+  cases.push_back({128, 2, 7, {{0, 45}, {123, 20}}});  // a group that does not divide the tile
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionPrefillGpu, ::testing::ValuesIn(prefill_cases()));
+
+TEST(AttentionGpuLaunch, RejectsBadShapesWithoutLaunching) {
+  require_device();
+  attention_decode_params d;
+  d.n_seqs = 1;
+  d.n_heads = 8;
+  d.cache = {nullptr, nullptr, 1, 16, 2, 96, };  // head_dim 96 unsupported
+  d.max_context = 1;
+  d.block_table_stride = 1;
+  EXPECT_EQ(launch_attention_decode(d, nullptr), hipErrorInvalidValue);
+  d.cache.head_dim = 128;
+  d.max_context = 1000;  // needs a workspace
+  d.block_table_stride = 100;
+  EXPECT_EQ(launch_attention_decode(d, nullptr), hipErrorInvalidValue);
+  attention_prefill_params pf;
+  pf.n_seqs = 1;
+  pf.max_seq_tokens = 1;
+  pf.n_heads = 6;
+  pf.cache = {nullptr, nullptr, 1, 16, 4, 64};  // 6 heads over 4 kv heads
+  EXPECT_EQ(launch_attention_prefill(pf, nullptr), hipErrorInvalidValue);
+  rope_kv_write_params r;
+  r.n_tokens = 1;
+  r.n_heads = 1;
+  r.cache.n_kv_heads = 1;
+  r.cache.head_dim = 64;
+  r.rot_dim = 65;
+  EXPECT_EQ(launch_rope_kv_write(r, nullptr), hipErrorInvalidValue);
+  EXPECT_EQ(hipGetLastError(), hipSuccess);
+}
+
+}  // namespace

@@ -1,0 +1,318 @@
+// The elementwise and reduction GPU kernels against their CPU references: the fused residual add
+// + RMSNorm, Q/K norm (RMSNorm over head_dim rows), SwiGLU on fused and split buffers, and the
+// logits → candidates reduction (bias, penalties, temperature, top-K with ties, normaliser, tail
+// mass and draw). Sentinels guard every output. Label: gpu.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernels/candidates.h"
+#include "kernels/rms_norm.h"
+#include "kernels/rms_norm_residual.h"
+#include "kernels/swiglu.h"
+#include "tests/kernels/gpu_array.h"
+#include "tests/kernels/op_check.h"
+
+namespace {
+
+using namespace anvil::kernels;
+using namespace anvil::kernels::testing;
+using anvil::gpu_worker::logit_params;
+using anvil::gpu_worker::seq_output;
+
+// ---------------------------------------------------------------------------------------------
+// rms_norm_residual
+
+struct norm_case {
+  std::int64_t rows, cols;
+  bool delta;
+  std::int64_t skew;  // element offset inside the buffers (breaks 16-byte alignment)
+  std::string str() const {
+    std::ostringstream s;
+    s << "rms_norm_residual(rows=" << rows << ", cols=" << cols << ", delta=" << delta << ", skew=" << skew << ")";
+    return s.str();
+  }
+};
+
+class RmsNormResidualGpu : public ::testing::TestWithParam<norm_case> {};
+
+TEST_P(RmsNormResidualGpu, MatchesCpuReference) {
+  require_device();
+  const norm_case c = GetParam();
+  SCOPED_TRACE(c.str());
+  std::mt19937 rng(unsigned(c.rows * 7919 + c.cols + c.delta));
+  const std::size_t n = std::size_t(c.rows * c.cols) + std::size_t(c.skew);
+  const std::vector<float> h = random_vector(n, rng, -3.f, 3.f), d = random_vector(n, rng, -1.f, 1.f);
+  const std::vector<float> w = random_vector(std::size_t(c.cols), rng, 0.5f, 1.5f);
+  std::vector<float> h_ref = h, y_ref(n, 0.f);
+  rms_norm_residual_ref({h_ref.data() + c.skew, c.delta ? d.data() + c.skew : nullptr, w.data(), y_ref.data() + c.skew,
+                         c.rows, c.cols, 1e-6f});
+
+  guarded_array<float> dh(h), dd(d), dw(w), dy(n);
+  dy.poison();
+  ANVIL_GPU_CHECK(launch_rms_norm_residual({dh.data() + c.skew, c.delta ? dd.data() + c.skew : nullptr, dw.data(),
+                                            dy.data() + c.skew, c.rows, c.cols, 1e-6f},
+                                           nullptr));
+  ANVIL_GPU_CHECK(hipDeviceSynchronize());
+  std::vector<float> h_out = dh.download(), y_out = dy.download();
+  EXPECT_TRUE(std::equal(h_out.begin(), h_out.end(), h_ref.begin())) << "h differs (the add is one float add)";
+  h_out.erase(h_out.begin(), h_out.begin() + c.skew);
+  y_out.erase(y_out.begin(), y_out.begin() + c.skew);
+  y_ref.erase(y_ref.begin(), y_ref.begin() + c.skew);
+  const double err = nmse(y_out, y_ref);
+  std::printf("  %-70s nmse=%.3g\n", c.str().c_str(), err);
+  EXPECT_LT(err, 1e-10);
+  for (auto* g : {&dh, &dd, &dw, &dy}) EXPECT_TRUE(g->guards_intact());
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormResidualGpu,
+                         ::testing::Values(norm_case{1, 1, true, 0}, norm_case{3, 64, true, 0},
+                                           norm_case{5, 896, true, 0}, norm_case{17, 4096, true, 0},
+                                           norm_case{9, 4097, true, 0}, norm_case{4, 4096, true, 1},
+                                           norm_case{7, 2048, false, 0}, norm_case{300, 5120, true, 0}));
+
+// Q/K norm: launch_rms_norm over rows = tokens * heads of head_dim, in place (the short-row path).
+class QkNormGpu : public ::testing::TestWithParam<std::pair<std::int64_t, std::int64_t>> {};
+
+TEST_P(QkNormGpu, MatchesCpuReferenceInPlace) {
+  require_device();
+  const auto [rows, cols] = GetParam();
+  std::mt19937 rng(unsigned(rows * 3 + cols));
+  const std::vector<float> x = random_vector(std::size_t(rows * cols), rng, -3.f, 3.f);
+  const std::vector<float> w = random_vector(std::size_t(cols), rng, 0.5f, 1.5f);
+  std::vector<float> ref = x;
+  rms_norm_ref({ref.data(), w.data(), ref.data(), rows, cols, 1e-6f});
+  guarded_array<float> dx(x), dw(w);
+  ANVIL_GPU_CHECK(launch_rms_norm({dx.data(), dw.data(), dx.data(), rows, cols, 1e-6f}, nullptr));
+  ANVIL_GPU_CHECK(hipDeviceSynchronize());
+  const double err = nmse(dx.download(), ref);
+  std::printf("  qk_norm(rows=%lld, head_dim=%lld) nmse=%.3g\n", static_cast<long long>(rows),
+              static_cast<long long>(cols), err);
+  EXPECT_LT(err, 1e-10);
+  EXPECT_TRUE(dx.guards_intact() && dw.guards_intact());
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, QkNormGpu,
+                         ::testing::Values(std::pair<std::int64_t, std::int64_t>{37 * 32, 128},
+                                           std::pair<std::int64_t, std::int64_t>{5 * 8, 128},
+                                           std::pair<std::int64_t, std::int64_t>{9 * 14, 64},
+                                           std::pair<std::int64_t, std::int64_t>{3, 100},
+                                           std::pair<std::int64_t, std::int64_t>{2, 512}));
+
+// ---------------------------------------------------------------------------------------------
+// swiglu
+
+struct swiglu_case {
+  std::int64_t rows, cols;
+  bool fused;     // gate and up are the halves of one [rows, 2 * cols] buffer
+  bool in_place;  // out aliases gate
+  std::int64_t skew;
+  std::string str() const {
+    std::ostringstream s;
+    s << "swiglu(rows=" << rows << ", cols=" << cols << ", fused=" << fused << ", in_place=" << in_place
+      << ", skew=" << skew << ")";
+    return s.str();
+  }
+};
+
+class SwigluGpu : public ::testing::TestWithParam<swiglu_case> {};
+
+TEST_P(SwigluGpu, MatchesCpuReference) {
+  require_device();
+  const swiglu_case c = GetParam();
+  SCOPED_TRACE(c.str());
+  std::mt19937 rng(unsigned(c.rows * 17 + c.cols));
+  const std::int64_t in_stride = c.fused ? 2 * c.cols : c.cols;
+  const std::size_t n_in = std::size_t(c.rows * in_stride) + std::size_t(c.skew) + (c.fused ? 0 : std::size_t(c.rows * c.cols));
+  const std::vector<float> in = random_vector(n_in, rng, -8.f, 8.f);
+  const std::size_t up_off = std::size_t(c.skew) + (c.fused ? std::size_t(c.cols) : std::size_t(c.rows * c.cols));
+  const std::size_t n_out = std::size_t(c.rows * c.cols);
+
+  std::vector<float> ref(n_out);
+  swiglu_rows_ref({in.data() + c.skew, in.data() + up_off, ref.data(), c.rows, c.cols, in_stride, in_stride, c.cols});
+
+  guarded_array<float> din(in), dout(n_out);
+  dout.poison();
+  swiglu_rows_params p{din.data() + c.skew, din.data() + up_off, dout.data(), c.rows, c.cols, in_stride, in_stride, c.cols};
+  if (c.in_place) {
+    p.out = din.data() + c.skew;
+    p.out_stride = in_stride;
+  }
+  ANVIL_GPU_CHECK(launch_swiglu(p, nullptr));
+  ANVIL_GPU_CHECK(hipDeviceSynchronize());
+  std::vector<float> out;
+  if (c.in_place) {
+    const std::vector<float> all = din.download();
+    for (std::int64_t r = 0; r < c.rows; ++r) {
+      const auto row = all.begin() + c.skew + r * in_stride;
+      out.insert(out.end(), row, row + c.cols);
+    }
+  } else {
+    out = dout.download();
+  }
+  const double err = nmse(out, ref);
+  std::printf("  %-70s nmse=%.3g\n", c.str().c_str(), err);
+  EXPECT_LT(err, 1e-12);
+  EXPECT_TRUE(din.guards_intact() && dout.guards_intact());
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, SwigluGpu,
+                         ::testing::Values(swiglu_case{1, 1, false, false, 0}, swiglu_case{7, 4864, true, false, 0},
+                                           swiglu_case{7, 4864, false, false, 0}, swiglu_case{3, 14336, true, true, 0},
+                                           swiglu_case{5, 1001, true, false, 0}, swiglu_case{4, 896, false, false, 3},
+                                           swiglu_case{70000, 8, false, true, 0}));  // rows beyond one grid's y
+
+// ---------------------------------------------------------------------------------------------
+// candidates
+
+struct cand_seq_case {
+  std::int32_t top_k;
+  float temperature;
+  bool penalties;
+  bool bias;
+  int logit_kind;  // 0: continuous, 1: quantised (many ties), 2: mostly -inf
+};
+
+struct cand_case {
+  std::int64_t vocab;
+  std::vector<cand_seq_case> seqs;
+  std::string str() const {
+    std::ostringstream s;
+    s << "candidates(vocab=" << vocab << ", k=[";
+    for (std::size_t i = 0; i < seqs.size(); ++i) s << (i ? " " : "") << seqs[i].top_k << "/" << seqs[i].logit_kind;
+    s << "])";
+    return s.str();
+  }
+};
+
+class CandidatesGpu : public ::testing::TestWithParam<cand_case> {};
+
+TEST_P(CandidatesGpu, MatchesCandidatesRef) {
+  require_device();
+  const cand_case c = GetParam();
+  SCOPED_TRACE(c.str());
+  std::mt19937 rng(unsigned(c.vocab + c.seqs.size() * 101));
+  const std::size_t vocab = std::size_t(c.vocab), n_seqs = c.seqs.size();
+  std::vector<float> logits(n_seqs * vocab);
+  std::vector<logit_params> params(n_seqs);
+  std::vector<std::int64_t> positions(n_seqs);
+  std::normal_distribution<float> normal(0.f, 3.f);
+  std::uniform_int_distribution<std::int32_t> token(0, std::int32_t(c.vocab - 1));
+  for (std::size_t s = 0; s < n_seqs; ++s) {
+    const cand_seq_case& q = c.seqs[s];
+    float* l = logits.data() + s * vocab;
+    for (std::size_t t = 0; t < vocab; ++t) {
+      float x = normal(rng);
+      if (q.logit_kind == 1) x = std::round(x * 2.f) / 2.f;  // ties everywhere, -0 and +0 too
+      if (q.logit_kind == 2) x = t % 97 == 5 ? std::round(x) : -INFINITY;
+      if (q.logit_kind == 0 && t % 1013 == 7) x = -INFINITY;
+      l[t] = x;
+    }
+    logit_params& p = params[s];
+    p.top_k = q.top_k;
+    p.temperature = q.temperature;
+    p.seed = 1234567 + s;
+    positions[s] = std::int64_t(17 + 1000 * s);
+    if (q.bias) {
+      for (int i = 0; i < 20; ++i) p.logit_bias.push_back({token(rng), normal(rng)});
+      p.logit_bias.push_back(p.logit_bias.front());  // a repeated id adds up
+      p.logit_bias.push_back({std::int32_t(vocab - 1), 5.f});
+    }
+    if (q.penalties) {
+      p.repetition_penalty = 1.3f;
+      p.presence_penalty = 0.4f;
+      p.frequency_penalty = 0.15f;
+      std::vector<std::int32_t> ids;
+      for (int i = 0; i < 40; ++i) ids.push_back(token(rng));
+      std::sort(ids.begin(), ids.end());
+      ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+      std::shuffle(ids.begin(), ids.end(), rng);
+      for (std::size_t i = 0; i < ids.size(); ++i) p.token_counts.push_back({ids[i], std::int32_t(i % 5)});
+    }
+  }
+
+  const candidates_batch b = pack_candidates(params, positions, c.vocab);
+  const std::size_t rec = candidates_record_bytes(candidates_max_k);
+  guarded_array<float> dlogits(logits);
+  guarded_array<candidates_seq> dseqs(b.seqs);
+  guarded_array<std::int32_t> dbias_ids(b.bias_ids.empty() ? std::vector<std::int32_t>{0} : b.bias_ids);
+  guarded_array<float> dbias_values(b.bias_values.empty() ? std::vector<float>{0.f} : b.bias_values);
+  guarded_array<std::int32_t> dcount_ids(b.count_ids.empty() ? std::vector<std::int32_t>{0} : b.count_ids);
+  guarded_array<std::int32_t> dcount_values(b.count_values.empty() ? std::vector<std::int32_t>{0} : b.count_values);
+  guarded_array<unsigned char> dout(n_seqs * rec);
+  dout.poison();
+  candidates_params p;
+  p.logits = dlogits.data();
+  p.vocab = c.vocab;
+  p.n_seqs = std::int64_t(n_seqs);
+  p.seqs = dseqs.data();
+  p.bias_ids = dbias_ids.data();
+  p.bias_values = dbias_values.data();
+  p.count_ids = dcount_ids.data();
+  p.count_values = dcount_values.data();
+  p.max_k = candidates_max_k;
+  p.out = dout.data();
+  ANVIL_GPU_CHECK(launch_candidates(p, nullptr));
+  ANVIL_GPU_CHECK(hipDeviceSynchronize());
+  const std::vector<unsigned char> records = dout.download();
+
+  for (std::size_t s = 0; s < n_seqs; ++s) {
+    SCOPED_TRACE("sequence " + std::to_string(s));
+    const seq_output ref = candidates_ref(std::span<const float>(logits.data() + s * vocab, vocab), params[s], positions[s]);
+    const seq_output got = unpack_candidates(records.data() + s * rec);
+    candidates_record_header h;
+    std::memcpy(&h, records.data() + s * rec, sizeof h);
+    EXPECT_EQ(h.flags, 0);
+    ASSERT_EQ(got.top.size(), ref.top.size());
+    std::size_t top_mismatch = 0;
+    for (std::size_t i = 0; i < ref.top.size(); ++i) {
+      top_mismatch += got.top[i].token != ref.top[i].token || !(got.top[i].logit == ref.top[i].logit ||
+                                                               (std::isinf(ref.top[i].logit) && got.top[i].logit == ref.top[i].logit));
+    }
+    EXPECT_EQ(top_mismatch, 0u) << "first: got " << got.top[0].token << " ref " << ref.top[0].token;
+    EXPECT_NEAR(got.log_normalizer, ref.log_normalizer, 2e-6 * std::max(1.f, std::fabs(ref.log_normalizer)));
+    EXPECT_NEAR(got.tail_mass, ref.tail_mass, 1e-6 * std::max(1e-3f, ref.tail_mass));
+    EXPECT_EQ(got.tail.token, ref.tail.token);
+    EXPECT_EQ(got.tail.logit, ref.tail.logit);
+    std::printf("  %-50s seq %zu: k=%zu lse=%.7g tail_mass=%.4g tail=%d\n", c.str().c_str(), s, ref.top.size(),
+                double(got.log_normalizer), double(got.tail_mass), got.tail.token);
+  }
+  EXPECT_TRUE(dout.guards_intact() && dlogits.guards_intact() && dseqs.guards_intact());
+  EXPECT_TRUE(dbias_ids.guards_intact() && dbias_values.guards_intact());
+  EXPECT_TRUE(dcount_ids.guards_intact() && dcount_values.guards_intact());
+}
+
+std::vector<cand_case> candidate_cases() {
+  std::vector<cand_case> cases;
+  for (std::int64_t vocab : {1000, 151936}) {
+    cases.push_back({vocab, {{1, 0.f, false, false, 0}}});
+    cases.push_back({vocab, {{64, 0.7f, true, true, 0}}});
+    cases.push_back({vocab, {{256, 1.f, false, false, 1}}});  // ties at the cut
+    cases.push_back({vocab, {{64, 0.f, true, false, 1}, {256, 1.3f, false, true, 2}, {1, 0.5f, true, true, 0},
+                             {17, 0.9f, false, false, 1}}});  // a batch
+  }
+  cases.push_back({200, {{256, 1.f, false, false, 0}}});  // top_k beyond the vocabulary: no tail
+  cases.push_back({3000, {{256, 1.f, false, false, 2}}});  // fewer finite logits than K
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CandidatesGpu, ::testing::ValuesIn(candidate_cases()));
+
+TEST(CandidatesGpuLaunch, RejectsBadShapesWithoutLaunching) {
+  require_device();
+  candidates_params p;
+  p.n_seqs = 1;
+  p.vocab = 0;
+  EXPECT_EQ(launch_candidates(p, nullptr), hipErrorInvalidValue);
+  p.vocab = 10;
+  p.max_k = candidates_max_k + 1;
+  EXPECT_EQ(launch_candidates(p, nullptr), hipErrorInvalidValue);
+  EXPECT_EQ(hipGetLastError(), hipSuccess);
+}
+
+}  // namespace
