@@ -20,4 +20,6 @@ cp build-cuda/anvil build-cuda/tests/kernels_gpu_test build-cuda/tests/kernels_g
 for bin in "$out"/anvil "$out"/kernels_gpu_test "$out"/kernels_gpu_matmul_test "$out"/gpu_roofline; do
   ldd "$bin" | awk '/=> \// {print $3}' | grep -E 'lib(spdlog|fmt|boost)' | xargs -r cp -n -t "$out/lib"
 done
+# Debug info is not needed there and the device machine takes at most 64 MiB per call.
+strip --strip-debug "$out"/anvil "$out"/kernels_gpu_test "$out"/kernels_gpu_matmul_test "$out"/gpu_roofline
 du -sh "$out"
