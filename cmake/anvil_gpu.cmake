@@ -39,6 +39,16 @@ if(ANVIL_GPU_BACKEND STREQUAL "cuda")
   add_library(anvil_gpu_runtime INTERFACE)
   target_link_libraries(anvil_gpu_runtime INTERFACE CUDA::cudart_static)
   target_compile_definitions(anvil_gpu_runtime INTERFACE ANVIL_GPU_CUDA=1)
+  # cuBLAS for the prefill GEMM (kernels/blas_runtime.h). This toolkit ships no static cuBLAS, so
+  # it is linked as a shared library; the GPU machine has the same CUDA 13.0 libraries under
+  # /usr/local/cuda/lib64, which the build RPATH names (and tools/gpu/run-gpu-tests.sh adds to
+  # LD_LIBRARY_PATH). Prefer the static archives when a toolkit has them.
+  add_library(anvil_blas_runtime INTERFACE)
+  if(TARGET CUDA::cublas_static AND TARGET CUDA::cublasLt_static AND EXISTS "${CUDAToolkit_LIBRARY_DIR}/libcublas_static.a")
+    target_link_libraries(anvil_blas_runtime INTERFACE CUDA::cublas_static CUDA::cublasLt_static CUDA::culibos)
+  else()
+    target_link_libraries(anvil_blas_runtime INTERFACE CUDA::cublas)
+  endif()
 
 elseif(ANVIL_GPU_BACKEND STREQUAL "hip")
   find_program(ANVIL_HIPCC hipcc REQUIRED)
@@ -48,6 +58,7 @@ elseif(ANVIL_GPU_BACKEND STREQUAL "hip")
   target_link_libraries(anvil_gpu_runtime INTERFACE ${ANVIL_AMDHIP64})
   target_include_directories(anvil_gpu_runtime SYSTEM INTERFACE ${ANVIL_HIP_INCLUDE})
   target_compile_definitions(anvil_gpu_runtime INTERFACE ANVIL_GPU_HIP=1 __HIP_PLATFORM_AMD__=1)
+  add_library(anvil_blas_runtime INTERFACE)  # no hipBLAS on Debian: GEMM uses the tiled kernel
 endif()
 
 # anvil_add_gpu_library(NAME SOURCES a.hip ...): a static library of kernels for the chosen backend.

@@ -23,6 +23,7 @@ inline constexpr hipError_t hipSuccess = cudaSuccess;
 inline constexpr hipError_t hipErrorInvalidValue = cudaErrorInvalidValue;
 inline constexpr hipError_t hipErrorNoDevice = cudaErrorNoDevice;
 inline constexpr hipError_t hipErrorOutOfMemory = cudaErrorMemoryAllocation;
+inline constexpr hipError_t hipErrorNotSupported = cudaErrorNotSupported;
 inline constexpr hipMemcpyKind hipMemcpyHostToDevice = cudaMemcpyHostToDevice;
 inline constexpr hipMemcpyKind hipMemcpyDeviceToHost = cudaMemcpyDeviceToHost;
 inline constexpr hipMemcpyKind hipMemcpyDeviceToDevice = cudaMemcpyDeviceToDevice;
@@ -84,9 +85,26 @@ inline hipError_t hipEventElapsedTime(float* ms, hipEvent_t a, hipEvent_t b) { r
 #error "kernels/gpu_runtime.h needs a GPU backend: build with -DANVIL_GPU=cuda or -DANVIL_GPU=hip"
 #endif
 
-// ---- Device-side helpers: warp size, shuffles, reductions ----
+// ---- Device-side helpers: warp size, shuffles, reductions, half precision ----
 #if defined(__CUDACC__) || defined(__HIPCC__)
+#if defined(ANVIL_GPU_CUDA)
+#include <cuda_fp16.h>
+#endif
 namespace anvil::gpu {
+
+// IEEE binary16 bits <-> float on the device (round to nearest even), the same values as
+// model::f16_to_f32 / f32_to_f16 on the host.
+#if defined(ANVIL_GPU_CUDA)
+__device__ __forceinline__ float half_bits_to_float(unsigned short h) { return __half2float(__ushort_as_half(h)); }
+__device__ __forceinline__ unsigned short float_to_half_bits(float f) { return __half_as_ushort(__float2half_rn(f)); }
+#else
+__device__ __forceinline__ float half_bits_to_float(unsigned short h) {
+  return static_cast<float>(__builtin_bit_cast(_Float16, h));
+}
+__device__ __forceinline__ unsigned short float_to_half_bits(float f) {
+  return __builtin_bit_cast(unsigned short, static_cast<_Float16>(f));
+}
+#endif
 
 #if defined(ANVIL_GPU_CUDA)
 inline constexpr int warp_size = 32;

@@ -1,0 +1,234 @@
+// GPU roofline benchmark: the matmul kernels against the limits of the device they run on, all
+// measured in one run (DESIGN.md: performance is measured against physics).
+//   limits:  device copy bandwidth (1 GiB device-to-device copy, bytes read + written / time)
+//            dense f16 GEMM rate (vendor BLAS, 8192^3, f32 accumulate; none without a BLAS)
+//   GEMV:    every weight type at batch 1 and 8 on 4096x4096, 14336x4096, 4096x14336 and
+//            128256x4096 (out x in): weight bytes / time, and % of the copy bandwidth.
+//   GEMM:    512 tokens on 4096x4096 and 14336x4096, dequantization included: TFLOP/s, and % of
+//            the dense f16 rate.
+// Timing: device events around back-to-back launches, after warm-up, median of repetitions. The
+// GEMV cycles through enough copies of the weight to exceed the L2 cache several times, as a
+// model's layers do, so no figure comes from L2. Weights are random bytes (the kernels' speed
+// does not depend on the values). A plain main: the GPU machine has none of the Debian libraries.
+// Usage: gpu_roofline [--quick]   (--quick: fewer repetitions, skips the 128256-row shape)
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kernels/blas_runtime.h"
+#include "kernels/gemm.h"
+#include "kernels/gemv.h"
+#include "kernels/gpu_runtime.h"
+#include "model/quant.h"
+
+namespace {
+
+using namespace anvil;
+using model::ggml_type;
+
+#define CHECK(expr)                                                                                    \
+  do {                                                                                                 \
+    const hipError_t e_ = (expr);                                                                      \
+    if (e_ != hipSuccess) {                                                                            \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, hipGetErrorString(e_));       \
+      std::exit(1);                                                                                    \
+    }                                                                                                  \
+  } while (0)
+
+struct device_mem {
+  void* p = nullptr;
+  std::size_t n = 0;
+  explicit device_mem(std::size_t bytes) : n(bytes) { CHECK(hipMalloc(&p, bytes)); }
+  ~device_mem() { (void)hipFree(p); }
+  device_mem(const device_mem&) = delete;
+  device_mem& operator=(const device_mem&) = delete;
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(p);
+  }
+};
+
+// Random bytes (xorshift), uploaded in 64 MiB pieces.
+void fill_random(void* dst, std::size_t bytes, std::uint64_t seed) {
+  std::vector<std::uint64_t> host(std::size_t(8) << 20);
+  std::uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (std::size_t off = 0; off < bytes; off += host.size() * 8) {
+    for (auto& v : host) {
+      s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+      v = s;
+    }
+    const std::size_t n = std::min(bytes - off, host.size() * 8);
+    CHECK(hipMemcpy(static_cast<char*>(dst) + off, host.data(), n, hipMemcpyHostToDevice));
+  }
+}
+
+// f16 values uniform in [-1, 1] (for the matrix-rate limit: real numbers, not NaN patterns).
+void fill_f16(void* dst, std::size_t elems, unsigned seed) {
+  std::vector<std::uint16_t> host(elems);
+  std::uint32_t s = seed * 2654435761u + 1;
+  for (auto& v : host) {
+    s = s * 1664525u + 1013904223u;
+    v = model::f32_to_f16(float(s >> 8) / float(1u << 23) - 1.f);
+  }
+  CHECK(hipMemcpy(dst, host.data(), elems * 2, hipMemcpyHostToDevice));
+}
+
+// Median time of one call, in ms: `reps` repetitions of `batch` back-to-back calls.
+double time_ms(const std::function<void(int)>& call, int batch, int reps) {
+  hipEvent_t a, b;
+  CHECK(hipEventCreate(&a));
+  CHECK(hipEventCreate(&b));
+  for (int i = 0; i < batch; ++i) call(i);  // warm-up
+  CHECK(hipDeviceSynchronize());
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    CHECK(hipEventRecord(a, nullptr));
+    for (int i = 0; i < batch; ++i) call(i);
+    CHECK(hipEventRecord(b, nullptr));
+    CHECK(hipEventSynchronize(b));
+    float ms = 0;
+    CHECK(hipEventElapsedTime(&ms, a, b));
+    t.push_back(double(ms) / batch);
+  }
+  CHECK(hipEventDestroy(a));
+  CHECK(hipEventDestroy(b));
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+struct shape {
+  std::int64_t out, in;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  const int reps = quick ? 5 : 15;
+
+  int dev = 0;
+  hipDeviceProp_t prop{};
+  CHECK(hipGetDevice(&dev));
+  CHECK(hipGetDeviceProperties(&prop, dev));
+  const std::size_t l2 = std::size_t(prop.l2CacheSize);
+  std::printf("device: %s, %d multiprocessors, L2 %.1f MiB, %.1f GiB\n", prop.name, prop.multiProcessorCount,
+              double(l2) / (1 << 20), double(prop.totalGlobalMem) / (1u << 30));
+
+  // ---- limits ----
+  double copy_gbs = 0;
+  {
+    const std::size_t bytes = std::size_t(1) << 30;
+    device_mem a(bytes), b(bytes);
+    CHECK(hipMemset(a.p, 1, bytes));
+    const double ms = time_ms([&](int) { CHECK(hipMemcpyAsync(b.p, a.p, bytes, hipMemcpyDeviceToDevice, nullptr)); }, 2, reps);
+    copy_gbs = 2.0 * double(bytes) / (ms * 1e-3) / 1e9;
+    std::printf("limit: device copy bandwidth %.0f GB/s (1 GiB D2D, read + written)\n", copy_gbs);
+  }
+
+  blas::handle_t handle = nullptr;
+  const bool have_blas = ANVIL_GPU_HAVE_BLAS && blas::create(&handle) == blas::ok;
+  device_mem blas_ws(std::max<std::size_t>(blas::recommended_workspace_bytes, 1));
+  double gemm_tflops = 0;
+  if (have_blas) {
+    const int n = 8192;
+    device_mem a(std::size_t(n) * n * 2), b(std::size_t(n) * n * 2), c(std::size_t(n) * n * 4);
+    fill_f16(a.p, std::size_t(n) * n, 1);
+    fill_f16(b.p, std::size_t(n) * n, 2);
+    const double ms = time_ms(
+        [&](int) {
+          if (blas::bind(handle, nullptr, blas_ws.p, blas_ws.n) != blas::ok ||
+              blas::gemm(handle, true, false, n, n, n, 1.f, a.p, blas::dtype::f16, n, b.p, blas::dtype::f16, n, 0.f, c.p,
+                         blas::dtype::f32, n) != blas::ok) {
+            std::fprintf(stderr, "cuBLAS GEMM failed\n");
+            std::exit(1);
+          }
+        },
+        2, reps);
+    gemm_tflops = 2.0 * n * double(n) * n / (ms * 1e-3) / 1e12;
+    std::printf("limit: dense f16 GEMM %.0f TFLOP/s (vendor BLAS, %d^3, f32 accumulate and output)\n", gemm_tflops, n);
+  } else {
+    std::printf("limit: dense f16 GEMM: no vendor BLAS in this build\n");
+  }
+
+  const std::vector<ggml_type> types = {ggml_type::F32,  ggml_type::F16,  ggml_type::BF16, ggml_type::Q8_0,
+                                        ggml_type::Q4_0, ggml_type::Q4_K, ggml_type::Q5_K, ggml_type::Q6_K};
+  std::vector<shape> shapes = {{4096, 4096}, {14336, 4096}, {4096, 14336}, {128256, 4096}};
+  if (quick) shapes.pop_back();
+
+  // One weight buffer for everything: the largest matrix several times over, or 4x L2 at least.
+  std::size_t max_bytes = 0;
+  for (ggml_type t : types) {
+    for (shape s : shapes) max_bytes = std::max(max_bytes, *model::row_bytes(t, s.in) * std::size_t(s.out));
+  }
+  const std::size_t pool_bytes = std::max(max_bytes, 4 * l2) + 4096;
+  device_mem pool(pool_bytes);
+  fill_random(pool.p, pool_bytes, 7);
+  const std::int64_t max_in = 14336;
+  device_mem x(std::size_t(512) * max_in * 4), y(std::size_t(512) * 128256 * 4);
+  {
+    std::vector<float> hx(std::size_t(512) * max_in);
+    for (std::size_t i = 0; i < hx.size(); ++i) hx[i] = float(int(i % 17) - 8) / 8.f;
+    CHECK(hipMemcpy(x.p, hx.data(), hx.size() * 4, hipMemcpyHostToDevice));
+  }
+
+  // ---- GEMV ----
+  std::printf("\nGEMV, weight bytes / time; limit: copy bandwidth %.0f GB/s\n", copy_gbs);
+  std::printf("%-5s %-13s %9s | %9s %8s %6s | %9s %8s %6s\n", "type", "out x in", "MB", "b1 us", "GB/s", "%copy",
+              "b8 us", "GB/s", "%copy");
+  for (ggml_type t : types) {
+    for (shape s : shapes) {
+      const std::size_t bytes = *model::row_bytes(t, s.in) * std::size_t(s.out);
+      const std::size_t stride = (bytes + 255) / 256 * 256;
+      const int copies = int(std::max<std::size_t>(1, std::min(pool_bytes / stride, (4 * l2 + bytes - 1) / bytes)));
+      double us[2] = {}, gbs[2] = {};
+      for (int k = 0; k < 2; ++k) {
+        const std::int64_t nt = k == 0 ? 1 : 8;
+        const double ms = time_ms(
+            [&](int i) {
+              const void* w = pool.as<char>() + std::size_t(i % copies) * stride;
+              CHECK(kernels::launch_gemv({w, t, s.in, s.out, nullptr, x.as<float>(), y.as<float>(), nt}, nullptr));
+            },
+            std::max(copies, 8), reps);
+        us[k] = ms * 1e3;
+        gbs[k] = double(bytes) / (ms * 1e-3) / 1e9;
+      }
+      char dims[32];
+      std::snprintf(dims, sizeof dims, "%lldx%lld", static_cast<long long>(s.out), static_cast<long long>(s.in));
+      std::printf("%-5s %-13s %9.1f | %9.1f %8.0f %5.1f%% | %9.1f %8.0f %5.1f%%\n", std::string(model::info(t).name).c_str(),
+                  dims, double(bytes) / 1e6, us[0], gbs[0], 100 * gbs[0] / copy_gbs, us[1], gbs[1],
+                  100 * gbs[1] / copy_gbs);
+    }
+  }
+
+  // ---- GEMM ----
+  std::printf("\nGEMM, 512 tokens, dequantization included; limit: dense f16 GEMM %.0f TFLOP/s\n", gemm_tflops);
+  std::printf("%-5s %-13s %-11s | %9s %9s %7s\n", "type", "out x in", "algo", "ms", "TFLOP/s", "%gemm");
+  const std::int64_t nt = 512;
+  std::vector<kernels::gemm_algo> algos = {kernels::gemm_algo::tiled_f16};
+  if (have_blas) algos.insert(algos.begin(), kernels::gemm_algo::vendor_blas);
+  for (ggml_type t : types) {
+    for (shape s : {shape{4096, 4096}, shape{14336, 4096}}) {
+      for (kernels::gemm_algo algo : algos) {
+        device_mem ws(std::max<std::size_t>(kernels::gemm_workspace_bytes(algo, t, s.in, s.out, nt), 256));
+        const kernels::gemm_context ctx{algo, ws.p, ws.n, handle, blas_ws.p, blas_ws.n};
+        const double ms = time_ms(
+            [&](int) {
+              CHECK(kernels::launch_gemm({pool.p, t, s.in, s.out, nullptr, x.as<float>(), y.as<float>(), nt}, ctx, nullptr));
+            },
+            3, reps);
+        const double tflops = 2.0 * double(nt) * double(s.out) * double(s.in) / (ms * 1e-3) / 1e12;
+        char dims[32];
+        std::snprintf(dims, sizeof dims, "%lldx%lld", static_cast<long long>(s.out), static_cast<long long>(s.in));
+        std::printf("%-5s %-13s %-11s | %9.3f %9.1f %6.1f%%\n", std::string(model::info(t).name).c_str(), dims,
+                    algo == kernels::gemm_algo::vendor_blas ? "vendor_blas" : "tiled_f16", ms, tflops,
+                    gemm_tflops > 0 ? 100 * tflops / gemm_tflops : 0.0);
+      }
+    }
+  }
+  if (handle) blas::destroy(handle);
+  return 0;
+}

@@ -1,0 +1,58 @@
+// GEMM for prefill and batches above gemv_max_tokens: y[t, o] = sum_i W[o, i] * x[t, i] (+ bias),
+// the op of matmul_params (kernels/matmul.h; reference matmul_ref), W a GGUF weight on the device.
+//
+// Two algorithms:
+//   vendor_blas (NVIDIA): W is dequantized into an f16 scratch (F16 and BF16 weights are used as
+//     they are), x is converted to f16 (bf16 for BF16 weights) into scratch, and cuBLAS multiplies
+//     with f32 accumulation into y; a small kernel adds the bias. Error: f16 rounding of W and x.
+//   tiled (any backend; the AMD path, as Debian has no hipBLAS): W is dequantized into an f16 or
+//     f32 scratch and a shared-memory tiled kernel multiplies it with x (f32), f32 accumulation.
+//     tiled_f32 is exact up to summation order, which makes it the reference-grade path.
+// Every buffer is the caller's: gemm_workspace_bytes() says how much scratch a shape needs, the
+// BLAS handle and its workspace are created by the GPU worker at start-up (kernels/blas_runtime.h).
+// Nothing here allocates.
+#pragma once
+
+#include <cstddef>
+
+#include "kernels/matmul.h"
+
+#if defined(ANVIL_GPU_CUDA) || defined(ANVIL_GPU_HIP)
+#include "kernels/blas_runtime.h"
+#include "kernels/gpu_runtime.h"
+
+namespace anvil::kernels {
+
+enum class gemm_algo { vendor_blas, tiled_f16, tiled_f32 };
+
+// The best algorithm this build has: vendor_blas where ANVIL_GPU_HAVE_BLAS, else tiled_f16.
+gemm_algo default_gemm_algo();
+
+struct gemm_context {
+  gemm_algo algo = gemm_algo::tiled_f16;
+  void* workspace = nullptr;           // >= gemm_workspace_bytes(...) bytes, 256-byte aligned
+  std::size_t workspace_bytes = 0;
+  blas::handle_t blas = nullptr;       // vendor_blas: created at start-up by the caller
+  void* blas_workspace = nullptr;      // vendor_blas: bound to the handle on every call
+  std::size_t blas_workspace_bytes = 0;
+};
+
+// Scratch bytes launch_gemm needs for this weight and up to max_tokens tokens (0 if it needs none).
+std::size_t gemm_workspace_bytes(gemm_algo algo, model::ggml_type w_type, std::int64_t in, std::int64_t out,
+                                 std::int64_t max_tokens);
+
+// Enqueues the GEMM on `stream`. Preconditions as launch_gemv's (any n_tokens >= 0, in < 2^31,
+// out < 2^31), plus a large enough workspace; hipErrorInvalidValue and nothing launched when
+// violated, hipErrorNotSupported when the algorithm is not in this build or the BLAS call fails.
+hipError_t launch_gemm(const matmul_params& p, const gemm_context& ctx, hipStream_t stream);
+
+// Dequantizes rows x cols of a GGUF weight (the types launch_gemv supports, cols a multiple of
+// their block, src 16-byte aligned) into a row-major f16 (IEEE half bits) or f32 matrix (dst
+// 16-byte aligned). Values are dequantize_row's, rounded to nearest even for f16.
+hipError_t launch_dequantize(model::ggml_type type, const void* src, std::uint16_t* dst_f16, std::int64_t rows,
+                             std::int64_t cols, hipStream_t stream);
+hipError_t launch_dequantize_f32(model::ggml_type type, const void* src, float* dst, std::int64_t rows,
+                                 std::int64_t cols, hipStream_t stream);
+
+}  // namespace anvil::kernels
+#endif

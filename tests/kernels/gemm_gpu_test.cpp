@@ -1,0 +1,173 @@
+// GEMM (launch_gemm, every algorithm this build has) and the dequantize kernels against the CPU
+// references, for every weight type, at 9, 64 and 512 tokens, with and without bias. Tolerances,
+// relative to each output's |W|.|x| scale: 1e-5 where the inputs stay f32 (tiled_f32), 2e-3 where
+// W and x are rounded to f16/bf16 first (tiled_f16, vendor_blas: 2^-11 per factor at worst,
+// 4e-3 for BF16 weights under vendor_blas, whose x is rounded to bf16, 2^-9). Outputs poisoned and guarded. Label: gpu.
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernels/gemm.h"
+#include "tests/kernels/matmul_gpu_cases.h"
+
+namespace {
+
+using namespace anvil::kernels;
+using namespace anvil::kernels::testing;
+namespace blas = anvil::blas;
+
+struct gemm_case {
+  ggml_type type;
+  std::int64_t out, in;
+  std::string str() const {
+    std::ostringstream s;
+    s << "gemm(" << type_name(type) << ", out=" << out << ", in=" << in << ")";
+    return s.str();
+  }
+};
+
+std::vector<gemm_case> gemm_cases() {
+  std::vector<gemm_case> cases;
+  for (ggml_type t : gpu_weight_types()) {
+    const std::int64_t b = anvil::model::info(t).block_elems == 256 ? 256 : 32;
+    cases.push_back({t, 37, 2 * b});
+    cases.push_back({t, 131, 1024});
+    if (b == 32) cases.push_back({t, 70, 96});
+  }
+  return cases;
+}
+
+const char* algo_name(gemm_algo a) {
+  return a == gemm_algo::vendor_blas ? "vendor_blas" : a == gemm_algo::tiled_f16 ? "tiled_f16" : "tiled_f32";
+}
+
+std::vector<gemm_algo> algos() {
+  std::vector<gemm_algo> a = {gemm_algo::tiled_f32, gemm_algo::tiled_f16};
+  if (ANVIL_GPU_HAVE_BLAS) a.push_back(gemm_algo::vendor_blas);
+  return a;
+}
+
+class GemmGpu : public ::testing::TestWithParam<gemm_case> {};
+
+TEST_P(GemmGpu, MatchesCpuReference) {
+  require_device();
+  if (HasFatalFailure()) return;  // no GPU: require_device has said so
+  const gemm_case c = GetParam();
+  SCOPED_TRACE(c.str());
+  std::mt19937 rng(static_cast<unsigned>(c.out * 31 + c.in + int(c.type) * 104729));
+  const host_weight w(c.type, c.out, c.in, rng);
+  constexpr std::int64_t max_tokens = 512;
+  const std::vector<float> x = random_vector(std::size_t(max_tokens * c.in), rng, -2.f, 2.f);
+  const std::vector<float> bias = random_vector(std::size_t(c.out), rng, -1.f, 1.f);
+
+  device_bytes dw(w.bytes.size());
+  dw.upload(w.bytes.data(), w.bytes.size());
+  guarded_buffer dx(x.size()), db(bias.size());
+  dx.upload(x);
+  db.upload(bias);
+
+  blas::handle_t handle = nullptr;
+  const bool have_blas = ANVIL_GPU_HAVE_BLAS && blas::create(&handle) == blas::ok;
+  device_bytes blas_ws(std::size_t(4) << 20);
+
+  for (gemm_algo algo : algos()) {
+    if (algo == gemm_algo::vendor_blas) {
+      ASSERT_TRUE(have_blas) << "blas::create failed";
+    }
+    device_bytes ws(gemm_workspace_bytes(algo, c.type, c.in, c.out, max_tokens));
+    const gemm_context ctx{algo, ws.data(), ws.size(), handle, blas_ws.data(), blas_ws.size()};
+    const double tol = algo == gemm_algo::tiled_f32                              ? 1e-5
+                       : algo == gemm_algo::vendor_blas && c.type == ggml_type::BF16 ? 4e-3  // x in bf16
+                                                                                     : 2e-3;
+    for (std::int64_t nt : {9, 64, 512}) {
+      const bool with_bias = nt != 64;
+      SCOPED_TRACE(std::string(algo_name(algo)) + " n_tokens=" + std::to_string(nt));
+      std::vector<float> ref(std::size_t(nt * c.out));
+      const float* bp = with_bias ? bias.data() : nullptr;
+      matmul_ref({w.bytes.data(), c.type, c.in, c.out, bp, x.data(), ref.data(), nt});
+      guarded_buffer dy(ref.size());
+      dy.poison();
+      ANVIL_GPU_CHECK(launch_gemm({dw.data(), c.type, c.in, c.out, with_bias ? db.data() : nullptr, dx.data(), dy.data(), nt},
+                                  ctx, nullptr));
+      ANVIL_GPU_CHECK(hipDeviceSynchronize());
+      const double err = max_scaled_error(dy.download(), ref, w, x, bp, nt);
+      std::printf("  %-36s %-11s n_tokens=%-4lld%s max scaled error %.3g\n", c.str().c_str(), algo_name(algo),
+                  static_cast<long long>(nt), with_bias ? " +bias" : "      ", err);
+      EXPECT_LT(err, tol);
+      EXPECT_TRUE(dy.guards_intact());
+    }
+  }
+  if (handle) blas::destroy(handle);
+}
+
+INSTANTIATE_TEST_SUITE_P(TypesAndShapes, GemmGpu, ::testing::ValuesIn(gemm_cases()),
+                         [](const ::testing::TestParamInfo<gemm_case>& i) {
+                           return type_name(i.param.type) + "_" + std::to_string(i.param.out) + "x" +
+                                  std::to_string(i.param.in);
+                         });
+
+// Dequantization into f32 is dequantize_row's values (up to a contracted multiply-add in the
+// K-quants); into f16 those values rounded to nearest.
+class DequantizeGpu : public ::testing::TestWithParam<ggml_type> {};
+
+TEST_P(DequantizeGpu, MatchesDequantizeRow) {
+  require_device();
+  if (HasFatalFailure()) return;  // no GPU: require_device has said so
+  const ggml_type t = GetParam();
+  std::mt19937 rng(static_cast<unsigned>(t) + 17);
+  const std::int64_t rows = 13, cols = 768;
+  const host_weight w(t, rows, cols, rng);
+  device_bytes dw(w.bytes.size());
+  dw.upload(w.bytes.data(), w.bytes.size());
+
+  guarded_buffer d32(w.values.size());
+  d32.poison();
+  ANVIL_GPU_CHECK(launch_dequantize_f32(t, dw.data(), d32.data(), rows, cols, nullptr));
+  // f16 output in a float-sized guarded buffer (two halves per float).
+  guarded_buffer d16(w.values.size() / 2);
+  d16.poison();
+  ANVIL_GPU_CHECK(launch_dequantize(t, dw.data(), reinterpret_cast<std::uint16_t*>(d16.data()), rows, cols, nullptr));
+  ANVIL_GPU_CHECK(hipDeviceSynchronize());
+
+  const std::vector<float> f32 = d32.download();
+  const std::vector<float> packed = d16.download();
+  std::vector<std::uint16_t> f16(w.values.size());
+  std::memcpy(f16.data(), packed.data(), f16.size() * sizeof(std::uint16_t));
+  double worst32 = 0, worst16 = 0;
+  for (std::size_t i = 0; i < w.values.size(); ++i) {
+    const double ref = w.values[i];
+    worst32 = std::max(worst32, std::fabs(double(f32[i]) - ref) / (std::fabs(ref) + 1e-3));
+    worst16 = std::max(worst16, std::fabs(double(anvil::model::f16_to_f32(f16[i])) - ref) / (std::fabs(ref) + 1e-3));
+    if (std::isnan(f32[i])) worst32 = f32[i];
+  }
+  std::printf("  dequantize(%s, %lldx%lld): f32 max rel %.3g, f16 max rel %.3g\n", type_name(t).c_str(),
+              static_cast<long long>(rows), static_cast<long long>(cols), worst32, worst16);
+  EXPECT_LT(worst32, 1e-6);
+  EXPECT_LT(worst16, 1.0 / 2048);
+  EXPECT_TRUE(d32.guards_intact());
+  EXPECT_TRUE(d16.guards_intact());
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, DequantizeGpu, ::testing::ValuesIn(gpu_weight_types()),
+                         [](const ::testing::TestParamInfo<ggml_type>& i) { return type_name(i.param); });
+
+TEST(GemmGpuLaunch, RejectsTooSmallWorkspaceAndBadShapes) {
+  require_device();
+  if (HasFatalFailure()) return;  // no GPU: require_device has said so
+  guarded_buffer buf(8192);
+  float* p = buf.data();
+  const gemm_context none{gemm_algo::tiled_f16, nullptr, 0, nullptr, nullptr, 0};
+  // Q8_0 needs an f16 scratch for tiled_f16: none given.
+  EXPECT_EQ(launch_gemm({p, ggml_type::Q8_0, 64, 4, nullptr, p + 2048, p + 4096, 16}, none, nullptr), hipErrorInvalidValue);
+  EXPECT_EQ(launch_gemm({p, ggml_type::F32, 60, 4, nullptr, p + 2048, p + 4096, 16}, none, nullptr), hipErrorInvalidValue);
+  EXPECT_EQ(launch_gemm({p, ggml_type::Q3_K, 256, 4, nullptr, p + 2048, p + 4096, 16}, none, nullptr), hipErrorInvalidValue);
+  EXPECT_EQ(launch_gemm({p, ggml_type::F16, 64, 4, nullptr, p + 2048, p + 4096, 0}, none, nullptr), hipSuccess);
+  EXPECT_EQ(hipGetLastError(), hipSuccess);
+  EXPECT_TRUE(buf.guards_intact());
+}
+
+}  // namespace
