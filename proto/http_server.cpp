@@ -6,7 +6,6 @@
 #include <system_error>
 #include <unordered_map>
 
-#include <boost/asio/dispatch.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -71,7 +70,23 @@ class connection : public std::enable_shared_from_this<connection> {
   connection(tcp::socket sock, std::shared_ptr<const shared_state> st, std::function<void(connection*)> on_gone)
       : stream_(std::move(sock)), st_(std::move(st)), on_gone_(std::move(on_gone)) {}
 
+  // From the acceptor: everything else happens on the connection's strand.
   void start() {
+    asio::post(stream_.get_executor(), [self = shared_from_this()] {
+      self->make_session();
+      self->read_request();
+    });
+  }
+
+  // From any thread: close on the strand.
+  void close() {
+    asio::post(stream_.get_executor(), [self = shared_from_this()] { self->shut("server stopping"); });
+  }
+
+ private:
+  // ---- reading requests ----
+
+  void make_session() {
     std::weak_ptr<connection> weak = weak_from_this();
     http_session_hooks hooks;  // all but post are called on the strand, by the session
     hooks.respond = [weak](http_response r) {
@@ -88,16 +103,7 @@ class connection : public std::enable_shared_from_this<connection> {
     };
     hooks.post = [ex = stream_.get_executor()](std::function<void()> fn) { asio::post(ex, std::move(fn)); };
     session_ = std::make_shared<http_session>(std::move(hooks), st_->opt.api_key);
-    asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read_request(); });
   }
-
-  // From any thread: close on the strand.
-  void close() {
-    asio::post(stream_.get_executor(), [self = shared_from_this()] { self->shut("server stopping"); });
-  }
-
- private:
-  // ---- reading requests ----
 
   void read_request() {
     if (gone_) return;
@@ -286,10 +292,10 @@ class connection : public std::enable_shared_from_this<connection> {
     if (gone_) return;
     gone_ = true;
     log::get("proto")->debug("http connection closed: {}{}", why, in_exchange_ ? " (its request cancelled)" : "");
-    session_->on_close();
+    if (session_) session_->on_close();
     boost::system::error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
-    stream_.socket().close(ignored);
+    stream_.close();  // the socket and its timer
     out_.clear();
     on_gone_(this);
   }
