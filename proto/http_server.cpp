@@ -179,6 +179,7 @@ class connection : public std::enable_shared_from_this<connection> {
       self->watching_ = false;
       if (self->gone_) return;
       if (!ec) self->buf_.commit(n);
+      if (self->lingering_) return self->linger();
       if (self->resume_pending_ && (!ec || ec == asio::error::operation_aborted)) {
         self->resume_pending_ = false;
         return self->read_request();
@@ -275,6 +276,11 @@ class connection : public std::enable_shared_from_this<connection> {
     boost::system::error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
     stream_.expires_after(linger_timeout);
+    lingering_ = true;
+    if (watching_) {  // one read at a time: the pending one is cancelled, then lingers
+      stream_.socket().cancel(ignored);
+      return;
+    }
     linger();
   }
 
@@ -314,6 +320,7 @@ class connection : public std::enable_shared_from_this<connection> {
   bool resume_pending_ = false;  // that read is being cancelled; then read the next request
   bool answered_ = false;        // the session gave its whole answer
   bool close_after_ = false;     // close once the answer is written
+  bool lingering_ = false;       // sending is shut; reading what the client still sends
   std::deque<std::string> out_;
   std::size_t queued_bytes_ = 0;
   bool writing_ = false;
