@@ -78,9 +78,13 @@ class connection : public std::enable_shared_from_this<connection> {
     });
   }
 
-  // From any thread: close on the strand.
+  // From any thread, when the server stops: an idle connection closes now; one that is answering
+  // a request closes once that answer is written.
   void close() {
-    asio::post(stream_.get_executor(), [self = shared_from_this()] { self->shut("server stopping"); });
+    asio::post(stream_.get_executor(), [self = shared_from_this()] {
+      self->stopping_ = true;
+      if (!self->in_exchange_ && !self->writing_ && self->out_.empty()) self->shut("server stopping");
+    });
   }
 
  private:
@@ -192,7 +196,7 @@ class connection : public std::enable_shared_from_this<connection> {
   // ---- writing answers ----
 
   void respond(http_response r) {
-    close_after_ = !keep_alive_;
+    close_after_ = !keep_alive_ || stopping_;
     std::string out = response_head(r.status, r.content_type, r.body.size(), chunked_, close_after_, r.allow);
     if (!head_only_) out += r.body;
     queue(std::move(out));
@@ -211,7 +215,7 @@ class connection : public std::enable_shared_from_this<connection> {
   }
 
   void end_stream(bool close) {
-    close_after_ = close || !keep_alive_ || !chunked_;
+    close_after_ = close || !keep_alive_ || !chunked_ || stopping_;
     if (chunked_ && !head_only_) queue("0\r\n\r\n");
     exchange_over();
   }
@@ -249,7 +253,7 @@ class connection : public std::enable_shared_from_this<connection> {
     if (gone_) return;
     answered_ = false;
     in_exchange_ = false;
-    if (close_after_) return close_gracefully();
+    if (close_after_ || stopping_) return close_gracefully();
     if (watching_) {
       resume_pending_ = true;  // the pending read completes (aborted or with data), then reads on
       boost::system::error_code ignored;
@@ -320,6 +324,7 @@ class connection : public std::enable_shared_from_this<connection> {
   bool resume_pending_ = false;  // that read is being cancelled; then read the next request
   bool answered_ = false;        // the session gave its whole answer
   bool close_after_ = false;     // close once the answer is written
+  bool stopping_ = false;        // the server is stopping: close after the current answer
   bool lingering_ = false;       // sending is shut; reading what the client still sends
   std::deque<std::string> out_;
   std::size_t queued_bytes_ = 0;
