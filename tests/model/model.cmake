@@ -5,3 +5,5 @@ target_compile_definitions(reference_test PRIVATE ANVIL_TEST_DATA_DIR="${PROJECT
 add_test(NAME gguf.hf_reader_agrees_with_synth_files
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/model/check_with_hf_reader.sh $<TARGET_FILE:anvil> ${PROJECT_SOURCE_DIR})
 set_tests_properties(gguf.hf_reader_agrees_with_synth_files PROPERTIES LABELS gguf TIMEOUT 300)
+anvil_add_test(perplexity_test LABELS model SOURCES model/perplexity_test.cpp LIBS anvil_model)
+anvil_add_test(default_model_test LABELS model SOURCES model/default_model_test.cpp LIBS anvil_model)
