@@ -7,3 +7,8 @@ add_test(NAME gguf.hf_reader_agrees_with_synth_files
 set_tests_properties(gguf.hf_reader_agrees_with_synth_files PROPERTIES LABELS gguf TIMEOUT 300)
 anvil_add_test(perplexity_test LABELS model SOURCES model/perplexity_test.cpp LIBS anvil_model)
 anvil_add_test(default_model_test LABELS model SOURCES model/default_model_test.cpp LIBS anvil_model)
+# The shipped model (models/anvil-kjv-q8_0.gguf) against its PyTorch goldens; skips while the
+# model file is absent.
+anvil_add_test(shipped_model_test LABELS "model;conformance" SOURCES model/shipped_model_test.cpp
+               LIBS anvil_model Boost::json TIMEOUT 900)
+target_compile_definitions(shipped_model_test PRIVATE ANVIL_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
