@@ -2,7 +2,7 @@
 """Trains anvil's default model (llama_model.py) on the corpus of make_corpus.py with the tokenizer
 of train_tokenizer.py, within a wall-clock budget.
 
-Usage: python3 train.py CORPUS_DIR TOKENIZER_JSON OUT_DIR [--minutes 6] [--dim 384 ...]
+Usage: python3 train.py CORPUS_DIR TOKENIZER_JSON OUT_DIR [--minutes 5.5] [--epochs 30] [--dim 384 ...]
 
 Data: every document becomes BOS + tokens + EOS, concatenated into one stream; a batch is `batch`
 random windows of context_length + 1 tokens. Held-out loss is the mean over fixed, non-overlapping
@@ -92,7 +92,7 @@ def main():
     ap.add_argument("corpus")
     ap.add_argument("tokenizer")
     ap.add_argument("out")
-    ap.add_argument("--minutes", type=float, default=6.0, help="training-loop wall-clock budget")
+    ap.add_argument("--minutes", type=float, default=5.5, help="training-loop wall-clock budget")
     ap.add_argument("--epochs", type=float, default=30, help="schedule length in passes over the training tokens (0: none)")
     ap.add_argument("--max-steps", type=int, default=0, help="schedule length in steps (0: none)")
     ap.add_argument("--ctx", type=int, default=512)
