@@ -26,6 +26,7 @@
 #include "actors/engine.h"
 #include "actors/log.h"
 #include "cli/commands.h"
+#include "cli/model_arg.h"
 #include "cli/progress.h"
 #include "model/cpu_forward.h"
 #include "proto/http_server.h"
@@ -114,6 +115,7 @@ engine_config engine_config_for(const serve_args& a) {
 
 int run_serve(serve_args a) {
   auto log = log::get("serve");
+  a.model = model_path_or_default(a.model);
   if (a.api_key.empty()) {
     if (const char* env = std::getenv("ANVIL_API_KEY")) a.api_key = env;
   }
@@ -220,7 +222,7 @@ int run_serve(serve_args a) {
 void add_serve_command(CLI::App& app, int& exit_code) {
   CLI::App* cmd = app.add_subcommand("serve", "serve the OpenAI-compatible HTTP API and the TCP line protocol");
   auto a = std::make_shared<serve_args>();
-  cmd->add_option("-m,--model", a->model, "GGUF model file")->required();
+  cmd->add_option("-m,--model", a->model, "GGUF model file (default: the shipped model)");
   cmd->add_option("--host", a->host, "address to listen on")->capture_default_str();
   cmd->add_option("--port", a->port, "HTTP port (0: any free port)")->capture_default_str();
   cmd->add_option("--line-port", a->line_port, "TCP line protocol port (0: any free port, -1: off)")->capture_default_str();
