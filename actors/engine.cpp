@@ -132,6 +132,7 @@ engine::~engine() {
 
 const model::tokenizer& engine::tokenizer() const { return impl_->tok; }
 std::int64_t engine::max_model_len() const { return impl_->max_model_len; }
+const model::chat_template* engine::chat_template() const { return impl_->chat ? &*impl_->chat : nullptr; }
 
 error_code engine::impl::check(const generate_request& r, std::string& why) const {
   if (auto bad = sampler::validate(r.sampling, model.hp.n_vocab)) {

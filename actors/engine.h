@@ -142,6 +142,9 @@ class engine : public std::enable_shared_from_this<engine> {
   boost::asio::any_io_executor get_executor() const;  // the engine's own pool
   const model::tokenizer& tokenizer() const;
   std::int64_t max_model_len() const;
+  // The model's chat template (what `messages` are rendered with); nullptr when it has none anvil
+  // recognises. Lets a server show the tokens a conversation becomes (HTTP /tokenize).
+  const model::chat_template* chat_template() const;
 
  private:
   struct impl;

@@ -1,5 +1,5 @@
-// `anvil generate -m FILE -p TEXT`: one request through the engine (the same path every client
-// takes), its text streamed to stdout as it is produced.
+// `anvil generate [-m FILE] -p TEXT`: one request through the engine (the same path every client
+// takes), its text streamed to stdout as it is produced. Without -m it runs the shipped model.
 #include <cstdio>
 #include <future>
 #include <memory>
@@ -9,6 +9,7 @@
 
 #include "actors/engine.h"
 #include "cli/commands.h"
+#include "cli/model_arg.h"
 #include "model/cpu_forward.h"
 
 namespace anvil::cli {
@@ -26,11 +27,12 @@ struct generate_args {
 };
 
 int run_generate(const generate_args& a) {
+  const std::string model_path = model_path_or_default(a.model);
   // A KV pool for exactly one full context.
-  const model::hparams hp = model::read_hparams(model::gguf_file::open(a.model));
+  const model::hparams hp = model::read_hparams(model::gguf_file::open(model_path));
   const std::int64_t ctx = a.ctx > 0 ? a.ctx : std::min<std::int64_t>(hp.n_ctx_train, 4096);
   engine_config cfg;
-  cfg.model_path = a.model;
+  cfg.model_path = model_path;
   cfg.max_model_len = ctx;
   cfg.kv_budget_bytes = model::kv_cache_storage::bytes_per_block(hp, cfg.block_size) * std::size_t(ctx / cfg.block_size + 2);
   cfg.max_batch_tokens = 256;
@@ -78,7 +80,7 @@ int run_generate(const generate_args& a) {
 void add_generate_command(CLI::App& app, int& exit_code) {
   CLI::App* cmd = app.add_subcommand("generate", "generate text from a prompt, streamed to stdout");
   auto a = std::make_shared<generate_args>();
-  cmd->add_option("-m,--model", a->model, "GGUF model file")->required();
+  cmd->add_option("-m,--model", a->model, "GGUF model file (default: the shipped model, see ANVIL_MODEL)");
   cmd->add_option("-p,--prompt", a->prompt, "the prompt")->required();
   cmd->add_option("-n,--n-predict", a->n_predict, "tokens to generate at most")->capture_default_str();
   cmd->add_flag("--chat", a->chat, "wrap the prompt in the model's chat template");

@@ -10,5 +10,7 @@ void add_info_command(CLI::App& app, int& exit_code);
 void add_inspect_command(CLI::App& app, int& exit_code);
 void add_synth_command(CLI::App& app, int& exit_code);
 void add_generate_command(CLI::App& app, int& exit_code);
+void add_serve_command(CLI::App& app, int& exit_code);
+void add_perplexity_command(CLI::App& app, int& exit_code);
 
 }  // namespace anvil::cli

@@ -24,6 +24,8 @@ int main(int argc, char** argv) {
   anvil::cli::add_inspect_command(app, exit_code);
   anvil::cli::add_synth_command(app, exit_code);
   anvil::cli::add_generate_command(app, exit_code);
+  anvil::cli::add_serve_command(app, exit_code);
+  anvil::cli::add_perplexity_command(app, exit_code);
 
   try {
     app.parse(argc, argv);

@@ -1,4 +1,5 @@
-// A one-line progress bar on stderr (only when stderr is a terminal, else a line per 10%).
+// A one-line progress bar on stderr (only when stderr is a terminal, else a line per 10%). It
+// counts bytes (shown in GB) or, given a unit name, plain items ("12/40 windows").
 #pragma once
 
 #include <unistd.h>
@@ -10,7 +11,8 @@ namespace anvil::cli {
 
 class progress_bar {
  public:
-  explicit progress_bar(std::string label) : label_(std::move(label)), tty_(isatty(STDERR_FILENO)) {}
+  explicit progress_bar(std::string label, std::string unit = {})
+      : label_(std::move(label)), unit_(std::move(unit)), tty_(isatty(STDERR_FILENO)) {}
 
   void update(std::size_t done, std::size_t total) {
     const int pct = total ? int(100.0 * double(done) / double(total)) : 100;
@@ -20,8 +22,13 @@ class progress_bar {
       return;
     }
     const int width = 30, filled = pct * width / 100;
-    std::fprintf(stderr, "\r%s [%s%s] %3d%% %.2f/%.2f GB", label_.c_str(), std::string(filled, '#').c_str(),
-                 std::string(width - filled, ' ').c_str(), pct, double(done) / 1e9, double(total) / 1e9);
+    std::fprintf(stderr, "\r%s [%s%s] %3d%% ", label_.c_str(), std::string(filled, '#').c_str(),
+                 std::string(width - filled, ' ').c_str(), pct);
+    if (unit_.empty()) {
+      std::fprintf(stderr, "%.2f/%.2f GB", double(done) / 1e9, double(total) / 1e9);
+    } else {
+      std::fprintf(stderr, "%zu/%zu %s", done, total, unit_.c_str());
+    }
     if (done >= total) std::fprintf(stderr, "\n");
     std::fflush(stderr);
     last_ = pct;
@@ -29,6 +36,7 @@ class progress_bar {
 
  private:
   std::string label_;
+  std::string unit_;  // empty: bytes
   bool tty_;
   int last_ = -1;
 };

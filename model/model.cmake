@@ -6,6 +6,8 @@ add_library(anvil_model STATIC
   ${CMAKE_CURRENT_SOURCE_DIR}/gguf_tokenizer.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/gguf_writer.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/llm.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/default_model.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/perplexity.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/synth.cpp)
 target_include_directories(anvil_model PUBLIC ${PROJECT_SOURCE_DIR})
 target_link_libraries(anvil_model PUBLIC anvil_quant anvil_tokenizer anvil_kernels_cpu PRIVATE OpenMP::OpenMP_CXX)

@@ -1,0 +1,419 @@
+#include "proto/http_server.h"
+
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <system_error>
+#include <unordered_map>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <spdlog/fmt/fmt.h>
+#include <spdlog/logger.h>
+
+#include "actors/engine.h"
+#include "actors/log.h"
+#include "proto/http_session.h"
+#include "proto/openai_json.h"
+
+namespace anvil::proto {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+constexpr std::uint32_t max_header_bytes = 16 * 1024;         // larger headers: 431
+constexpr std::size_t max_queued_bytes = 4u << 20;            // output a slow reader may leave unread
+constexpr std::size_t max_read_ahead_bytes = 1u << 20;        // pipelined input buffered while a request runs
+constexpr std::size_t read_chunk_bytes = 16 * 1024;
+constexpr std::chrono::seconds linger_timeout{2};             // reading what a refused client still sends
+
+// What every connection shares with the server: options and the engine, which set_engine may
+// replace from any thread.
+struct shared_state {
+  http_server_options opt;
+  mutable std::mutex mu;
+  std::shared_ptr<engine> eng;
+
+  std::shared_ptr<engine> current_engine() const {
+    std::lock_guard lock(mu);
+    return eng;
+  }
+};
+
+// The status line and headers of an answer. length: Content-Length; nullopt: a stream.
+std::string response_head(unsigned status, std::string_view content_type, std::optional<std::size_t> length, bool chunked,
+                          bool close, std::string_view allow) {
+  std::string h = fmt::format("HTTP/1.1 {} {}\r\nServer: anvil\r\nContent-Type: {}\r\n", status,
+                              std::string_view(http::obsolete_reason(http::int_to_status(status))), content_type);
+  if (length) {
+    h += fmt::format("Content-Length: {}\r\n", *length);
+  } else {
+    h += "Cache-Control: no-cache\r\n";
+    if (chunked) h += "Transfer-Encoding: chunked\r\n";
+  }
+  if (!allow.empty()) h += fmt::format("Allow: {}\r\n", allow);
+  h += close ? "Connection: close\r\n\r\n" : "Connection: keep-alive\r\n\r\n";
+  return h;
+}
+
+class connection : public std::enable_shared_from_this<connection> {
+ public:
+  connection(tcp::socket sock, std::shared_ptr<const shared_state> st, std::function<void(connection*)> on_gone)
+      : stream_(std::move(sock)), st_(std::move(st)), on_gone_(std::move(on_gone)) {}
+
+  // From the acceptor: everything else happens on the connection's strand.
+  void start() {
+    asio::post(stream_.get_executor(), [self = shared_from_this()] {
+      self->make_session();
+      self->read_request();
+    });
+  }
+
+  // From any thread, when the server stops: an idle connection closes now; one that is answering
+  // a request closes once that answer is written.
+  void close() {
+    asio::post(stream_.get_executor(), [self = shared_from_this()] {
+      self->stopping_ = true;
+      if (!self->in_exchange_ && !self->writing_ && self->out_.empty()) self->shut("server stopping");
+    });
+  }
+
+ private:
+  // ---- reading requests ----
+
+  void make_session() {
+    std::weak_ptr<connection> weak = weak_from_this();
+    http_session_hooks hooks;  // all but post are called on the strand, by the session
+    hooks.respond = [weak](http_response r) {
+      if (auto self = weak.lock()) self->respond(std::move(r));
+    };
+    hooks.start_stream = [weak] {
+      if (auto self = weak.lock()) self->start_stream();
+    };
+    hooks.stream = [weak](std::string event) {
+      if (auto self = weak.lock()) self->stream_event(std::move(event));
+    };
+    hooks.end_stream = [weak](bool close) {
+      if (auto self = weak.lock()) self->end_stream(close);
+    };
+    hooks.post = [ex = stream_.get_executor()](std::function<void()> fn) { asio::post(ex, std::move(fn)); };
+    session_ = std::make_shared<http_session>(std::move(hooks), st_->opt.api_key);
+  }
+
+  void read_request() {
+    if (gone_) return;
+    parser_.emplace();
+    parser_->header_limit(max_header_bytes);
+    parser_->body_limit(st_->opt.max_body_bytes);
+    stream_.expires_after(st_->opt.idle_timeout);
+    http::async_read_header(stream_, buf_, *parser_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      self->on_header(ec);
+    });
+  }
+
+  void on_header(beast::error_code ec) {
+    if (gone_) return;
+    if (ec) return on_read_error(ec);
+    const auto& h = parser_->get();
+    if (beast::iequals(h[http::field::expect], "100-continue") && !parser_->is_done()) {
+      static const std::string go_on = "HTTP/1.1 100 Continue\r\n\r\n";
+      asio::async_write(stream_, asio::buffer(go_on), [self = shared_from_this()](beast::error_code wec, std::size_t) {
+        if (self->gone_) return;
+        if (wec) return self->shut(wec.message());
+        self->read_body();
+      });
+      return;
+    }
+    read_body();
+  }
+
+  void read_body() {
+    http::async_read(stream_, buf_, *parser_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      if (self->gone_) return;
+      if (ec) return self->on_read_error(ec);
+      self->on_request();
+    });
+  }
+
+  void on_read_error(beast::error_code ec) {
+    if (ec == http::error::end_of_stream || ec == http::error::partial_message) return shut("closed by the client");
+    if (ec == beast::error::timeout) return shut("idle or slow client timed out");
+    if (ec == http::error::header_limit) {
+      return refuse(431, "the request headers are larger than " + std::to_string(max_header_bytes) + " bytes", "headers_too_large");
+    }
+    if (ec == http::error::body_limit) {
+      return refuse(413, "the request body is larger than " + std::to_string(st_->opt.max_body_bytes) + " bytes",
+                    "request_too_large");
+    }
+    if (ec.category() == http::make_error_code(http::error::bad_method).category()) {
+      return refuse(400, "malformed HTTP request: " + ec.message(), "bad_request");
+    }
+    shut(ec.message());
+  }
+
+  void on_request() {
+    auto& req = parser_->get();
+    keep_alive_ = req.keep_alive();
+    chunked_ = req.version() >= 11;
+    head_only_ = req.method() == http::verb::head;
+    http_request r{std::string(req.method_string()), std::string(req.target()),
+                   std::string(req[http::field::authorization]), std::move(req.body())};
+    parser_.reset();
+    stream_.expires_never();  // a request may run for long; writes set their own deadline
+    in_exchange_ = true;
+    watch();
+    session_->handle(std::move(r), st_->current_engine());
+  }
+
+  // While a request runs, keep a read pending so a client that goes away is noticed (its requests
+  // are cancelled); pipelined bytes that arrive meanwhile are kept for the next request.
+  void watch() {
+    if (watching_ || gone_ || buf_.size() >= max_read_ahead_bytes) return;
+    watching_ = true;
+    stream_.async_read_some(buf_.prepare(read_chunk_bytes), [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+      self->watching_ = false;
+      if (self->gone_) return;
+      if (!ec) self->buf_.commit(n);
+      if (self->lingering_) return self->linger();
+      if (self->resume_pending_ && (!ec || ec == asio::error::operation_aborted)) {
+        self->resume_pending_ = false;
+        return self->read_request();
+      }
+      if (ec) return self->shut(ec == asio::error::eof ? "the client went away" : ec.message());
+      self->watch();
+    });
+  }
+
+  // ---- writing answers ----
+
+  void respond(http_response r) {
+    close_after_ = !keep_alive_ || stopping_;
+    std::string out = response_head(r.status, r.content_type, r.body.size(), chunked_, close_after_, r.allow);
+    if (!head_only_) out += r.body;
+    queue(std::move(out));
+    exchange_over();
+  }
+
+  void start_stream() {
+    // HTTP/1.0 has no chunked encoding: the stream then ends with the connection.
+    queue(response_head(200, "text/event-stream", std::nullopt, chunked_, !keep_alive_ || !chunked_, {}));
+  }
+
+  void stream_event(std::string event) {
+    if (head_only_ || event.empty()) return;
+    if (!chunked_) return queue(std::move(event));
+    queue(fmt::format("{:x}\r\n{}\r\n", event.size(), event));
+  }
+
+  void end_stream(bool close) {
+    close_after_ = close || !keep_alive_ || !chunked_ || stopping_;
+    if (chunked_ && !head_only_) queue("0\r\n\r\n");
+    exchange_over();
+  }
+
+  void queue(std::string bytes) {
+    if (gone_) return;
+    queued_bytes_ += bytes.size();
+    if (queued_bytes_ > max_queued_bytes) return shut("the client does not read its answers");
+    out_.push_back(std::move(bytes));
+    if (!writing_) write();
+  }
+
+  void write() {
+    writing_ = true;
+    stream_.expires_after(st_->opt.idle_timeout);
+    asio::async_write(stream_, asio::buffer(out_.front()), [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      self->writing_ = false;
+      if (self->gone_) return;
+      if (ec) return self->shut(ec == beast::error::timeout ? "write timed out" : ec.message());
+      self->queued_bytes_ -= self->out_.front().size();
+      self->out_.pop_front();
+      if (!self->out_.empty()) return self->write();
+      self->stream_.expires_never();
+      if (self->answered_) self->next();
+    });
+  }
+
+  // The session has given its whole answer; once it is written, read the next request.
+  void exchange_over() {
+    answered_ = true;
+    if (!writing_ && out_.empty()) next();
+  }
+
+  void next() {
+    if (gone_) return;
+    answered_ = false;
+    in_exchange_ = false;
+    if (close_after_ || stopping_) return close_gracefully();
+    if (watching_) {
+      resume_pending_ = true;  // the pending read completes (aborted or with data), then reads on
+      boost::system::error_code ignored;
+      stream_.socket().cancel(ignored);
+      return;
+    }
+    read_request();
+  }
+
+  // ---- closing ----
+
+  // An error the session never sees (malformed HTTP, limits): answer it, then close.
+  void refuse(unsigned status, const std::string& message, std::string_view code) {
+    keep_alive_ = false;
+    chunked_ = true;
+    head_only_ = false;
+    parser_.reset();
+    respond(http_response{status, "application/json", openai_error_body(status, message, code), {}});
+  }
+
+  // Send what is queued, then stop sending and read until the client closes (briefly), so a client
+  // still sending a refused body gets the answer instead of a reset.
+  void close_gracefully() {
+    boost::system::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream_.expires_after(linger_timeout);
+    lingering_ = true;
+    if (watching_) {  // one read at a time: the pending one is cancelled, then lingers
+      stream_.socket().cancel(ignored);
+      return;
+    }
+    linger();
+  }
+
+  void linger() {
+    if (gone_) return;
+    buf_.clear();
+    stream_.async_read_some(buf_.prepare(read_chunk_bytes), [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      if (ec) return self->shut("closed");
+      self->linger();
+    });
+  }
+
+  // The connection is over: cancel its requests, close the socket, forget it.
+  void shut(const std::string& why) {
+    if (gone_) return;
+    gone_ = true;
+    log::get("proto")->debug("http connection closed: {}{}", why, in_exchange_ ? " (its request cancelled)" : "");
+    if (session_) session_->on_close();
+    boost::system::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    stream_.close();  // the socket and its timer
+    out_.clear();
+    on_gone_(this);
+  }
+
+  beast::tcp_stream stream_;
+  std::shared_ptr<const shared_state> st_;
+  std::function<void(connection*)> on_gone_;
+  std::shared_ptr<http_session> session_;
+  beast::flat_buffer buf_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  bool keep_alive_ = true;
+  bool chunked_ = true;          // HTTP/1.1: streams use chunked transfer
+  bool head_only_ = false;       // a HEAD request: headers only
+  bool in_exchange_ = false;     // a request is with the session
+  bool watching_ = false;        // a read is pending while a request runs
+  bool resume_pending_ = false;  // that read is being cancelled; then read the next request
+  bool answered_ = false;        // the session gave its whole answer
+  bool close_after_ = false;     // close once the answer is written
+  bool stopping_ = false;        // the server is stopping: close after the current answer
+  bool lingering_ = false;       // sending is shut; reading what the client still sends
+  std::deque<std::string> out_;
+  std::size_t queued_bytes_ = 0;
+  bool writing_ = false;
+  bool gone_ = false;
+};
+
+}  // namespace
+
+struct http_server::impl : std::enable_shared_from_this<http_server::impl> {
+  impl(asio::io_context& io, http_server_options o)
+      : acceptor(asio::make_strand(io)), state(std::make_shared<shared_state>()) {
+    state->opt = std::move(o);
+  }
+
+  void accept() {
+    acceptor.async_accept(asio::make_strand(acceptor.get_executor().get_inner_executor()),
+                          [self = shared_from_this()](boost::system::error_code ec, tcp::socket sock) {
+                            if (ec == asio::error::operation_aborted || !self->acceptor.is_open()) return;
+                            if (!ec) self->adopt(std::move(sock));
+                            self->accept();
+                          });
+  }
+
+  void adopt(tcp::socket sock) {
+    boost::system::error_code ignored;
+    sock.set_option(tcp::no_delay(true), ignored);
+    std::weak_ptr<impl> weak = weak_from_this();
+    auto c = std::make_shared<connection>(std::move(sock), state, [weak](connection* gone) {
+      if (auto self = weak.lock()) {
+        std::lock_guard lock(self->mu);
+        self->conns.erase(gone);
+      }
+    });
+    {
+      std::lock_guard lock(mu);
+      if (stopped) return;
+      conns.emplace(c.get(), c);
+    }
+    c->start();
+  }
+
+  asio::basic_socket_acceptor<tcp, asio::strand<asio::io_context::executor_type>> acceptor;
+  std::shared_ptr<shared_state> state;
+  std::uint16_t port = 0;
+  std::mutex mu;  // guards conns and stopped: connections end on their own strands
+  std::unordered_map<connection*, std::shared_ptr<connection>> conns;
+  bool stopped = false;
+};
+
+http_server::http_server(asio::io_context& io, http_server_options opt)
+    : impl_(std::make_shared<impl>(io, std::move(opt))) {
+  try {
+    const tcp::endpoint ep(asio::ip::make_address(impl_->state->opt.host), impl_->state->opt.port);
+    auto& a = impl_->acceptor;
+    a.open(ep.protocol());
+    a.set_option(tcp::acceptor::reuse_address(true));
+    a.bind(ep);
+    a.listen();
+    impl_->port = a.local_endpoint().port();
+  } catch (const boost::system::system_error& e) {
+    throw std::system_error(std::error_code(e.code()), "http server on " + impl_->state->opt.host + ":" +
+                                                           std::to_string(impl_->state->opt.port));
+  }
+  impl_->accept();
+}
+
+http_server::~http_server() { stop(); }
+
+void http_server::set_engine(std::shared_ptr<engine> eng) {
+  std::lock_guard lock(impl_->state->mu);
+  impl_->state->eng = std::move(eng);
+}
+
+std::uint16_t http_server::port() const { return impl_->port; }
+
+std::size_t http_server::connections() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->conns.size();
+}
+
+void http_server::stop() {
+  asio::post(impl_->acceptor.get_executor(), [self = impl_] {
+    boost::system::error_code ignored;
+    self->acceptor.close(ignored);
+  });
+  std::lock_guard lock(impl_->mu);
+  impl_->stopped = true;
+  for (auto& [raw, c] : impl_->conns) c->close();
+}
+
+}  // namespace anvil::proto

@@ -1,0 +1,413 @@
+#include "proto/http_session.h"
+
+#include <ctime>
+#include <random>
+
+#include <boost/json.hpp>
+
+#include "model/chat_template.h"
+#include "model/model_error.h"
+#include "proto/errors.h"
+#include "proto/metrics_text.h"
+#include "proto/openai_json.h"
+#include "proto/request_json.h"
+
+namespace anvil::proto {
+
+namespace json = boost::json;
+
+namespace {
+
+std::int64_t unix_now() { return static_cast<std::int64_t>(std::time(nullptr)); }
+
+std::string_view path_of(std::string_view target) { return target.substr(0, target.find('?')); }
+
+// OpenAI clients send no seed for "random": each such request gets its own.
+std::uint64_t random_seed() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return rng() >> 1;
+}
+
+bool has_key(const json::object& o, std::string_view key) {
+  const json::value* v = o.if_contains(key);
+  return v && !v->is_null();
+}
+
+const char* sse_done = "data: [DONE]\n\n";
+
+}  // namespace
+
+http_session::http_session(http_session_hooks hooks, std::string api_key)
+    : hooks_(std::move(hooks)), api_key_(std::move(api_key)) {}
+
+void http_session::handle(http_request r, std::shared_ptr<engine> eng) {
+  if (closed_) return;
+  const std::string_view path = path_of(r.target);
+  if (path == "/health") {
+    if (r.method != "GET" && r.method != "HEAD") return respond_error(405, "use GET", "method_not_allowed", "GET, HEAD");
+    if (!eng) return respond_json(json::object{{"status", "loading"}}, 503);
+    if (!eng->healthy()) return respond_json(json::object{{"status", "unhealthy"}}, 503);
+    return respond_json(json::object{{"status", "ok"}});
+  }
+  if (!api_key_.empty()) {
+    constexpr std::string_view bearer = "Bearer ";
+    const std::string_view auth = r.authorization;
+    const bool ok = auth.size() > bearer.size() && auth.substr(0, bearer.size()) == bearer &&
+                    constant_time_equal(auth.substr(bearer.size()), api_key_);
+    if (!ok) return respond_error(401, "a valid API key is required (Authorization: Bearer KEY)", "invalid_api_key");
+  }
+  route(r, eng);
+}
+
+void http_session::route(const http_request& r, const std::shared_ptr<engine>& eng) {
+  struct endpoint {
+    std::string_view path, method;
+  };
+  static constexpr endpoint endpoints[] = {{"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
+                                           {"/v1/models", "GET"},       {"/metrics", "GET"},
+                                           {"/tokenize", "POST"},       {"/detokenize", "POST"}};
+  const std::string_view path = path_of(r.target);
+  const endpoint* found = nullptr;
+  for (const endpoint& e : endpoints) {
+    if (e.path == path) found = &e;
+  }
+  if (!found) return respond_error(404, "no such endpoint: " + std::string(path.substr(0, 200)), "not_found");
+  if (r.method != found->method) {
+    return respond_error(405, std::string(path) + " takes " + std::string(found->method), "method_not_allowed",
+                         std::string(found->method));
+  }
+  if (!eng) return respond_error(503, "the model is still loading", "loading");
+
+  if (path == "/v1/completions") return completions(r, eng, false);
+  if (path == "/v1/chat/completions") return completions(r, eng, true);
+  if (path == "/v1/models") return models(*eng);
+  if (path == "/metrics") return metrics(eng);
+  if (path == "/tokenize") return tokenize(r, *eng);
+  return detokenize(r, *eng);
+}
+
+// ---- small answers ---------------------------------------------------------------------------
+
+void http_session::respond_json(const json::object& o, unsigned status) {
+  if (closed_) return;
+  hooks_.respond(http_response{status, "application/json", json::serialize(o), {}});
+}
+
+void http_session::respond_error(unsigned status, std::string_view message, std::string_view code, std::string allow) {
+  if (closed_) return;
+  hooks_.respond(http_response{status, "application/json", openai_error_body(status, message, code), std::move(allow)});
+}
+
+void http_session::models(const engine& eng) {
+  json::object m{{"id", eng.model_name()},   {"object", "model"},       {"created", unix_now()},
+                 {"owned_by", "anvil"},      {"root", eng.model_name()}, {"max_model_len", eng.max_model_len()}};
+  respond_json(json::object{{"object", "list"}, {"data", json::array{std::move(m)}}});
+}
+
+void http_session::metrics(const std::shared_ptr<engine>& eng) {
+  awaiting_stats_ = true;
+  const std::uint64_t serial = ++serial_;
+  // Captures no engine and locks no session off the strand: the last reference to either must
+  // never be dropped on the engine's own threads.
+  eng->async_stats([weak = weak_from_this(), post = hooks_.post, serial](error_code ec, engine_stats s) {
+    post([weak, serial, ec, s = std::move(s)] {
+      auto self = weak.lock();
+      if (!self || !self->awaiting_stats_ || self->serial_ != serial) return;
+      self->awaiting_stats_ = false;
+      if (ec) return self->respond_error(503, "engine statistics are unavailable: " + ec.message(), "stopped");
+      if (!self->closed_) self->hooks_.respond(http_response{200, metrics_content_type, metrics_text(s), {}});
+    });
+  });
+}
+
+namespace {
+
+// The body as a JSON object, or a message saying why not.
+std::string parse_body(std::string_view body, json::value& out) {
+  json::error_code ec;
+  out = json::parse(body, ec);
+  if (ec) return "the body is not valid JSON: " + ec.message();
+  if (!out.is_object()) return "the body must be a JSON object";
+  return {};
+}
+
+}  // namespace
+
+void http_session::tokenize(const http_request& r, const engine& eng) {
+  json::value v;
+  if (std::string why = parse_body(r.body, v); !why.empty()) return respond_error(400, why, "invalid_request");
+  const json::object& o = v.get_object();
+  bool add_special = !has_key(o, "messages");  // as the engine feeds each: BOS for prompts, the template's own for chats
+  if (const json::value* a = o.if_contains("add_special_tokens"); a && !a->is_null()) {
+    if (!a->is_bool()) return respond_error(400, "`add_special_tokens` must be true or false", "invalid_request");
+    add_special = a->get_bool();
+  }
+  std::string text;
+  if (has_key(o, "messages")) {
+    parsed_request p;
+    if (std::string why = read_request(o, dialect::chat, p); !why.empty()) return respond_error(400, why, "invalid_request");
+    const model::chat_template* tmpl = eng.chat_template();
+    if (!tmpl) return respond_error(400, "the model has no chat template anvil recognises", "invalid_request");
+    try {
+      text = tmpl->render(p.req.messages, true);
+    } catch (const model::model_error& e) {
+      return respond_error(400, e.what(), "invalid_request");
+    }
+  } else if (const json::value* p = o.if_contains("prompt"); p && p->is_string()) {
+    text = std::string(p->get_string());
+  } else {
+    return respond_error(400, "`prompt` (a string) or `messages` is required", "invalid_request");
+  }
+  const std::vector<std::int32_t> tokens = eng.tokenizer().encode(text, add_special, true);
+  respond_json(json::object{{"tokens", json::value_from(tokens)},
+                            {"count", tokens.size()},
+                            {"max_model_len", eng.max_model_len()}});
+}
+
+void http_session::detokenize(const http_request& r, const engine& eng) {
+  json::value v;
+  if (std::string why = parse_body(r.body, v); !why.empty()) return respond_error(400, why, "invalid_request");
+  const json::value* t = v.get_object().if_contains("tokens");
+  if (!t || !t->is_array()) return respond_error(400, "`tokens` must be an array of token ids", "invalid_request");
+  std::vector<std::int32_t> ids;
+  const std::int64_t vocab = eng.tokenizer().n_vocab();
+  for (const json::value& x : t->get_array()) {
+    if (!x.is_int64() && !x.is_uint64()) return respond_error(400, "`tokens` must be an array of token ids", "invalid_request");
+    const std::int64_t id = x.is_int64() ? x.get_int64() : -1;
+    if (id < 0 || id >= vocab) {
+      return respond_error(400, "`tokens` holds an id outside the vocabulary (" + std::to_string(vocab) + " tokens)",
+                           "invalid_request");
+    }
+    ids.push_back(std::int32_t(id));
+  }
+  respond_json(json::object{{"prompt", valid_utf8(eng.tokenizer().decode(ids))}});
+}
+
+// ---- completions -----------------------------------------------------------------------------
+
+void http_session::completions(const http_request& r, const std::shared_ptr<engine>& eng, bool chat) {
+  json::value v;
+  if (std::string why = parse_body(r.body, v); !why.empty()) return respond_error(400, why, "invalid_request");
+  const json::object& o = v.get_object();
+  parsed_request p;
+  if (std::string why = read_request(o, chat ? dialect::chat : dialect::completions, p); !why.empty()) {
+    return respond_error(400, why, "invalid_request");
+  }
+  if (!has_key(o, "seed")) p.req.sampling.seed = random_seed();
+  // Check once, before anything is queued, so a bad request gets its reason and no choice runs.
+  if (std::string why = eng->explain(p.req); !why.empty()) {
+    const bool too_long = why.find("context holds") != std::string::npos;
+    return respond_error(400, why, too_long ? "context_overflow" : "invalid_request");
+  }
+
+  exchange& ex = ex_.emplace();
+  ex.serial = ++serial_;
+  ex.eng = eng;
+  ex.chat = chat;
+  ex.stream = p.stream;
+  ex.include_usage = p.include_usage;
+  ex.want_logprobs = p.want_logprobs;
+  ex.id = new_response_id(chat ? "chatcmpl" : "cmpl");
+  ex.created = unix_now();
+  if (!chat && p.echo) ex.echo = p.req.prompt.empty() ? eng->tokenizer().decode(p.req.prompt_tokens) : p.req.prompt;
+  ex.choices.resize(std::size_t(p.n));
+  ex.remaining = ex.choices.size();
+  for (choice& c : ex.choices) c.text_offset = ex.echo.size();
+
+  const std::uint64_t seed = p.req.sampling.seed;
+  for (std::size_t i = 0; i < ex.choices.size(); ++i) {
+    generate_request req = p.req;
+    req.sampling.seed = seed + i;
+    auto submitted = eng->submit(std::move(req), [weak = weak_from_this(), post = hooks_.post, serial = ex.serial,
+                                                  i](const stream_event& e) {
+      post([weak, serial, i, e] {
+        if (auto self = weak.lock()) self->on_event(serial, i, e);
+      });
+    });
+    if (!submitted) {
+      const error_code ec = submitted.error();
+      const std::string why = eng->explain(p.req);
+      return fail(http_status(ec), why.empty() ? ec.message() : why, code_name(ec));
+    }
+    ex.choices[i].engine_id = *submitted;
+  }
+}
+
+void http_session::cancel_open_choices() {
+  if (!ex_) return;
+  for (const choice& c : ex_->choices) {
+    if (!c.done && c.engine_id != 0) ex_->eng->cancel(c.engine_id);
+  }
+}
+
+void http_session::finish_exchange() { ex_.reset(); }
+
+void http_session::fail(unsigned status, std::string_view message, std::string_view code) {
+  cancel_open_choices();
+  const bool started = ex_ && ex_->started;
+  finish_exchange();
+  if (closed_) return;
+  if (!started) return respond_error(status, message, code);
+  // Mid-stream: the status line is long gone; say it in the stream and hang up.
+  hooks_.stream("data: " + openai_error_body(status, message, code) + "\n\n");
+  hooks_.end_stream(true);
+}
+
+void http_session::on_close() {
+  if (closed_) return;
+  closed_ = true;
+  cancel_open_choices();
+  finish_exchange();
+  awaiting_stats_ = false;
+}
+
+json::object http_session::chunk_base() const {
+  return json::object{{"id", ex_->id},
+                      {"object", ex_->chat ? "chat.completion.chunk" : "text_completion"},
+                      {"created", ex_->created},
+                      {"model", ex_->eng->model_name()}};
+}
+
+void http_session::send_chunk(const json::object& o) {
+  if (!closed_) hooks_.stream("data: " + json::serialize(o) + "\n\n");
+}
+
+void http_session::on_event(std::uint64_t serial, std::size_t index, const stream_event& e) {
+  if (closed_ || !ex_ || ex_->serial != serial || index >= ex_->choices.size()) return;
+  exchange& ex = *ex_;
+  choice& c = ex.choices[index];
+  if (c.done) return;
+
+  if (e.done && (e.finish_reason == "error" || e.finish_reason == "cancelled")) {
+    c.done = true;
+    const error_code ec = e.error ? e.error : make_error_code(errc::cancelled);
+    return fail(http_status(ec), ec.message(), code_name(ec));
+  }
+  if (ex.stream) {
+    if (!ex.started) start_stream();
+    if (!e.text.empty() || (ex.want_logprobs && !e.tokens.empty())) stream_output(index, e);
+  } else {
+    c.text += e.text;
+    if (ex.want_logprobs) {
+      c.tokens.insert(c.tokens.end(), e.tokens.begin(), e.tokens.end());
+      c.logprobs.insert(c.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
+      c.top.insert(c.top.end(), e.top_logprobs.begin(), e.top_logprobs.end());
+    }
+  }
+  if (!e.done) return;
+
+  c.done = true;
+  c.finish_reason = e.finish_reason;
+  ex.prompt_tokens = e.usage.prompt_tokens;
+  ex.completion_tokens += e.usage.completion_tokens;
+  --ex.remaining;
+  if (ex.stream) stream_finish(index, e);
+  if (ex.remaining > 0) return;
+
+  const json::object usage{{"prompt_tokens", ex.prompt_tokens},
+                           {"completion_tokens", ex.completion_tokens},
+                           {"total_tokens", ex.prompt_tokens + ex.completion_tokens}};
+  if (ex.stream) {
+    if (ex.include_usage) {
+      json::object last = chunk_base();
+      last["choices"] = json::array{};
+      last["usage"] = usage;
+      send_chunk(last);
+    }
+    finish_exchange();
+    if (!closed_) {
+      hooks_.stream(sse_done);
+      hooks_.end_stream(false);
+    }
+    return;
+  }
+
+  json::array choices;
+  const model::tokenizer& tok = ex.eng->tokenizer();
+  for (std::size_t i = 0; i < ex.choices.size(); ++i) {
+    choice& ch = ex.choices[i];
+    json::value logprobs = nullptr;
+    const token_logprobs_view lp{ch.tokens, ch.logprobs, ch.top};
+    if (ex.want_logprobs) {
+      logprobs = ex.chat ? json::value(json::object{{"content", chat_logprobs_content(tok, lp)}})
+                         : json::value(completion_logprobs(tok, lp, ch.text_offset));
+    }
+    json::object out{{"index", i}};
+    if (ex.chat) {
+      out["message"] = json::object{{"role", "assistant"}, {"content", valid_utf8(ch.text)}};
+    } else {
+      out["text"] = valid_utf8(ex.echo + ch.text);
+    }
+    out["logprobs"] = std::move(logprobs);
+    out["finish_reason"] = ch.finish_reason;
+    choices.push_back(std::move(out));
+  }
+  json::object body{{"id", ex.id},
+                    {"object", ex.chat ? "chat.completion" : "text_completion"},
+                    {"created", ex.created},
+                    {"model", ex.eng->model_name()},
+                    {"choices", std::move(choices)},
+                    {"usage", usage}};
+  finish_exchange();
+  respond_json(body);
+}
+
+// The 200 goes out with the first event, so a request the engine refuses after queueing
+// (a full queue) still gets its own status. Chat opens each choice with the assistant role;
+// completions with echo open with the prompt.
+void http_session::start_stream() {
+  exchange& ex = *ex_;
+  ex.started = true;
+  if (closed_) return;
+  hooks_.start_stream();
+  for (std::size_t i = 0; i < ex.choices.size(); ++i) {
+    json::object ch{{"index", i}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+    if (ex.chat) {
+      ch["delta"] = json::object{{"role", "assistant"}, {"content", ""}};
+    } else if (!ex.echo.empty()) {
+      ch["text"] = valid_utf8(ex.echo);
+    } else {
+      continue;
+    }
+    json::object chunk = chunk_base();
+    chunk["choices"] = json::array{std::move(ch)};
+    send_chunk(chunk);
+  }
+}
+
+void http_session::stream_output(std::size_t index, const stream_event& e) {
+  exchange& ex = *ex_;
+  json::object ch{{"index", index}};
+  if (ex.chat) {
+    ch["delta"] = json::object{{"content", valid_utf8(e.text)}};
+  } else {
+    ch["text"] = valid_utf8(e.text);
+  }
+  ch["logprobs"] = nullptr;
+  if (ex.want_logprobs) {
+    const token_logprobs_view lp{e.tokens, e.logprobs, e.top_logprobs};
+    const model::tokenizer& tok = ex.eng->tokenizer();
+    ch["logprobs"] = ex.chat ? json::value(json::object{{"content", chat_logprobs_content(tok, lp)}})
+                             : json::value(completion_logprobs(tok, lp, ex.choices[index].text_offset));
+  }
+  ch["finish_reason"] = nullptr;
+  json::object chunk = chunk_base();
+  chunk["choices"] = json::array{std::move(ch)};
+  send_chunk(chunk);
+}
+
+void http_session::stream_finish(std::size_t index, const stream_event& e) {
+  json::object ch{{"index", index}};
+  if (ex_->chat) {
+    ch["delta"] = json::object{};
+  } else {
+    ch["text"] = "";
+  }
+  ch["logprobs"] = nullptr;
+  ch["finish_reason"] = e.finish_reason;
+  json::object chunk = chunk_base();
+  chunk["choices"] = json::array{std::move(ch)};
+  send_chunk(chunk);
+}
+
+}  // namespace anvil::proto

@@ -1,0 +1,165 @@
+// The shipped default model (models/anvil-kjv-q8_0.gguf) against PyTorch on the same weights:
+// goldens made by tools/train/make_goldens.py from the GGUF file itself and committed in
+// tests/data/default-model/. Greedy continuations identical, perplexity over heldout-small.txt
+// within 1% (in practice far closer), and the tokenizer's ids identical to HF `tokenizers`.
+// Skipped only while the model file is absent; ANVIL_SHIPPED_MODEL and ANVIL_SHIPPED_GOLDENS
+// point the test at another model and golden file (a freshly trained one, before committing).
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <boost/json.hpp>
+#include <gtest/gtest.h>
+
+#include "model/cpu_forward.h"
+#include "model/gguf_tokenizer.h"
+#include "model/perplexity.h"
+
+namespace {
+
+using namespace anvil::model;
+namespace json = boost::json;
+namespace fs = std::filesystem;
+
+const std::string src = ANVIL_SOURCE_DIR;
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+const std::string model_path = env_or("ANVIL_SHIPPED_MODEL", src + "/models/anvil-kjv-q8_0.gguf");
+const std::string golden_path = env_or("ANVIL_SHIPPED_GOLDENS", src + "/tests/data/default-model/anvil-kjv-q8_0.json");
+const std::string heldout_path = src + "/tests/data/default-model/heldout-small.txt";
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// make_goldens.py's sum64: the wrapping sum of the file's little-endian 64-bit words.
+std::string sum64(const std::string& bytes) {
+  std::uint64_t sum = 0;
+  for (std::size_t i = 0; i < bytes.size(); i += 8) {
+    std::uint64_t w = 0;
+    std::memcpy(&w, bytes.data() + i, std::min<std::size_t>(8, bytes.size() - i));
+    sum += w;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(sum));
+  return buf;
+}
+
+std::vector<std::int32_t> ids_of(const json::value& v) { return json::value_to<std::vector<std::int32_t>>(v); }
+
+class ShippedModel : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!fs::exists(model_path)) return;
+    golden_ = std::make_unique<json::object>(json::parse(read_file(golden_path)).as_object());
+    model_ = std::make_unique<llm>(load_llm(gguf_file::open(model_path)));
+    tok_ = std::make_unique<tokenizer>(tokenizer_spec_from_gguf(model_->file));
+  }
+  static void TearDownTestSuite() {
+    tok_.reset();
+    model_.reset();
+    golden_.reset();
+  }
+  void SetUp() override {
+    if (!fs::exists(model_path)) GTEST_SKIP() << model_path << " is not there yet (tools/train/README.md makes it)";
+    ASSERT_TRUE(golden_) << "goldens " << golden_path << " missing for " << model_path;
+  }
+
+  static std::unique_ptr<json::object> golden_;
+  static std::unique_ptr<llm> model_;
+  static std::unique_ptr<tokenizer> tok_;
+};
+std::unique_ptr<json::object> ShippedModel::golden_;
+std::unique_ptr<llm> ShippedModel::model_;
+std::unique_ptr<tokenizer> ShippedModel::tok_;
+
+TEST_F(ShippedModel, GoldensAreForThisFile) {
+  const std::string bytes = read_file(model_path);
+  EXPECT_EQ(std::int64_t(bytes.size()), golden_->at("model_bytes").to_number<std::int64_t>());
+  EXPECT_EQ(sum64(bytes), std::string(golden_->at("model_sum64").as_string()))
+      << "the goldens were made from another file: rerun tools/train/make_goldens.py";
+  EXPECT_EQ(model_->hp.arch_name, "llama");
+}
+
+TEST_F(ShippedModel, TokenizerIdsMatchHuggingFaceTokenizers) {
+  int mismatches = 0;
+  for (const auto& e : golden_->at("tokenize").as_array()) {
+    const std::string text(e.at("text").as_string());
+    const auto got = tok_->encode(text, /*add_special=*/false, /*parse_special=*/false);
+    if (got != ids_of(e.at("ids")) && ++mismatches <= 5) ADD_FAILURE() << "ids differ for: " << text;
+  }
+  EXPECT_EQ(mismatches, 0);
+  const auto text = read_file(heldout_path);
+  EXPECT_EQ(tok_->encode(text, true, false), ids_of(golden_->at("perplexity").at("ids")))
+      << "whole heldout-small.txt with BOS";
+}
+
+TEST_F(ShippedModel, GreedyContinuationsMatchPyTorch) {
+  for (const auto& e : golden_->at("greedy").as_array()) {
+    const std::string prompt(e.at("prompt").as_string());
+    std::vector<std::int32_t> seq = tok_->encode(prompt, true, false);
+    ASSERT_EQ(seq, ids_of(e.at("prompt_ids"))) << prompt;
+    const auto want = ids_of(e.at("tokens"));
+    const auto margins = json::value_to<std::vector<double>>(e.at("margins"));
+
+    const std::int64_t block = 16, n_blocks = (std::int64_t(seq.size() + want.size()) + block - 1) / block;
+    kv_cache_storage cache(model_->hp, n_blocks, block);
+    std::vector<std::int32_t> table(static_cast<std::size_t>(n_blocks));
+    for (std::int64_t i = 0; i < n_blocks; ++i) table[std::size_t(i)] = std::int32_t(n_blocks - 1 - i);
+    cpu_forward fwd(*model_);
+    std::vector<float> logits;
+    forward_seq step{seq, 0, table, false};
+    fwd.run(std::span(&step, 1), cache, logits);
+    std::vector<std::int32_t> got;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      const auto next = std::int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      got.push_back(next);
+      if (next != want[i]) break;
+      seq.push_back(next);
+      step = {std::span(&seq.back(), 1), std::int64_t(seq.size()) - 1, table, false};
+      fwd.run(std::span(&step, 1), cache, logits);
+    }
+    // A near-tie in PyTorch (top-2 logits within float32 noise) may go either way; nothing else may.
+    const std::size_t n = got.size();
+    if (got.back() != want[n - 1] && margins[n - 1] < 1e-4) {
+      std::printf("[ prompt \"%s\": token %zu is a near-tie in PyTorch (margin %.2g); compared up to there ]\n",
+                  prompt.c_str(), n - 1, margins[n - 1]);
+      continue;
+    }
+    EXPECT_EQ(got, want) << "prompt \"" << prompt << "\": first difference at token " << n - 1 << " (PyTorch margin "
+                         << margins[n - 1] << "); PyTorch says: " << std::string(e.at("text").as_string());
+  }
+}
+
+TEST_F(ShippedModel, PerplexityMatchesPyTorch) {
+  const json::object& g = golden_->at("perplexity").as_object();
+  const auto ids = ids_of(g.at("ids"));
+  perplexity_options opt;
+  opt.ctx = g.at("ctx").to_number<std::int64_t>();
+  opt.stride = g.at("stride").to_number<std::int64_t>();
+  const perplexity_result r = perplexity(*model_, ids, opt);
+  const double want = g.at("perplexity").to_number<double>();
+  EXPECT_EQ(r.n_scored, g.at("n_scored").to_number<std::int64_t>());
+  EXPECT_EQ(r.n_windows, g.at("n_windows").to_number<std::int64_t>());
+  const double rel = std::abs(r.perplexity() - want) / want;
+  std::printf("[ perplexity %.6f, PyTorch %.6f: relative difference %.2e over %lld tokens ]\n", r.perplexity(), want, rel,
+              static_cast<long long>(r.n_scored));
+  RecordProperty("perplexity_rel_diff", std::to_string(rel));
+  EXPECT_LT(rel, 0.01);
+}
+
+}  // namespace
