@@ -64,7 +64,7 @@ void* gpu_device::alloc_device(std::size_t bytes, const char* what) {
 
 void* gpu_device::alloc_pinned(std::size_t bytes, const char* what) {
   void* p = nullptr;
-  if (const hipError_t e = hipHostMalloc(&p, std::max<std::size_t>(bytes, 256)); e != hipSuccess) {
+  if (const hipError_t e = hipHostMalloc(&p, std::max<std::size_t>(bytes, 256), hipHostMallocDefault); e != hipSuccess) {
     throw std::runtime_error(std::string("gpu worker: allocating pinned host memory for ") + what + ": " +
                              hipGetErrorString(e));
   }
