@@ -186,18 +186,19 @@ __global__ void __launch_bounds__(gemv_threads) gemv_q8_kernel(matmul_params p, 
   }
 }
 
-// Rows per warp and slices per lane in flight, by batch size: one row and four slices at batch 1
-// (enough warps even for 4096 rows); more rows per warp as the batch grows, so that each
-// activation load (NT of them per slice) feeds more weight bytes.
-template <int NT>
+// Rows per warp and slices per lane in flight, by batch size: one row at batch 1 (enough warps
+// even for 4096 rows) with four blocks (Q8_0, Q4_0) or two 32-byte K-quant slices per lane in
+// flight; more rows per warp as the batch grows, so that each activation load (NT of them per
+// slice) feeds more weight bytes.
+template <class F, int NT>
 struct q8_tile {
   static constexpr int R = NT == 1 ? 1 : NT <= 4 ? 2 : 4;
-  static constexpr int U = NT == 1 ? 4 : NT <= 4 ? 2 : 1;
+  static constexpr int U = NT == 1 ? (F::slices == 1 ? 4 : 2) : NT <= 4 ? 2 : 1;
 };
 
 template <class F, int NT>
 void launch_q8_for(const matmul_params& p, std::size_t row_bytes, const i8* xq, const float2* ds, hipStream_t stream) {
-  constexpr int R = q8_tile<NT>::R, U = q8_tile<NT>::U;
+  constexpr int R = q8_tile<F, NT>::R, U = q8_tile<F, NT>::U;
   constexpr std::int64_t rows_per_block = std::int64_t(R) * (gemv_threads / gpu::warp_size);
   const dim3 grid(static_cast<unsigned>((p.out + rows_per_block - 1) / rows_per_block));
   gemv_q8_kernel<F, NT, R, U><<<grid, gemv_threads, 0, stream>>>(p, row_bytes, xq, ds);

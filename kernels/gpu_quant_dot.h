@@ -14,8 +14,8 @@
 //   decode(w, s)   -> dec_t   unpacked integers and per-slice float scales (once per row)
 //   load_x(x, blk, s) -> x_t  the activations the slice multiplies (once per token)
 //   dot(dec, x)    -> float   the slice's contribution
-// Q4_K/Q5_K/Q6_K slices are 16 bytes of packed quants (32 elements: two runs of 16 in different
-// sub-blocks); Q8_0 and Q4_0 slices are whole blocks.
+// Q4_K/Q5_K/Q6_K slices are 32 bytes of packed quants (64 elements: two runs of 32 in different
+// sub-blocks, four lanes per block); Q8_0 and Q4_0 slices are whole blocks.
 //
 // Alignment: Q4_K and Q5_K blocks are 16-byte aligned (the launcher requires the matrix to be);
 // Q8_0 (34 bytes), Q4_0 (18) and Q6_K (210) blocks only 2-byte aligned: load_a2 reads exactly
@@ -121,112 +121,146 @@ struct dot_q4_0 {
 };
 
 // Q4_K / Q5_K: 16-byte head (d, dmin, 12 scale bytes), [Q5_K: 32 bytes qh], 128 bytes of
-// nibbles. Slice s (0..7): nibble bytes 16s..16s+15, pair p = s/2, half h = s%2: the low nibbles
-// are elements 64p + 16h + i of sub-block 2p, the high ones 64p + 32 + 16h + i of sub-block 2p + 1.
+// nibbles, 32 per 64-element pair p (byte l: element 64p + l in its low nibble, sub-block 2p;
+// element 64p + 32 + l in its high nibble, sub-block 2p + 1). Slice s = pair s (0..3).
 struct k4_dec {
-  u32 lo[4], hi[4];
+  u32 lo[8], hi[8];      // sub-block 2p (elements 64p + 4k..), sub-block 2p + 1
   float d0, d1, m0, m1;  // d * scale and dmin * min of the two sub-blocks
 };
+// The 6-bit scales and mins of sub-blocks 2p and 2p + 1 (quant_blocks.h k4_scale_min), two at a
+// time: bytes 2q, 2q + 1 (q = p % 2) of each scale word hold what the pair needs.
 __device__ __forceinline__ void k4_scales(uint4 head, int p, k4_dec& r) {
+  const int shift = 16 * (p & 1);
+  const u32 a = head.y >> shift, b = head.z >> shift, c = head.w >> shift;  // scales[0..3], [4..7], [8..11]
+  const u32 sc = p < 2 ? (a & 0x3F3Fu) : ((c & 0x0F0Fu) | ((a >> 2) & 0x3030u));
+  const u32 mn = p < 2 ? (b & 0x3F3Fu) : (((c >> 4) & 0x0F0Fu) | ((b >> 2) & 0x3030u));
   const float d = f16(u16(head.x & 0xFFFFu)), dmin = f16(u16(head.x >> 16));
-  float sc0, mn0, sc1, mn1;
-  k4_scale_min(head, 2 * p, sc0, mn0);
-  k4_scale_min(head, 2 * p + 1, sc1, mn1);
-  r.d0 = d * sc0, r.m0 = dmin * mn0, r.d1 = d * sc1, r.m1 = dmin * mn1;
+  r.d0 = d * u8_to_float(sc & 0xFFu), r.d1 = d * u8_to_float((sc >> 8) & 0xFFu);
+  r.m0 = dmin * u8_to_float(mn & 0xFFu), r.m1 = dmin * u8_to_float((mn >> 8) & 0xFFu);
 }
-__device__ __forceinline__ x_two_runs k4_load_x(x8_view x, std::int64_t blk, int s) {
-  const std::int64_t e = 256 * blk + 64 * (s >> 1) + 16 * (s & 1);
-  return load_two_runs(x, e, e + 32);
+
+// Activations of two runs of 32 (element offsets e0, e1, multiples of 32).
+struct x_two_runs32 {
+  int4 q[4];      // run 0: q[0], q[1]; run 1: q[2], q[3]
+  float4 s0, s1;  // {d, d * sum(q)} of each half of run 0, of run 1
+};
+__device__ __forceinline__ x_two_runs32 load_two_runs32(x8_view x, std::int64_t e0, std::int64_t e1) {
+  const float4* ds = reinterpret_cast<const float4*>(x.ds);
+  return {{ld_i4(x.xq + e0), ld_i4(x.xq + e0 + 16), ld_i4(x.xq + e1), ld_i4(x.xq + e1 + 16)}, ds[e0 / 32], ds[e1 / 32]};
 }
-__device__ __forceinline__ float k4_dot(const k4_dec& w, const x_two_runs& x) {
-  return w.d0 * x.s0.x * float(dot16(w.lo, x.q0)) + w.d1 * x.s1.x * float(dot16(w.hi, x.q1)) -
-         (w.m0 * x.s0.y + w.m1 * x.s1.y);
+
+__device__ __forceinline__ int dot32(const u32 (&w)[8], int4 x0, int4 x1) {
+  int s = 0;
+  s = gpu::dot4_i8(int(w[0]), x0.x, s);
+  s = gpu::dot4_i8(int(w[1]), x0.y, s);
+  s = gpu::dot4_i8(int(w[2]), x0.z, s);
+  s = gpu::dot4_i8(int(w[3]), x0.w, s);
+  s = gpu::dot4_i8(int(w[4]), x1.x, s);
+  s = gpu::dot4_i8(int(w[5]), x1.y, s);
+  s = gpu::dot4_i8(int(w[6]), x1.z, s);
+  return gpu::dot4_i8(int(w[7]), x1.w, s);
+}
+
+__device__ __forceinline__ x_two_runs32 k4_load_x(x8_view x, std::int64_t blk, int p) {
+  const std::int64_t e = 256 * blk + 64 * p;
+  return load_two_runs32(x, e, e + 32);
+}
+__device__ __forceinline__ float k4_dot(const k4_dec& w, const x_two_runs32& x) {
+  return w.d0 * x.s0.x * float(dot32(w.lo, x.q[0], x.q[1])) + w.d1 * x.s1.x * float(dot32(w.hi, x.q[2], x.q[3])) -
+         (w.m0 * (x.s0.y + x.s0.w) + w.m1 * (x.s1.y + x.s1.w));
 }
 
 struct dot_q4_k {
-  static constexpr int block_elems = 256, block_bytes = 144, slices = 8;
-  struct w_t { uint4 head, qs; };
+  static constexpr int block_elems = 256, block_bytes = 144, slices = 4;
+  struct w_t { uint4 head, qs0, qs1; };
   using dec_t = k4_dec;
-  __device__ static w_t load(const u8* b, int s) { return {ld_16(b), ld_16(b + 16 + 16 * s)}; }
-  __device__ static dec_t decode(const w_t& w, int s) {
+  __device__ static w_t load(const u8* b, int p) { return {ld_16(b), ld_16(b + 16 + 32 * p), ld_16(b + 32 + 32 * p)}; }
+  __device__ static dec_t decode(const w_t& w, int p) {
     dec_t r;
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const u32 q = word_of(w.qs, k);
+    for (int k = 0; k < 8; ++k) {
+      const u32 q = k < 4 ? word_of(w.qs0, k) : word_of(w.qs1, k - 4);
       r.lo[k] = q & 0x0F0F0F0Fu;
       r.hi[k] = (q >> 4) & 0x0F0F0F0Fu;
-    }
-    k4_scales(w.head, s >> 1, r);
-    return r;
-  }
-  __device__ static x_two_runs load_x(x8_view x, std::int64_t blk, int s) { return k4_load_x(x, blk, s); }
-  __device__ static float dot(const dec_t& w, const x_two_runs& x) { return k4_dot(w, x); }
-};
-
-// Q5_K: bit 2p of qh[l] is bit 4 of low-nibble element l of pair p, bit 2p + 1 that of the high one.
-struct dot_q5_k {
-  static constexpr int block_elems = 256, block_bytes = 176, slices = 8;
-  struct w_t { uint4 head, qh, qs; };
-  using dec_t = k4_dec;
-  __device__ static w_t load(const u8* b, int s) {
-    return {ld_16(b), ld_16(b + 16 + 16 * (s & 1)), ld_16(b + 48 + 16 * s)};
-  }
-  __device__ static dec_t decode(const w_t& w, int s) {
-    const int p = s >> 1;
-    dec_t r;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const u32 q = word_of(w.qs, k), h = word_of(w.qh, k);
-      r.lo[k] = (q & 0x0F0F0F0Fu) | (((h >> (2 * p)) & 0x01010101u) << 4);
-      r.hi[k] = ((q >> 4) & 0x0F0F0F0Fu) | (((h >> (2 * p + 1)) & 0x01010101u) << 4);
     }
     k4_scales(w.head, p, r);
     return r;
   }
-  __device__ static x_two_runs load_x(x8_view x, std::int64_t blk, int s) { return k4_load_x(x, blk, s); }
-  __device__ static float dot(const dec_t& w, const x_two_runs& x) { return k4_dot(w, x); }
+  __device__ static x_two_runs32 load_x(x8_view x, std::int64_t blk, int p) { return k4_load_x(x, blk, p); }
+  __device__ static float dot(const dec_t& w, const x_two_runs32& x) { return k4_dot(w, x); }
+};
+
+// Q5_K: bit 2p of qh[l] is bit 4 of low-nibble element l of pair p, bit 2p + 1 that of the high one.
+struct dot_q5_k {
+  static constexpr int block_elems = 256, block_bytes = 176, slices = 4;
+  struct w_t { uint4 head, qh0, qh1, qs0, qs1; };
+  using dec_t = k4_dec;
+  __device__ static w_t load(const u8* b, int p) {
+    return {ld_16(b), ld_16(b + 16), ld_16(b + 32), ld_16(b + 48 + 32 * p), ld_16(b + 64 + 32 * p)};
+  }
+  __device__ static dec_t decode(const w_t& w, int p) {
+    dec_t r;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const u32 q = k < 4 ? word_of(w.qs0, k) : word_of(w.qs1, k - 4);
+      const u32 h = (k < 4 ? word_of(w.qh0, k) : word_of(w.qh1, k - 4)) >> (2 * p);
+      r.lo[k] = (q & 0x0F0F0F0Fu) | ((h & 0x01010101u) << 4);
+      r.hi[k] = ((q >> 4) & 0x0F0F0F0Fu) | (((h >> 1) & 0x01010101u) << 4);
+    }
+    k4_scales(w.head, p, r);
+    return r;
+  }
+  __device__ static x_two_runs32 load_x(x8_view x, std::int64_t blk, int p) { return k4_load_x(x, blk, p); }
+  __device__ static float dot(const dec_t& w, const x_two_runs32& x) { return k4_dot(w, x); }
 };
 
 // Q6_K: ql[128], qh[64], 16 int8 scales, fp16 d; value = d * scale * (q - 32). Element
 // 128h + 32g + l takes ql[64h + 32(g&1) + l] (low nibble for g < 2, high for g >= 2), bits
-// 2g..2g+1 of qh[32h + l], scale 8h + 2g + l/16. Slice s (0..7): ql bytes 16s..16s+15, i.e.
-// h = s/4, j = (s/2)%2, l = 16(s%2) + i: run 0 is group g = j, run 1 group j + 2.
+// 2g..2g+1 of qh[32h + l], scale 8h + 2g + l/16. Slice s (0..3): ql bytes 32s..32s+31, i.e.
+// h = s/2, j = s%2: run 0 is group g = j, run 1 group j + 2 (32 elements each, two scales each).
 struct dot_q6_k {
-  static constexpr int block_elems = 256, block_bytes = 210, slices = 8;
-  struct w_t { u32 ql[5], qh[5]; u32 sc0, sc1, d; };
-  struct dec_t { u32 lo[4], hi[4]; float d0, d1; };
+  static constexpr int block_elems = 256, block_bytes = 210, slices = 4;
+  struct w_t { u32 ql[9], qh[9]; u32 sc01, sc23, d; };
+  struct dec_t { u32 lo[8], hi[8]; float d0, d1, d2, d3; };  // d * scale of lo[0..3], lo[4..7], hi[0..3], hi[4..7]
   __device__ static w_t load(const u8* b, int s) {
-    const int h = s >> 2, j = (s >> 1) & 1, l0 = 16 * (s & 1);
+    const int h = s >> 1, j = s & 1;
     w_t w;
-    load_a2<4>(b + 16 * s, w.ql);  // reads 2 bytes past the run: still ql or qh
-    load_a2<4>(b + 128 + 32 * h + l0, w.qh);  // 2 bytes past: qh or the scales
-    const int sc = 192 + 8 * h + 2 * j + (l0 >> 4);
-    w.sc0 = b[sc];
-    w.sc1 = b[sc + 4];
+    load_a2<8>(b + 32 * s, w.ql);        // reads 2 bytes past the run: still ql, or qh
+    load_a2<8>(b + 128 + 32 * h, w.qh);  // 2 bytes past: qh, or the scales
+    w.sc01 = ld_u16(b + 192 + 8 * h + 2 * j);
+    w.sc23 = ld_u16(b + 196 + 8 * h + 2 * j);
     w.d = ld_u16(b + 208);
     return w;
   }
   __device__ static dec_t decode(const w_t& w, int s) {
-    const int j = (s >> 1) & 1;
+    const int j = s & 1;
     dec_t r;
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const u32 q = w.ql[k], h = w.qh[k];
-      r.lo[k] = (q & 0x0F0F0F0Fu) | (((h >> (2 * j)) & 0x03030303u) << 4);
-      r.hi[k] = ((q >> 4) & 0x0F0F0F0Fu) | (((h >> (2 * j + 4)) & 0x03030303u) << 4);
+    for (int k = 0; k < 8; ++k) {
+      const u32 q = w.ql[k], h = w.qh[k] >> (2 * j);
+      r.lo[k] = (q & 0x0F0F0F0Fu) | ((h & 0x03030303u) << 4);
+      r.hi[k] = ((q >> 4) & 0x0F0F0F0Fu) | (((h >> 4) & 0x03030303u) << 4);
     }
     const float d = f16(u16(w.d));
-    r.d0 = d * float(static_cast<std::int8_t>(w.sc0));
-    r.d1 = d * float(static_cast<std::int8_t>(w.sc1));
+    r.d0 = d * float(static_cast<std::int8_t>(w.sc01 & 0xFFu));
+    r.d1 = d * float(static_cast<std::int8_t>(w.sc01 >> 8));
+    r.d2 = d * float(static_cast<std::int8_t>(w.sc23 & 0xFFu));
+    r.d3 = d * float(static_cast<std::int8_t>(w.sc23 >> 8));
     return r;
   }
-  __device__ static x_two_runs load_x(x8_view x, std::int64_t blk, int s) {
-    const std::int64_t e = 256 * blk + 128 * (s >> 2) + 32 * ((s >> 1) & 1) + 16 * (s & 1);
-    return load_two_runs(x, e, e + 64);
+  __device__ static x_two_runs32 load_x(x8_view x, std::int64_t blk, int s) {
+    const std::int64_t e = 256 * blk + 128 * (s >> 1) + 32 * (s & 1);
+    return load_two_runs32(x, e, e + 64);
   }
-  __device__ static float dot(const dec_t& w, const x_two_runs& x) {
-    return w.d0 * (x.s0.x * float(dot16(w.lo, x.q0)) - 32.f * x.s0.y) +
-           w.d1 * (x.s1.x * float(dot16(w.hi, x.q1)) - 32.f * x.s1.y);
+  __device__ static float dot(const dec_t& w, const x_two_runs32& x) {
+    const u32(&lo)[8] = w.lo;
+    const u32(&hi)[8] = w.hi;
+    const u32 l0[4] = {lo[0], lo[1], lo[2], lo[3]}, l1[4] = {lo[4], lo[5], lo[6], lo[7]};
+    const u32 h0[4] = {hi[0], hi[1], hi[2], hi[3]}, h1[4] = {hi[4], hi[5], hi[6], hi[7]};
+    return w.d0 * (x.s0.x * float(dot16(l0, x.q[0])) - 32.f * x.s0.y) +
+           w.d1 * (x.s0.z * float(dot16(l1, x.q[1])) - 32.f * x.s0.w) +
+           w.d2 * (x.s1.x * float(dot16(h0, x.q[2])) - 32.f * x.s1.y) +
+           w.d3 * (x.s1.z * float(dot16(h1, x.q[3])) - 32.f * x.s1.w);
   }
 };
 
