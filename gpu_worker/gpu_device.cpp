@@ -231,9 +231,10 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   up_off_.count_values = u.take(P * 4, 16);
   up_off_.total = u.size();
 
-  std::size_t gemm_ws = 0;
+  std::size_t gemm_ws = 0, gemv_ws = 0;
   const auto fit = [&](const matrix& w, std::int64_t tokens) {
     gemm_ws = std::max(gemm_ws, kernels::gemm_workspace_bytes(gemm_.algo, w.type, w.in, w.out, tokens));
+    gemv_ws = std::max(gemv_ws, kernels::gemv_workspace_bytes(w.type, w.in, std::min(tokens, kernels::gemv_max_tokens)));
   };
   fit(output_, max_seqs_);
   for (const layer& l : layers_) {
@@ -252,6 +253,7 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   const std::size_t rows = c.take(S * std::size_t(hp.n_embd) * f), logits = c.take(S * std::size_t(hp.n_vocab) * f);
   const std::size_t records = c.take(S * record_bytes), attn_ws = c.take(attn_ws_bytes_);
   const std::size_t gemm_at = c.take(gemm_ws), blas_at = c.take(blas_ws), upload = c.take(up_off_.total);
+  const std::size_t gemv_at = c.take(gemv_ws);
   auto* base = static_cast<unsigned char*>(alloc_device(c.size(), "activation scratch and workspaces"));
   mem.scratch_bytes = c.size();
   const auto fp = [base](std::size_t off) { return reinterpret_cast<float*>(base + off); };
@@ -263,6 +265,8 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   gemm_.workspace_bytes = gemm_ws;
   gemm_.blas_workspace = blas_ws ? base + blas_at : nullptr;
   gemm_.blas_workspace_bytes = blas_ws;
+  gemv_ws_ = gemv_ws ? base + gemv_at : nullptr;
+  gemv_ws_bytes_ = gemv_ws;
   upload_dev_ = base + upload;
 
   upload_host_ = static_cast<unsigned char*>(alloc_pinned(up_off_.total, "the step upload buffer"));
@@ -326,7 +330,7 @@ kernels::paged_kv_f16 gpu_device::kv_layer(std::int64_t l) const {
 void gpu_device::matmul(const matrix& w, const float* bias, const float* x, float* y, std::int64_t n_tokens) {
   const kernels::matmul_params p{w.w, w.type, w.in, w.out, bias, x, y, n_tokens};
   if (n_tokens <= kernels::gemv_max_tokens) {
-    ok(kernels::launch_gemv(p, stream_), "gemv");
+    ok(kernels::launch_gemv(p, gemv_ws_, gemv_ws_bytes_, stream_), "gemv");
   } else {
     ok(kernels::launch_gemm(p, gemm_, stream_), "gemm");
   }

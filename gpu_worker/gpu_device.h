@@ -105,6 +105,8 @@ class gpu_device {
   void* records_dev_ = nullptr;
   void* attn_ws_ = nullptr;
   std::size_t attn_ws_bytes_ = 0;
+  void* gemv_ws_ = nullptr;          // the quantized GEMVs' activation scratch (x in int8 blocks)
+  std::size_t gemv_ws_bytes_ = 0;
   unsigned char* upload_dev_ = nullptr;
   upload_layout up_off_{};
 
