@@ -6,6 +6,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <future>
 #include <map>
 #include <memory>
@@ -15,6 +19,7 @@
 #include <vector>
 
 #include <boost/asio/use_future.hpp>
+#include <boost/json.hpp>
 #include <gtest/gtest.h>
 
 #include "actors/engine.h"
@@ -296,8 +301,11 @@ TEST_P(GpuEngine, GreedyTokensEqualTheCpuEnginesForManyConcurrentPrompts) {
     on_gpu = generate_all(*eng, prompts, n);
     EXPECT_TRUE(eng->healthy());
   }
-  // Equal, except that f16 rounding may flip a near tie; after a flip the texts are different
+  // Equal, except that rounding may flip a near tie; after a flip the texts are different
   // conditions and are no longer compared. A flip must be a near tie in the reference's logits.
+  // Float weights (f16 KV the only rounding) may flip at most one prompt; quantized weights run
+  // their decode GEMVs on 8-bit activations (kernels/gemv.h), whose rounding (~1e-3 of a row's
+  // scale) flips more near ties, so there only the near-tie rule holds.
   const model::llm m = model::load_llm(model::gguf_file::open(path));
   int identical = 0;
   for (std::size_t i = 0; i < prompts.size(); ++i) {
@@ -317,7 +325,8 @@ TEST_P(GpuEngine, GreedyTokensEqualTheCpuEnginesForManyConcurrentPrompts) {
                 *diff.second, gap);
     EXPECT_LT(gap, 2e-2f) << "prompt " << i << " diverges at token " << at << " without a near tie";
   }
-  EXPECT_GE(identical, int(prompts.size()) - 1);
+  const bool float_weights = mc.mix == synth_mix::f32 || mc.mix == synth_mix::f16;
+  if (float_weights) EXPECT_GE(identical, int(prompts.size()) - 1);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, GpuEngine,
@@ -383,3 +392,51 @@ TEST(GpuEngineLoad, DeviceAllocationsStayFlatThrough200MixedRequestsWithCancels)
 }
 
 }  // namespace
+
+// The shipped model (Q8_0) on the GPU against PyTorch's greedy goldens (tests/data/default-model):
+// the same 64 tokens per prompt, except where PyTorch's top-2 logits are within the rounding of the
+// decode GEMVs' 8-bit activations (2e-2, as for the synthetic models above); after such a flip
+// the continuations are no longer compared. Every flip is printed.
+// ANVIL_SHIPPED_MODEL / ANVIL_SHIPPED_GOLDENS point it at the files where the checkout moved.
+namespace shipped {
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+
+TEST(ShippedModelOnGpu, GreedyContinuationsMatchPyTorch) {
+  REQUIRE_GPU();
+  const std::string model = env_or("ANVIL_SHIPPED_MODEL", std::string(ANVIL_SOURCE_DIR) + "/models/anvil-kjv-q8_0.gguf");
+  const std::string goldens =
+      env_or("ANVIL_SHIPPED_GOLDENS", std::string(ANVIL_SOURCE_DIR) + "/tests/data/default-model/anvil-kjv-q8_0.json");
+  if (!std::filesystem::exists(model) || !std::filesystem::exists(goldens)) GTEST_SKIP() << "no shipped model at " << model;
+  std::ifstream in(goldens);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const boost::json::object g = boost::json::parse(text).as_object();
+
+  auto eng = engine::create(engine_cfg(worker_backend::gpu, model));
+  ASSERT_EQ(eng->backend(), worker_backend::gpu);
+  std::vector<std::vector<std::int32_t>> prompts, want;
+  std::vector<std::vector<double>> margins;
+  for (const auto& e : g.at("greedy").as_array()) {
+    prompts.push_back(boost::json::value_to<std::vector<std::int32_t>>(e.at("prompt_ids")));
+    want.push_back(boost::json::value_to<std::vector<std::int32_t>>(e.at("tokens")));
+    margins.push_back(boost::json::value_to<std::vector<double>>(e.at("margins")));
+  }
+  ASSERT_FALSE(prompts.empty());
+  const auto got = generate_all(*eng, prompts, std::int64_t(want[0].size()));  // all at once, one batch
+  for (std::size_t p = 0; p < prompts.size(); ++p) {
+    std::size_t i = 0;
+    while (i < want[p].size() && got[p][i] == want[p][i]) ++i;
+    if (i == want[p].size()) {
+      std::printf("[ prompt %zu: 64 tokens identical to PyTorch's ]\n", p);
+      continue;
+    }
+    std::printf("[ prompt %zu: token %zu differs from PyTorch's (PyTorch top-2 margin %.4f) ]\n", p, i, margins[p][i]);
+    EXPECT_LT(margins[p][i], 2e-2) << "prompt " << p << ": token " << i << " differs from PyTorch's without a near tie";
+  }
+  eng->async_stop(boost::asio::use_future).get();
+}
+
+}  // namespace shipped
