@@ -15,6 +15,7 @@
 #include "actors/executor_pool.h"
 #include "actors/log.h"
 #include "gpu_worker/cpu_worker.h"
+#include "gpu_worker/gpu_worker.h"
 #include "kv/kv_manager.h"
 #include "model/gguf_tokenizer.h"
 #include "sampler/sampler.h"
@@ -60,7 +61,8 @@ struct engine::impl {
   std::optional<model::chat_template> chat;
   std::int64_t max_model_len = 0;
   actors::executor_pool pool;
-  std::unique_ptr<gpu_worker::cpu_worker> worker;
+  worker_backend backend = worker_backend::cpu;
+  std::unique_ptr<gpu_worker::worker> worker;
   std::unique_ptr<kv::kv_manager> kv;
   std::unique_ptr<sampler::sampler_actor> sampler;
   std::unique_ptr<sched::scheduler> sched;
@@ -94,8 +96,23 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
   if (p->name.empty()) p->name = std::filesystem::path(cfg.model_path).filename().string();
   p->max_model_len = cfg.max_model_len > 0 ? cfg.max_model_len : std::min<std::int64_t>(p->model.hp.n_ctx_train, 4096);
 
-  gpu_worker::cpu_worker_config wc{cfg.block_size, cfg.kv_budget_bytes, cfg.max_batch_tokens, cfg.max_seqs};
-  p->worker = std::make_unique<gpu_worker::cpu_worker>(p->model, wc);
+  p->backend = cfg.backend;
+  if (p->backend == worker_backend::automatic) {
+    p->backend = gpu_worker::gpu_worker::available() ? worker_backend::gpu : worker_backend::cpu;
+  }
+  if (p->backend == worker_backend::gpu) {
+    gpu_worker::gpu_worker_config wc;
+    wc.block_size = cfg.block_size;
+    wc.memory_fraction = cfg.gpu_memory_fraction;
+    wc.kv_budget_bytes = cfg.gpu_kv_budget_bytes;
+    wc.max_batch_tokens = cfg.max_batch_tokens;
+    wc.max_seqs = cfg.max_seqs;
+    wc.max_context = p->max_model_len;
+    p->worker = std::make_unique<gpu_worker::gpu_worker>(p->model, wc);
+  } else {
+    gpu_worker::cpu_worker_config wc{cfg.block_size, cfg.kv_budget_bytes, cfg.max_batch_tokens, cfg.max_seqs};
+    p->worker = std::make_unique<gpu_worker::cpu_worker>(p->model, wc);
+  }
   const gpu_worker::memory_plan& mem = p->worker->plan();
   p->kv = std::make_unique<kv::kv_manager>(p->pool.get_executor(), kv::kv_config{mem.n_blocks, mem.block_size, cfg.prefix_caching});
   p->sampler = std::make_unique<sampler::sampler_actor>(p->pool.get_executor());
@@ -118,8 +135,8 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
                                                     raw->on_step_events(std::move(ev));
                                                   });
                                                 });
-  p->log->info("engine ready: {} ({}, {} layers), {} KV blocks of {} tokens, context {}", cfg.model_path,
-               p->model.hp.arch_name, p->model.hp.n_layer, mem.n_blocks, mem.block_size, p->max_model_len);
+  p->log->info("engine ready: {} ({}, {} layers) on {}, {} KV blocks of {} tokens, context {}", cfg.model_path,
+               p->model.hp.arch_name, p->model.hp.n_layer, mem.device, mem.n_blocks, mem.block_size, p->max_model_len);
   return std::shared_ptr<engine>(new engine(std::move(p)));
 }
 
@@ -360,5 +377,22 @@ void engine::start_stats(actors::reply<engine_stats> done) {
 
 bool engine::healthy() const { return impl_->sched->healthy(); }
 const std::string& engine::model_name() const { return impl_->name; }
+worker_backend engine::backend() const { return impl_->backend; }
+
+std::optional<worker_backend> parse_worker_backend(std::string_view name) {
+  if (name == "cpu") return worker_backend::cpu;
+  if (name == "gpu") return worker_backend::gpu;
+  if (name == "auto") return worker_backend::automatic;
+  return std::nullopt;
+}
+
+std::string_view worker_backend_name(worker_backend b) {
+  switch (b) {
+    case worker_backend::cpu: return "cpu";
+    case worker_backend::gpu: return "gpu";
+    case worker_backend::automatic: return "auto";
+  }
+  return "";
+}
 
 }  // namespace anvil

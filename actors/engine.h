@@ -13,7 +13,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -33,10 +35,20 @@
 
 namespace anvil {
 
+// Where steps run: the CPU reference worker, the GPU worker, or automatic (the GPU when this
+// build has a GPU backend and the runtime sees a device, else the CPU).
+enum class worker_backend { cpu, gpu, automatic };
+std::optional<worker_backend> parse_worker_backend(std::string_view name);  // "cpu", "gpu", "auto"
+std::string_view worker_backend_name(worker_backend b);
+
 struct engine_config {
   std::string model_path;
+  worker_backend backend = worker_backend::cpu;
   std::int64_t block_size = 16;              // tokens per KV block
-  std::size_t kv_budget_bytes = 64u << 20;   // memory for the KV pool
+  std::size_t kv_budget_bytes = 64u << 20;   // memory for the KV pool (CPU backend)
+  double gpu_memory_fraction = 0.9;          // GPU backend: the KV pool's share of the device memory free after
+                                             // weights and scratch
+  std::size_t gpu_kv_budget_bytes = 0;       // GPU backend: a cap on the KV pool, 0: none
   std::int64_t max_batch_tokens = 512;       // tokens per step
   std::int64_t max_seqs = 64;                // sequences per step
   std::int64_t max_queue = 1024;             // waiting requests before submit answers overloaded
@@ -139,6 +151,7 @@ class engine : public std::enable_shared_from_this<engine> {
 
   bool healthy() const;                 // false once a device fault failed requests
   const std::string& model_name() const;  // general.name of the model, else its file name
+  worker_backend backend() const;         // where steps run (cpu or gpu, never automatic)
   boost::asio::any_io_executor get_executor() const;  // the engine's own pool
   const model::tokenizer& tokenizer() const;
   std::int64_t max_model_len() const;

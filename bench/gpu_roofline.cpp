@@ -3,7 +3,8 @@
 //   limits:  device copy bandwidth (1 GiB device-to-device copy, bytes read + written / time)
 //            dense f16 GEMM rate (vendor BLAS, 8192^3, f32 accumulate; none without a BLAS)
 //   GEMV:    every weight type at batch 1 and 8 on 4096x4096, 14336x4096, 4096x14336 and
-//            128256x4096 (out x in): weight bytes / time, and % of the copy bandwidth.
+//            128256x4096 (out x in): weight bytes / time, and % of the copy bandwidth. The time
+//            is launch_gemv's, the activation quantization kernel of the quantized types included.
 //   GEMM:    512 tokens on 4096x4096 and 14336x4096, dequantization included: TFLOP/s, and % of
 //            the dense f16 rate.
 // Timing: device events around back-to-back launches, after warm-up, median of repetitions. The
@@ -169,6 +170,9 @@ int main(int argc, char** argv) {
   fill_random(pool.p, pool_bytes, 7);
   const std::int64_t max_in = 14336;
   device_mem x(std::size_t(512) * max_in * 4), y(std::size_t(512) * 128256 * 4);
+  std::size_t gemv_ws_bytes = 256;
+  for (ggml_type t : types) gemv_ws_bytes = std::max(gemv_ws_bytes, kernels::gemv_workspace_bytes(t, max_in, 8));
+  device_mem gemv_ws(gemv_ws_bytes);
   {
     std::vector<float> hx(std::size_t(512) * max_in);
     for (std::size_t i = 0; i < hx.size(); ++i) hx[i] = float(int(i % 17) - 8) / 8.f;
@@ -190,7 +194,8 @@ int main(int argc, char** argv) {
         const double ms = time_ms(
             [&](int i) {
               const void* w = pool.as<char>() + std::size_t(i % copies) * stride;
-              CHECK(kernels::launch_gemv({w, t, s.in, s.out, nullptr, x.as<float>(), y.as<float>(), nt}, nullptr));
+              CHECK(kernels::launch_gemv({w, t, s.in, s.out, nullptr, x.as<float>(), y.as<float>(), nt}, gemv_ws.p,
+                                         gemv_ws.n, nullptr));
             },
             std::max(copies, 8), reps);
         us[k] = ms * 1e3;

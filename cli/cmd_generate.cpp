@@ -23,6 +23,8 @@ struct generate_args {
   int n_predict = 128;
   int ctx = 0;  // 0: the model's, at most 4096
   bool ignore_eos = false;
+  std::string backend = "auto";
+  double gpu_memory_fraction = 0.9;
   sampler::sampling_params sampling;
 };
 
@@ -37,6 +39,9 @@ int run_generate(const generate_args& a) {
   cfg.kv_budget_bytes = model::kv_cache_storage::bytes_per_block(hp, cfg.block_size) * std::size_t(ctx / cfg.block_size + 2);
   cfg.max_batch_tokens = 256;
   cfg.max_seqs = 1;
+  cfg.backend = parse_worker_backend(a.backend).value_or(worker_backend::automatic);
+  cfg.gpu_memory_fraction = a.gpu_memory_fraction;
+  cfg.gpu_kv_budget_bytes = cfg.kv_budget_bytes;  // one context is all one request needs
   auto eng = engine::create(cfg);
 
   generate_request req;
@@ -95,6 +100,11 @@ void add_generate_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--presence-penalty", a->sampling.presence_penalty, "presence penalty")->capture_default_str();
   cmd->add_option("--frequency-penalty", a->sampling.frequency_penalty, "frequency penalty")->capture_default_str();
   cmd->add_option("--seed", a->sampling.seed, "sampling seed")->capture_default_str();
+  cmd->add_option("--backend", a->backend, "where steps run: cpu, gpu, or auto (the GPU when there is one)")
+      ->capture_default_str()->check(CLI::IsMember({"cpu", "gpu", "auto"}));
+  cmd->add_option("--gpu-memory-fraction", a->gpu_memory_fraction,
+                  "GPU: fraction of the device memory free after weights and scratch for the KV cache")
+      ->capture_default_str()->check(CLI::Range(0.01, 1.0));
   cmd->callback([&exit_code, a] { exit_code = run_generate(*a); });
 }
 

@@ -12,38 +12,12 @@
 
 #include "actors/executor_pool.h"
 #include "actors/strand_actor.h"
+#include "gpu_worker/plan_check.h"
 #include "kernels/candidates.h"
 #include "model/cpu_forward.h"
 
 namespace anvil::gpu_worker {
 namespace {
-
-// Why a plan breaks the contract, or "" when it keeps it.
-std::string check_plan(const step_plan& plan, const memory_plan& mem) {
-  if (plan.seqs.empty()) return "a step needs at least one sequence";
-  if (std::int64_t(plan.seqs.size()) > mem.max_seqs) return "more sequences than max_seqs";
-  std::int64_t tokens = 0;
-  for (const block_copy& c : plan.copies) {
-    if (c.src < 0 || c.src >= mem.n_blocks || c.dst < 0 || c.dst >= mem.n_blocks) return "block copy out of range";
-  }
-  for (const seq_step& s : plan.seqs) {
-    const std::string where = "seq " + std::to_string(s.seq_id) + ": ";
-    if (s.tokens.empty()) return where + "no tokens";
-    if (s.start_pos < 0) return where + "negative position";
-    tokens += std::int64_t(s.tokens.size());
-    const std::int64_t end = s.start_pos + std::int64_t(s.tokens.size());
-    if (std::int64_t(s.block_table.size()) * mem.block_size < end) return where + "block table too short";
-    for (std::int32_t b : s.block_table) {
-      if (b < 0 || b >= mem.n_blocks) return where + "block id out of range";
-    }
-    for (std::int32_t t : s.tokens) {
-      if (t < 0 || t >= mem.n_vocab) return where + "token id out of range";
-    }
-    if (s.want_candidates && s.logits.top_k < 1) return where + "top_k must be at least 1";
-  }
-  if (tokens > mem.max_batch_tokens) return "more tokens than max_batch_tokens";
-  return "";
-}
 
 // The execution shell: steps run one at a time on the worker's own thread.
 class cpu_executor : public actors::strand_actor {

@@ -1,9 +1,16 @@
 // Quantized GEMV for decode batches: y[t, o] = sum_i W[o, i] * x[t, i] (+ bias[o]) for 1..8
 // tokens, with W a GGUF weight uploaded verbatim (matmul_params, kernels/matmul.h; the CPU
 // reference is matmul_ref). One kernel reads each weight byte once for every token of the batch:
-// warps own rows, lanes own chunks of a row and dequantize them in registers
-// (kernels/gpu_quant.h), activations stay f32. Larger batches go to launch_gemm (kernels/gemm.h).
+// warps own rows, lanes own slices of a row. For quantized weights (Q8_0, Q4_0, Q4_K, Q5_K,
+// Q6_K) the activations are first quantized to 8 bits (32-element blocks, as llama.cpp's Q8_1)
+// into the caller's workspace and the weights are dotted with them in integers
+// (kernels/gpu_quant_dot.h): the result is exact for the rounded activations, whose rounding
+// (half a step of max|x| / 127 per block) is the only difference from matmul_ref. F32, F16 and
+// BF16 weights use f32 activations (exact but for summation order) and need no workspace.
+// Larger batches go to launch_gemm (kernels/gemm.h). Nothing here allocates.
 #pragma once
+
+#include <cstddef>
 
 #include "kernels/matmul.h"
 
@@ -17,11 +24,18 @@ inline constexpr std::int64_t gemv_max_tokens = 8;
 // True when launch_gemv decodes `t` (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K).
 bool gemv_supports(model::ggml_type t);
 
+// Scratch bytes launch_gemv needs for this weight type, row length and up to max_tokens tokens
+// (0 for F32, F16 and BF16).
+std::size_t gemv_workspace_bytes(model::ggml_type w_type, std::int64_t in, std::int64_t max_tokens);
+
 // Enqueues the GEMV on `stream`. Preconditions, checked (hipErrorInvalidValue, nothing launched):
 // 0 <= n_tokens <= gemv_max_tokens (0 launches nothing), out >= 0, in > 0 and a multiple of 8
-// (F32, F16, BF16), 32 (Q8_0, Q4_0) or 256 (K-quants), w and x 16-byte aligned, a supported type.
-// bias may be null; y must not alias x or w.
-hipError_t launch_gemv(const matmul_params& p, hipStream_t stream);
+// (F32, F16, BF16), 32 (Q8_0, Q4_0) or 256 (K-quants), w and x 16-byte aligned, a supported type,
+// and for quantized types a 16-byte aligned workspace of at least
+// gemv_workspace_bytes(w_type, in, n_tokens) bytes (it may be null for F32, F16 and BF16; it is
+// overwritten, so one workspace serves GEMVs on one stream in turn). bias may be null; y must
+// not alias x, w or the workspace.
+hipError_t launch_gemv(const matmul_params& p, void* workspace, std::size_t workspace_bytes, hipStream_t stream);
 
 }  // namespace anvil::kernels
 #endif

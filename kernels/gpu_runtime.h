@@ -125,6 +125,22 @@ __device__ __forceinline__ T shfl_xor(T v, int lane_mask) {
 }
 #endif
 
+// c + the dot product of the four signed bytes of a with those of b (dp4a). One instruction on
+// NVIDIA (sm_61+) and on the AMD targets with dot1 instructions (gfx906/908/90a/94x, gfx1030);
+// four multiply-adds elsewhere.
+__device__ __forceinline__ int dot4_i8(int a, int b, int c) {
+#if defined(ANVIL_GPU_CUDA)
+  return __dp4a(a, b, c);
+#elif defined(__gfx906__) || defined(__gfx908__) || defined(__gfx90a__) || defined(__gfx940__) || \
+    defined(__gfx941__) || defined(__gfx942__) || defined(__gfx1030__)
+  return __builtin_amdgcn_sdot4(a, b, c, false);
+#else
+#pragma unroll
+  for (int i = 0; i < 4; ++i) c += int(static_cast<signed char>(a >> (8 * i))) * int(static_cast<signed char>(b >> (8 * i)));
+  return c;
+#endif
+}
+
 // Sum over the threads of one warp; every lane receives the total.
 template <class T>
 __device__ __forceinline__ T warp_reduce_sum(T v) {

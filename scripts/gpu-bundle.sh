@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-.device/bundle}
-targets=(anvil kernels_gpu_test kernels_gpu_matmul_test kernels_gpu_ops_test gpu_roofline)
+targets=(anvil kernels_gpu_test kernels_gpu_matmul_test kernels_gpu_ops_test gpu_worker_test gpu_roofline)
 
 cmake -S . -B build-cuda -G Ninja -DANVIL_GPU=cuda -DANVIL_BUILD_BENCH=ON >/dev/null
 cmake --build build-cuda -j2 --target "${targets[@]}"
@@ -16,10 +16,10 @@ cmake --build build-cuda -j2 --target "${targets[@]}"
 rm -rf "$out"
 mkdir -p "$out/lib"
 cp build-cuda/anvil build-cuda/tests/kernels_gpu_test build-cuda/tests/kernels_gpu_matmul_test build-cuda/tests/kernels_gpu_ops_test \
-   build-cuda/bench/gpu_roofline "$out/"
-for bin in "$out"/anvil "$out"/kernels_gpu_test "$out"/kernels_gpu_matmul_test "$out"/kernels_gpu_ops_test "$out"/gpu_roofline; do
+   build-cuda/tests/gpu_worker_test build-cuda/bench/gpu_roofline "$out/"
+for bin in "$out"/anvil "$out"/kernels_gpu_test "$out"/kernels_gpu_matmul_test "$out"/kernels_gpu_ops_test "$out"/gpu_worker_test "$out"/gpu_roofline; do
   ldd "$bin" | awk '/=> \// {print $3}' | grep -E 'lib(spdlog|fmt|boost|gomp)' | xargs -r cp -n -t "$out/lib"
 done
 # Debug info is not needed there and the device machine takes at most 64 MiB per call.
-strip --strip-debug "$out"/anvil "$out"/kernels_gpu_test "$out"/kernels_gpu_matmul_test "$out"/kernels_gpu_ops_test "$out"/gpu_roofline
+strip --strip-debug "$out"/anvil "$out"/kernels_gpu_test "$out"/kernels_gpu_matmul_test "$out"/kernels_gpu_ops_test "$out"/gpu_worker_test "$out"/gpu_roofline
 du -sh "$out"

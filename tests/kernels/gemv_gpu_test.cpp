@@ -1,7 +1,19 @@
 // GEMV kernel (launch_gemv) against matmul_ref for every weight type, several shapes (odd row
 // counts, rows shorter and longer than a warp's stride) and every decode batch size 1..8, with
-// and without bias. Outputs are poisoned and guarded. Tolerance: 1e-5 of the |W|.|x| scale of
-// each output (the formats dequantize exactly; only the summation order differs). Label: gpu.
+// and without bias. Outputs are poisoned and guarded. Label: gpu.
+//
+// Tolerances, per output, relative to its |W|.|x| scale:
+//   F32, F16, BF16: 1e-5 of matmul_ref (the formats dequantize exactly; only the summation order
+//     differs).
+//   Quantized types: the kernel rounds x to 8 bits per 32-element block (q = rint(x / d),
+//     d = max|x| / 127) and multiplies in integers. Two checks: (1) against matmul_ref applied to
+//     that rounded x (mirrored here bit for bit), 1e-5 as above: the integer path is exact; (2)
+//     against matmul_ref on x itself, within the rounding's own bound sum_i |W[o,i]| |x_i - x8_i|
+//     (at most half a step, max|x| / 254 per element) plus 1e-5: nothing beyond the activation
+//     rounding. The largest error against the float reference is printed (~1e-3 of the scale,
+//     what llama.cpp's Q8_1 activations give; its tests accept 1e-2).
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <random>
 #include <sstream>
@@ -40,6 +52,41 @@ std::vector<gemv_case> gemv_cases() {
   return cases;
 }
 
+// x rounded as the kernel's activation quantizer rounds it (kernels/gemv.hip quantize_x_kernel).
+std::vector<float> round_to_q8(const std::vector<float>& x) {
+  std::vector<float> r(x.size());
+  for (std::size_t b = 0; b < x.size(); b += 32) {
+    float amax = 0.f;
+    for (std::size_t i = b; i < b + 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float d = amax / 127.f;
+    const float id = d > 0.f ? 1.f / d : 0.f;
+    for (std::size_t i = b; i < b + 32; ++i) r[i] = std::rint(x[i] * id) * d;
+  }
+  return r;
+}
+
+// Largest amount by which |out - ref| exceeds bound = sum_i |W[o,i]| |x_i - x8_i| + 1e-5 * scale,
+// relative to the scale (<= 0 when every output is within its bound; NaN for a NaN output).
+double excess_over_rounding_bound(const std::vector<float>& out, const std::vector<float>& ref, const host_weight& w,
+                                  const std::vector<float>& x, const std::vector<float>& x8, std::int64_t n_tokens) {
+  double worst = -1;
+  for (std::int64_t t = 0; t < n_tokens; ++t) {
+    for (std::int64_t o = 0; o < w.rows; ++o) {
+      double scale = 0, bound = 0;
+      for (std::int64_t i = 0; i < w.cols; ++i) {
+        const double wi = std::fabs(double(w.values[std::size_t(o * w.cols + i)]));
+        scale += wi * std::fabs(double(x[std::size_t(t * w.cols + i)]));
+        bound += wi * std::fabs(double(x[std::size_t(t * w.cols + i)]) - double(x8[std::size_t(t * w.cols + i)]));
+      }
+      const std::size_t k = std::size_t(t * w.rows + o);
+      const double err = std::fabs(double(out[k]) - double(ref[k]));
+      if (std::isnan(err)) return err;
+      worst = std::max(worst, (err - bound - 1e-5 * scale) / (scale > 0 ? scale : 1.0));
+    }
+  }
+  return worst;
+}
+
 class GemvGpu : public ::testing::TestWithParam<gemv_case> {};
 
 TEST_P(GemvGpu, MatchesCpuReferenceForEveryBatchSize) {
@@ -51,6 +98,10 @@ TEST_P(GemvGpu, MatchesCpuReferenceForEveryBatchSize) {
   const host_weight w(c.type, c.out, c.in, rng);
   const std::vector<float> x = random_vector(std::size_t(gemv_max_tokens * c.in), rng, -2.f, 2.f);
   const std::vector<float> bias = random_vector(std::size_t(c.out), rng, -1.f, 1.f);
+  const std::size_t ws_bytes = gemv_workspace_bytes(c.type, c.in, gemv_max_tokens);
+  const bool q8 = ws_bytes > 0;
+  const std::vector<float> x8 = q8 ? round_to_q8(x) : x;
+  device_bytes ws(ws_bytes);
 
   device_bytes dw(w.bytes.size());
   dw.upload(w.bytes.data(), w.bytes.size());
@@ -61,19 +112,27 @@ TEST_P(GemvGpu, MatchesCpuReferenceForEveryBatchSize) {
   for (std::int64_t nt = 1; nt <= gemv_max_tokens; ++nt) {
     const bool with_bias = nt % 2 == 1;
     SCOPED_TRACE("n_tokens=" + std::to_string(nt) + (with_bias ? " bias" : ""));
-    std::vector<float> ref(std::size_t(nt * c.out));
+    std::vector<float> ref(std::size_t(nt * c.out)), ref8(ref.size());
     matmul_ref({w.bytes.data(), c.type, c.in, c.out, with_bias ? bias.data() : nullptr, x.data(), ref.data(), nt});
+    matmul_ref({w.bytes.data(), c.type, c.in, c.out, with_bias ? bias.data() : nullptr, x8.data(), ref8.data(), nt});
 
     guarded_buffer dy(ref.size());
     dy.poison();
     ANVIL_GPU_CHECK(launch_gemv({dw.data(), c.type, c.in, c.out, with_bias ? db.data() : nullptr, dx.data(), dy.data(), nt},
-                                nullptr));
+                                ws.data(), ws.size(), nullptr));
     ANVIL_GPU_CHECK(hipDeviceSynchronize());
     const std::vector<float> out = dy.download();
     const double err = max_scaled_error(out, ref, w, x, with_bias ? bias.data() : nullptr, nt);
-    std::printf("  %-40s n_tokens=%lld%s  max scaled error %.3g\n", c.str().c_str(), static_cast<long long>(nt),
-                with_bias ? " +bias" : "      ", err);
-    EXPECT_LT(err, 1e-5);
+    const double err8 = max_scaled_error(out, ref8, w, x8, with_bias ? bias.data() : nullptr, nt);
+    std::printf("  %-40s n_tokens=%lld%s  max scaled error %.3g (vs rounded x %.3g)\n", c.str().c_str(),
+                static_cast<long long>(nt), with_bias ? " +bias" : "      ", err, err8);
+    EXPECT_LT(err8, 1e-5);
+    if (q8) {
+      EXPECT_LE(excess_over_rounding_bound(out, ref, w, x, x8, nt), 0.0);
+      EXPECT_LT(err, 1e-2);
+    } else {
+      EXPECT_LT(err, 1e-5);
+    }
     EXPECT_TRUE(dy.guards_intact());
   }
   EXPECT_TRUE(dx.guards_intact());
@@ -94,7 +153,7 @@ TEST(GemvGpuLaunch, RejectsWhatItCannotDoWithoutLaunching) {
   auto with = [&](auto edit) {
     matmul_params q = ok;
     edit(q);
-    return launch_gemv(q, nullptr);
+    return launch_gemv(q, nullptr, 0, nullptr);
   };
   EXPECT_EQ(with([](matmul_params& q) { q.n_tokens = 9; }), hipErrorInvalidValue);
   EXPECT_EQ(with([](matmul_params& q) { q.n_tokens = -1; }), hipErrorInvalidValue);
@@ -104,6 +163,19 @@ TEST(GemvGpuLaunch, RejectsWhatItCannotDoWithoutLaunching) {
   EXPECT_EQ(with([&](matmul_params& q) { q.x = p + 1025; }), hipErrorInvalidValue);      // x misaligned
   EXPECT_EQ(with([&](matmul_params& q) { q.w = p + 1; }), hipErrorInvalidValue);         // w misaligned
   EXPECT_EQ(with([](matmul_params& q) { q.n_tokens = 0; }), hipSuccess);
+  EXPECT_EQ(with([](matmul_params& q) { q.w_type = ggml_type::Q8_0; }), hipErrorInvalidValue);  // no workspace
+  {
+    const std::size_t need = gemv_workspace_bytes(ggml_type::Q4_K, 256, 2);
+    ASSERT_GT(need, 0u);
+    EXPECT_EQ(gemv_workspace_bytes(ggml_type::F16, 256, 2), 0u);
+    device_bytes ws(need);
+    matmul_params q = ok;
+    q.w_type = ggml_type::Q4_K, q.in = 256, q.out = 1, q.n_tokens = 2;
+    EXPECT_EQ(launch_gemv(q, ws.data(), need - 1, nullptr), hipErrorInvalidValue);                  // too small
+    EXPECT_EQ(launch_gemv(q, ws.as<char>() + 8, need, nullptr), hipErrorInvalidValue);              // misaligned
+    q.n_tokens = 3;
+    EXPECT_EQ(launch_gemv(q, ws.data(), need, nullptr), hipErrorInvalidValue);                      // sized for 2
+  }
   EXPECT_EQ(hipGetLastError(), hipSuccess);
   EXPECT_TRUE(buf.guards_intact());
 }

@@ -15,6 +15,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --f
 "$dir/kernels_gpu_test" --gtest_color=no || status=1
 "$dir/kernels_gpu_matmul_test" --gtest_color=no || status=1
 "$dir/kernels_gpu_ops_test" --gtest_color=no || status=1
+[ -x "$dir/gpu_worker_test" ] && { "$dir/gpu_worker_test" --gtest_color=no || status=1; }
 if command -v compute-sanitizer >/dev/null; then
   for t in kernels_gpu_test kernels_gpu_ops_test; do
     compute-sanitizer --tool memcheck --error-exitcode 3 "$dir/$t" --gtest_color=no --gtest_brief=1 | tail -n 5 || status=1

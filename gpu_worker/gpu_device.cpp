@@ -1,0 +1,594 @@
+#include "gpu_worker/gpu_device.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "kernels/attention_decode.h"
+#include "kernels/embedding.h"
+#include "kernels/gemv.h"
+#include "kernels/rms_norm.h"
+#include "kernels/rms_norm_residual.h"
+#include "kernels/rope_kv_write.h"
+#include "kernels/swiglu.h"
+
+namespace anvil::gpu_worker {
+namespace {
+
+constexpr std::size_t staging_bytes = std::size_t(8) << 20;  // pinned buffer the weights pass through
+constexpr std::size_t weight_align = 16;                     // the kernels' requirement for matrix bases
+constexpr std::size_t scratch_align = 256;
+
+void ok(hipError_t e, const char* what) {
+  if (e != hipSuccess) {
+    throw device_failure(std::string(what) + ": " + hipGetErrorName(e) + " (" + hipGetErrorString(e) + ")");
+  }
+}
+
+constexpr std::size_t align_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
+
+// Hands out aligned offsets inside one allocation (sizes first, pointers once it exists).
+class carver {
+ public:
+  std::size_t take(std::size_t bytes, std::size_t align = scratch_align) {
+    off_ = align_up(off_, align);
+    const std::size_t at = off_;
+    off_ += bytes;
+    return at;
+  }
+  std::size_t size() const { return off_; }
+
+ private:
+  std::size_t off_ = 0;
+};
+
+std::size_t matrix_bytes(const model::weight& w) {
+  const auto row = model::row_bytes(w.type, w.in);
+  if (!row) throw std::runtime_error("gpu worker: a weight's rows do not divide into blocks of its type");
+  return *row * std::size_t(w.out);
+}
+
+}  // namespace
+
+void* gpu_device::alloc_device(std::size_t bytes, const char* what) {
+  void* p = nullptr;
+  if (const hipError_t e = hipMalloc(&p, std::max<std::size_t>(bytes, 256)); e != hipSuccess) {
+    throw std::runtime_error(std::string("gpu worker: allocating ") + std::to_string(bytes >> 20) + " MiB for " + what +
+                             ": " + hipGetErrorString(e));
+  }
+  device_allocs_.push_back(p);
+  ++allocations_;
+  return p;
+}
+
+void* gpu_device::alloc_pinned(std::size_t bytes, const char* what) {
+  void* p = nullptr;
+  if (const hipError_t e = hipHostMalloc(&p, std::max<std::size_t>(bytes, 256), hipHostMallocDefault); e != hipSuccess) {
+    throw std::runtime_error(std::string("gpu worker: allocating pinned host memory for ") + what + ": " +
+                             hipGetErrorString(e));
+  }
+  pinned_allocs_.push_back(p);
+  ++allocations_;
+  return p;
+}
+
+gpu_device::gpu_device(const model::llm& m, const gpu_worker_config& cfg, memory_plan& mem)
+    : m_(m), device_(cfg.device), block_size_(cfg.block_size), max_tokens_(cfg.max_batch_tokens),
+      max_seqs_(cfg.max_seqs), max_pairs_(std::max<std::int64_t>(cfg.max_logit_pairs, 2 * m.hp.n_vocab)) {
+  const model::hparams& hp = m.hp;
+  if (cfg.block_size < 1 || cfg.max_batch_tokens < 1 || cfg.max_seqs < 1 || cfg.max_context < 1 ||
+      cfg.memory_fraction <= 0 || cfg.memory_fraction > 1) {
+    throw std::runtime_error("gpu worker: block size, step limits and context must be positive, memory_fraction in (0, 1]");
+  }
+  if (cfg.max_batch_tokens > 65535 || cfg.max_seqs > 65535) throw std::runtime_error("gpu worker: step limits above 65535");
+  if (hp.head_dim != 64 && hp.head_dim != 128) {
+    throw std::runtime_error("gpu worker: attention kernels need head_dim 64 or 128, the model has " +
+                             std::to_string(hp.head_dim));
+  }
+  max_blocks_per_seq_ = (cfg.max_context + cfg.block_size - 1) / cfg.block_size;
+  try {
+    ok(hipSetDevice(device_), "select the device");
+    hipDeviceProp_t prop{};
+    ok(hipGetDeviceProperties(&prop, device_), "read the device's properties");
+    mem.device = prop.name;
+    ok(hipStreamCreateWithFlags(&stream_, hipStreamNonBlocking), "create the stream");
+    gemm_.algo = kernels::default_gemm_algo();
+    if (gemm_.algo == kernels::gemm_algo::vendor_blas) {
+      if (blas::create(&gemm_.blas) != blas::ok) throw std::runtime_error("gpu worker: the BLAS handle could not be created");
+      have_blas_ = true;
+      ++allocations_;  // the handle holds device memory of its own
+    }
+  } catch (const device_failure& e) {
+    throw std::runtime_error(std::string("gpu worker: ") + e.what());
+  }
+  mem.block_size = cfg.block_size;
+  mem.max_batch_tokens = cfg.max_batch_tokens;
+  mem.max_seqs = cfg.max_seqs;
+  mem.n_vocab = hp.n_vocab;
+  upload_weights(cfg, mem);
+  plan_scratch(mem);
+  plan_kv(cfg, mem);
+  try {
+    warm_up();
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string("gpu worker: the warm-up step failed: ") + e.what());
+  }
+}
+
+gpu_device::~gpu_device() {
+  if (stream_) (void)hipStreamSynchronize(stream_);
+  if (have_blas_) (void)blas::destroy(gemm_.blas);
+  for (void* p : device_allocs_) (void)hipFree(p);
+  for (void* p : pinned_allocs_) (void)hipHostFree(p);
+  if (stream_) (void)hipStreamDestroy(stream_);
+}
+
+// Every tensor into ONE allocation at 16-byte aligned offsets: matrices as the GGUF bytes,
+// norms / biases / rope factors as the f32 vectors the loader made. Through a pinned staging
+// buffer, chunk by chunk; a tied head shares the embedding's bytes.
+void gpu_device::upload_weights(const gpu_worker_config& cfg, memory_plan& mem) {
+  const model::hparams& hp = m_.hp;
+  struct piece {
+    const void* host;
+    std::size_t bytes;
+    std::size_t offset;
+  };
+  std::vector<piece> pieces;
+  std::unordered_map<const void*, std::size_t> index;
+  carver c;
+  const auto add = [&](const void* host, std::size_t bytes) {
+    if (host == nullptr || bytes == 0 || index.count(host)) return;
+    index[host] = pieces.size();
+    pieces.push_back({host, bytes, c.take(bytes, weight_align)});
+  };
+  const auto add_matrix = [&](const model::weight& w) {
+    if (!kernels::gemv_supports(w.type) || w.in % 8 != 0) {
+      throw std::runtime_error("gpu worker: weight type " + std::string(model::info(w.type).name) +
+                               " (rows of " + std::to_string(w.in) + ") is not supported by the GPU kernels");
+    }
+    add(w.data, matrix_bytes(w));
+  };
+  const auto add_vec = [&](const std::vector<float>& v) { add(v.data(), v.size() * sizeof(float)); };
+  add_matrix(m_.tok_embd);
+  add_matrix(m_.output);
+  add_vec(m_.output_norm);
+  add_vec(m_.rope_freqs);
+  for (const model::layer_weights& l : m_.layers) {
+    for (const auto* v : {&l.attn_norm, &l.ffn_norm, &l.q_norm, &l.k_norm, &l.bq, &l.bk, &l.bv}) add_vec(*v);
+    for (const auto* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) add_matrix(*w);
+  }
+  const std::size_t total = c.size();
+  weights_ = static_cast<unsigned char*>(alloc_device(total, "the weights"));
+  mem.weight_bytes = total;
+  auto* staging = static_cast<unsigned char*>(alloc_pinned(staging_bytes, "the weight staging buffer"));
+  std::size_t done = 0;
+  try {
+    for (const piece& p : pieces) {
+      for (std::size_t at = 0; at < p.bytes; at += staging_bytes) {
+        const std::size_t n = std::min(staging_bytes, p.bytes - at);
+        std::memcpy(staging, static_cast<const unsigned char*>(p.host) + at, n);
+        ok(hipMemcpyAsync(weights_ + p.offset + at, staging, n, hipMemcpyHostToDevice, stream_), "upload a weight");
+        ok(hipStreamSynchronize(stream_), "upload a weight");
+        done += n;
+        if (cfg.progress) cfg.progress(done, total);
+      }
+      dev_of_[p.host] = weights_ + p.offset;
+    }
+  } catch (const device_failure& e) {
+    throw std::runtime_error(std::string("gpu worker: ") + e.what());
+  }
+
+  const auto dev_vec = [&](const std::vector<float>& v) -> const float* {
+    return v.empty() ? nullptr : static_cast<const float*>(dev_of_.at(v.data()));
+  };
+  const auto dev_matrix = [&](const model::weight& w) { return matrix{dev_of_.at(w.data), w.type, w.in, w.out}; };
+  tok_embd_ = dev_of_.at(m_.tok_embd.data);
+  output_ = dev_matrix(m_.output);
+  output_norm_ = dev_vec(m_.output_norm);
+  rope_freqs_ = dev_vec(m_.rope_freqs);
+  for (const model::layer_weights& l : m_.layers) {
+    layer d;
+    d.attn_norm = dev_vec(l.attn_norm);
+    d.ffn_norm = dev_vec(l.ffn_norm);
+    d.q_norm = hp.qk_norm ? dev_vec(l.q_norm) : nullptr;
+    d.k_norm = hp.qk_norm ? dev_vec(l.k_norm) : nullptr;
+    d.bq = dev_vec(l.bq);
+    d.bk = dev_vec(l.bk);
+    d.bv = dev_vec(l.bv);
+    d.wq = dev_matrix(l.wq);
+    d.wk = dev_matrix(l.wk);
+    d.wv = dev_matrix(l.wv);
+    d.wo = dev_matrix(l.wo);
+    d.gate = dev_matrix(l.gate);
+    d.up = dev_matrix(l.up);
+    d.down = dev_matrix(l.down);
+    layers_.push_back(d);
+  }
+}
+
+// Scratch for the step limits, GEMM / BLAS / attention workspaces and the upload mirror: one
+// device allocation; the pinned upload and record buffers: two host ones.
+void gpu_device::plan_scratch(memory_plan& mem) {
+  const model::hparams& hp = m_.hp;
+  const auto T = std::size_t(max_tokens_), S = std::size_t(max_seqs_), P = std::size_t(max_pairs_);
+  const std::size_t f = sizeof(float);
+  const std::size_t q_w = std::size_t(hp.n_head * hp.head_dim), kv_w = std::size_t(hp.n_head_kv * hp.head_dim);
+
+  carver u;  // the upload sections
+  up_off_.ids = u.take(T * 4, 16);
+  up_off_.positions = u.take(T * 4, 16);
+  up_off_.slots = u.take(T * 8, 16);
+  up_off_.tables = u.take(S * std::size_t(max_blocks_per_seq_) * 4, 16);
+  up_off_.context_lens = u.take(S * 4, 16);
+  up_off_.prefill_seqs = u.take(S * sizeof(kernels::attention_prefill_seq), 16);
+  up_off_.logit_rows = u.take(S * 4, 16);
+  up_off_.cand_seqs = u.take(S * sizeof(kernels::candidates_seq), 16);
+  up_off_.fixed_end = u.size();
+  up_off_.bias_ids = u.take(P * 4, 16);
+  up_off_.bias_values = u.take(P * 4, 16);
+  up_off_.count_ids = u.take(P * 4, 16);
+  up_off_.count_values = u.take(P * 4, 16);
+  up_off_.total = u.size();
+
+  std::size_t gemm_ws = 0, gemv_ws = 0;
+  const auto fit = [&](const matrix& w, std::int64_t tokens) {
+    gemm_ws = std::max(gemm_ws, kernels::gemm_workspace_bytes(gemm_.algo, w.type, w.in, w.out, tokens));
+    gemv_ws = std::max(gemv_ws, kernels::gemv_workspace_bytes(w.type, w.in, std::min(tokens, kernels::gemv_max_tokens)));
+  };
+  fit(output_, max_seqs_);
+  for (const layer& l : layers_) {
+    for (const matrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) fit(*w, max_tokens_);
+  }
+  const std::size_t blas_ws = have_blas_ ? blas::recommended_workspace_bytes : 0;
+  attn_ws_bytes_ = kernels::attention_decode_workspace_bytes(max_seqs_, hp.n_head, hp.head_dim,
+                                                             max_blocks_per_seq_ * block_size_);
+  const std::size_t record_bytes = kernels::candidates_record_bytes(kernels::candidates_max_k);
+
+  carver c;
+  const std::size_t x = c.take(T * std::size_t(hp.n_embd) * f), h = c.take(T * std::size_t(hp.n_embd) * f);
+  const std::size_t q = c.take(T * q_w * f), k = c.take(T * kv_w * f), v = c.take(T * kv_w * f);
+  const std::size_t attn = c.take(T * q_w * f), o = c.take(T * std::size_t(hp.n_embd) * f);
+  const std::size_t gate = c.take(T * std::size_t(hp.n_ff) * f), up = c.take(T * std::size_t(hp.n_ff) * f);
+  const std::size_t rows = c.take(S * std::size_t(hp.n_embd) * f), logits = c.take(S * std::size_t(hp.n_vocab) * f);
+  const std::size_t records = c.take(S * record_bytes), attn_ws = c.take(attn_ws_bytes_);
+  const std::size_t gemm_at = c.take(gemm_ws), blas_at = c.take(blas_ws), upload = c.take(up_off_.total);
+  const std::size_t gemv_at = c.take(gemv_ws);
+  auto* base = static_cast<unsigned char*>(alloc_device(c.size(), "activation scratch and workspaces"));
+  mem.scratch_bytes = c.size();
+  const auto fp = [base](std::size_t off) { return reinterpret_cast<float*>(base + off); };
+  x_ = fp(x), h_ = fp(h), q_ = fp(q), k_ = fp(k), v_ = fp(v), attn_ = fp(attn), o_ = fp(o);
+  gate_ = fp(gate), up_ = fp(up), rows_ = fp(rows), logits_ = fp(logits);
+  records_dev_ = base + records;
+  attn_ws_ = attn_ws_bytes_ ? base + attn_ws : nullptr;
+  gemm_.workspace = gemm_ws ? base + gemm_at : nullptr;
+  gemm_.workspace_bytes = gemm_ws;
+  gemm_.blas_workspace = blas_ws ? base + blas_at : nullptr;
+  gemm_.blas_workspace_bytes = blas_ws;
+  gemv_ws_ = gemv_ws ? base + gemv_at : nullptr;
+  gemv_ws_bytes_ = gemv_ws;
+  upload_dev_ = base + upload;
+
+  upload_host_ = static_cast<unsigned char*>(alloc_pinned(up_off_.total, "the step upload buffer"));
+  records_host_ = static_cast<unsigned char*>(alloc_pinned(S * record_bytes, "the candidate records"));
+  first_token_.reserve(S);
+  order_.reserve(S);
+  lp_.reserve(S);
+  lp_positions_.reserve(S);
+  lp_seq_ids_.reserve(S);
+}
+
+// The KV pool: memory_fraction of what is free now (capped by kv_budget_bytes), in whole blocks.
+void gpu_device::plan_kv(const gpu_worker_config& cfg, memory_plan& mem) {
+  const model::hparams& hp = m_.hp;
+  std::size_t free_b = 0, total_b = 0;
+  ok(hipMemGetInfo(&free_b, &total_b), "read free device memory");
+  std::size_t budget = std::size_t(double(free_b) * cfg.memory_fraction);
+  if (cfg.kv_budget_bytes > 0) budget = std::min(budget, cfg.kv_budget_bytes);
+  const std::size_t block_elems = std::size_t(block_size_ * hp.n_head_kv * hp.head_dim);
+  const std::size_t per_block = block_elems * 2 /* K, V */ * std::size_t(hp.n_layer) * sizeof(std::uint16_t);
+  n_blocks_ = std::int64_t(budget / per_block);
+  if (n_blocks_ < 1) {
+    throw std::runtime_error("gpu worker: no room for one KV block (" + std::to_string(free_b >> 20) +
+                             " MiB free after weights and scratch)");
+  }
+  kv_layer_elems_ = block_elems * std::size_t(n_blocks_);
+  kv_ = static_cast<std::uint16_t*>(alloc_device(per_block * std::size_t(n_blocks_), "the KV pool"));
+  mem.n_blocks = n_blocks_;
+  mem.kv_bytes = per_block * std::size_t(n_blocks_);
+}
+
+// One step through every path (decode attention, prefill attention, GEMV, GEMM when the limits
+// allow one, candidates) before ready: kernels load now, and a broken device fails start-up. It
+// writes only into block 0, which nobody reads before writing it.
+void gpu_device::warm_up() {
+  step_plan plan;
+  seq_step dec;
+  dec.tokens = {0};
+  dec.block_table = {0};
+  dec.want_candidates = true;
+  dec.logits.top_k = 4;
+  plan.seqs.push_back(dec);
+  const std::int64_t chunk = std::min<std::int64_t>(max_tokens_ - 1, std::min<std::int64_t>(block_size_ * max_blocks_per_seq_, 16));
+  if (chunk >= 1 && max_seqs_ >= 2) {
+    seq_step pre;
+    pre.tokens.assign(std::size_t(chunk), 0);
+    pre.block_table.assign(std::size_t((chunk + block_size_ - 1) / block_size_), 0);
+    pre.want_candidates = true;
+    plan.seqs.push_back(pre);
+  }
+  step_result r;
+  execute(plan, r);
+}
+
+kernels::paged_kv_f16 gpu_device::kv_layer(std::int64_t l) const {
+  const model::hparams& hp = m_.hp;
+  std::uint16_t* k = kv_ + std::size_t(2 * l) * kv_layer_elems_;
+  return {k, k + kv_layer_elems_, n_blocks_, block_size_, hp.n_head_kv, hp.head_dim};
+}
+
+void gpu_device::matmul(const matrix& w, const float* bias, const float* x, float* y, std::int64_t n_tokens) {
+  const kernels::matmul_params p{w.w, w.type, w.in, w.out, bias, x, y, n_tokens};
+  if (n_tokens <= kernels::gemv_max_tokens) {
+    ok(kernels::launch_gemv(p, gemv_ws_, gemv_ws_bytes_, stream_), "gemv");
+  } else {
+    ok(kernels::launch_gemm(p, gemm_, stream_), "gemm");
+  }
+}
+
+void gpu_device::execute(const step_plan& plan, step_result& result) {
+  ok(hipSetDevice(device_), "select the device");  // per thread: steps run on the worker's own
+  copy_blocks(plan);
+  lay_out(plan);
+  ok(hipMemcpyAsync(upload_dev_, upload_host_, up_off_.fixed_end, hipMemcpyHostToDevice, stream_), "upload the step");
+
+  const model::hparams& hp = m_.hp;
+  const std::int64_t T = step_.tokens;
+  ok(kernels::launch_embedding({tok_embd_, m_.tok_embd.type, hp.n_embd, hp.n_vocab, dev_at<std::int32_t>(up_off_.ids), T, x_},
+                               stream_),
+     "embedding");
+  ok(kernels::launch_rms_norm_residual({x_, nullptr, layers_[0].attn_norm, h_, T, hp.n_embd, hp.rms_eps}, stream_),
+     "attention norm");
+  for (std::int64_t l = 0; l < hp.n_layer; ++l) run_layer(l);
+  run_head_and_candidates(plan, result);
+}
+
+// Copy-on-write, before anything reads the cache: block src -> dst in every layer, K and V.
+void gpu_device::copy_blocks(const step_plan& plan) {
+  const std::size_t block_bytes = std::size_t(block_size_ * m_.hp.n_head_kv * m_.hp.head_dim) * sizeof(std::uint16_t);
+  const std::size_t block_elems = block_bytes / sizeof(std::uint16_t);
+  for (const block_copy& c : plan.copies) {
+    for (std::int64_t l = 0; l < m_.hp.n_layer; ++l) {
+      const kernels::paged_kv_f16 kv = kv_layer(l);
+      for (std::uint16_t* base : {kv.k, kv.v}) {
+        ok(hipMemcpyAsync(base + std::size_t(c.dst) * block_elems, base + std::size_t(c.src) * block_elems, block_bytes,
+                          hipMemcpyDeviceToDevice, stream_),
+           "copy a KV block");
+      }
+    }
+  }
+}
+
+// The step's rows: sequences feeding one token (decode) first, in plan order, then the chunks,
+// so that decode queries are one contiguous [n_dec, heads, head_dim] block for the decode kernel.
+void gpu_device::lay_out(const step_plan& plan) {
+  const std::size_t n = plan.seqs.size();
+  order_.clear();
+  for (std::size_t i = 0; i < n; ++i) {
+    if (plan.seqs[i].tokens.size() == 1) order_.push_back(i);
+  }
+  step_ = {};
+  step_.n_dec = std::int64_t(order_.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    if (plan.seqs[i].tokens.size() != 1) order_.push_back(i);
+  }
+  step_.n_pre = std::int64_t(n) - step_.n_dec;
+  for (const seq_step& s : plan.seqs) {
+    const std::int64_t end = s.start_pos + std::int64_t(s.tokens.size());
+    step_.stride = std::max(step_.stride, (end + block_size_ - 1) / block_size_);
+  }
+  auto* ids = host_at<std::int32_t>(up_off_.ids);
+  auto* positions = host_at<std::int32_t>(up_off_.positions);
+  auto* slots = host_at<std::int64_t>(up_off_.slots);
+  auto* tables = host_at<std::int32_t>(up_off_.tables);
+  auto* context_lens = host_at<std::int32_t>(up_off_.context_lens);
+  auto* prefill = host_at<kernels::attention_prefill_seq>(up_off_.prefill_seqs);
+  first_token_.assign(n, 0);
+  std::int64_t t = 0;
+  for (std::size_t r = 0; r < n; ++r) {
+    const seq_step& s = plan.seqs[order_[r]];
+    const std::int64_t len = std::int64_t(s.tokens.size()), end = s.start_pos + len;
+    const std::int64_t need = (end + block_size_ - 1) / block_size_;
+    first_token_[order_[r]] = t;
+    std::int32_t* row = tables + std::size_t(std::int64_t(r) * step_.stride);
+    std::copy_n(s.block_table.begin(), need, row);
+    std::fill(row + need, row + step_.stride, 0);
+    for (std::int64_t j = 0; j < len; ++j, ++t) {
+      const std::int64_t pos = s.start_pos + j;
+      ids[t] = s.tokens[std::size_t(j)];
+      positions[t] = std::int32_t(pos);
+      slots[t] = std::int64_t(s.block_table[std::size_t(pos / block_size_)]) * block_size_ + pos % block_size_;
+    }
+    if (std::int64_t(r) < step_.n_dec) {
+      context_lens[r] = std::int32_t(end);
+      step_.max_dec_context = std::max(step_.max_dec_context, end);
+    } else {
+      prefill[r - std::size_t(step_.n_dec)] = {std::int32_t(first_token_[order_[r]]), std::int32_t(len),
+                                               std::int32_t(s.start_pos), 0};
+      step_.max_pre_tokens = std::max(step_.max_pre_tokens, len);
+    }
+  }
+  step_.tokens = t;
+  // Rows of the final hidden state that need logits: each wanting sequence's last token, in plan order.
+  auto* logit_rows = host_at<std::int32_t>(up_off_.logit_rows);
+  for (std::size_t i = 0; i < n; ++i) {
+    const seq_step& s = plan.seqs[i];
+    if (s.want_candidates) logit_rows[step_.n_logit_rows++] = std::int32_t(first_token_[i] + std::int64_t(s.tokens.size()) - 1);
+  }
+}
+
+void gpu_device::run_layer(std::int64_t l) {
+  const model::hparams& hp = m_.hp;
+  const layer& w = layers_[std::size_t(l)];
+  const std::int64_t T = step_.tokens;
+  matmul(w.wq, w.bq, h_, q_, T);
+  matmul(w.wk, w.bk, h_, k_, T);
+  matmul(w.wv, w.bv, h_, v_, T);
+  if (hp.qk_norm) {
+    ok(kernels::launch_rms_norm({q_, w.q_norm, q_, T * hp.n_head, hp.head_dim, hp.rms_eps}, stream_), "q norm");
+    ok(kernels::launch_rms_norm({k_, w.k_norm, k_, T * hp.n_head_kv, hp.head_dim, hp.rms_eps}, stream_), "k norm");
+  }
+  kernels::rope_kv_write_params rp;
+  rp.q = q_;
+  rp.k = k_;
+  rp.v = v_;
+  rp.cache = kv_layer(l);
+  rp.n_tokens = T;
+  rp.n_heads = hp.n_head;
+  rp.rot_dim = hp.rope_dim;
+  rp.positions = dev_at<std::int32_t>(up_off_.positions);
+  rp.slots = dev_at<std::int64_t>(up_off_.slots);
+  rp.freq_base = hp.rope_base;
+  rp.freq_scale = hp.rope_freq_scale;
+  rp.freq_factors = rope_freqs_;
+  rp.style = hp.rope;
+  ok(kernels::launch_rope_kv_write(rp, stream_), "rope + kv write");
+  run_attention(l);
+  matmul(w.wo, nullptr, attn_, o_, T);
+  ok(kernels::launch_rms_norm_residual({x_, o_, w.ffn_norm, h_, T, hp.n_embd, hp.rms_eps}, stream_), "ffn norm");
+  matmul(w.gate, nullptr, h_, gate_, T);
+  matmul(w.up, nullptr, h_, up_, T);
+  ok(kernels::launch_swiglu({gate_, up_, gate_, T, hp.n_ff, hp.n_ff, hp.n_ff, hp.n_ff}, stream_), "swiglu");
+  matmul(w.down, nullptr, gate_, o_, T);
+  // The residual add fused with the next norm: the next layer's attention norm, or the final one.
+  const float* next_norm = l + 1 < hp.n_layer ? layers_[std::size_t(l + 1)].attn_norm : output_norm_;
+  ok(kernels::launch_rms_norm_residual({x_, o_, next_norm, h_, T, hp.n_embd, hp.rms_eps}, stream_), "residual norm");
+}
+
+void gpu_device::run_attention(std::int64_t l) {
+  const model::hparams& hp = m_.hp;
+  const float scale = 1.f / std::sqrt(float(hp.head_dim));
+  const auto* tables = dev_at<std::int32_t>(up_off_.tables);
+  if (step_.n_dec > 0) {
+    kernels::attention_decode_params p;
+    p.q = q_;
+    p.out = attn_;
+    p.cache = kv_layer(l);
+    p.n_heads = hp.n_head;
+    p.block_tables = tables;
+    p.block_table_stride = step_.stride;
+    p.context_lens = dev_at<std::int32_t>(up_off_.context_lens);
+    p.n_seqs = step_.n_dec;
+    p.max_context = step_.max_dec_context;
+    p.scale = scale;
+    p.workspace = attn_ws_;
+    p.workspace_bytes = attn_ws_bytes_;
+    ok(kernels::launch_attention_decode(p, stream_), "decode attention");
+  }
+  if (step_.n_pre > 0) {
+    kernels::attention_prefill_params p;
+    p.q = q_;
+    p.out = attn_;
+    p.cache = kv_layer(l);
+    p.n_heads = hp.n_head;
+    p.seqs = dev_at<kernels::attention_prefill_seq>(up_off_.prefill_seqs);
+    p.n_seqs = step_.n_pre;
+    p.max_seq_tokens = step_.max_pre_tokens;
+    p.block_tables = tables + step_.n_dec * step_.stride;
+    p.block_table_stride = step_.stride;
+    p.scale = scale;
+    ok(kernels::launch_attention_prefill(p, stream_), "prefill attention");
+  }
+}
+
+// The head only for the rows that need logits (gathered first), then the candidates reduction,
+// in as many launches as the logit-bias / penalty pairs need (one, unless they overflow the
+// upload buffer), and the compact records back.
+void gpu_device::run_head_and_candidates(const step_plan& plan, step_result& result) {
+  const model::hparams& hp = m_.hp;
+  const std::int64_t rows = step_.n_logit_rows;
+  if (rows == 0) {
+    ok(hipStreamSynchronize(stream_), "finish the step");
+    return;
+  }
+  // A row gather is the embedding op on an F32 table: the final hidden state [tokens, n_embd].
+  ok(kernels::launch_embedding({h_, model::ggml_type::F32, hp.n_embd, step_.tokens,
+                                dev_at<std::int32_t>(up_off_.logit_rows), rows, rows_},
+                               stream_),
+     "gather the logit rows");
+  matmul(output_, nullptr, rows_, logits_, rows);
+
+  lp_.clear();
+  lp_positions_.clear();
+  lp_seq_ids_.clear();
+  for (const seq_step& s : plan.seqs) {
+    if (!s.want_candidates) continue;
+    lp_.push_back(s.logits);
+    lp_.back().top_k = std::min(s.logits.top_k, kernels::candidates_max_k);  // the tail keeps sampling exact
+    lp_positions_.push_back(s.start_pos + std::int64_t(s.tokens.size()));
+    lp_seq_ids_.push_back(s.seq_id);
+  }
+  std::int32_t max_k = 1;
+  for (const auto& p : lp_) max_k = std::max(max_k, p.top_k);
+  const std::size_t record_bytes = kernels::candidates_record_bytes(max_k);
+
+  std::size_t r0 = 0;
+  while (r0 < lp_.size()) {
+    // As many sequences as fit the pair buffers (at least one).
+    std::size_t r1 = r0;
+    std::int64_t bias = 0, counts = 0;
+    while (r1 < lp_.size()) {
+      const std::int64_t b = std::int64_t(lp_[r1].logit_bias.size()), c = std::int64_t(lp_[r1].token_counts.size());
+      if (b > max_pairs_ || c > max_pairs_) throw std::invalid_argument("a sequence has more logit pairs than max_logit_pairs");
+      if (r1 > r0 && (bias + b > max_pairs_ || counts + c > max_pairs_)) break;
+      bias += b;
+      counts += c;
+      ++r1;
+    }
+    if (r0 > 0) ok(hipStreamSynchronize(stream_), "candidates upload");  // the pinned buffer is reused
+    const kernels::candidates_batch batch = kernels::pack_candidates(
+        std::span(lp_).subspan(r0, r1 - r0), std::span(lp_positions_).subspan(r0, r1 - r0), hp.n_vocab, max_k);
+    const auto put = [&](std::size_t off, const void* src, std::size_t bytes) {
+      if (bytes == 0) return;
+      std::memcpy(upload_host_ + off, src, bytes);
+      ok(hipMemcpyAsync(upload_dev_ + off, upload_host_ + off, bytes, hipMemcpyHostToDevice, stream_), "candidates upload");
+    };
+    put(up_off_.cand_seqs, batch.seqs.data(), batch.seqs.size() * sizeof(kernels::candidates_seq));
+    put(up_off_.bias_ids, batch.bias_ids.data(), batch.bias_ids.size() * 4);
+    put(up_off_.bias_values, batch.bias_values.data(), batch.bias_values.size() * 4);
+    put(up_off_.count_ids, batch.count_ids.data(), batch.count_ids.size() * 4);
+    put(up_off_.count_values, batch.count_values.data(), batch.count_values.size() * 4);
+    kernels::candidates_params cp;
+    cp.logits = logits_ + r0 * std::size_t(hp.n_vocab);
+    cp.vocab = hp.n_vocab;
+    cp.n_seqs = std::int64_t(r1 - r0);
+    cp.seqs = dev_at<kernels::candidates_seq>(up_off_.cand_seqs);
+    cp.bias_ids = dev_at<std::int32_t>(up_off_.bias_ids);
+    cp.bias_values = dev_at<float>(up_off_.bias_values);
+    cp.count_ids = dev_at<std::int32_t>(up_off_.count_ids);
+    cp.count_values = dev_at<std::int32_t>(up_off_.count_values);
+    cp.max_k = max_k;
+    cp.out = static_cast<unsigned char*>(records_dev_) + r0 * record_bytes;
+    ok(kernels::launch_candidates(cp, stream_), "candidates");
+    r0 = r1;
+  }
+  ok(hipMemcpyAsync(records_host_, records_dev_, lp_.size() * record_bytes, hipMemcpyDeviceToHost, stream_),
+     "copy the candidates back");
+  ok(hipStreamSynchronize(stream_), "finish the step");
+
+  for (std::size_t i = 0; i < lp_.size(); ++i) {
+    const unsigned char* rec = records_host_ + i * record_bytes;
+    kernels::candidates_record_header h;
+    std::memcpy(&h, rec, sizeof h);
+    if (h.flags != 0) {
+      throw device_failure("candidates: seq " + std::to_string(lp_seq_ids_[i]) +
+                           (h.flags & kernels::candidates_flag_bad_logit ? " has a NaN or infinite logit"
+                                                                         : " has no finite logit"));
+    }
+    seq_output out = kernels::unpack_candidates(rec);
+    out.seq_id = lp_seq_ids_[i];
+    result.outputs.push_back(std::move(out));
+  }
+}
+
+}  // namespace anvil::gpu_worker

@@ -1,0 +1,133 @@
+// The GPU worker's device side, below its actor shell (gpu_worker.cpp): the start-up (device,
+// stream, BLAS handle, weight upload, memory plan) and the forward pass of one step. Host code
+// compiled by the C++ compiler; it only enqueues the kernels of kernels/ through their launchers.
+// Every device and pinned-host allocation goes through alloc_*(), which counts it; nothing after
+// the constructor calls them. Errors: the constructor throws std::runtime_error; execute() throws
+// device_failure for a failed launch or copy (the shell turns it into errc::device_fault) and
+// std::invalid_argument for a plan the device limits refuse.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <unordered_map>
+#include <vector>
+
+#include "gpu_worker/gpu_worker.h"
+#include "kernels/attention_prefill.h"
+#include "kernels/candidates.h"
+#include "kernels/gemm.h"
+#include "kernels/gpu_runtime.h"
+
+namespace anvil::gpu_worker {
+
+struct device_failure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+class gpu_device {
+ public:
+  gpu_device(const model::llm& m, const gpu_worker_config& cfg, memory_plan& mem);
+  ~gpu_device();
+  gpu_device(const gpu_device&) = delete;
+  gpu_device& operator=(const gpu_device&) = delete;
+
+  // Positions one sequence may reach (the block tables' and decode workspace's capacity).
+  std::int64_t max_context() const { return max_blocks_per_seq_ * block_size_; }
+  // Runs one checked plan (check_plan passed, every sequence within max_context) and fills
+  // result.outputs.
+  void execute(const step_plan& plan, step_result& result);
+  std::uint64_t allocations() const { return allocations_; }
+
+ private:
+  // A matrix weight on the device: GGUF bytes verbatim.
+  struct matrix {
+    const void* w = nullptr;
+    model::ggml_type type = model::ggml_type::F32;
+    std::int64_t in = 0, out = 0;
+  };
+  struct layer {
+    const float *attn_norm = nullptr, *ffn_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
+    const float *bq = nullptr, *bk = nullptr, *bv = nullptr;
+    matrix wq, wk, wv, wo, gate, up, down;
+  };
+  // Byte offsets of the per-step upload sections; the same in the pinned host buffer and its
+  // device mirror. The fixed part [0, pairs) is copied whole; the pairs only as far as used.
+  struct upload_layout {
+    std::size_t ids, positions, slots, tables, context_lens, prefill_seqs, logit_rows, cand_seqs;
+    std::size_t bias_ids, bias_values, count_ids, count_values, fixed_end, total;
+  };
+
+  void* alloc_device(std::size_t bytes, const char* what);
+  void* alloc_pinned(std::size_t bytes, const char* what);
+  void upload_weights(const gpu_worker_config& cfg, memory_plan& mem);
+  void plan_scratch(memory_plan& mem);
+  void plan_kv(const gpu_worker_config& cfg, memory_plan& mem);
+  void warm_up();
+
+  // The forward pass, stage by stage (gpu_device.cpp).
+  void copy_blocks(const step_plan& plan);
+  void lay_out(const step_plan& plan);
+  void run_layer(std::int64_t l);
+  void run_attention(std::int64_t l);
+  void run_head_and_candidates(const step_plan& plan, step_result& result);
+  void matmul(const matrix& w, const float* bias, const float* x, float* y, std::int64_t n_tokens);
+  kernels::paged_kv_f16 kv_layer(std::int64_t l) const;
+  template <class T>
+  T* host_at(std::size_t off) const { return reinterpret_cast<T*>(upload_host_ + off); }
+  template <class T>
+  T* dev_at(std::size_t off) const { return reinterpret_cast<T*>(upload_dev_ + off); }
+
+  const model::llm& m_;
+  int device_ = 0;
+  std::int64_t block_size_ = 0, max_tokens_ = 0, max_seqs_ = 0, max_blocks_per_seq_ = 0, max_pairs_ = 0;
+  std::int64_t n_blocks_ = 0;
+  std::uint64_t allocations_ = 0;
+
+  // Owned handles and allocations, freed in the destructor (also when the constructor throws).
+  hipStream_t stream_ = nullptr;
+  kernels::gemm_context gemm_;
+  bool have_blas_ = false;
+  std::vector<void*> device_allocs_, pinned_allocs_;
+
+  // Weights: one allocation; host tensor address -> device address.
+  unsigned char* weights_ = nullptr;
+  std::unordered_map<const void*, const void*> dev_of_;
+  const void* tok_embd_ = nullptr;
+  matrix output_;
+  const float* output_norm_ = nullptr;
+  const float* rope_freqs_ = nullptr;
+  std::vector<layer> layers_;
+
+  // Scratch (one allocation): activations [max_tokens, ...], gathered rows and logits [max_seqs, ...].
+  float *x_ = nullptr, *h_ = nullptr, *q_ = nullptr, *k_ = nullptr, *v_ = nullptr, *attn_ = nullptr, *o_ = nullptr;
+  float *gate_ = nullptr, *up_ = nullptr, *rows_ = nullptr, *logits_ = nullptr;
+  void* records_dev_ = nullptr;
+  void* attn_ws_ = nullptr;
+  std::size_t attn_ws_bytes_ = 0;
+  void* gemv_ws_ = nullptr;          // the quantized GEMVs' activation scratch (x in int8 blocks)
+  std::size_t gemv_ws_bytes_ = 0;
+  unsigned char* upload_dev_ = nullptr;
+  upload_layout up_off_{};
+
+  // Pinned host: the per-step upload and the candidate records coming back.
+  unsigned char* upload_host_ = nullptr;
+  unsigned char* records_host_ = nullptr;
+
+  // KV pool (one allocation): layer l's K at kv_ + 2l * layer_elems, V right after.
+  std::uint16_t* kv_ = nullptr;
+  std::size_t kv_layer_elems_ = 0;
+
+  // The current step's shape (lay_out fills it).
+  struct step_shape {
+    std::int64_t tokens = 0, n_dec = 0, n_pre = 0, stride = 0, max_dec_context = 0, max_pre_tokens = 0;
+    std::int64_t n_logit_rows = 0;
+  } step_;
+  std::vector<std::size_t> order_;          // plan index of each row: decode sequences first
+  std::vector<std::int64_t> first_token_;   // per plan index: its first row of the activations
+  std::vector<logit_params> lp_;
+  std::vector<std::int64_t> lp_positions_;
+  std::vector<std::uint64_t> lp_seq_ids_;
+};
+
+}  // namespace anvil::gpu_worker

@@ -1,0 +1,56 @@
+// gpu_worker: the worker interface on the GPU (HIP, or CUDA through kernels/gpu_runtime.h), for
+// llama / qwen2 / qwen3. It owns the device and ALL device memory (DESIGN.md, the one rule): at
+// start-up it uploads every weight into one allocation, then plans activation scratch, logits,
+// candidate records, GEMM/attention workspaces and per-step upload buffers for the step limits,
+// and gives the KV pool (f16) a fraction of the memory still free. A handful of allocations, all
+// before ready; device_allocations() never moves afterwards. Steps run on a thread of its own, one
+// at a time; a device error fails that step with errc::device_fault and never aborts the process.
+//
+// This header has no device types: the engine includes it in every build. Without a GPU backend,
+// create() throws and available() is false.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "gpu_worker/worker.h"
+#include "model/llm.h"
+
+namespace anvil::gpu_worker {
+
+struct gpu_worker_config {
+  std::int64_t block_size = 16;             // tokens per KV block
+  double memory_fraction = 0.9;             // of the device memory free after weights and scratch, for the KV pool
+  std::size_t kv_budget_bytes = 0;          // a cap on the KV pool; 0: none
+  std::int64_t max_batch_tokens = 512;      // tokens one step may feed
+  std::int64_t max_seqs = 64;               // sequences one step may hold
+  std::int64_t max_context = 4096;          // positions one sequence may reach (sizes block tables and workspaces)
+  std::int64_t max_logit_pairs = 1 << 18;   // logit-bias + penalty-count pairs uploaded per candidates launch
+  int device = 0;                           // device ordinal
+  // Called while weights upload: (bytes done, bytes in all).
+  std::function<void(std::size_t, std::size_t)> progress;
+};
+
+class gpu_worker final : public worker {
+ public:
+  // `model` must outlive the worker. Throws std::runtime_error when there is no device, a weight
+  // type the kernels do not decode, or too little memory for the weights, scratch and one block.
+  gpu_worker(const model::llm& model, const gpu_worker_config& config);
+  ~gpu_worker() override;  // drains the step in flight, then frees everything
+
+  // True when this build has a GPU backend and the runtime sees a device.
+  static bool available();
+
+  const memory_plan& plan() const override;
+  std::uint64_t device_allocations() const override;
+
+ private:
+  void do_execute(step_plan plan, boost::asio::any_completion_handler<execute_signature> handler) override;
+
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace anvil::gpu_worker

@@ -1,0 +1,7 @@
+# The GPU worker against the CPU worker and the whole engine on the GPU (label gpu). Included
+# from tests/CMakeLists.txt only with a GPU backend; the tests skip where no device is seen.
+anvil_add_test(gpu_worker_test LABELS "gpu"
+  SOURCES gpu_worker/gpu_worker_test.cpp
+  LIBS anvil_engine anvil_gpu_worker anvil_model Boost::json
+  TIMEOUT 600)
+target_compile_definitions(gpu_worker_test PRIVATE ANVIL_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
