@@ -56,7 +56,9 @@ TEST(PerplexityWindows, ScoreEveryTokenButTheFirstExactlyOnce) {
       for (std::int64_t t = w[i].first_scored; t < w[i].end; ++t) ++scored[std::size_t(t)];
     }
     EXPECT_EQ(w.back().end, n);
-    if (w.size() > 1) EXPECT_LT(w[w.size() - 2].end, n) << "windows stop at the first that reaches the end";
+    if (w.size() > 1) {
+      EXPECT_LT(w[w.size() - 2].end, n) << "windows stop at the first that reaches the end";
+    }
     EXPECT_EQ(scored[0], 0);
     for (std::int64_t t = 1; t < n; ++t) EXPECT_EQ(scored[std::size_t(t)], 1) << "n " << n << " token " << t;
   }
