@@ -11,4 +11,5 @@ anvil_add_test(default_model_test LABELS model SOURCES model/default_model_test.
 # model file is absent.
 anvil_add_test(shipped_model_test LABELS "model;conformance" SOURCES model/shipped_model_test.cpp
                LIBS anvil_model Boost::json TIMEOUT 900)
-target_compile_definitions(shipped_model_test PRIVATE ANVIL_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+target_compile_definitions(shipped_model_test PRIVATE ANVIL_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
+                           $<$<BOOL:${ANVIL_SANITIZE}>:ANVIL_SANITIZED>)

@@ -146,6 +146,11 @@ TEST_F(ShippedModel, GreedyContinuationsMatchPyTorch) {
 }
 
 TEST_F(ShippedModel, PerplexityMatchesPyTorch) {
+#ifdef ANVIL_SANITIZED
+  // 7,000 tokens through the forward pass take 15 s optimised and far longer instrumented; the
+  // same code runs under the sanitizers in perplexity_test on small models.
+  GTEST_SKIP() << "numeric conformance only; skipped in sanitizer builds";
+#endif
   const json::object& g = golden_->at("perplexity").as_object();
   const auto ids = ids_of(g.at("ids"));
   perplexity_options opt;
