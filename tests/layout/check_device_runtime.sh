@@ -1,9 +1,7 @@
 #!/usr/bin/env bash
 # The one rule (DESIGN.md), checked on the source tree: only gpu_worker/ and kernels/ (and the
 # tests that exercise them) may include the device runtime or call its allocators, and only
-# their CMake targets may link it. One exception, named here: bench/gpu_* (the GPU roofline
-# benchmarks of the kernels) may use and link the runtime the way the kernels' tests do; they are
-# benchmarks, never linked into anvil.
+# their CMake targets may link it.
 set -euo pipefail
 root=${1:?usage: check_device_runtime.sh SOURCE_ROOT}
 cd "$root"
@@ -16,14 +14,14 @@ for d in "${src_dirs[@]}"; do [ -d "$d" ] && existing+=("$d"); done
 if [ ${#existing[@]} -gt 0 ]; then
   hits=$(grep -rnE '#include *[<"](hip/|cuda|cublas|kernels/gpu_runtime\.h)|\b(hip|cuda)(Malloc|MallocAsync|MallocManaged|MallocHost|HostAlloc|HostMalloc|MallocPitch|MemPoolCreate)\b' \
            --include='*.h' --include='*.hpp' --include='*.cpp' --include='*.cc' --include='*.hip' --include='*.cu' \
-           "${existing[@]}" | grep -v '^bench/gpu_' || true)
+           "${existing[@]}" || true)
   if [ -n "$hits" ]; then
     echo "device runtime used outside gpu_worker/ and kernels/:"
     echo "$hits"
     status=1
   fi
   links=$(grep -rnE 'anvil_gpu_runtime|anvil_kernels_gpu|CUDA::|amdhip64' --include='CMakeLists.txt' --include='*.cmake' \
-            "${existing[@]}" | grep -v '^bench/gpu_' || true)
+            "${existing[@]}" || true)
   if [ -n "$links" ]; then
     echo "device runtime linked outside gpu_worker/ and kernels/:"
     echo "$links"
