@@ -12,6 +12,3 @@ anvil_add_test(default_model_test LABELS model SOURCES model/default_model_test.
 anvil_add_test(shipped_model_test LABELS "model;conformance" SOURCES model/shipped_model_test.cpp
                LIBS anvil_model Boost::json TIMEOUT 900)
 target_compile_definitions(shipped_model_test PRIVATE ANVIL_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
-if(ANVIL_SANITIZE)
-  target_compile_definitions(shipped_model_test PRIVATE ANVIL_SANITIZED)
-endif()
