@@ -26,6 +26,7 @@
 #include "actors/engine.h"
 #include "model/synth.h"
 #include "proto/http_server.h"
+#include "tests/proto/prometheus_samples.h"
 
 namespace {
 
@@ -391,17 +392,7 @@ TEST(HttpApi, ModelsAndTokenize) {
   expect_openai_error(s.post("/detokenize", json::object{{"tokens", json::array{1, 999999}}}), 400, "invalid_request_error");
 }
 
-// "name{labels}" → value.
-std::map<std::string, double> parse_metrics(const std::string& text) {
-  std::map<std::string, double> out;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty() || line[0] == '#') continue;
-    const std::size_t sp = line.rfind(' ');
-    out[line.substr(0, sp)] = std::stod(line.substr(sp + 1));
-  }
-  return out;
-}
+const auto parse_metrics = anvil::testing::prometheus_samples;
 
 TEST(HttpApi, MetricsMoveWithRequests) {
   server s;

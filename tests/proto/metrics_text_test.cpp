@@ -7,22 +7,13 @@
 #include <gtest/gtest.h>
 
 #include "proto/metrics_text.h"
+#include "tests/proto/prometheus_samples.h"
 
 namespace {
 
 using namespace anvil;
 
-// "name{labels}" → value, for every sample line.
-std::map<std::string, double> samples(const std::string& text) {
-  std::map<std::string, double> out;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty() || line[0] == '#') continue;
-    const std::size_t sp = line.rfind(' ');
-    out[line.substr(0, sp)] = std::stod(line.substr(sp + 1));
-  }
-  return out;
-}
+const auto samples = anvil::testing::prometheus_samples;
 
 TEST(MetricsText, WritesGaugesCountersAndCumulativeHistogramsInSeconds) {
   engine_stats s;
