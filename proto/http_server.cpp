@@ -3,8 +3,6 @@
 #include <deque>
 #include <mutex>
 #include <optional>
-#include <system_error>
-#include <unordered_map>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -20,6 +18,7 @@
 #include "actors/log.h"
 #include "proto/http_session.h"
 #include "proto/openai_json.h"
+#include "proto/tcp_listener.h"
 
 namespace anvil::proto {
 
@@ -334,62 +333,20 @@ class connection : public std::enable_shared_from_this<connection> {
 
 }  // namespace
 
-struct http_server::impl : std::enable_shared_from_this<http_server::impl> {
-  impl(asio::io_context& io, http_server_options o)
-      : acceptor(asio::make_strand(io)), state(std::make_shared<shared_state>()) {
-    state->opt = std::move(o);
-  }
-
-  void accept() {
-    acceptor.async_accept(asio::make_strand(acceptor.get_executor().get_inner_executor()),
-                          [self = shared_from_this()](boost::system::error_code ec, tcp::socket sock) {
-                            if (ec == asio::error::operation_aborted || !self->acceptor.is_open()) return;
-                            if (!ec) self->adopt(std::move(sock));
-                            self->accept();
-                          });
-  }
-
-  void adopt(tcp::socket sock) {
-    boost::system::error_code ignored;
-    sock.set_option(tcp::no_delay(true), ignored);
-    std::weak_ptr<impl> weak = weak_from_this();
-    auto c = std::make_shared<connection>(std::move(sock), state, [weak](connection* gone) {
-      if (auto self = weak.lock()) {
-        std::lock_guard lock(self->mu);
-        self->conns.erase(gone);
-      }
-    });
-    {
-      std::lock_guard lock(mu);
-      if (stopped) return;
-      conns.emplace(c.get(), c);
-    }
-    c->start();
-  }
-
-  asio::basic_socket_acceptor<tcp, asio::strand<asio::io_context::executor_type>> acceptor;
-  std::shared_ptr<shared_state> state;
-  std::uint16_t port = 0;
-  std::mutex mu;  // guards conns and stopped: connections end on their own strands
-  std::unordered_map<connection*, std::shared_ptr<connection>> conns;
-  bool stopped = false;
+struct http_server::impl {
+  std::shared_ptr<shared_state> state = std::make_shared<shared_state>();
+  std::shared_ptr<tcp_listener<connection>> listener;
 };
 
-http_server::http_server(asio::io_context& io, http_server_options opt)
-    : impl_(std::make_shared<impl>(io, std::move(opt))) {
-  try {
-    const tcp::endpoint ep(asio::ip::make_address(impl_->state->opt.host), impl_->state->opt.port);
-    auto& a = impl_->acceptor;
-    a.open(ep.protocol());
-    a.set_option(tcp::acceptor::reuse_address(true));
-    a.bind(ep);
-    a.listen();
-    impl_->port = a.local_endpoint().port();
-  } catch (const boost::system::system_error& e) {
-    throw std::system_error(std::error_code(e.code()), "http server on " + impl_->state->opt.host + ":" +
-                                                           std::to_string(impl_->state->opt.port));
-  }
-  impl_->accept();
+http_server::http_server(asio::io_context& io, http_server_options opt) : impl_(std::make_shared<impl>()) {
+  impl_->state->opt = std::move(opt);
+  const http_server_options& o = impl_->state->opt;
+  auto make = [st = std::shared_ptr<const shared_state>(impl_->state)](tcp::socket sock,
+                                                                       std::function<void(connection*)> on_gone) {
+    return std::make_shared<connection>(std::move(sock), st, std::move(on_gone));
+  };
+  impl_->listener = std::make_shared<tcp_listener<connection>>(io, "http server", o.host, o.port, std::move(make));
+  impl_->listener->start();
 }
 
 http_server::~http_server() { stop(); }
@@ -399,21 +356,8 @@ void http_server::set_engine(std::shared_ptr<engine> eng) {
   impl_->state->eng = std::move(eng);
 }
 
-std::uint16_t http_server::port() const { return impl_->port; }
-
-std::size_t http_server::connections() const {
-  std::lock_guard lock(impl_->mu);
-  return impl_->conns.size();
-}
-
-void http_server::stop() {
-  asio::post(impl_->acceptor.get_executor(), [self = impl_] {
-    boost::system::error_code ignored;
-    self->acceptor.close(ignored);
-  });
-  std::lock_guard lock(impl_->mu);
-  impl_->stopped = true;
-  for (auto& [raw, c] : impl_->conns) c->close();
-}
+std::uint16_t http_server::port() const { return impl_->listener->port(); }
+std::size_t http_server::connections() const { return impl_->listener->connections(); }
+void http_server::stop() { impl_->listener->stop(); }
 
 }  // namespace anvil::proto

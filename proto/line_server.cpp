@@ -1,10 +1,7 @@
 #include "proto/line_server.h"
 
 #include <array>
-#include <atomic>
 #include <deque>
-#include <mutex>
-#include <unordered_set>
 
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/dispatch.hpp>
@@ -18,6 +15,7 @@
 #include "actors/engine.h"
 #include "actors/log.h"
 #include "proto/line_session.h"
+#include "proto/tcp_listener.h"
 
 namespace anvil::proto {
 
@@ -28,10 +26,11 @@ namespace {
 
 class connection : public std::enable_shared_from_this<connection> {
  public:
-  connection(tcp::socket sock, const line_server_options& opt, std::function<void(connection*)> on_gone)
-      : sock_(std::move(sock)), strand_(sock_.get_executor()), opt_(opt), on_gone_(std::move(on_gone)) {}
+  connection(tcp::socket sock, const line_server_options& opt, std::shared_ptr<engine> eng,
+             std::function<void(connection*)> on_gone)
+      : sock_(std::move(sock)), strand_(sock_.get_executor()), opt_(opt), eng_(std::move(eng)), on_gone_(std::move(on_gone)) {}
 
-  void start(std::shared_ptr<engine> eng) {
+  void start() {
     std::weak_ptr<connection> weak = weak_from_this();
     line_session_hooks hooks;
     hooks.write = [this](std::string line) { queue(std::move(line)); };  // called on the strand
@@ -41,7 +40,7 @@ class connection : public std::enable_shared_from_this<connection> {
       });
     };
     hooks.close = [this] { closing_after_write_ = true; };
-    session_ = std::make_shared<line_session>(std::move(eng), std::move(hooks), opt_.api_key);
+    session_ = std::make_shared<line_session>(eng_, std::move(hooks), opt_.api_key);
     asio::dispatch(strand_, [self = shared_from_this()] { self->read(); });
   }
 
@@ -120,6 +119,7 @@ class connection : public std::enable_shared_from_this<connection> {
   tcp::socket sock_;
   asio::strand<tcp::socket::executor_type> strand_;
   line_server_options opt_;
+  std::shared_ptr<engine> eng_;
   std::function<void(connection*)> on_gone_;
   std::shared_ptr<line_session> session_;
   std::array<char, 16384> buf_{};
@@ -133,72 +133,23 @@ class connection : public std::enable_shared_from_this<connection> {
 
 }  // namespace
 
-struct line_server::impl : std::enable_shared_from_this<line_server::impl> {
-  impl(asio::io_context& io, std::shared_ptr<engine> e, line_server_options o)
-      : acceptor(asio::make_strand(io)), eng(std::move(e)), opt(std::move(o)) {}
-
-  void accept() {
-    acceptor.async_accept(asio::make_strand(acceptor.get_executor().get_inner_executor()),
-                          [self = shared_from_this()](boost::system::error_code ec, tcp::socket sock) {
-                            if (ec == asio::error::operation_aborted || !self->acceptor.is_open()) return;
-                            if (!ec) self->adopt(std::move(sock));
-                            self->accept();
-                          });
-  }
-
-  void adopt(tcp::socket sock) {
-    boost::system::error_code ignored;
-    sock.set_option(tcp::no_delay(true), ignored);
-    std::weak_ptr<impl> weak = weak_from_this();
-    auto c = std::make_shared<connection>(std::move(sock), opt, [weak](connection* gone) {
-      if (auto self = weak.lock()) {
-        std::lock_guard lock(self->mu);
-        self->conns.erase(gone);
-      }
-    });
-    {
-      std::lock_guard lock(mu);
-      conns.emplace(c.get(), c);
-    }
-    c->start(eng);
-  }
-
-  asio::basic_socket_acceptor<tcp, asio::strand<asio::io_context::executor_type>> acceptor;
-  std::shared_ptr<engine> eng;
-  line_server_options opt;
-  std::uint16_t port = 0;
-  std::mutex mu;  // guards conns: connections end on their own strands
-  std::unordered_map<connection*, std::shared_ptr<connection>> conns;
+struct line_server::impl {
+  std::shared_ptr<tcp_listener<connection>> listener;
 };
 
 line_server::line_server(asio::io_context& io, std::shared_ptr<engine> eng, line_server_options opt)
-    : impl_(std::make_shared<impl>(io, std::move(eng), std::move(opt))) {
-  const tcp::endpoint ep(asio::ip::make_address(impl_->opt.host), impl_->opt.port);
-  auto& a = impl_->acceptor;
-  a.open(ep.protocol());
-  a.set_option(tcp::acceptor::reuse_address(true));
-  a.bind(ep);
-  a.listen();
-  impl_->port = a.local_endpoint().port();
-  impl_->accept();
+    : impl_(std::make_shared<impl>()) {
+  auto make = [eng = std::move(eng), opt](tcp::socket sock, std::function<void(connection*)> on_gone) {
+    return std::make_shared<connection>(std::move(sock), opt, eng, std::move(on_gone));
+  };
+  impl_->listener = std::make_shared<tcp_listener<connection>>(io, "line protocol server", opt.host, opt.port, std::move(make));
+  impl_->listener->start();
 }
 
 line_server::~line_server() { stop(); }
 
-std::uint16_t line_server::port() const { return impl_->port; }
-
-std::size_t line_server::connections() const {
-  std::lock_guard lock(impl_->mu);
-  return impl_->conns.size();
-}
-
-void line_server::stop() {
-  asio::post(impl_->acceptor.get_executor(), [self = impl_] {
-    boost::system::error_code ignored;
-    self->acceptor.close(ignored);
-  });
-  std::lock_guard lock(impl_->mu);
-  for (auto& [raw, c] : impl_->conns) c->close();
-}
+std::uint16_t line_server::port() const { return impl_->listener->port(); }
+std::size_t line_server::connections() const { return impl_->listener->connections(); }
+void line_server::stop() { impl_->listener->stop(); }
 
 }  // namespace anvil::proto
