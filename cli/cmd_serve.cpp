@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -173,13 +174,14 @@ int run_serve(serve_args a) {
     std::chrono::steady_clock::time_point at = std::chrono::steady_clock::now();
   };
   auto last = std::make_shared<rates>();
+  std::atomic<bool> stopping{false};  // set before the timer is cancelled: a stats answer in flight must not re-arm it
   std::function<void()> tick = [&] {
     status.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
         std::chrono::duration<double>(a.status_interval)));
     status.async_wait([&, last](boost::system::error_code ec) {
       if (ec) return;
       eng->async_stats([&, last](error_code sec, engine_stats s) {
-        if (sec) return;
+        if (sec || stopping) return;
         const auto now = std::chrono::steady_clock::now();
         const double dt = std::chrono::duration<double>(now - last->at).count();
         const auto prompt = std::uint64_t(s.sched.prompt_tokens), gen = std::uint64_t(s.sched.generated_tokens);
@@ -210,6 +212,7 @@ int run_serve(serve_args a) {
   stopped.get_future().wait();
 
   // Connections deliver their last answers and close; give slow readers a few seconds.
+  stopping = true;
   status.cancel();
   signals.cancel();
   if (line) line->stop();
