@@ -25,6 +25,7 @@ struct generate_args {
   bool ignore_eos = false;
   std::string backend = "auto";
   double gpu_memory_fraction = 0.9;
+  bool gpu_float_activations = false;
   sampler::sampling_params sampling;
 };
 
@@ -41,6 +42,7 @@ int run_generate(const generate_args& a) {
   cfg.max_seqs = 1;
   cfg.backend = parse_worker_backend(a.backend).value_or(worker_backend::automatic);
   cfg.gpu_memory_fraction = a.gpu_memory_fraction;
+  cfg.gpu_float_activations = a.gpu_float_activations;
   cfg.gpu_kv_budget_bytes = cfg.kv_budget_bytes;  // one context is all one request needs
   auto eng = engine::create(cfg);
 
@@ -105,6 +107,8 @@ void add_generate_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--gpu-memory-fraction", a->gpu_memory_fraction,
                   "GPU: fraction of the device memory free after weights and scratch for the KV cache")
       ->capture_default_str()->check(CLI::Range(0.01, 1.0));
+  cmd->add_flag("--gpu-float-activations", a->gpu_float_activations,
+                "GPU: f32 activations in the quantized GEMVs (as the CPU computes) instead of 8-bit");
   cmd->callback([&exit_code, a] { exit_code = run_generate(*a); });
 }
 

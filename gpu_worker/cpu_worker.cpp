@@ -14,6 +14,7 @@
 #include "actors/strand_actor.h"
 #include "gpu_worker/plan_check.h"
 #include "kernels/candidates.h"
+#include "kernels/token_logprob.h"
 #include "model/cpu_forward.h"
 
 namespace anvil::gpu_worker {
@@ -68,15 +69,29 @@ class cpu_executor : public actors::strand_actor {
     try {
       for (const block_copy& c : plan.copies) cache_->copy_block(c.src, c.dst);
       batch_.clear();
-      for (const seq_step& s : plan.seqs) batch_.push_back({s.tokens, s.start_pos, s.block_table, false});
-      fwd_->run(batch_, *cache_, logits_);
+      for (const seq_step& s : plan.seqs) batch_.push_back({s.tokens, s.start_pos, s.block_table, !s.score_targets.empty()});
+      fwd_->run(batch_, *cache_, logits_);  // a scoring step may grow logits_ (counted as a scratch growth)
+      const auto V = std::size_t(mem_.n_vocab);
+      std::size_t row = 0;  // the first logits row of sequence i: all its fed tokens when scored, else its last
       for (std::size_t i = 0; i < plan.seqs.size(); ++i) {
         const seq_step& s = plan.seqs[i];
-        if (!s.want_candidates) continue;
-        const std::span<const float> row(logits_.data() + i * std::size_t(mem_.n_vocab), std::size_t(mem_.n_vocab));
-        seq_output out = kernels::candidates_ref(row, s.logits, s.start_pos + std::int64_t(s.tokens.size()));
-        out.seq_id = s.seq_id;
-        result.outputs.push_back(std::move(out));
+        const std::size_t rows = s.score_targets.empty() ? 1 : s.tokens.size();
+        if (!s.score_targets.empty()) {
+          seq_scores sc{s.seq_id, std::vector<float>(s.tokens.size(), 0.f)};
+          for (std::size_t j = 0; j < rows; ++j) {
+            if (s.score_targets[j] < 0) continue;
+            sc.logprobs[j] = kernels::token_logprob_ref(std::span<const float>(logits_.data() + (row + j) * V, V),
+                                                        s.score_targets[j]);
+          }
+          result.scores.push_back(std::move(sc));
+        }
+        if (s.want_candidates) {
+          const std::span<const float> last(logits_.data() + (row + rows - 1) * V, V);
+          seq_output out = kernels::candidates_ref(last, s.logits, s.start_pos + std::int64_t(s.tokens.size()));
+          out.seq_id = s.seq_id;
+          result.outputs.push_back(std::move(out));
+        }
+        row += rows;
       }
     } catch (const std::exception& e) {
       log().error("step={} failed: {}", plan.step, e.what());

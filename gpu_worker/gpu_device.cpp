@@ -7,11 +7,11 @@
 
 #include "kernels/attention_decode.h"
 #include "kernels/embedding.h"
-#include "kernels/gemv.h"
 #include "kernels/rms_norm.h"
 #include "kernels/rms_norm_residual.h"
 #include "kernels/rope_kv_write.h"
 #include "kernels/swiglu.h"
+#include "kernels/token_logprob.h"
 
 namespace anvil::gpu_worker {
 namespace {
@@ -75,7 +75,8 @@ void* gpu_device::alloc_pinned(std::size_t bytes, const char* what) {
 
 gpu_device::gpu_device(const model::llm& m, const gpu_worker_config& cfg, memory_plan& mem)
     : m_(m), device_(cfg.device), block_size_(cfg.block_size), max_tokens_(cfg.max_batch_tokens),
-      max_seqs_(cfg.max_seqs), max_pairs_(std::max<std::int64_t>(cfg.max_logit_pairs, 2 * m.hp.n_vocab)) {
+      max_seqs_(cfg.max_seqs), max_pairs_(std::max<std::int64_t>(cfg.max_logit_pairs, 2 * m.hp.n_vocab)),
+      gemv_activations_(cfg.float_activations ? kernels::gemv_activations::f32 : kernels::gemv_activations::int8) {
   const model::hparams& hp = m.hp;
   if (cfg.block_size < 1 || cfg.max_batch_tokens < 1 || cfg.max_seqs < 1 || cfg.max_context < 1 ||
       cfg.memory_fraction <= 0 || cfg.memory_fraction > 1) {
@@ -224,6 +225,8 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   up_off_.prefill_seqs = u.take(S * sizeof(kernels::attention_prefill_seq), 16);
   up_off_.logit_rows = u.take(S * 4, 16);
   up_off_.cand_seqs = u.take(S * sizeof(kernels::candidates_seq), 16);
+  up_off_.score_rows = u.take(T * 4, 16);
+  up_off_.score_targets = u.take(T * 4, 16);
   up_off_.fixed_end = u.size();
   up_off_.bias_ids = u.take(P * 4, 16);
   up_off_.bias_values = u.take(P * 4, 16);
@@ -253,7 +256,7 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   const std::size_t rows = c.take(S * std::size_t(hp.n_embd) * f), logits = c.take(S * std::size_t(hp.n_vocab) * f);
   const std::size_t records = c.take(S * record_bytes), attn_ws = c.take(attn_ws_bytes_);
   const std::size_t gemm_at = c.take(gemm_ws), blas_at = c.take(blas_ws), upload = c.take(up_off_.total);
-  const std::size_t gemv_at = c.take(gemv_ws);
+  const std::size_t gemv_at = c.take(gemv_ws), scores = c.take(T * f);
   auto* base = static_cast<unsigned char*>(alloc_device(c.size(), "activation scratch and workspaces"));
   mem.scratch_bytes = c.size();
   const auto fp = [base](std::size_t off) { return reinterpret_cast<float*>(base + off); };
@@ -268,9 +271,12 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   gemv_ws_ = gemv_ws ? base + gemv_at : nullptr;
   gemv_ws_bytes_ = gemv_ws;
   upload_dev_ = base + upload;
+  scores_dev_ = fp(scores);
 
   upload_host_ = static_cast<unsigned char*>(alloc_pinned(up_off_.total, "the step upload buffer"));
-  records_host_ = static_cast<unsigned char*>(alloc_pinned(S * record_bytes, "the candidate records"));
+  const std::size_t scores_at = align_up(S * record_bytes, 16);
+  records_host_ = static_cast<unsigned char*>(alloc_pinned(scores_at + T * f, "the candidate records and scores"));
+  scores_host_ = reinterpret_cast<float*>(records_host_ + scores_at);
   first_token_.reserve(S);
   order_.reserve(S);
   lp_.reserve(S);
@@ -330,7 +336,7 @@ kernels::paged_kv_f16 gpu_device::kv_layer(std::int64_t l) const {
 void gpu_device::matmul(const matrix& w, const float* bias, const float* x, float* y, std::int64_t n_tokens) {
   const kernels::matmul_params p{w.w, w.type, w.in, w.out, bias, x, y, n_tokens};
   if (n_tokens <= kernels::gemv_max_tokens) {
-    ok(kernels::launch_gemv(p, gemv_ws_, gemv_ws_bytes_, stream_), "gemv");
+    ok(kernels::launch_gemv(p, gemv_ws_, gemv_ws_bytes_, stream_, gemv_activations_), "gemv");
   } else {
     ok(kernels::launch_gemm(p, gemm_, stream_), "gemm");
   }
@@ -425,6 +431,17 @@ void gpu_device::lay_out(const step_plan& plan) {
     const seq_step& s = plan.seqs[i];
     if (s.want_candidates) logit_rows[step_.n_logit_rows++] = std::int32_t(first_token_[i] + std::int64_t(s.tokens.size()) - 1);
   }
+  // Rows scored against a target token, in plan order.
+  auto* score_rows = host_at<std::int32_t>(up_off_.score_rows);
+  auto* score_targets = host_at<std::int32_t>(up_off_.score_targets);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::vector<std::int32_t>& targets = plan.seqs[i].score_targets;
+    for (std::size_t j = 0; j < targets.size(); ++j) {
+      if (targets[j] < 0) continue;
+      score_rows[step_.n_scores] = std::int32_t(first_token_[i] + std::int64_t(j));
+      score_targets[step_.n_scores++] = targets[j];
+    }
+  }
 }
 
 void gpu_device::run_layer(std::int64_t l) {
@@ -507,8 +524,15 @@ void gpu_device::run_attention(std::int64_t l) {
 void gpu_device::run_head_and_candidates(const step_plan& plan, step_result& result) {
   const model::hparams& hp = m_.hp;
   const std::int64_t rows = step_.n_logit_rows;
+  run_scores();
   if (rows == 0) {
+    if (step_.n_scores > 0) {
+      ok(hipMemcpyAsync(scores_host_, scores_dev_, std::size_t(step_.n_scores) * sizeof(float), hipMemcpyDeviceToHost,
+                        stream_),
+         "copy the scores back");
+    }
     ok(hipStreamSynchronize(stream_), "finish the step");
+    collect_scores(plan, result);
     return;
   }
   // A row gather is the embedding op on an F32 table: the final hidden state [tokens, n_embd].
@@ -574,7 +598,12 @@ void gpu_device::run_head_and_candidates(const step_plan& plan, step_result& res
   }
   ok(hipMemcpyAsync(records_host_, records_dev_, lp_.size() * record_bytes, hipMemcpyDeviceToHost, stream_),
      "copy the candidates back");
+  if (step_.n_scores > 0) {
+    ok(hipMemcpyAsync(scores_host_, scores_dev_, std::size_t(step_.n_scores) * sizeof(float), hipMemcpyDeviceToHost, stream_),
+       "copy the scores back");
+  }
   ok(hipStreamSynchronize(stream_), "finish the step");
+  collect_scores(plan, result);
 
   for (std::size_t i = 0; i < lp_.size(); ++i) {
     const unsigned char* rec = records_host_ + i * record_bytes;
@@ -588,6 +617,39 @@ void gpu_device::run_head_and_candidates(const step_plan& plan, step_result& res
     seq_output out = kernels::unpack_candidates(rec);
     out.seq_id = lp_seq_ids_[i];
     result.outputs.push_back(std::move(out));
+  }
+}
+
+// The score targets, max_seqs rows at a time through the logits buffer: gather the rows, the
+// head, then each row's log-softmax at its target into scores_dev_.
+void gpu_device::run_scores() {
+  const model::hparams& hp = m_.hp;
+  for (std::int64_t r0 = 0; r0 < step_.n_scores; r0 += max_seqs_) {
+    const std::int64_t rows = std::min(max_seqs_, step_.n_scores - r0);
+    ok(kernels::launch_embedding({h_, model::ggml_type::F32, hp.n_embd, step_.tokens,
+                                  dev_at<std::int32_t>(up_off_.score_rows) + r0, rows, rows_},
+                                 stream_),
+       "gather the scored rows");
+    matmul(output_, nullptr, rows_, logits_, rows);
+    ok(kernels::launch_token_logprob({logits_, hp.n_vocab, rows, dev_at<std::int32_t>(up_off_.score_targets) + r0,
+                                      scores_dev_ + r0},
+                                     stream_),
+       "score the targets");
+  }
+}
+
+void gpu_device::collect_scores(const step_plan& plan, step_result& result) const {
+  std::int64_t k = 0;
+  for (const seq_step& s : plan.seqs) {
+    if (s.score_targets.empty()) continue;
+    seq_scores sc{s.seq_id, std::vector<float>(s.score_targets.size(), 0.f)};
+    for (std::size_t j = 0; j < s.score_targets.size(); ++j) {
+      if (s.score_targets[j] < 0) continue;
+      const float v = scores_host_[k++];
+      if (!std::isfinite(v)) throw device_failure("scores: seq " + std::to_string(s.seq_id) + " has a NaN or infinite logit");
+      sc.logprobs[j] = v;
+    }
+    result.scores.push_back(std::move(sc));
   }
 }
 

@@ -17,6 +17,7 @@
 #include "kernels/attention_prefill.h"
 #include "kernels/candidates.h"
 #include "kernels/gemm.h"
+#include "kernels/gemv.h"
 #include "kernels/gpu_runtime.h"
 
 namespace anvil::gpu_worker {
@@ -54,7 +55,7 @@ class gpu_device {
   // Byte offsets of the per-step upload sections; the same in the pinned host buffer and its
   // device mirror. The fixed part [0, pairs) is copied whole; the pairs only as far as used.
   struct upload_layout {
-    std::size_t ids, positions, slots, tables, context_lens, prefill_seqs, logit_rows, cand_seqs;
+    std::size_t ids, positions, slots, tables, context_lens, prefill_seqs, logit_rows, cand_seqs, score_rows, score_targets;
     std::size_t bias_ids, bias_values, count_ids, count_values, fixed_end, total;
   };
 
@@ -71,6 +72,8 @@ class gpu_device {
   void run_layer(std::int64_t l);
   void run_attention(std::int64_t l);
   void run_head_and_candidates(const step_plan& plan, step_result& result);
+  void run_scores();
+  void collect_scores(const step_plan& plan, step_result& result) const;
   void matmul(const matrix& w, const float* bias, const float* x, float* y, std::int64_t n_tokens);
   kernels::paged_kv_f16 kv_layer(std::int64_t l) const;
   template <class T>
@@ -107,12 +110,15 @@ class gpu_device {
   std::size_t attn_ws_bytes_ = 0;
   void* gemv_ws_ = nullptr;          // the quantized GEMVs' activation scratch (x in int8 blocks)
   std::size_t gemv_ws_bytes_ = 0;
+  kernels::gemv_activations gemv_activations_ = kernels::gemv_activations::int8;
+  float* scores_dev_ = nullptr;      // [max_tokens] log-probabilities of the score targets
   unsigned char* upload_dev_ = nullptr;
   upload_layout up_off_{};
 
   // Pinned host: the per-step upload and the candidate records coming back.
   unsigned char* upload_host_ = nullptr;
   unsigned char* records_host_ = nullptr;
+  float* scores_host_ = nullptr;     // [max_tokens], in the records' pinned allocation
 
   // KV pool (one allocation): layer l's K at kv_ + 2l * layer_elems, V right after.
   std::uint16_t* kv_ = nullptr;
@@ -122,6 +128,7 @@ class gpu_device {
   struct step_shape {
     std::int64_t tokens = 0, n_dec = 0, n_pre = 0, stride = 0, max_dec_context = 0, max_pre_tokens = 0;
     std::int64_t n_logit_rows = 0;
+    std::int64_t n_scores = 0;  // score targets >= 0, all sequences
   } step_;
   std::vector<std::size_t> order_;          // plan index of each row: decode sequences first
   std::vector<std::int64_t> first_token_;   // per plan index: its first row of the activations

@@ -29,6 +29,10 @@ struct gpu_worker_config {
   std::int64_t max_context = 4096;          // positions one sequence may reach (sizes block tables and workspaces)
   std::int64_t max_logit_pairs = 1 << 18;   // logit-bias + penalty-count pairs uploaded per candidates launch
   int device = 0;                           // device ordinal
+  // GEMVs (steps of up to 8 tokens) of quantized weights multiply f32 activations with the
+  // decoded weights, as the CPU path does, instead of rounding the activations to 8 bits: the
+  // same tokens as the CPU path where 8-bit rounding would flip a near tie, for some speed.
+  bool float_activations = false;
   // Called while weights upload: (bytes done, bytes in all).
   std::function<void(std::size_t, std::size_t)> progress;
 };

@@ -23,6 +23,12 @@ std::string check_plan(const step_plan& plan, const memory_plan& mem) {
       if (t < 0 || t >= mem.n_vocab) return where + "token id out of range";
     }
     if (s.want_candidates && s.logits.top_k < 1) return where + "top_k must be at least 1";
+    if (!s.score_targets.empty()) {
+      if (s.score_targets.size() != s.tokens.size()) return where + "score_targets must have one entry per fed token";
+      for (std::int32_t t : s.score_targets) {
+        if (t < -1 || t >= mem.n_vocab) return where + "score target out of range";
+      }
+    }
   }
   if (tokens > mem.max_batch_tokens) return "more tokens than max_batch_tokens";
   return "";

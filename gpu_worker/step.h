@@ -32,6 +32,10 @@ struct seq_step {
   std::vector<std::int32_t> block_table;    // block ids covering positions [0, start_pos + tokens.size())
   bool want_candidates = false;             // the next-token distribution after the last fed token is needed
   logit_params logits;                      // how to process it (when want_candidates)
+  // Scoring (perplexity, prompt log-probabilities): empty, or one entry per fed token: the token
+  // whose log-probability after tokens[0..j] is wanted, under the model's raw distribution
+  // (log-softmax of the logits, no processing), or -1 for none.
+  std::vector<std::int32_t> score_targets;
 };
 
 // Copy-on-write: the worker copies block `src` into block `dst` (all layers) before the step.
@@ -61,9 +65,16 @@ struct seq_output {
                                             // seeded by (seed, position); token -1 when tail_mass is 0
 };
 
+// The log-probabilities a sequence's score_targets asked for: one per entry, 0 where it was -1.
+struct seq_scores {
+  std::uint64_t seq_id = 0;
+  std::vector<float> logprobs;
+};
+
 struct step_result {
   std::uint64_t step = 0;
   std::vector<seq_output> outputs;          // one per seq_step with want_candidates, in plan order
+  std::vector<seq_scores> scores;           // one per seq_step with score_targets, in plan order
   double execute_ms = 0;                    // time the worker spent on the step
 };
 

@@ -7,6 +7,9 @@
 // (kernels/gpu_quant_dot.h): the result is exact for the rounded activations, whose rounding
 // (half a step of max|x| / 127 per block) is the only difference from matmul_ref. F32, F16 and
 // BF16 weights use f32 activations (exact but for summation order) and need no workspace.
+// gemv_activations::f32 asks for the float path for the quantized types too: each weight is
+// decoded to the float model::dequantize_row gives and multiplied with x as it is, so the result
+// is matmul_ref's but for summation order (what conformance runs use; no workspace needed).
 // Larger batches go to launch_gemm (kernels/gemm.h). Nothing here allocates.
 #pragma once
 
@@ -20,6 +23,10 @@
 namespace anvil::kernels {
 
 inline constexpr std::int64_t gemv_max_tokens = 8;
+
+// How the quantized types meet the activations: rounded to 8 bits and dotted in integers, or
+// as f32 against the decoded weights (F32/F16/BF16 weights always take the f32 path).
+enum class gemv_activations { int8, f32 };
 
 // True when launch_gemv decodes `t` (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K).
 bool gemv_supports(model::ggml_type t);
@@ -35,7 +42,9 @@ std::size_t gemv_workspace_bytes(model::ggml_type w_type, std::int64_t in, std::
 // gemv_workspace_bytes(w_type, in, n_tokens) bytes (it may be null for F32, F16 and BF16; it is
 // overwritten, so one workspace serves GEMVs on one stream in turn). bias may be null; y must
 // not alias x, w or the workspace.
-hipError_t launch_gemv(const matmul_params& p, void* workspace, std::size_t workspace_bytes, hipStream_t stream);
+// With gemv_activations::f32 the workspace is not used (it may be null).
+hipError_t launch_gemv(const matmul_params& p, void* workspace, std::size_t workspace_bytes, hipStream_t stream,
+                       gemv_activations activations = gemv_activations::int8);
 
 }  // namespace anvil::kernels
 #endif

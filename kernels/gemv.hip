@@ -11,7 +11,9 @@
 // R rows. The warp reduces with shuffles and lane 0 writes R x n_tokens outputs.
 //
 // F32/F16/BF16 weights keep float activations (exact but for summation order): lanes decode
-// chunks of 8 elements (gpu_quant.h) and multiply them with float4 loads of x.
+// chunks of 8 elements (gpu_quant.h) and multiply them with float4 loads of x. The quantized
+// types take the same path when the caller asks for f32 activations: chunks decode to the floats
+// model::dequantize_row gives.
 // No shared memory, no block-level barrier: a warp past the last row simply returns.
 #include "kernels/gemv.h"
 
@@ -260,7 +262,8 @@ std::size_t gemv_workspace_bytes(model::ggml_type w_type, std::int64_t in, std::
   return x8_bytes(in, std::min(max_tokens, gemv_max_tokens));
 }
 
-hipError_t launch_gemv(const matmul_params& p, void* workspace, std::size_t workspace_bytes, hipStream_t stream) {
+hipError_t launch_gemv(const matmul_params& p, void* workspace, std::size_t workspace_bytes, hipStream_t stream,
+                       gemv_activations activations) {
   const std::int64_t block = gpu_block_elems(p.w_type);
   if (block == 0 || p.n_tokens < 0 || p.n_tokens > gemv_max_tokens || p.out < 0 || p.in <= 0 || p.in % block != 0) {
     return hipErrorInvalidValue;
@@ -270,7 +273,7 @@ hipError_t launch_gemv(const matmul_params& p, void* workspace, std::size_t work
   // Grid size: out / rows_per_block blocks must fit the x dimension (2^31 - 1); slice counts an int.
   if (p.out > (std::int64_t(1) << 31) || p.in > (std::int64_t(1) << 30)) return hipErrorInvalidValue;
   const std::size_t row_bytes = *model::row_bytes(p.w_type, p.in);
-  if (!uses_q8(p.w_type)) {
+  if (!uses_q8(p.w_type) || activations == gemv_activations::f32) {
     with_format(p.w_type, [&](auto f) { launch_tokens<decltype(f)>(p, row_bytes, stream); });
     return hipGetLastError();
   }

@@ -34,17 +34,12 @@ double token_nll(std::span<const float> logits, std::int32_t target) {
 }
 
 perplexity_result score_windows(std::span<const std::int32_t> tokens, std::span<const ppl_window> windows,
-                                std::int64_t n_vocab, const window_logits_fn& logits_of, const ppl_progress_fn& progress) {
+                                const window_nll_fn& nll_of, const ppl_progress_fn& progress) {
   perplexity_result r;
-  std::vector<float> logits;
   for (const ppl_window& w : windows) {
     double nll = 0;
     if (w.first_scored < w.end) {
-      logits_of(tokens.subspan(std::size_t(w.begin), std::size_t(w.end - w.begin)), logits);
-      for (std::int64_t i = w.first_scored; i < w.end; ++i) {
-        const std::int64_t row = i - 1 - w.begin;  // the logits that predict token i
-        nll += token_nll(std::span(logits).subspan(std::size_t(row * n_vocab), std::size_t(n_vocab)), tokens[std::size_t(i)]);
-      }
+      nll = nll_of(tokens.subspan(std::size_t(w.begin), std::size_t(w.end - w.begin)), w.first_scored - w.begin);
       r.n_scored += w.end - w.first_scored;
     }
     r.window_nll.push_back(nll);
@@ -55,16 +50,38 @@ perplexity_result score_windows(std::span<const std::int32_t> tokens, std::span<
   return r;
 }
 
+perplexity_result score_windows(std::span<const std::int32_t> tokens, std::span<const ppl_window> windows,
+                                std::int64_t n_vocab, const window_logits_fn& logits_of, const ppl_progress_fn& progress) {
+  std::vector<float> logits;
+  const auto nll_of = [&](std::span<const std::int32_t> win, std::int64_t first_scored) {
+    logits_of(win, logits);
+    double nll = 0;
+    for (std::int64_t i = first_scored; i < std::int64_t(win.size()); ++i) {
+      const std::int64_t row = i - 1;  // the logits that predict token i
+      nll += token_nll(std::span(logits).subspan(std::size_t(row * n_vocab), std::size_t(n_vocab)), win[std::size_t(i)]);
+    }
+    return nll;
+  };
+  return score_windows(tokens, windows, nll_of, progress);
+}
+
+perplexity_options resolve_perplexity_options(const perplexity_options& opt, std::int64_t n_ctx_train) {
+  perplexity_options r;
+  r.ctx = opt.ctx > 0 ? opt.ctx : n_ctx_train;
+  if (r.ctx > n_ctx_train) {
+    throw std::invalid_argument("perplexity: a window of " + std::to_string(r.ctx) + " tokens is longer than the model's context (" +
+                                std::to_string(n_ctx_train) + ")");
+  }
+  if (opt.stride < 0 || opt.batch < 0) throw std::invalid_argument("perplexity: stride and batch must not be negative");
+  r.stride = opt.stride > 0 ? opt.stride : std::max<std::int64_t>(r.ctx / 2, 1);
+  r.batch = opt.batch > 0 ? std::min(opt.batch, r.ctx) : r.ctx;
+  return r;
+}
+
 perplexity_result perplexity(const llm& m, std::span<const std::int32_t> tokens, const perplexity_options& opt,
                              const ppl_progress_fn& progress) {
-  const std::int64_t ctx = opt.ctx > 0 ? opt.ctx : m.hp.n_ctx_train;
-  if (ctx > m.hp.n_ctx_train) {
-    throw std::invalid_argument("perplexity: a window of " + std::to_string(ctx) + " tokens is longer than the model's context (" +
-                                std::to_string(m.hp.n_ctx_train) + ")");
-  }
-  const std::int64_t stride = opt.stride > 0 ? opt.stride : std::max<std::int64_t>(ctx / 2, 1);
-  const std::int64_t batch = opt.batch > 0 ? std::min(opt.batch, ctx) : ctx;
-  if (opt.stride < 0 || opt.batch < 0) throw std::invalid_argument("perplexity: stride and batch must not be negative");
+  const perplexity_options o = resolve_perplexity_options(opt, m.hp.n_ctx_train);
+  const std::int64_t ctx = o.ctx, stride = o.stride, batch = o.batch;
   const std::vector<ppl_window> windows = perplexity_windows(std::int64_t(tokens.size()), ctx, stride);
 
   // One sequence's KV cache for a whole window, in blocks of 16 placed in order.

@@ -54,11 +54,23 @@ perplexity_result score_windows(std::span<const std::int32_t> tokens, std::span<
                                 std::int64_t n_vocab, const window_logits_fn& logits_of,
                                 const ppl_progress_fn& progress = {});
 
+// The same with a function that scores a window itself: the sum of -log p(window[i] | window[..i])
+// over i in [first_scored, window.size()), first_scored >= 1 relative to the window's start (a
+// worker computes these log-probabilities on the device; gpu_worker/worker_perplexity.h).
+using window_nll_fn = std::function<double(std::span<const std::int32_t> window, std::int64_t first_scored)>;
+perplexity_result score_windows(std::span<const std::int32_t> tokens, std::span<const ppl_window> windows,
+                                const window_nll_fn& nll_of, const ppl_progress_fn& progress = {});
+
 struct perplexity_options {
   std::int64_t ctx = 0;     // window length; 0: the model's context length
   std::int64_t stride = 0;  // 0: ctx / 2
   std::int64_t batch = 0;   // tokens per forward step (a window runs in chunks); 0: the whole window
 };
+
+// The options with their defaults filled in for a model trained on n_ctx_train positions: ctx,
+// stride and batch all positive. Throws std::invalid_argument for ctx beyond n_ctx_train, or a
+// negative stride or batch.
+perplexity_options resolve_perplexity_options(const perplexity_options& opt, std::int64_t n_ctx_train);
 
 // The model's perplexity over `tokens` with the CPU forward pass. Throws std::invalid_argument
 // for fewer than two tokens, ctx larger than the model's context length, or a bad stride/batch.

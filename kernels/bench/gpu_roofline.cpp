@@ -181,31 +181,37 @@ int main(int argc, char** argv) {
 
   // ---- GEMV ----
   std::printf("\nGEMV, weight bytes / time; limit: copy bandwidth %.0f GB/s\n", copy_gbs);
-  std::printf("%-5s %-13s %9s | %9s %8s %6s | %9s %8s %6s\n", "type", "out x in", "MB", "b1 us", "GB/s", "%copy",
+  std::printf("%-9s %-13s %9s | %9s %8s %6s | %9s %8s %6s\n", "type", "out x in", "MB", "b1 us", "GB/s", "%copy",
               "b8 us", "GB/s", "%copy");
+  // Quantized types twice: 8-bit activations (the default) and f32 activations (label "/f32").
   for (ggml_type t : types) {
-    for (shape s : shapes) {
-      const std::size_t bytes = *model::row_bytes(t, s.in) * std::size_t(s.out);
-      const std::size_t stride = (bytes + 255) / 256 * 256;
-      const int copies = int(std::max<std::size_t>(1, std::min(pool_bytes / stride, (4 * l2 + bytes - 1) / bytes)));
-      double us[2] = {}, gbs[2] = {};
-      for (int k = 0; k < 2; ++k) {
-        const std::int64_t nt = k == 0 ? 1 : 8;
-        const double ms = time_ms(
-            [&](int i) {
-              const void* w = pool.as<char>() + std::size_t(i % copies) * stride;
-              CHECK(kernels::launch_gemv({w, t, s.in, s.out, nullptr, x.as<float>(), y.as<float>(), nt}, gemv_ws.p,
-                                         gemv_ws.n, nullptr));
-            },
-            std::max(copies, 8), reps);
-        us[k] = ms * 1e3;
-        gbs[k] = double(bytes) / (ms * 1e-3) / 1e9;
+    for (const kernels::gemv_activations act : {kernels::gemv_activations::int8, kernels::gemv_activations::f32}) {
+      const bool quantized = kernels::gemv_workspace_bytes(t, 256, 1) > 0;
+      if (act == kernels::gemv_activations::f32 && !quantized) continue;
+      const std::string label = std::string(model::info(t).name) + (act == kernels::gemv_activations::f32 ? "/f32" : "");
+      for (shape s : shapes) {
+        const std::size_t bytes = *model::row_bytes(t, s.in) * std::size_t(s.out);
+        const std::size_t stride = (bytes + 255) / 256 * 256;
+        const int copies = int(std::max<std::size_t>(1, std::min(pool_bytes / stride, (4 * l2 + bytes - 1) / bytes)));
+        double us[2] = {}, gbs[2] = {};
+        for (int k = 0; k < 2; ++k) {
+          const std::int64_t nt = k == 0 ? 1 : 8;
+          const double ms = time_ms(
+              [&](int i) {
+                const void* w = pool.as<char>() + std::size_t(i % copies) * stride;
+                CHECK(kernels::launch_gemv({w, t, s.in, s.out, nullptr, x.as<float>(), y.as<float>(), nt}, gemv_ws.p,
+                                           gemv_ws.n, nullptr, act));
+              },
+              std::max(copies, 8), reps);
+          us[k] = ms * 1e3;
+          gbs[k] = double(bytes) / (ms * 1e-3) / 1e9;
+        }
+        char dims[32];
+        std::snprintf(dims, sizeof dims, "%lldx%lld", static_cast<long long>(s.out), static_cast<long long>(s.in));
+        std::printf("%-9s %-13s %9.1f | %9.1f %8.0f %5.1f%% | %9.1f %8.0f %5.1f%%\n", label.c_str(),
+                    dims, double(bytes) / 1e6, us[0], gbs[0], 100 * gbs[0] / copy_gbs, us[1], gbs[1],
+                    100 * gbs[1] / copy_gbs);
       }
-      char dims[32];
-      std::snprintf(dims, sizeof dims, "%lldx%lld", static_cast<long long>(s.out), static_cast<long long>(s.in));
-      std::printf("%-5s %-13s %9.1f | %9.1f %8.0f %5.1f%% | %9.1f %8.0f %5.1f%%\n", std::string(model::info(t).name).c_str(),
-                  dims, double(bytes) / 1e6, us[0], gbs[0], 100 * gbs[0] / copy_gbs, us[1], gbs[1],
-                  100 * gbs[1] / copy_gbs);
     }
   }
 

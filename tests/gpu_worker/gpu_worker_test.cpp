@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,7 +26,9 @@
 #include "actors/engine.h"
 #include "gpu_worker/cpu_worker.h"
 #include "gpu_worker/gpu_worker.h"
+#include "gpu_worker/worker_perplexity.h"
 #include "model/cpu_forward.h"
+#include "model/perplexity.h"
 #include "tests/model/fixtures.h"
 
 namespace {
@@ -213,6 +216,89 @@ TEST(GpuWorker, RefusesABrokenPlanWithoutRunningIt) {
   p.seqs[0].want_candidates = true;
   EXPECT_EQ(run(gpu, p).outputs.size(), 1u);
 }
+
+// ---- scoring (perplexity, prompt log-probabilities) against the CPU worker ----
+
+class GpuWorkerScores : public ::testing::TestWithParam<model_case> {};
+
+TEST_P(GpuWorkerScores, LogprobsAndPerplexityMatchTheCpuWorker) {
+  REQUIRE_GPU();
+  const model_case mc = GetParam();
+  const model::llm m = model::load_llm(model::gguf_file::open(synth_fixture(mc.shape, mc.mix)));
+  cpu_worker cpu(m, {16, 16u << 20, 256, 16});
+  for (const bool float_activations : {false, true}) {
+    SCOPED_TRACE(float_activations ? "f32 activations" : "8-bit activations");
+    gpu_worker_config gc;
+    gc.max_batch_tokens = 256;
+    gc.max_seqs = 16;  // 16 logit rows per head launch: 70 scored rows take 5 (the last one a GEMV)
+    gc.max_context = 512;
+    gc.kv_budget_bytes = 16u << 20;
+    gc.float_activations = float_activations;
+    gpu_worker::gpu_worker gpu(m, gc);
+    const std::uint64_t allocs = gpu.device_allocations();
+
+    // One step: a 70-token chunk scoring every other token and wanting candidates, a 3-token
+    // chunk scoring all three, and a decode token scoring nothing.
+    step_plan p;
+    seq_step a;
+    a.seq_id = 1;
+    a.tokens = random_tokens(70, 11);
+    a.block_table = blocks(0, 5);
+    a.want_candidates = true;
+    a.score_targets.assign(a.tokens.size(), -1);
+    for (std::size_t j = 0; j < a.tokens.size(); j += 2) a.score_targets[j] = std::int32_t((j * 37) % 256);
+    seq_step b;
+    b.seq_id = 2;
+    b.tokens = random_tokens(3, 12);
+    b.block_table = blocks(5, 1);
+    b.score_targets = {4, 5, 6};
+    seq_step c;
+    c.seq_id = 3;
+    c.tokens = {9};
+    c.block_table = blocks(6, 1);
+    c.want_candidates = true;
+    p.seqs = {a, b, c};
+    const step_result want = run(cpu, p), got = run(gpu, p);
+    expect_close(want, got, std::string(mc.shape) + " scoring step");
+    ASSERT_EQ(got.scores.size(), 2u);
+    for (std::size_t i = 0; i < 2; ++i) {
+      ASSERT_EQ(got.scores[i].seq_id, want.scores[i].seq_id);
+      ASSERT_EQ(got.scores[i].logprobs.size(), want.scores[i].logprobs.size());
+      for (std::size_t j = 0; j < got.scores[i].logprobs.size(); ++j) {
+        const float w = want.scores[i].logprobs[j], g = got.scores[i].logprobs[j];
+        EXPECT_NEAR(g, w, 2e-2f * std::max(1.f, std::fabs(w))) << "seq " << i << " row " << j;
+        if (w == 0.f) {
+          EXPECT_EQ(g, 0.f) << "seq " << i << " row " << j << ": no target, no score";
+        }
+      }
+    }
+
+    // Perplexity through both workers on the same tokens: windows of 96 in chunks of 40.
+    cpu_worker cpu_small(m, {16, 16u << 20, 40, 1});
+    const std::vector<std::int32_t> text = random_tokens(400, 13);
+    model::perplexity_options opt;
+    opt.ctx = 96;
+    opt.stride = 48;
+    opt.batch = 40;
+    const model::perplexity_result pc = gpu_worker::perplexity(cpu_small, text, opt, m.hp.n_ctx_train);
+    const model::perplexity_result pg = gpu_worker::perplexity(gpu, text, opt, m.hp.n_ctx_train);
+    std::printf("[ %s %s: perplexity CPU %.6f, GPU %.6f ]\n", mc.shape, float_activations ? "f32" : "int8",
+                pc.perplexity(), pg.perplexity());
+    EXPECT_EQ(pg.n_scored, pc.n_scored);
+    EXPECT_NEAR(pg.perplexity(), pc.perplexity(), 1e-2 * pc.perplexity());
+    EXPECT_EQ(gpu.device_allocations(), allocs);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, GpuWorkerScores,
+                         ::testing::Values(model_case{"tiny", synth_mix::f16}, model_case{"tiny", synth_mix::q8_0},
+                                           model_case{"tiny-qwen3", synth_mix::q4_k_m}),
+                         [](const auto& param_info) {
+                           std::string n = std::string(param_info.param.shape) + "_" +
+                                           std::string(model::synth_mix_name(param_info.param.mix));
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
 
 // ---- (d) the KV pool follows the memory fraction ----
 
@@ -409,18 +495,25 @@ std::string env_or(const char* name, const std::string& fallback) {
   return v && *v ? v : fallback;
 }
 
-TEST(ShippedModelOnGpu, GreedyContinuationsMatchPyTorch) {
-  REQUIRE_GPU();
+std::string shipped_model_path() {
   const std::string model = env_or("ANVIL_SHIPPED_MODEL", std::string(ANVIL_SOURCE_DIR) + "/models/anvil-kjv-q8_0.gguf");
+  if (!std::filesystem::exists(model)) throw std::runtime_error("no shipped model at " + model);
+  return model;
+}
+
+boost::json::object shipped_goldens() {
   const std::string goldens =
       env_or("ANVIL_SHIPPED_GOLDENS", std::string(ANVIL_SOURCE_DIR) + "/tests/data/default-model/anvil-kjv-q8_0.json");
-  ASSERT_TRUE(std::filesystem::exists(model)) << "no shipped model at " << model;
-  ASSERT_TRUE(std::filesystem::exists(goldens)) << "no goldens at " << goldens;
   std::ifstream in(goldens);
+  if (!in) throw std::runtime_error("no goldens at " + goldens);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const boost::json::object g = boost::json::parse(text).as_object();
+  return boost::json::parse(text).as_object();
+}
 
-  auto eng = engine::create(engine_cfg(worker_backend::gpu, model));
+TEST(ShippedModelOnGpu, GreedyContinuationsMatchPyTorch) {
+  REQUIRE_GPU();
+  const boost::json::object g = shipped_goldens();
+  auto eng = engine::create(engine_cfg(worker_backend::gpu, shipped_model_path()));
   ASSERT_EQ(eng->backend(), worker_backend::gpu);
   std::vector<std::vector<std::int32_t>> prompts, want;
   std::vector<std::vector<double>> margins;
@@ -442,6 +535,62 @@ TEST(ShippedModelOnGpu, GreedyContinuationsMatchPyTorch) {
     EXPECT_LT(margins[p][i], 2e-2) << "prompt " << p << ": token " << i << " differs from PyTorch's without a near tie";
   }
   eng->async_stop(boost::asio::use_future).get();
+}
+
+// With f32 activations in the GEMVs (gpu_worker_config::float_activations), each prompt run ALONE
+// — prefill of a few tokens and every decode step through the GEMVs — gives PyTorch's 64 tokens
+// exactly.
+TEST(ShippedModelOnGpu, EachPromptAloneMatchesPyTorchWithFloatActivations) {
+  REQUIRE_GPU();
+  const boost::json::object g = shipped_goldens();
+  engine_config cfg = engine_cfg(worker_backend::gpu, shipped_model_path());
+  cfg.gpu_float_activations = true;
+  auto eng = engine::create(cfg);
+  ASSERT_EQ(eng->backend(), worker_backend::gpu);
+  std::size_t p = 0;
+  for (const auto& e : g.at("greedy").as_array()) {
+    const auto prompt = boost::json::value_to<std::vector<std::int32_t>>(e.at("prompt_ids"));
+    const auto want = boost::json::value_to<std::vector<std::int32_t>>(e.at("tokens"));
+    const auto margins = boost::json::value_to<std::vector<double>>(e.at("margins"));
+    const std::vector<std::int32_t> got = generate_all(*eng, {prompt}, std::int64_t(want.size()))[0];
+    std::size_t i = 0;
+    while (i < want.size() && i < got.size() && got[i] == want[i]) ++i;
+    std::printf("[ prompt %zu alone: %zu of %zu tokens identical to PyTorch's ]\n", p, i, want.size());
+    EXPECT_EQ(got, want) << "prompt " << p << ": token " << i << " differs (PyTorch top-2 margin "
+                         << (i < margins.size() ? margins[i] : 0.0) << ")";
+    ++p;
+  }
+  EXPECT_GE(p, 4u);
+  eng->async_stop(boost::asio::use_future).get();
+}
+
+// Perplexity over the held-out sample, scored on the GPU (what `anvil perplexity --backend gpu`
+// runs), against PyTorch's on the same weights: within 1%, with 8-bit and with f32 activations.
+TEST(ShippedModelOnGpu, PerplexityMatchesPyTorch) {
+  REQUIRE_GPU();
+  const boost::json::object g = shipped_goldens();
+  const boost::json::object& ppl = g.at("perplexity").as_object();
+  const auto ids = boost::json::value_to<std::vector<std::int32_t>>(ppl.at("ids"));
+  const double want = ppl.at("perplexity").to_number<double>();
+  const model::llm m = model::load_llm(model::gguf_file::open(shipped_model_path()));
+  model::perplexity_options opt;
+  opt.ctx = ppl.at("ctx").to_number<std::int64_t>();
+  opt.stride = ppl.at("stride").to_number<std::int64_t>();
+  for (const bool float_activations : {false, true}) {
+    gpu_worker_config gc;
+    gc.max_batch_tokens = opt.ctx;
+    gc.max_seqs = 64;
+    gc.max_context = opt.ctx;
+    gc.kv_budget_bytes = 64u << 20;
+    gc.float_activations = float_activations;
+    gpu_worker::gpu_worker gpu(m, gc);
+    const model::perplexity_result r = gpu_worker::perplexity(gpu, ids, opt, m.hp.n_ctx_train);
+    const double rel = std::abs(r.perplexity() - want) / want;
+    std::printf("[ GPU perplexity (%s activations) %.6f, PyTorch %.6f: relative difference %.2e over %lld tokens ]\n",
+                float_activations ? "f32" : "8-bit", r.perplexity(), want, rel, static_cast<long long>(r.n_scored));
+    EXPECT_EQ(r.n_scored, ppl.at("n_scored").to_number<std::int64_t>());
+    EXPECT_LT(rel, 1e-2);
+  }
 }
 
 }  // namespace shipped

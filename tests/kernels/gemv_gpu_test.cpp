@@ -12,6 +12,7 @@
 //     (at most half a step, max|x| / 254 per element) plus 1e-5: nothing beyond the activation
 //     rounding. The largest error against the float reference is printed (~1e-3 of the scale,
 //     what llama.cpp's Q8_1 activations give; its tests accept 1e-2).
+//   Quantized types with gemv_activations::f32: 1e-5 of matmul_ref on x itself (exact decode).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -134,6 +135,19 @@ TEST_P(GemvGpu, MatchesCpuReferenceForEveryBatchSize) {
       EXPECT_LT(err, 1e-5);
     }
     EXPECT_TRUE(dy.guards_intact());
+    if (q8) {
+      // The float path for the quantized types: matmul_ref but for summation order, no workspace.
+      guarded_buffer dyf(ref.size());
+      dyf.poison();
+      ANVIL_GPU_CHECK(launch_gemv({dw.data(), c.type, c.in, c.out, with_bias ? db.data() : nullptr, dx.data(), dyf.data(), nt},
+                                  nullptr, 0, nullptr, gemv_activations::f32));
+      ANVIL_GPU_CHECK(hipDeviceSynchronize());
+      const double errf = max_scaled_error(dyf.download(), ref, w, x, with_bias ? bias.data() : nullptr, nt);
+      std::printf("  %-40s n_tokens=%lld  f32 activations: max scaled error %.3g\n", c.str().c_str(),
+                  static_cast<long long>(nt), errf);
+      EXPECT_LT(errf, 1e-5);
+      EXPECT_TRUE(dyf.guards_intact());
+    }
   }
   EXPECT_TRUE(dx.guards_intact());
 }
