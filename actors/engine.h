@@ -51,6 +51,7 @@ struct engine_config {
   std::size_t gpu_kv_budget_bytes = 0;       // GPU backend: a cap on the KV pool, 0: none
   bool gpu_float_activations = false;        // GPU backend: f32 activations in the quantized GEMVs
                                              // (gpu_worker_config::float_activations)
+  bool gpu_graphs = true;                    // GPU backend: replay decode steps from captured graphs
   std::int64_t max_batch_tokens = 512;       // tokens per step
   std::int64_t max_seqs = 64;                // sequences per step
   std::int64_t max_queue = 1024;             // waiting requests before submit answers overloaded

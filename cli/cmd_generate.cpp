@@ -26,6 +26,7 @@ struct generate_args {
   std::string backend = "auto";
   double gpu_memory_fraction = 0.9;
   bool gpu_float_activations = false;
+  bool no_gpu_graphs = false;
   sampler::sampling_params sampling;
 };
 
@@ -43,6 +44,7 @@ int run_generate(const generate_args& a) {
   cfg.backend = parse_worker_backend(a.backend).value_or(worker_backend::automatic);
   cfg.gpu_memory_fraction = a.gpu_memory_fraction;
   cfg.gpu_float_activations = a.gpu_float_activations;
+  cfg.gpu_graphs = !a.no_gpu_graphs;
   cfg.gpu_kv_budget_bytes = cfg.kv_budget_bytes;  // one context is all one request needs
   auto eng = engine::create(cfg);
 
@@ -109,6 +111,7 @@ void add_generate_command(CLI::App& app, int& exit_code) {
       ->capture_default_str()->check(CLI::Range(0.01, 1.0));
   cmd->add_flag("--gpu-float-activations", a->gpu_float_activations,
                 "GPU: f32 activations in the quantized GEMVs (as the CPU computes) instead of 8-bit");
+  cmd->add_flag("--no-gpu-graphs", a->no_gpu_graphs, "GPU: launch decode steps kernel by kernel instead of replaying graphs");
   cmd->callback([&exit_code, a] { exit_code = run_generate(*a); });
 }
 

@@ -112,13 +112,18 @@ gpu_device::gpu_device(const model::llm& m, const gpu_worker_config& cfg, memory
   plan_kv(cfg, mem);
   try {
     warm_up();
+    capture_graphs(std::min(cfg.graph_max_batch, max_seqs_));
   } catch (const std::exception& e) {
     throw std::runtime_error(std::string("gpu worker: the warm-up step failed: ") + e.what());
   }
+  mem.decode_graphs = graphs();
 }
 
 gpu_device::~gpu_device() {
   if (stream_) (void)hipStreamSynchronize(stream_);
+  for (hipGraphExec_t g : graphs_) {
+    if (g) (void)hipGraphExecDestroy(g);
+  }
   if (have_blas_) (void)blas::destroy(gemm_.blas);
   for (void* p : device_allocs_) (void)hipFree(p);
   for (void* p : pinned_allocs_) (void)hipHostFree(p);
@@ -345,9 +350,20 @@ void gpu_device::matmul(const matrix& w, const float* bias, const float* x, floa
 void gpu_device::execute(const step_plan& plan, step_result& result) {
   ok(hipSetDevice(device_), "select the device");  // per thread: steps run on the worker's own
   copy_blocks(plan);
-  lay_out(plan);
+  const std::size_t n = plan.seqs.size();
+  const bool decode_only = std::all_of(plan.seqs.begin(), plan.seqs.end(), [](const seq_step& s) { return s.tokens.size() == 1; });
+  const hipGraphExec_t graph = decode_only && n <= graphs_.size() ? graphs_[n - 1] : nullptr;
+  lay_out(plan, graph != nullptr);
   ok(hipMemcpyAsync(upload_dev_, upload_host_, up_off_.fixed_end, hipMemcpyHostToDevice, stream_), "upload the step");
+  if (graph) {
+    ok(hipGraphLaunch(graph, stream_), "decode graph");
+  } else {
+    run_body();
+  }
+  run_head_and_candidates(plan, result);
+}
 
+void gpu_device::run_body() {
   const model::hparams& hp = m_.hp;
   const std::int64_t T = step_.tokens;
   ok(kernels::launch_embedding({tok_embd_, m_.tok_embd.type, hp.n_embd, hp.n_vocab, dev_at<std::int32_t>(up_off_.ids), T, x_},
@@ -356,7 +372,50 @@ void gpu_device::execute(const step_plan& plan, step_result& result) {
   ok(kernels::launch_rms_norm_residual({x_, nullptr, layers_[0].attn_norm, h_, T, hp.n_embd, hp.rms_eps}, stream_),
      "attention norm");
   for (std::int64_t l = 0; l < hp.n_layer; ++l) run_layer(l);
-  run_head_and_candidates(plan, result);
+}
+
+// One graph per decode batch size b in [1, max_batch]: run_body() for b sequences of one token,
+// captured with the shape every replay has — block tables of the full stride, decode attention
+// sized for the full context (splits past a sequence's length do nothing) — and reading its
+// inputs (ids, positions, slots, tables, context lengths) from the upload mirror, which each
+// step fills before the replay. Captured here, at start-up, so that no step instantiates one.
+// A batch size whose capture the runtime refuses runs eagerly.
+void gpu_device::capture_graphs(std::int64_t max_batch) {
+  graphs_.assign(std::size_t(std::max<std::int64_t>(max_batch, 0)), nullptr);
+  for (std::int64_t b = 1; b <= max_batch; ++b) {
+    step_ = {};
+    step_.tokens = step_.n_dec = b;
+    step_.stride = max_blocks_per_seq_;
+    step_.max_dec_context = max_context();
+    hipGraph_t graph = nullptr;
+    ok(hipStreamBeginCapture(stream_, hipStreamCaptureModeThreadLocal), "begin a graph capture");
+    try {
+      run_body();
+    } catch (const device_failure&) {
+      (void)hipStreamEndCapture(stream_, &graph);
+      if (graph) (void)hipGraphDestroy(graph);
+      (void)hipGetLastError();
+      continue;
+    }
+    ok(hipStreamEndCapture(stream_, &graph), "end a graph capture");
+    hipGraphExec_t exec = nullptr;
+    const hipError_t e = hipGraphInstantiateWithFlags(&exec, graph, 0);
+    (void)hipGraphDestroy(graph);
+    if (e != hipSuccess) {
+      (void)hipGetLastError();
+      continue;
+    }
+    graphs_[std::size_t(b - 1)] = exec;
+  }
+  // One replay of each, so that the first real steps do not pay for uploading the graphs.
+  for (hipGraphExec_t g : graphs_) {
+    if (g) ok(hipGraphLaunch(g, stream_), "decode graph");
+  }
+  ok(hipStreamSynchronize(stream_), "decode graphs");
+}
+
+std::int64_t gpu_device::graphs() const {
+  return std::int64_t(std::count_if(graphs_.begin(), graphs_.end(), [](hipGraphExec_t g) { return g != nullptr; }));
 }
 
 // Copy-on-write, before anything reads the cache: block src -> dst in every layer, K and V.
@@ -377,7 +436,7 @@ void gpu_device::copy_blocks(const step_plan& plan) {
 
 // The step's rows: sequences feeding one token (decode) first, in plan order, then the chunks,
 // so that decode queries are one contiguous [n_dec, heads, head_dim] block for the decode kernel.
-void gpu_device::lay_out(const step_plan& plan) {
+void gpu_device::lay_out(const step_plan& plan, bool for_graph) {
   const std::size_t n = plan.seqs.size();
   order_.clear();
   for (std::size_t i = 0; i < n; ++i) {
@@ -393,6 +452,7 @@ void gpu_device::lay_out(const step_plan& plan) {
     const std::int64_t end = s.start_pos + std::int64_t(s.tokens.size());
     step_.stride = std::max(step_.stride, (end + block_size_ - 1) / block_size_);
   }
+  if (for_graph) step_.stride = max_blocks_per_seq_;  // the captured shape
   auto* ids = host_at<std::int32_t>(up_off_.ids);
   auto* positions = host_at<std::int32_t>(up_off_.positions);
   auto* slots = host_at<std::int64_t>(up_off_.slots);
@@ -425,6 +485,7 @@ void gpu_device::lay_out(const step_plan& plan) {
     }
   }
   step_.tokens = t;
+  if (for_graph) step_.max_dec_context = max_context();
   // Rows of the final hidden state that need logits: each wanting sequence's last token, in plan order.
   auto* logit_rows = host_at<std::int32_t>(up_off_.logit_rows);
   for (std::size_t i = 0; i < n; ++i) {

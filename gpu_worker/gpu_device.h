@@ -39,6 +39,8 @@ class gpu_device {
   // result.outputs.
   void execute(const step_plan& plan, step_result& result);
   std::uint64_t allocations() const { return allocations_; }
+  // Decode batch sizes with a captured graph.
+  std::int64_t graphs() const;
 
  private:
   // A matrix weight on the device: GGUF bytes verbatim.
@@ -65,10 +67,12 @@ class gpu_device {
   void plan_scratch(memory_plan& mem);
   void plan_kv(const gpu_worker_config& cfg, memory_plan& mem);
   void warm_up();
+  void capture_graphs(std::int64_t max_batch);
 
   // The forward pass, stage by stage (gpu_device.cpp).
   void copy_blocks(const step_plan& plan);
-  void lay_out(const step_plan& plan);
+  void lay_out(const step_plan& plan, bool for_graph);
+  void run_body();  // embedding, the layers, the final norm: step_ says the shape
   void run_layer(std::int64_t l);
   void run_attention(std::int64_t l);
   void run_head_and_candidates(const step_plan& plan, step_result& result);
@@ -92,6 +96,8 @@ class gpu_device {
   kernels::gemm_context gemm_;
   bool have_blas_ = false;
   std::vector<void*> device_allocs_, pinned_allocs_;
+  // Decode graphs: graphs_[b - 1] runs run_body() for b decode sequences (null: run it eagerly).
+  std::vector<hipGraphExec_t> graphs_;
 
   // Weights: one allocation; host tensor address -> device address.
   unsigned char* weights_ = nullptr;

@@ -26,9 +26,9 @@ class gpu_executor : public actors::strand_actor {
   gpu_executor(boost::asio::any_io_executor ex, const model::llm& m, const gpu_worker_config& cfg, memory_plan& mem)
       : strand_actor(std::move(ex), {"gpu", 1024}), dev_(m, cfg, mem), mem_(mem) {
     log().info("memory plan on {}: {} KV blocks of {} tokens ({:.1f} MB f16), weights {:.1f} MB, scratch {:.1f} MB, "
-               "step limits {} tokens / {} seqs, {} device allocations",
+               "step limits {} tokens / {} seqs, {} device allocations, decode graphs for {} batch sizes",
                mem.device, mem.n_blocks, mem.block_size, double(mem.kv_bytes) / 1e6, double(mem.weight_bytes) / 1e6,
-               double(mem.scratch_bytes) / 1e6, mem.max_batch_tokens, mem.max_seqs, dev_.allocations());
+               double(mem.scratch_bytes) / 1e6, mem.max_batch_tokens, mem.max_seqs, dev_.allocations(), mem.decode_graphs);
     allocations_.store(dev_.allocations());
   }
 

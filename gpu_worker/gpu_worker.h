@@ -33,6 +33,9 @@ struct gpu_worker_config {
   // decoded weights, as the CPU path does, instead of rounding the activations to 8 bits: the
   // same tokens as the CPU path where 8-bit rounding would flip a near tie, for some speed.
   bool float_activations = false;
+  // Decode steps (every sequence feeds one token) of up to this many sequences replay a graph
+  // captured at start-up, one per batch size, instead of launching ~15 kernels per layer; 0: none.
+  std::int64_t graph_max_batch = 64;
   // Called while weights upload: (bytes done, bytes in all).
   std::function<void(std::size_t, std::size_t)> progress;
 };

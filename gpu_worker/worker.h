@@ -29,6 +29,7 @@ struct memory_plan {
   std::size_t weight_bytes = 0;
   std::size_t kv_bytes = 0;             // the KV pool, all layers, K and V
   std::size_t scratch_bytes = 0;        // activations and logits for a full step
+  std::int64_t decode_graphs = 0;       // decode batch sizes replayed from a graph (GPU)
 };
 
 class worker {

@@ -217,6 +217,68 @@ TEST(GpuWorker, RefusesABrokenPlanWithoutRunningIt) {
   EXPECT_EQ(run(gpu, p).outputs.size(), 1u);
 }
 
+// ---- decode graphs ----
+
+// Decode steps replayed from the start-up graphs give what the same steps launched kernel by
+// kernel give: batch sizes 1..6, contexts across attention splits (256 positions), sequences
+// leaving and joining, a mixed prefill + decode step (eager) in between.
+TEST(GpuWorker, DecodeGraphsGiveTheEagerStepsResults) {
+  REQUIRE_GPU();
+  for (const synth_mix mix : {synth_mix::f16, synth_mix::q8_0}) {
+    const model::llm m = model::load_llm(model::gguf_file::open(synth_fixture("tiny", mix)));
+    gpu_worker_config gc;
+    gc.max_batch_tokens = 512;
+    gc.max_seqs = 8;
+    gc.max_context = 1024;
+    gc.kv_budget_bytes = 16u << 20;
+    gpu_worker_config eager_cfg = gc;
+    eager_cfg.graph_max_batch = 0;
+    gpu_worker::gpu_worker graphs(m, gc), eager(m, eager_cfg);
+    EXPECT_EQ(graphs.plan().decode_graphs, 8);
+    EXPECT_EQ(eager.plan().decode_graphs, 0);
+    const std::uint64_t allocs = graphs.device_allocations();
+
+    std::map<std::uint64_t, seq_step> seqs;
+    std::int32_t next_block = 0;
+    const auto add = [&](std::uint64_t id, std::size_t n) {
+      seq_step s;
+      s.seq_id = id;
+      s.tokens = random_tokens(n, std::uint32_t(id));
+      s.block_table = blocks(next_block, 64);  // the whole context of 1024
+      next_block += 64;
+      s.want_candidates = true;
+      s.logits.top_k = 8;
+      seqs[id] = s;
+    };
+    add(1, 300);  // past the first attention split
+    add(2, 17);
+    for (int step = 0; step <= 12; ++step) {
+      if (step == 4) add(3, 40);         // joins with a prefill chunk: an eager mixed step
+      if (step == 8) seqs.erase(2);      // leaves
+      if (step >= 9) add(10 + std::uint64_t(step), 1);  // one-token prompts join as decode rows
+      step_plan p;
+      p.step = std::uint64_t(step);
+      for (const auto& [id, s] : seqs) p.seqs.push_back(s);
+      const step_result a = run(eager, p), b = run(graphs, p);
+      ASSERT_EQ(a.outputs.size(), b.outputs.size());
+      for (std::size_t i = 0; i < a.outputs.size(); ++i) {
+        const std::string where = "step " + std::to_string(step) + " seq " + std::to_string(a.outputs[i].seq_id);
+        const auto near = [](float x, float y) { return std::fabs(x - y) <= 1e-3f * std::max(1.f, std::fabs(x)); };
+        EXPECT_EQ(a.outputs[i].top[0].token, b.outputs[i].top[0].token) << where;
+        EXPECT_TRUE(near(a.outputs[i].log_normalizer, b.outputs[i].log_normalizer)) << where;
+        for (std::size_t k = 0; k < std::min(a.outputs[i].top.size(), b.outputs[i].top.size()); ++k) {
+          EXPECT_TRUE(near(a.outputs[i].top[k].logit, b.outputs[i].top[k].logit)) << where << " rank " << k;
+        }
+      }
+      for (auto& [id, s] : seqs) {  // everybody decodes one token next
+        s.start_pos += std::int64_t(s.tokens.size());
+        s.tokens = random_tokens(1, std::uint32_t(step * 100 + int(id)));
+      }
+    }
+    EXPECT_EQ(graphs.device_allocations(), allocs);
+  }
+}
+
 // ---- scoring (perplexity, prompt log-probabilities) against the CPU worker ----
 
 class GpuWorkerScores : public ::testing::TestWithParam<model_case> {};
