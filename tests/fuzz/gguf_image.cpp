@@ -28,8 +28,8 @@ void put_str(bytes& b, std::string_view s) {
 
 template <class T>
 bytes scalar(T v) {
-  bytes b;
-  put(b, v);
+  bytes b(sizeof v);
+  std::memcpy(b.data(), &v, sizeof v);
   return b;
 }
 
