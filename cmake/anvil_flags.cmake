@@ -9,6 +9,19 @@ endif()
 # Asio: no deprecated interfaces; Boost.System header-only error categories.
 target_compile_definitions(anvil_defaults INTERFACE BOOST_ASIO_NO_DEPRECATED)
 
+# -DANVIL_FUZZ=ON (tests/fuzz/README.md): every target gets the coverage instrumentation libFuzzer
+# steers by, and ASan+UBSan unless other sanitizers are asked for.
+if(ANVIL_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    message(FATAL_ERROR "ANVIL_FUZZ needs clang for libFuzzer: configure with -DCMAKE_CXX_COMPILER=clang++")
+  endif()
+  if(NOT ANVIL_SANITIZE)
+    set(ANVIL_SANITIZE address,undefined)
+  endif()
+  # Line tables are all a sanitizer report needs, and build much faster than full debug info.
+  add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-fsanitize=fuzzer-no-link> $<$<COMPILE_LANGUAGE:CXX>:-gline-tables-only>)
+endif()
+
 if(ANVIL_SANITIZE)
   string(REPLACE "," ";" _san_list "${ANVIL_SANITIZE}")
   foreach(_s IN LISTS _san_list)

@@ -96,6 +96,14 @@ hparams read_hparams(const gguf_file& f) {
   if (!f.find(a + "attention.key_length") && hp.n_embd % hp.n_head != 0) {
     throw model_error("embedding_length is not a multiple of head_count and no attention.key_length is given");
   }
+  // The loader and the KV-cache sizing multiply these out; the limit is far beyond any real model
+  // (Llama 3.1 405B: 126 blocks x 128 heads x 128) and keeps every such product from overflowing.
+  std::int64_t per_token = 0;
+  if (__builtin_mul_overflow(hp.n_layer, hp.n_head, &per_token) || __builtin_mul_overflow(per_token, hp.head_dim, &per_token) ||
+      per_token > (std::int64_t(1) << 32)) {
+    throw model_error("block_count " + std::to_string(hp.n_layer) + " x head_count " + std::to_string(hp.n_head) +
+                      " x head size " + std::to_string(hp.head_dim) + " is too large");
+  }
   hp.rms_eps = static_cast<float>(f.get_float(a + "attention.layer_norm_rms_epsilon").value_or(1e-5));
   if (!(hp.rms_eps > 0)) throw model_error("attention.layer_norm_rms_epsilon must be positive");
   hp.rope_base = static_cast<float>(f.get_float(a + "rope.freq_base").value_or(10000.0));
@@ -128,6 +136,13 @@ llm load_llm(gguf_file file) {
   if (!embd) throw model_error("missing tensor 'token_embd.weight'");
   if (embd->dims.size() != 2) throw model_error("tensor 'token_embd.weight' must have 2 dimensions");
   hp.n_vocab = embd->dims[1];
+  // Token ids index the embedding and the head's logits: a vocabulary of another size lets a
+  // prompt token run past token_embd, or a sampled id fall outside the tokenizer.
+  if (const gguf_value* tokens = m.file.find("tokenizer.ggml.tokens");
+      tokens && tokens->type == gguf_type::array && tokens->count != std::uint64_t(hp.n_vocab)) {
+    throw model_error("tokenizer.ggml.tokens has " + std::to_string(tokens->count) + " entries but token_embd.weight has " +
+                      std::to_string(hp.n_vocab) + " rows");
+  }
   m.tok_embd = ld.matrix("token_embd.weight", hp.n_embd, hp.n_vocab);
   m.output_norm = ld.vec("output_norm.weight", hp.n_embd);
   hp.tied_output = m.file.find_tensor("output.weight") == nullptr;

@@ -35,9 +35,13 @@ const byte_level_tables& tables() {
 }
 
 // The one place a merge line is split: "left right" at the space that leaves a token on both
-// sides (a token may itself contain a space in vocabularies that are not byte-level).
+// sides (a token may itself contain a space in vocabularies that are not byte-level). Only the
+// first few spaces are tried: each try hashes the whole line, and a hostile line of a million
+// spaces would otherwise take hours (real merges split at their first or second space).
 bool split_merge(const token_map& tokens, std::string_view line, std::int32_t& left, std::int32_t& right) {
-  for (std::size_t sp = line.find(' '); sp != std::string_view::npos; sp = line.find(' ', sp + 1)) {
+  constexpr int max_tries = 16;
+  int tries = 0;
+  for (std::size_t sp = line.find(' '); sp != std::string_view::npos && tries++ < max_tries; sp = line.find(' ', sp + 1)) {
     const auto l = tokens.find(line.substr(0, sp));
     const auto r = tokens.find(line.substr(sp + 1));
     if (l != tokens.end() && r != tokens.end()) {
@@ -91,7 +95,7 @@ bpe_encoder::bpe_encoder(const tokenizer_spec& spec, const vocab_index& vocab, b
     const std::string& line = spec.merges[rank];
     std::int32_t left = -1, right = -1;
     if (!split_merge(vocab.normal, line, left, right))
-      throw model_error("tokenizer: merge " + std::to_string(rank) + " '" + line +
+      throw model_error("tokenizer: merge " + std::to_string(rank) + " '" + line.substr(0, 80) +
                         "' does not name two tokens of the vocabulary (tokenizer.ggml.merges)");
     const auto result = vocab.normal.find(spec.tokens[left] + spec.tokens[right]);
     if (result == vocab.normal.end())

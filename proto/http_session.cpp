@@ -200,7 +200,7 @@ void http_session::completions(const http_request& r, const std::shared_ptr<engi
     return respond_error(400, why, too_long ? "context_overflow" : "invalid_request");
   }
 
-  exchange& ex = ex_.emplace();
+  exchange& ex = ex_.emplace(exchange{});  // not emplace(): clang 14 rejects it for a nested struct with initialisers
   ex.serial = ++serial_;
   ex.eng = eng;
   ex.chat = chat;
@@ -214,11 +214,11 @@ void http_session::completions(const http_request& r, const std::shared_ptr<engi
   ex.remaining = ex.choices.size();
   for (choice& c : ex.choices) c.text_offset = ex.echo.size();
 
-  const std::uint64_t seed = p.req.sampling.seed;
+  const std::uint64_t seed = p.req.sampling.seed, serial = ex.serial;
   for (std::size_t i = 0; i < ex.choices.size(); ++i) {
     generate_request req = p.req;
     req.sampling.seed = seed + i;
-    auto submitted = eng->submit(std::move(req), [weak = weak_from_this(), post = hooks_.post, serial = ex.serial,
+    auto submitted = eng->submit(std::move(req), [weak = weak_from_this(), post = hooks_.post, serial,
                                                   i](const stream_event& e) {
       post([weak, serial, i, e] {
         if (auto self = weak.lock()) self->on_event(serial, i, e);

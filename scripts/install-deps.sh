@@ -14,6 +14,7 @@ packages=(
   libpcre2-dev                             # tokenizer pre-tokenizer regexes
   libgtest-dev libgmock-dev                # tests
   libbenchmark-dev                         # micro benchmarks
+  clang libclang-rt-14-dev libomp-14-dev   # libFuzzer builds of tests/fuzz (clang 14, its OpenMP)
 )
 if [[ "${1:-}" == "--gpu" ]]; then
   packages+=(hipcc libamdhip64-dev)
