@@ -5,3 +5,10 @@ anvil_add_test(gpu_worker_test LABELS "gpu"
   LIBS anvil_engine anvil_gpu_worker anvil_model Boost::json
   TIMEOUT 600)
 target_compile_definitions(gpu_worker_test PRIVATE ANVIL_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+
+# The shipped model on the GPU against PyTorch's goldens: the GPU half of the conformance check.
+anvil_add_test(shipped_model_gpu_test LABELS "gpu;conformance"
+  SOURCES gpu_worker/shipped_model_gpu_test.cpp
+  LIBS anvil_engine anvil_gpu_worker anvil_model Boost::json
+  TIMEOUT 600)
+target_compile_definitions(shipped_model_gpu_test PRIVATE ANVIL_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
