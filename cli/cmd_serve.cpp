@@ -164,7 +164,11 @@ int run_serve(serve_args a) {
     for (auto& t : net) t.join();
     throw;
   }
+  if (line) http.add_connection_gauge("line", [l = line.get()] { return l->connections(); });
   http.set_engine(eng);
+  // Before "ready": a SIGTERM sent once the line is seen must find its handler (and the set's
+  // descriptors are all open by then, so a client can count them).
+  asio::signal_set signals(io, SIGINT, SIGTERM);
   std::printf("anvil serve: ready: model %s, HTTP on http://%s:%u, line protocol %s%s%s\n", eng->model_name().c_str(),
               a.host.c_str(), unsigned(http.port()), line ? "on tcp://" : "off", line ? a.host.c_str() : "",
               line ? (":" + std::to_string(line->port())).c_str() : "");
@@ -202,8 +206,8 @@ int run_serve(serve_args a) {
   };
   if (a.status_interval > 0) tick();
 
-  // Stop on SIGINT / SIGTERM: drain, then exit; a second signal exits at once.
-  asio::signal_set signals(io, SIGINT, SIGTERM);
+  // Stop on SIGINT / SIGTERM: drain, then exit; a second signal exits at once. (The set exists
+  // since before "ready": a signal that came in between is delivered to this wait.)
   std::promise<void> stopped;
   signals.async_wait([&](boost::system::error_code ec, int sig) {
     if (ec) return;

@@ -17,6 +17,7 @@
 #include "actors/engine.h"
 #include "actors/log.h"
 #include "proto/http_session.h"
+#include "proto/metrics_text.h"
 #include "proto/openai_json.h"
 #include "proto/tcp_listener.h"
 
@@ -30,7 +31,6 @@ using tcp = asio::ip::tcp;
 namespace {
 
 constexpr std::uint32_t max_header_bytes = 16 * 1024;         // larger headers: 431
-constexpr std::size_t max_queued_bytes = 4u << 20;            // output a slow reader may leave unread
 constexpr std::size_t max_read_ahead_bytes = 1u << 20;        // pipelined input buffered while a request runs
 constexpr std::size_t read_chunk_bytes = 16 * 1024;
 constexpr std::chrono::seconds linger_timeout{2};             // reading what a refused client still sends
@@ -41,6 +41,18 @@ struct shared_state {
   http_server_options opt;
   mutable std::mutex mu;
   std::shared_ptr<engine> eng;
+  std::vector<std::pair<std::string, std::function<std::size_t()>>> gauges;  // open connections by protocol
+
+  connection_counts connections() const {
+    std::vector<std::pair<std::string, std::function<std::size_t()>>> g;
+    {
+      std::lock_guard lock(mu);
+      g = gauges;
+    }
+    connection_counts out;
+    for (const auto& [protocol, count] : g) out.emplace_back(protocol, count());
+    return out;
+  }
 
   std::shared_ptr<engine> current_engine() const {
     std::lock_guard lock(mu);
@@ -62,6 +74,20 @@ std::string response_head(unsigned status, std::string_view content_type, std::o
   if (!allow.empty()) h += fmt::format("Allow: {}\r\n", allow);
   h += close ? "Connection: close\r\n\r\n" : "Connection: keep-alive\r\n\r\n";
   return h;
+}
+
+// The path and query of a target: an absolute-form target ("http://host:port/v1/models", which
+// HTTP/1.1 servers must accept) loses its scheme and authority.
+std::string origin_form(std::string_view target) {
+  for (std::string_view scheme : {"http://", "https://"}) {
+    if (target.size() >= scheme.size() && beast::iequals(target.substr(0, scheme.size()), scheme)) {
+      const std::string_view rest = target.substr(scheme.size());
+      const std::size_t slash = rest.find_first_of("/?");
+      if (slash == std::string_view::npos) return "/";
+      return rest[slash] == '/' ? std::string(rest.substr(slash)) : "/" + std::string(rest.substr(slash));
+    }
+  }
+  return std::string(target);
 }
 
 class connection : public std::enable_shared_from_this<connection> {
@@ -105,6 +131,7 @@ class connection : public std::enable_shared_from_this<connection> {
       if (auto self = weak.lock()) self->end_stream(close);
     };
     hooks.post = [ex = stream_.get_executor()](std::function<void()> fn) { asio::post(ex, std::move(fn)); };
+    hooks.connections = [st = st_] { return st->connections(); };
     session_ = std::make_shared<http_session>(std::move(hooks), st_->opt.api_key);
   }
 
@@ -164,8 +191,10 @@ class connection : public std::enable_shared_from_this<connection> {
     keep_alive_ = req.keep_alive();
     chunked_ = req.version() >= 11;
     head_only_ = req.method() == http::verb::head;
-    http_request r{std::string(req.method_string()), std::string(req.target()),
-                   std::string(req[http::field::authorization]), std::move(req.body())};
+    // Two Authorization headers are no key at all: which one counts would be a guess.
+    const bool one_auth = req.count(http::field::authorization) <= 1;
+    http_request r{std::string(req.method_string()), origin_form(req.target()),
+                   one_auth ? std::string(req[http::field::authorization]) : std::string(), std::move(req.body())};
     parser_.reset();
     stream_.expires_never();  // a request may run for long; writes set their own deadline
     in_exchange_ = true;
@@ -222,7 +251,7 @@ class connection : public std::enable_shared_from_this<connection> {
   void queue(std::string bytes) {
     if (gone_) return;
     queued_bytes_ += bytes.size();
-    if (queued_bytes_ > max_queued_bytes) return shut("the client does not read its answers");
+    if (queued_bytes_ > st_->opt.max_queued_bytes) return shut("the client does not read its answers");
     out_.push_back(std::move(bytes));
     if (!writing_) write();
   }
@@ -347,9 +376,18 @@ http_server::http_server(asio::io_context& io, http_server_options opt) : impl_(
   };
   impl_->listener = std::make_shared<tcp_listener<connection>>(io, "http server", o.host, o.port, std::move(make));
   impl_->listener->start();
+  add_connection_gauge("http", [weak = std::weak_ptr(impl_->listener)] {
+    const auto l = weak.lock();
+    return l ? l->connections() : 0;
+  });
 }
 
 http_server::~http_server() { stop(); }
+
+void http_server::add_connection_gauge(std::string protocol, std::function<std::size_t()> count) {
+  std::lock_guard lock(impl_->state->mu);
+  impl_->state->gauges.emplace_back(std::move(protocol), std::move(count));
+}
 
 void http_server::set_engine(std::shared_ptr<engine> eng) {
   std::lock_guard lock(impl_->state->mu);

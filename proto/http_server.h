@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -26,6 +27,7 @@ struct http_server_options {
   std::uint16_t port = 0;                 // 0: any free port
   std::string api_key;                    // non-empty: every endpoint but /health needs "Authorization: Bearer KEY"
   std::size_t max_body_bytes = 8u << 20;  // larger bodies: 413
+  std::size_t max_queued_bytes = 4u << 20;  // answers waiting for a slow reader before it is cut off
   std::chrono::seconds idle_timeout{60};  // keep-alive connections idle this long are closed; also bounds slow headers/bodies
 };
 
@@ -39,6 +41,9 @@ class http_server {
   void set_engine(std::shared_ptr<engine> eng);
   std::uint16_t port() const;
   std::size_t connections() const;  // open connections
+  // Another server's open connections, reported by GET /metrics as anvil_connections{protocol=...}
+  // beside this server's own ("http"). `count` is called from the network threads.
+  void add_connection_gauge(std::string protocol, std::function<std::size_t()> count);
   void stop();  // stop accepting, close connections (in-flight requests get cancelled)
 
  private:

@@ -1,5 +1,6 @@
 #include "proto/http_session.h"
 
+#include <cctype>
 #include <ctime>
 #include <random>
 
@@ -52,7 +53,14 @@ void http_session::handle(http_request r, std::shared_ptr<engine> eng) {
   if (!api_key_.empty()) {
     constexpr std::string_view bearer = "Bearer ";
     const std::string_view auth = r.authorization;
-    const bool ok = auth.size() > bearer.size() && auth.substr(0, bearer.size()) == bearer &&
+    // The scheme is case-insensitive (RFC 9110); one space, then the key exactly.
+    const auto same_scheme = [&] {
+      for (std::size_t i = 0; i < bearer.size(); ++i) {
+        if (std::tolower(static_cast<unsigned char>(auth[i])) != std::tolower(static_cast<unsigned char>(bearer[i]))) return false;
+      }
+      return true;
+    };
+    const bool ok = auth.size() > bearer.size() && same_scheme() &&
                     constant_time_equal(auth.substr(bearer.size()), api_key_);
     if (!ok) return respond_error(401, "a valid API key is required (Authorization: Bearer KEY)", "invalid_api_key");
   }
@@ -115,7 +123,9 @@ void http_session::metrics(const std::shared_ptr<engine>& eng) {
       if (!self || !self->awaiting_stats_ || self->serial_ != serial) return;
       self->awaiting_stats_ = false;
       if (ec) return self->respond_error(503, "engine statistics are unavailable: " + ec.message(), "stopped");
-      if (!self->closed_) self->hooks_.respond(http_response{200, metrics_content_type, metrics_text(s), {}});
+      if (self->closed_) return;
+      const connection_counts conns = self->hooks_.connections ? self->hooks_.connections() : connection_counts{};
+      self->hooks_.respond(http_response{200, metrics_content_type, metrics_text(s, conns), {}});
     });
   });
 }

@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <boost/json/fwd.hpp>
@@ -41,6 +42,8 @@ struct http_session_hooks {
   std::function<void(std::string event)> stream;          // one SSE event, "data: ...\n\n"
   std::function<void(bool close)> end_stream;             // the stream is over; close: then close the connection
   std::function<void(std::function<void()>)> post;        // run later on the connection's strand
+  std::function<std::vector<std::pair<std::string, std::size_t>>()> connections;  // GET /metrics: open connections
+                                                                                 // by protocol (optional)
 };
 
 class http_session : public std::enable_shared_from_this<http_session> {

@@ -1,13 +1,16 @@
 #include "proto/line_server.h"
 
 #include <array>
+#include <chrono>
 #include <deque>
+#include <optional>
 
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
 #include <spdlog/logger.h>
@@ -28,7 +31,12 @@ class connection : public std::enable_shared_from_this<connection> {
  public:
   connection(tcp::socket sock, const line_server_options& opt, std::shared_ptr<engine> eng,
              std::function<void(connection*)> on_gone)
-      : sock_(std::move(sock)), strand_(sock_.get_executor()), opt_(opt), eng_(std::move(eng)), on_gone_(std::move(on_gone)) {}
+      : sock_(std::move(sock)),
+        strand_(sock_.get_executor()),
+        timer_(strand_),
+        opt_(opt),
+        eng_(std::move(eng)),
+        on_gone_(std::move(on_gone)) {}
 
   void start() {
     std::weak_ptr<connection> weak = weak_from_this();
@@ -41,7 +49,11 @@ class connection : public std::enable_shared_from_this<connection> {
     };
     hooks.close = [this] { closing_after_write_ = true; };
     session_ = std::make_shared<line_session>(eng_, std::move(hooks), opt_.api_key);
-    asio::dispatch(strand_, [self = shared_from_this()] { self->read(); });
+    asio::dispatch(strand_, [self = shared_from_this()] {
+      self->last_active_ = clock::now();
+      self->arm_timer();
+      self->read();
+    });
   }
 
   // From any thread: close the connection on its strand once the answers queued so far are sent.
@@ -62,8 +74,31 @@ class connection : public std::enable_shared_from_this<connection> {
     }));
   }
 
+  // Idle and slow clients (PROTOCOL.md, Connections): a line must end within idle_timeout of its
+  // first byte, and a connection with no request in flight that neither sends a line nor gets an
+  // answer for idle_timeout is closed. One timer, re-armed for the nearer of the two deadlines.
+  void arm_timer() {
+    if (opt_.idle_timeout.count() <= 0 || gone_) return;
+    clock::time_point at = last_active_ + opt_.idle_timeout;
+    if (line_started_) at = std::min(at, *line_started_ + opt_.idle_timeout);
+    timer_.expires_at(at);
+    timer_.async_wait(asio::bind_executor(strand_, [self = shared_from_this()](boost::system::error_code ec) {
+      if (ec || self->gone_) return;
+      const clock::time_point now = clock::now();
+      if (self->line_started_ && now >= *self->line_started_ + self->opt_.idle_timeout) {
+        return self->shut("a line was not finished within the idle timeout (slow client)");
+      }
+      if (self->session_->in_flight() == 0 && now >= self->last_active_ + self->opt_.idle_timeout) {
+        return self->shut("idle");
+      }
+      if (self->session_->in_flight() != 0) self->last_active_ = now;  // running requests keep it alive
+      self->arm_timer();
+    }));
+  }
+
   void absorb(std::string_view data) {
     while (!data.empty() && !gone_) {
+      if (!line_started_) line_started_ = clock::now();
       const std::size_t nl = data.find('\n');
       const std::string_view part = data.substr(0, nl);
       if (!skipping_) {
@@ -76,6 +111,8 @@ class connection : public std::enable_shared_from_this<connection> {
         }
       }
       if (nl == std::string_view::npos) break;
+      line_started_.reset();
+      last_active_ = clock::now();
       if (!skipping_) session_->on_line(line_);
       line_.clear();
       skipping_ = false;
@@ -87,6 +124,7 @@ class connection : public std::enable_shared_from_this<connection> {
     if (gone_) return;
     queued_bytes_ += line.size();
     if (queued_bytes_ > opt_.max_queued_bytes) return shut("answers not read (slow client)");
+    last_active_ = clock::now();
     out_.push_back(std::move(line));
     if (out_.size() == 1) write();
   }
@@ -112,12 +150,16 @@ class connection : public std::enable_shared_from_this<connection> {
     boost::system::error_code ignored;
     sock_.shutdown(tcp::socket::shutdown_both, ignored);
     sock_.close(ignored);
+    timer_.cancel();
     out_.clear();
     on_gone_(this);
   }
 
+  using clock = std::chrono::steady_clock;
+
   tcp::socket sock_;
   asio::strand<tcp::socket::executor_type> strand_;
+  asio::steady_timer timer_;  // idle and slow-line deadlines
   line_server_options opt_;
   std::shared_ptr<engine> eng_;
   std::function<void(connection*)> on_gone_;
@@ -125,6 +167,8 @@ class connection : public std::enable_shared_from_this<connection> {
   std::array<char, 16384> buf_{};
   std::string line_;
   bool skipping_ = false;  // inside a line that was too long, until its '\n'
+  std::optional<clock::time_point> line_started_;  // the first byte of the line being read
+  clock::time_point last_active_;                  // the last complete line or answer (or a request running)
   std::deque<std::string> out_;
   std::size_t queued_bytes_ = 0;
   bool closing_after_write_ = false;

@@ -1,9 +1,10 @@
 // The TCP line protocol's network shell: accepts connections and runs a line_session on each
 // (one strand per connection). Lines are bounded; a client that does not read its answers has
-// its connection closed once they pass a bound; a client that goes away has its requests
-// cancelled. Asio stays in the .cpp.
+// its connection closed once they pass a bound; idle connections and lines sent too slowly time
+// out; a client that goes away has its requests cancelled. Asio stays in the .cpp.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -25,6 +26,8 @@ struct line_server_options {
   std::size_t max_line_bytes = 1u << 20;   // longer request lines get a line_too_long error
   std::size_t max_queued_bytes = 4u << 20; // answers waiting for a slow reader before it is cut off
   std::string api_key;                     // non-empty: connections must send {"auth": KEY} first
+  std::chrono::seconds idle_timeout{60};   // a line must end this soon after its first byte; a connection with
+                                           // nothing in flight and no line or answer for this long is closed; 0: never
 };
 
 class line_server {

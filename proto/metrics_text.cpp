@@ -38,7 +38,7 @@ void seconds_histogram(std::string& out, std::string_view name, const histogram&
 
 }  // namespace
 
-std::string metrics_text(const engine_stats& s) {
+std::string metrics_text(const engine_stats& s, const connection_counts& connections) {
   std::string out;
   out.reserve(8192);
   const kv::ledger& kv = s.kv.counts;
@@ -47,7 +47,9 @@ std::string metrics_text(const engine_stats& s) {
   gauge(out, "anvil_healthy", s.healthy ? 1 : 0, "1 while the engine serves requests, 0 after a device fault.");
   gauge(out, "anvil_requests_running", double(s.sched.running), "Requests being run (prefill or decode).");
   gauge(out, "anvil_requests_waiting", double(s.sched.waiting), "Requests queued, not yet admitted.");
+  gauge(out, "anvil_requests_live", double(s.live_requests), "Requests submitted and not yet ended.");
   gauge(out, "anvil_kv_blocks_total", double(kv.total), "KV-cache blocks in the pool.");
+  gauge(out, "anvil_kv_blocks_free", double(kv.free), "KV-cache blocks holding nothing.");
   gauge(out, "anvil_kv_blocks_used", double(kv.in_use), "KV-cache blocks held by live sequences.");
   gauge(out, "anvil_kv_blocks_cached", double(kv.cached), "KV-cache blocks kept only for prefix reuse.");
   gauge(out, "anvil_kv_usage_ratio", kv.total > 0 ? double(kv.in_use) / double(kv.total) : 0.0,
@@ -58,6 +60,13 @@ std::string metrics_text(const engine_stats& s) {
   gauge(out, "anvil_prefix_cache_hit_rate",
         s.kv.prefix_queries > 0 ? double(s.kv.prefix_hits) / double(s.kv.prefix_queries) : 0.0,
         "Prefix-cache hits over queries since start-up.");
+
+  if (!connections.empty()) {
+    header(out, "anvil_connections", "gauge", "Open client connections by protocol.");
+    for (const auto& [protocol, n] : connections) {
+      fmt::format_to(std::back_inserter(out), "anvil_connections{{protocol=\"{}\"}} {}\n", protocol, n);
+    }
+  }
 
   header(out, "anvil_requests_total", "counter", "Finished requests by finish reason.");
   const std::pair<const char*, std::uint64_t> reasons[] = {

@@ -29,27 +29,40 @@ struct reader {
     return false;
   }
 
-  // An integer in [lo, hi]: JSON integers, or numbers with no fraction part.
-  std::optional<std::int64_t> integer(const json::value& v) const {
-    if (v.is_int64()) return v.get_int64();
-    if (v.is_uint64()) {
-      if (v.get_uint64() > std::uint64_t(std::numeric_limits<std::int64_t>::max())) return std::nullopt;
-      return std::int64_t(v.get_uint64());
-    }
-    if (v.is_double()) {
+  // An integer: JSON integers, or numbers with no fraction part. Integral values beyond int64
+  // (2^64 - 1, 1e308) saturate to its ends with `beyond` set (+1 above, -1 below), so range
+  // checks refuse them (or clamp them) instead of calling them non-integers.
+  std::optional<std::int64_t> integer(const json::value& v, int* beyond = nullptr) const {
+    constexpr std::int64_t lo = std::numeric_limits<std::int64_t>::min(), hi = std::numeric_limits<std::int64_t>::max();
+    int out_of_range = 0;
+    std::optional<std::int64_t> i;
+    if (v.is_int64()) {
+      i = v.get_int64();
+    } else if (v.is_uint64()) {
+      out_of_range = v.get_uint64() > std::uint64_t(hi) ? 1 : 0;
+      i = out_of_range ? hi : std::int64_t(v.get_uint64());
+    } else if (v.is_double()) {
       const double d = v.get_double();
-      if (std::isfinite(d) && std::trunc(d) == d && std::abs(d) < 9.0e18) return std::int64_t(d);
+      if (!std::isfinite(d) || std::trunc(d) != d) return std::nullopt;
+      out_of_range = d >= 9.2e18 ? 1 : d <= -9.2e18 ? -1 : 0;
+      i = out_of_range > 0 ? hi : out_of_range < 0 ? lo : std::int64_t(d);
     }
-    return std::nullopt;
+    if (beyond) *beyond = out_of_range;
+    if (!beyond && out_of_range) return std::nullopt;
+    return i;
   }
+  // An integer in [lo, hi]; with `clamp_high`, larger values are cut to hi instead of refused.
   template <class T>
-  bool get_int(std::string_view key, T& out, std::int64_t lo, std::int64_t hi) {
+  bool get_int(std::string_view key, T& out, std::int64_t lo, std::int64_t hi, bool clamp_high = false) {
     const json::value* v = find(key);
     if (!v) return true;
-    const auto i = integer(*v);
+    int beyond = 0;
+    auto i = integer(*v, &beyond);
     if (!i) return fail(key, "must be an integer");
-    if (*i < lo || *i > hi) {
-      return fail(key, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + std::to_string(*i));
+    if (clamp_high && *i > hi) i = hi;
+    if (*i < lo || *i > hi || (beyond && !(clamp_high && beyond > 0))) {
+      return fail(key, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
+                           json::serialize(*v).substr(0, 40));
     }
     out = T(*i);
     return true;
@@ -178,7 +191,8 @@ std::string read_request(const json::object& o, dialect d, parsed_request& out) 
   constexpr std::int64_t big = std::int64_t(1) << 40;
   const char* max_key = d == dialect::chat && r.find("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   if (d != dialect::line) req.max_tokens = big;  // OpenAI: until the context is full
-  bool ok = r.get_int(max_key, req.max_tokens, 1, big) && r.get_bool("stream", out.stream) &&
+  // max_tokens past `big` is cut to it (and then to what the context leaves), not refused.
+  bool ok = r.get_int(max_key, req.max_tokens, 1, big, true) && r.get_bool("stream", out.stream) &&
             r.get_float("temperature", s.temperature) && r.get_int("top_k", s.top_k, -1, std::numeric_limits<std::int32_t>::max()) &&
             r.get_float("top_p", s.top_p) && r.get_float("min_p", s.min_p) &&
             r.get_float("repetition_penalty", s.repetition_penalty) &&

@@ -49,6 +49,15 @@ TEST(MetricsText, WritesGaugesCountersAndCumulativeHistogramsInSeconds) {
   EXPECT_EQ(m.at("anvil_prompt_tokens_total"), 1234);
   EXPECT_EQ(m.at("anvil_generation_tokens_total"), 567);
   EXPECT_EQ(m.at("anvil_healthy"), 1);
+  EXPECT_EQ(m.at("anvil_kv_blocks_free"), 4);
+  EXPECT_EQ(m.at("anvil_requests_live"), 0);
+  EXPECT_EQ(m.count("anvil_connections{protocol=\"http\"}"), 0u);  // only when a server says
+
+  s.live_requests = 6;
+  const auto with_conns = samples(proto::metrics_text(s, {{"http", 3}, {"line", 0}}));
+  EXPECT_EQ(with_conns.at("anvil_requests_live"), 6);
+  EXPECT_EQ(with_conns.at("anvil_connections{protocol=\"http\"}"), 3);
+  EXPECT_EQ(with_conns.at("anvil_connections{protocol=\"line\"}"), 0);
 
   // 1 ms → le="0.001": one observation (0.5 ms); 5 ms: three; 160 ms: four; +Inf: five.
   EXPECT_EQ(m.at("anvil_time_to_first_token_seconds_bucket{le=\"0.001\"}"), 1);

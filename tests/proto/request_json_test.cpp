@@ -58,6 +58,14 @@ TEST(RequestJson, LineDefaultsStreamAndSixteenTokens) {
   EXPECT_FALSE(p.want_logprobs);
 }
 
+TEST(RequestJson, HugeMaxTokensMeanAsManyAsFit) {
+  for (const char* v : {"2147483648", "1099511627777", "9223372036854775807", "18446744073709551615", "1e308", "4e18"}) {
+    parsed_request p;
+    ASSERT_EQ(read(std::string(R"({"id":"a","prompt":[1],"max_tokens":)") + v + "}", p), "") << v;
+    EXPECT_GE(p.req.max_tokens, std::int64_t(1) << 31) << v;  // the engine cuts it to the context
+  }
+}
+
 TEST(RequestJson, MessagesWithStringsOrTextParts) {
   parsed_request p;
   ASSERT_EQ(read(R"({"id":1,"messages":[{"role":"system","content":"Be brief."},
@@ -75,7 +83,13 @@ TEST(RequestJson, WrongTypesAreNamed) {
   EXPECT_EQ(why(R"({"id":1,"prompt":"x","max_tokens":0})"), "`max_tokens` must be in [1, 1099511627776], got 0");
   EXPECT_EQ(why(R"({"id":1,"prompt":"x","stream":"yes"})"), "`stream` must be true or false");
   EXPECT_EQ(why(R"({"id":1,"prompt":"x","seed":-1})").substr(0, 18), "`seed` must be in ");
-  EXPECT_EQ(why(R"({"id":1,"prompt":"x","seed":1e300})"), "`seed` must be an integer");
+  // Integral values past 64 bits are out of range, not "not integers".
+  EXPECT_EQ(why(R"({"id":1,"prompt":"x","seed":1e300})"), "`seed` must be in [0, 9223372036854775807], got 1E300");
+  EXPECT_EQ(why(R"({"id":1,"prompt":"x","seed":18446744073709551615})"),
+            "`seed` must be in [0, 9223372036854775807], got 18446744073709551615");
+  EXPECT_EQ(why(R"({"id":1,"prompt":"x","top_k":-1e300})"), "`top_k` must be in [-1, 2147483647], got -1E300");
+  EXPECT_EQ(why(R"({"id":1,"prompt":"x","max_tokens":-1e300})"), "`max_tokens` must be in [1, 1099511627776], got -1E300");
+  EXPECT_EQ(why(R"({"id":1,"prompt":"x","max_tokens":"5"})"), "`max_tokens` must be an integer");
   EXPECT_EQ(why(R"({"id":1,"prompt":"x","stop":[1]})"), "`stop` must be a string or an array of strings");
   EXPECT_EQ(why(R"({"id":1,"prompt":"x","logit_bias":{"abc":1}})"), "`logit_bias` keys must be token ids, got \"abc\"");
   EXPECT_EQ(why(R"({"id":1,"prompt":"x","logit_bias":{"-3":1}})"), "`logit_bias` keys must be token ids, got \"-3\"");
