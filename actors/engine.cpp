@@ -200,6 +200,7 @@ boost::system::result<std::vector<std::int32_t>, error_code> engine::impl::promp
 boost::system::result<std::uint64_t, error_code> engine::submit(generate_request r, event_handler on_event) {
   impl& m = *impl_;
   if (!m.accepting) return make_error_code(errc::stopped);
+  if (!m.sched->healthy()) return make_error_code(errc::device_fault);
   std::string why;
   const auto refuse = [&m](error_code ec) {
     ++m.rejected;

@@ -114,7 +114,8 @@ class engine : public std::enable_shared_from_this<engine> {
   ~engine();
 
   // Validates and queues a request; `on_event` then receives its stream. Errors (bad parameters,
-  // a prompt that does not fit, a full queue) come back here and nothing is queued.
+  // a prompt that does not fit, a full queue, errc::stopped while stopping, errc::device_fault
+  // once unhealthy) come back here and nothing is queued.
   boost::system::result<std::uint64_t, error_code> submit(generate_request r, event_handler on_event);
   // Why submit would refuse `r` ("top_p must be in (0, 1]", "the prompt has 9000 tokens; the
   // context holds 4096"), or "" when it would accept it: the message for an error reply.
@@ -149,7 +150,9 @@ class engine : public std::enable_shared_from_this<engine> {
         token);
   }
 
-  bool healthy() const;                 // false once a device fault failed requests
+  // False once a device fault failed requests. An unhealthy engine has failed every request it
+  // held (finish_reason "error", errc::device_fault) and refuses new ones with errc::device_fault.
+  bool healthy() const;
   const std::string& model_name() const;  // general.name of the model, else its file name
   worker_backend backend() const;         // where steps run (cpu or gpu, never automatic)
   boost::asio::any_io_executor get_executor() const;  // the engine's own pool
