@@ -114,6 +114,13 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
     p->worker = std::make_unique<gpu_worker::cpu_worker>(p->model, wc);
   }
   const gpu_worker::memory_plan& mem = p->worker->plan();
+  // A sequence must fit the pool on its own, or one that outgrows it would be preempted and
+  // recompute forever: the context offered is at most what the pool holds.
+  if (const std::int64_t pool_positions = mem.n_blocks * mem.block_size; p->max_model_len > pool_positions) {
+    p->log->warn("the KV pool holds {} positions, fewer than the context of {}: the context is cut to {}",
+                 pool_positions, p->max_model_len, pool_positions);
+    p->max_model_len = pool_positions;
+  }
   p->kv = std::make_unique<kv::kv_manager>(p->pool.get_executor(), kv::kv_config{mem.n_blocks, mem.block_size, cfg.prefix_caching});
   p->sampler = std::make_unique<sampler::sampler_actor>(p->pool.get_executor());
 

@@ -52,7 +52,8 @@ struct engine_config {
   std::int64_t max_batch_tokens = 512;       // tokens per step
   std::int64_t max_seqs = 64;                // sequences per step
   std::int64_t max_queue = 1024;             // waiting requests before submit answers overloaded
-  std::int64_t max_model_len = 0;            // prompt + output tokens; 0: the model's, at most 4096
+  std::int64_t max_model_len = 0;            // prompt + output tokens; 0: the model's, at most 4096; never
+                                             // more than the KV pool holds (a sequence must fit alone)
   std::int64_t max_prefill_chunk = 256;      // prompt tokens per sequence per step
   bool prefix_caching = true;
   std::size_t threads = 2;                   // threads for the CPU-side actors
