@@ -323,7 +323,7 @@ void engine::cancel(std::uint64_t request_id) {
   asio::post(m.streams, [&m, request_id] { m.sched->cancel(request_id); });
 }
 
-void engine::start_generate(generate_request r, actors::reply<completion> done) {
+void engine::start_generate(generate_request r, actors::reply<completion> done, asio::cancellation_slot slot) {
   auto state = std::make_shared<completion>();
   auto reply = std::make_shared<actors::reply<completion>>(std::move(done));
   auto submitted = submit(std::move(r), [state, reply](const stream_event& e) {
@@ -336,7 +336,14 @@ void engine::start_generate(generate_request r, actors::reply<completion> done) 
     state->timings = e.timings;
     (*reply)(e.error, std::move(*state));
   });
-  if (!submitted) (*reply)(submitted.error(), completion{});
+  if (!submitted) return (*reply)(submitted.error(), completion{});
+  // The slot may fire after the request ended (ids are never reused, so that cancels nothing) or
+  // after the engine is gone (the weak reference sees it).
+  if (slot.is_connected()) {
+    slot.assign([weak = weak_from_this(), id = *submitted](asio::cancellation_type) {
+      if (auto self = weak.lock()) self->cancel(id);
+    });
+  }
 }
 
 void engine::start_stop(actors::reply<void> done) {

@@ -20,7 +20,9 @@
 #include <vector>
 
 #include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/async_result.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/system/result.hpp>
 
 #include "actors/error.h"
@@ -122,12 +124,16 @@ class engine : public std::enable_shared_from_this<engine> {
   // context holds 4096"), or "" when it would accept it: the message for an error reply.
   std::string explain(const generate_request& r) const;
 
-  // The whole answer at once; completes on the token's executor.
+  // The whole answer at once; completes on the token's executor. Cancellable like any Asio
+  // operation: a cancellation slot bound to the token (asio::bind_cancellation_slot, a
+  // coroutine's cancellation) cancels the request, which then completes with what it generated
+  // so far and finish_reason "cancelled".
   template <class Token>
   auto async_generate(generate_request r, Token&& token) {
     return boost::asio::async_initiate<Token, void(error_code, completion)>(
         [this](auto handler, generate_request req) {
-          start_generate(std::move(req), actors::reply<completion>(std::move(handler), get_executor(), {}));
+          boost::asio::cancellation_slot slot = boost::asio::get_associated_cancellation_slot(handler);
+          start_generate(std::move(req), actors::reply<completion>(std::move(handler), get_executor(), {}), slot);
         },
         token, std::move(r));
   }
@@ -166,7 +172,7 @@ class engine : public std::enable_shared_from_this<engine> {
  private:
   struct impl;
   explicit engine(std::unique_ptr<impl> p);
-  void start_generate(generate_request r, actors::reply<completion> done);
+  void start_generate(generate_request r, actors::reply<completion> done, boost::asio::cancellation_slot slot);
   void start_stop(actors::reply<void> done);
   void start_stats(actors::reply<engine_stats> done);
   std::unique_ptr<impl> impl_;
