@@ -113,6 +113,10 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
     gpu_worker::cpu_worker_config wc{cfg.block_size, cfg.kv_budget_bytes, cfg.max_batch_tokens, cfg.max_seqs};
     p->worker = std::make_unique<gpu_worker::cpu_worker>(p->model, wc);
   }
+  if (cfg.test_faults.any()) {
+    p->worker = std::make_unique<gpu_worker::fault_injecting_worker>(std::move(p->worker), cfg.test_faults,
+                                                                     p->pool.get_executor());
+  }
   const gpu_worker::memory_plan& mem = p->worker->plan();
   // A sequence must fit the pool on its own, or one that outgrows it would be preempted and
   // recompute forever: the context offered is at most what the pool holds.

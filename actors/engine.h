@@ -29,6 +29,7 @@
 #include "actors/metrics.h"
 #include "actors/request_stream.h"
 #include "actors/strand_actor.h"
+#include "gpu_worker/fault_injection.h"
 #include "kv/kv_messages.h"
 #include "model/chat_template.h"
 #include "sampler/sampler_core.h"
@@ -59,6 +60,9 @@ struct engine_config {
   std::int64_t max_prefill_chunk = 256;      // prompt tokens per sequence per step
   bool prefix_caching = true;
   std::size_t threads = 2;                   // threads for the CPU-side actors
+  // TESTING HOOK, never for production: make the worker fail or stall chosen steps as a broken
+  // device would (gpu_worker/fault_injection.h); `anvil serve` sets it from ANVIL_FAULT_INJECT.
+  gpu_worker::fault_injection test_faults;
 };
 
 struct generate_request {
