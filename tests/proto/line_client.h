@@ -13,6 +13,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include <boost/json.hpp>
 
@@ -60,6 +61,8 @@ class line_client {
       buf_.append(tmp, std::size_t(n));
     }
   }
+  // What was received after the last complete line (an unterminated last line at end of stream).
+  std::string rest() { return std::exchange(buf_, {}); }
   boost::json::object read_json(std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
     const auto line = read_line(timeout);
     if (!line) throw std::runtime_error("no line from the server");

@@ -2,8 +2,6 @@
 // line, requests over TCP and HTTP, and a graceful stop on SIGTERM that lets an accepted request
 // finish. (The servers themselves are tested in depth in line_server_test / http tests.)
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -19,82 +17,14 @@
 #include <gtest/gtest.h>
 
 #include "tests/model/fixtures.h"
+#include "tests/proto/child_process.h"
 #include "tests/proto/line_client.h"
-
-extern char** environ;
 
 namespace {
 
 namespace json = boost::json;
+using anvil::testing::child;
 using anvil::testing::line_client;
-
-// A child process with its stdout (and stderr) read through a pipe.
-class child {
- public:
-  explicit child(std::vector<std::string> args) {
-    int out[2];
-    if (::pipe(out) != 0) throw std::runtime_error("pipe");
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, out[1], STDOUT_FILENO);
-    posix_spawn_file_actions_adddup2(&fa, out[1], STDERR_FILENO);
-    posix_spawn_file_actions_addclose(&fa, out[0]);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    if (posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ) != 0) throw std::runtime_error("spawn");
-    posix_spawn_file_actions_destroy(&fa);
-    ::close(out[1]);
-    fd_ = out[0];
-  }
-  ~child() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-    if (fd_ >= 0) ::close(fd_);
-  }
-  // Reads output until `re` matches a line (returned), or end of output / timeout ("").
-  std::smatch wait_for(const std::regex& re, std::chrono::seconds timeout = std::chrono::seconds(60)) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    for (;;) {
-      for (std::size_t nl; (nl = buf_.find('\n')) != std::string::npos;) {
-        line_ = buf_.substr(0, nl);
-        buf_.erase(0, nl + 1);
-        all_ += line_ + "\n";
-        std::smatch m;
-        if (std::regex_search(line_, m, re)) return m;
-      }
-      pollfd p{fd_, POLLIN, 0};
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0 || ::poll(&p, 1, int(left.count())) <= 0) return {};
-      char tmp[4096];
-      const ssize_t n = ::read(fd_, tmp, sizeof tmp);
-      if (n <= 0) return {};
-      buf_.append(tmp, std::size_t(n));
-    }
-  }
-  void signal(int sig) { ::kill(pid_, sig); }
-  // The exit status, or -1 if it did not exit within `timeout`.
-  int wait_exit(std::chrono::seconds timeout) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < deadline) {
-      int status = 0;
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return -1;
-  }
-  const std::string& output() const { return all_; }
-
- private:
-  pid_t pid_ = -1;
-  int fd_ = -1;
-  std::string buf_, line_, all_;
-};
 
 std::string http_get(std::uint16_t port, const std::string& path) {
   line_client c(port);  // a raw socket is all HTTP/1.1 needs
