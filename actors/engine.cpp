@@ -354,17 +354,22 @@ void engine::start_stop(actors::reply<void> done) {
   impl& m = *impl_;
   m.accepting = false;
   auto reply = std::make_shared<actors::reply<void>>(std::move(done));
-  m.sched->async_stop([&m, reply](error_code) {
-    m.sampler->async_stop([&m, reply](error_code) {
-      m.kv->async_stop([&m, reply](error_code ec) {
-        // Through the streams strand: every event the scheduler produced is delivered first.
-        asio::post(m.streams, [&m, reply, ec] {
-          m.stopped = true;
-          (*reply)(ec);
+  const auto stop_actors = [&m, reply] {
+    m.sched->async_stop([&m, reply](error_code) {
+      m.sampler->async_stop([&m, reply](error_code) {
+        m.kv->async_stop([&m, reply](error_code ec) {
+          // Through the streams strand: every event the scheduler produced is delivered first.
+          asio::post(m.streams, [&m, reply, ec] {
+            m.stopped = true;
+            (*reply)(ec);
+          });
         });
       });
     });
-  });
+  };
+  // Through the streams strand too, after every accepted submit on its way to the scheduler:
+  // those requests were accepted, so the scheduler must have them before it stops taking work.
+  asio::post(m.streams, stop_actors);
 }
 
 asio::any_io_executor engine::get_executor() const { return impl_->pool.get_executor(); }

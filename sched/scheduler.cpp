@@ -32,7 +32,7 @@ actors::outcome<void> scheduler::submit(request r, const submit_options& opt) {
 void scheduler::kick() {
   if (looping_ || !core_.has_work()) return;
   looping_ = true;
-  loop_ = hold();  // empty while stopping: the loop still drains what was accepted
+  loop_ = hold();  // async_stop waits for the loop, also one a message accepted before the stop starts
   step();
 }
 
