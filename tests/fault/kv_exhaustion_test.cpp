@@ -57,12 +57,12 @@ void run_and_check(engine& eng, std::vector<job>& jobs) {
 }
 
 TEST(KvExhaustion, ManyRequestsOnATinyPoolAllCompleteWithTheirSoloOutputs) {
-  // 12 blocks of 16 tokens; 24 requests of 3 to 7 blocks each need about ten pools at once.
+  // 12 blocks of 16 tokens; 16 requests of 3 to 7 blocks each need about seven pools at once.
   engine_config cfg = tiny_engine_config(kv_bytes_for_blocks(12));
   cfg.max_prefill_chunk = 16;
   auto eng = engine::create(cfg);
   std::mt19937 rng(17);
-  std::vector<job> jobs(24);
+  std::vector<job> jobs(16);
   for (std::size_t i = 0; i < jobs.size(); ++i) {
     jobs[i].prompt = random_prompt(20 + rng() % 41, std::uint32_t(1000 + i));
     jobs[i].max_tokens = 20 + std::int64_t(rng() % 21);
@@ -102,14 +102,14 @@ TEST(KvExhaustion, SharedPrefixesSurvivePreemptionAndEviction) {
 }
 
 TEST(KvExhaustion, OneSequencePerPoolStillServesEveryone) {
-  // Four blocks: each request (30 + 30 tokens) needs all of them, so they take turns.
-  engine_config cfg = tiny_engine_config(kv_bytes_for_blocks(4));
+  // Three blocks: each request (24 + 20 tokens) needs all of them, so they take turns.
+  engine_config cfg = tiny_engine_config(kv_bytes_for_blocks(3));
   cfg.max_prefill_chunk = 16;
   auto eng = engine::create(cfg);
-  std::vector<job> jobs(8);
+  std::vector<job> jobs(6);
   for (std::size_t i = 0; i < jobs.size(); ++i) {
-    jobs[i].prompt = random_prompt(30, std::uint32_t(3000 + i));
-    jobs[i].max_tokens = 30;
+    jobs[i].prompt = random_prompt(24, std::uint32_t(3000 + i));
+    jobs[i].max_tokens = 20;
   }
   run_and_check(*eng, jobs);
   const engine_stats s = settled_stats(*eng);
