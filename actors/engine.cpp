@@ -115,7 +115,18 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
     gpu_worker::cpu_worker_config wc{cfg.block_size, cfg.kv_budget_bytes, cfg.max_batch_tokens, cfg.max_seqs};
     p->worker = std::make_unique<gpu_worker::cpu_worker>(p->model, wc);
   }
+  if (cfg.test_faults.any()) {
+    p->worker = std::make_unique<gpu_worker::fault_injecting_worker>(std::move(p->worker), cfg.test_faults,
+                                                                     p->pool.get_executor());
+  }
   const gpu_worker::memory_plan& mem = p->worker->plan();
+  // A sequence must fit the pool on its own, or one that outgrows it would be preempted and
+  // recompute forever: the context offered is at most what the pool holds.
+  if (const std::int64_t pool_positions = mem.n_blocks * mem.block_size; p->max_model_len > pool_positions) {
+    p->log->warn("the KV pool holds {} positions, fewer than the context of {}: the context is cut to {}",
+                 pool_positions, p->max_model_len, pool_positions);
+    p->max_model_len = pool_positions;
+  }
   p->kv = std::make_unique<kv::kv_manager>(p->pool.get_executor(), kv::kv_config{mem.n_blocks, mem.block_size, cfg.prefix_caching});
   p->sampler = std::make_unique<sampler::sampler_actor>(p->pool.get_executor());
 
@@ -202,6 +213,7 @@ boost::system::result<std::vector<std::int32_t>, error_code> engine::impl::promp
 boost::system::result<std::uint64_t, error_code> engine::submit(generate_request r, event_handler on_event) {
   impl& m = *impl_;
   if (!m.accepting) return make_error_code(errc::stopped);
+  if (!m.sched->healthy()) return make_error_code(errc::device_fault);
   std::string why;
   const auto refuse = [&m](error_code ec) {
     ++m.rejected;
@@ -317,7 +329,7 @@ void engine::cancel(std::uint64_t request_id) {
   asio::post(m.streams, [&m, request_id] { m.sched->cancel(request_id); });
 }
 
-void engine::start_generate(generate_request r, actors::reply<completion> done) {
+void engine::start_generate(generate_request r, actors::reply<completion> done, asio::cancellation_slot slot) {
   auto state = std::make_shared<completion>();
   auto reply = std::make_shared<actors::reply<completion>>(std::move(done));
   auto submitted = submit(std::move(r), [state, reply](const stream_event& e) {
@@ -330,24 +342,36 @@ void engine::start_generate(generate_request r, actors::reply<completion> done) 
     state->timings = e.timings;
     (*reply)(e.error, std::move(*state));
   });
-  if (!submitted) (*reply)(submitted.error(), completion{});
+  if (!submitted) return (*reply)(submitted.error(), completion{});
+  // The slot may fire after the request ended (ids are never reused, so that cancels nothing) or
+  // after the engine is gone (the weak reference sees it).
+  if (slot.is_connected()) {
+    slot.assign([weak = weak_from_this(), id = *submitted](asio::cancellation_type) {
+      if (auto self = weak.lock()) self->cancel(id);
+    });
+  }
 }
 
 void engine::start_stop(actors::reply<void> done) {
   impl& m = *impl_;
   m.accepting = false;
   auto reply = std::make_shared<actors::reply<void>>(std::move(done));
-  m.sched->async_stop([&m, reply](error_code) {
-    m.sampler->async_stop([&m, reply](error_code) {
-      m.kv->async_stop([&m, reply](error_code ec) {
-        // Through the streams strand: every event the scheduler produced is delivered first.
-        asio::post(m.streams, [&m, reply, ec] {
-          m.stopped = true;
-          (*reply)(ec);
+  const auto stop_actors = [&m, reply] {
+    m.sched->async_stop([&m, reply](error_code) {
+      m.sampler->async_stop([&m, reply](error_code) {
+        m.kv->async_stop([&m, reply](error_code ec) {
+          // Through the streams strand: every event the scheduler produced is delivered first.
+          asio::post(m.streams, [&m, reply, ec] {
+            m.stopped = true;
+            (*reply)(ec);
+          });
         });
       });
     });
-  });
+  };
+  // Through the streams strand too, after every accepted submit on its way to the scheduler:
+  // those requests were accepted, so the scheduler must have them before it stops taking work.
+  asio::post(m.streams, stop_actors);
 }
 
 asio::any_io_executor engine::get_executor() const { return impl_->pool.get_executor(); }

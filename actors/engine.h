@@ -20,13 +20,16 @@
 #include <vector>
 
 #include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/async_result.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/system/result.hpp>
 
 #include "actors/error.h"
 #include "actors/metrics.h"
 #include "actors/request_stream.h"
 #include "actors/strand_actor.h"
+#include "gpu_worker/fault_injection.h"
 #include "kv/kv_messages.h"
 #include "model/chat_template.h"
 #include "sampler/sampler_core.h"
@@ -55,10 +58,14 @@ struct engine_config {
   std::int64_t max_batch_tokens = 512;       // tokens per step
   std::int64_t max_seqs = 64;                // sequences per step
   std::int64_t max_queue = 1024;             // waiting requests before submit answers overloaded
-  std::int64_t max_model_len = 0;            // prompt + output tokens; 0: the model's, at most 4096
+  std::int64_t max_model_len = 0;            // prompt + output tokens; 0: the model's, at most 4096; never
+                                             // more than the KV pool holds (a sequence must fit alone)
   std::int64_t max_prefill_chunk = 256;      // prompt tokens per sequence per step
   bool prefix_caching = true;
   std::size_t threads = 2;                   // threads for the CPU-side actors
+  // TESTING HOOK, never for production: make the worker fail or stall chosen steps as a broken
+  // device would (gpu_worker/fault_injection.h); `anvil serve` sets it from ANVIL_FAULT_INJECT.
+  gpu_worker::fault_injection test_faults;
 };
 
 struct generate_request {
@@ -117,18 +124,23 @@ class engine : public std::enable_shared_from_this<engine> {
   ~engine();
 
   // Validates and queues a request; `on_event` then receives its stream. Errors (bad parameters,
-  // a prompt that does not fit, a full queue) come back here and nothing is queued.
+  // a prompt that does not fit, a full queue, errc::stopped while stopping, errc::device_fault
+  // once unhealthy) come back here and nothing is queued.
   boost::system::result<std::uint64_t, error_code> submit(generate_request r, event_handler on_event);
   // Why submit would refuse `r` ("top_p must be in (0, 1]", "the prompt has 9000 tokens; the
   // context holds 4096"), or "" when it would accept it: the message for an error reply.
   std::string explain(const generate_request& r) const;
 
-  // The whole answer at once; completes on the token's executor.
+  // The whole answer at once; completes on the token's executor. Cancellable like any Asio
+  // operation: a cancellation slot bound to the token (asio::bind_cancellation_slot, a
+  // coroutine's cancellation) cancels the request, which then completes with what it generated
+  // so far and finish_reason "cancelled".
   template <class Token>
   auto async_generate(generate_request r, Token&& token) {
     return boost::asio::async_initiate<Token, void(error_code, completion)>(
         [this](auto handler, generate_request req) {
-          start_generate(std::move(req), actors::reply<completion>(std::move(handler), get_executor(), {}));
+          boost::asio::cancellation_slot slot = boost::asio::get_associated_cancellation_slot(handler);
+          start_generate(std::move(req), actors::reply<completion>(std::move(handler), get_executor(), {}), slot);
         },
         token, std::move(r));
   }
@@ -152,7 +164,9 @@ class engine : public std::enable_shared_from_this<engine> {
         token);
   }
 
-  bool healthy() const;                 // false once a device fault failed requests
+  // False once a device fault failed requests. An unhealthy engine has failed every request it
+  // held (finish_reason "error", errc::device_fault) and refuses new ones with errc::device_fault.
+  bool healthy() const;
   const std::string& model_name() const;  // general.name of the model, else its file name
   worker_backend backend() const;         // where steps run (cpu or gpu, never automatic)
   boost::asio::any_io_executor get_executor() const;  // the engine's own pool
@@ -165,7 +179,7 @@ class engine : public std::enable_shared_from_this<engine> {
  private:
   struct impl;
   explicit engine(std::unique_ptr<impl> p);
-  void start_generate(generate_request r, actors::reply<completion> done);
+  void start_generate(generate_request r, actors::reply<completion> done, boost::asio::cancellation_slot slot);
   void start_stop(actors::reply<void> done);
   void start_stats(actors::reply<engine_stats> done);
   std::unique_ptr<impl> impl_;

@@ -21,6 +21,16 @@ class gate {
     return true;
   }
 
+  // Enters unless closed and drained: while a close still waits for work in flight, more work
+  // that this work starts may join it (and the close waits for that too). Matched by leave().
+  bool try_enter_undrained() noexcept {
+    std::uint64_t s = state_.load(std::memory_order_relaxed);
+    do {
+      if (s == closed_bit) return false;
+    } while (!state_.compare_exchange_weak(s, s + 1, std::memory_order_acquire, std::memory_order_relaxed));
+    return true;
+  }
+
   // Returns true when this leave drained a closed gate (the count reached zero after close()).
   bool leave() noexcept {
     const std::uint64_t before = state_.fetch_sub(1, std::memory_order_acq_rel);

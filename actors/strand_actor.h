@@ -247,8 +247,9 @@ class strand_actor {
   }
 
   // Holds the gate open without a message: for work the actor drives itself (a step loop), so
-  // that async_stop waits for it. Empty when the actor is stopping.
-  in_flight hold() noexcept { return gate_.try_enter() ? in_flight(this) : in_flight{}; }
+  // that async_stop waits for it. While a stop is draining, work that an accepted message starts
+  // is held too (the stop waits for it); empty only once the actor has stopped.
+  in_flight hold() noexcept { return gate_.try_enter_undrained() ? in_flight(this) : in_flight{}; }
 
   spdlog::logger& log() const noexcept { return *log_; }
 

@@ -115,6 +115,11 @@ engine_config engine_config_for(const serve_args& a) {
   } else {  // room for a quarter of the sequences at full context, within a quarter of free memory
     cfg.kv_budget_bytes = std::min(per_context * std::size_t(std::max(1, a.max_seqs / 4)), available_memory_bytes() / 4);
   }
+  // A testing hook, deliberately not a flag: process-level tests make the worker fail or stall
+  // chosen steps (gpu_worker/fault_injection.h has the spec).
+  if (const char* spec = std::getenv("ANVIL_FAULT_INJECT"); spec && *spec) {
+    cfg.test_faults = gpu_worker::parse_fault_injection(spec);
+  }
   if (cfg.kv_budget_bytes < per_context) {
     throw std::invalid_argument("the KV cache (" + std::to_string(cfg.kv_budget_bytes >> 20) +
                                 " MiB) cannot hold one full context of " + std::to_string(cfg.max_model_len) +

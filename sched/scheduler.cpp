@@ -13,6 +13,8 @@ scheduler::~scheduler() = default;
 
 actors::outcome<void> scheduler::submit(request r, const submit_options& opt) {
   const std::uint64_t id = r.id;
+  // After a device fault nothing new is taken: the engine is unhealthy and says so.
+  if (!healthy_) return make_error_code(errc::device_fault);
   if (const error_code ec = core_.submit(std::move(r))) return ec;
   n_logprobs_[id] = opt.n_logprobs;
   // FIFO on the sampler's strand: the open is handled before any sample for this id.
@@ -30,7 +32,7 @@ actors::outcome<void> scheduler::submit(request r, const submit_options& opt) {
 void scheduler::kick() {
   if (looping_ || !core_.has_work()) return;
   looping_ = true;
-  loop_ = hold();  // empty while stopping: the loop still drains what was accepted
+  loop_ = hold();  // async_stop waits for the loop, also one a message accepted before the stop starts
   step();
 }
 
@@ -46,7 +48,7 @@ void scheduler::step() {
 void scheduler::on_kv(error_code ec, kv::kv_batch_result r) {
   if (ec) {
     log().error("KV manager failed: {}", ec.message());
-    healthy_ = false;
+    fail_everything(ec, false);
     return idle();
   }
   std::optional<gpu_worker::step_plan> plan = core_.plan_step(std::move(r));
@@ -66,9 +68,8 @@ void scheduler::on_kv(error_code ec, kv::kv_batch_result r) {
 void scheduler::on_executed(error_code ec, gpu_worker::step_result r) {
   if (ec) {
     log().error("step failed on the worker: {}", ec.message());
-    healthy_ = false;
-    emit(core_.fail_step(), nullptr, nullptr, ec);
-    return core_.has_work() ? step() : idle();
+    fail_everything(ec, true);
+    return core_.has_work() ? step() : idle();  // one more KV batch releases the failed requests' blocks
   }
   std::vector<sampler::sample_request> batch;
   std::vector<std::uint64_t> ids;
@@ -86,8 +87,7 @@ void scheduler::on_executed(error_code ec, gpu_worker::step_result r) {
 void scheduler::on_sampled(error_code ec, std::vector<sampler::sample_outcome> outcomes, std::vector<std::uint64_t> ids) {
   if (ec || outcomes.size() != ids.size()) {
     log().error("sampler failed: {}", ec ? ec.message() : "wrong number of answers");
-    healthy_ = false;
-    emit(core_.fail_step(), nullptr, nullptr, ec ? ec : make_error_code(errc::dropped));
+    fail_everything(ec ? ec : make_error_code(errc::dropped), true);
     return core_.has_work() ? step() : idle();
   }
   std::vector<std::int32_t> tokens;
@@ -99,6 +99,15 @@ void scheduler::on_sampled(error_code ec, std::vector<sampler::sample_outcome> o
   }
   emit(core_.complete_step(tokens), &outcomes, &ids);
   core_.has_work() ? step() : idle();
+}
+
+void scheduler::fail_everything(error_code ec, bool step_in_flight) {
+  healthy_ = false;
+  std::vector<seq_event> failed = step_in_flight ? core_.fail_step() : std::vector<seq_event>{};
+  std::vector<seq_event> rest = core_.fail_all(ec);
+  failed.insert(failed.end(), rest.begin(), rest.end());
+  log().error("unhealthy: {} requests failed, new ones are refused", failed.size());
+  emit(failed, nullptr, nullptr, ec);
 }
 
 void scheduler::emit(const std::vector<seq_event>& events, std::vector<sampler::sample_outcome>* outcomes,

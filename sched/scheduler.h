@@ -43,7 +43,7 @@ class scheduler : public actors::strand_actor {
   ~scheduler();
 
   // Queues a request; completes with its admission error (invalid_argument, context_overflow,
-  // overloaded) or success. Tokens then arrive through the sink.
+  // overloaded, device_fault once unhealthy) or success. Tokens then arrive through the sink.
   template <class Token>
   auto async_submit(request r, submit_options opt, Token&& token) {
     return ask<void>(std::forward<Token>(token), [this, r = std::move(r), opt]() mutable -> actors::outcome<void> {
@@ -64,7 +64,8 @@ class scheduler : public actors::strand_actor {
     return ask<sched_stats>(std::forward<Token>(token), [this] { return core_.stats(); });
   }
 
-  // False once a step failed on the worker (a device fault).
+  // False once a step failed on the worker (a device fault): every request held then failed,
+  // and async_submit answers errc::device_fault from then on.
   bool healthy() const noexcept { return healthy_.load(); }
 
  private:
@@ -77,6 +78,9 @@ class scheduler : public actors::strand_actor {
   void emit(const std::vector<seq_event>& events, std::vector<sampler::sample_outcome>* outcomes = nullptr,
             const std::vector<std::uint64_t>* ids = nullptr, error_code failure = {});
   void idle();
+  // A step, KV batch or sampling failed: the scheduler turns unhealthy and fails every request
+  // it holds with `ec`, so none waits for a device that cannot answer; later submits are refused.
+  void fail_everything(error_code ec, bool step_in_flight);
 
   template <class F>
   auto on_strand(F&& f) {

@@ -241,4 +241,15 @@ std::vector<seq_event> scheduler_core::fail_step() {
   return out;
 }
 
+std::vector<seq_event> scheduler_core::fail_all(error_code why) {
+  std::vector<seq_event> out;
+  std::vector<std::uint64_t> ids;
+  ids.reserve(seqs_.size());
+  for (const auto& k : running_) ids.push_back(std::get<2>(k));
+  for (const auto& k : waiting_) ids.push_back(std::get<2>(k));
+  for (std::uint64_t id : ids) finish(id, finish_reason::failed, -1, out, why);
+  in_step_.clear();
+  return out;
+}
+
 }  // namespace anvil::sched

@@ -83,6 +83,10 @@ class scheduler_core {
   std::vector<seq_event> complete_step(std::span<const std::int32_t> sampled);
   // The step failed on the worker: its sequences finish with finish_reason::failed.
   std::vector<seq_event> fail_step();
+  // Every sequence still held (running, then waiting, each in queue order) finishes with
+  // finish_reason::failed and `why`: after a device fault nothing the device holds can be trusted.
+  // Their blocks are released in the next KV batch.
+  std::vector<seq_event> fail_all(error_code why);
   // Events that happened outside a step: admissions, cancellations (taken after the KV batch
   // that released their blocks, so a cancelled request's blocks are free when it hears of it).
   std::vector<seq_event> take_events();

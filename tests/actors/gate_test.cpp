@@ -27,6 +27,21 @@ TEST(Gate, CloseWhenIdleReportsDrainedAtOnce) {
   EXPECT_TRUE(g.close());  // idempotent
 }
 
+TEST(Gate, WorkInFlightMayBringMoreWorkIntoADrainingGateButNotIntoADrainedOne) {
+  gate g;
+  ASSERT_TRUE(g.try_enter());
+  EXPECT_FALSE(g.close());
+  EXPECT_FALSE(g.try_enter());           // nothing new from outside
+  EXPECT_TRUE(g.try_enter_undrained());  // but the work in flight may start more
+  EXPECT_FALSE(g.leave());               // the close now waits for that too
+  EXPECT_TRUE(g.leave());
+  EXPECT_FALSE(g.try_enter_undrained());  // drained: nothing joins any more
+  EXPECT_EQ(g.in_flight(), 0u);
+  gate open;
+  EXPECT_TRUE(open.try_enter_undrained());
+  EXPECT_FALSE(open.leave());
+}
+
 TEST(Gate, LastLeaveAfterCloseReportsDrain) {
   gate g;
   ASSERT_TRUE(g.try_enter());

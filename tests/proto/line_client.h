@@ -87,6 +87,8 @@ class line_client {
     return std::exchange(buf_, {});
   }
   bool eof() const { return eof_; }
+  // What was received after the last complete line (an unterminated last line at end of stream).
+  std::string rest() { return std::exchange(buf_, {}); }
 
   // The next line (without '\n'), or nullopt at end of stream or after `timeout`.
   std::optional<std::string> read_line(std::chrono::milliseconds timeout = std::chrono::seconds(60)) {

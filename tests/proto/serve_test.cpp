@@ -2,8 +2,6 @@
 // line, requests over TCP and HTTP, and a graceful stop on SIGTERM that lets an accepted request
 // finish. (The servers themselves are tested in depth in line_server_test / http tests.)
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>

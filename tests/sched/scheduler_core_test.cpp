@@ -189,6 +189,33 @@ TEST(SchedulerCore, ARequestThatCanNeverFitFailsInsteadOfWaitingForever) {
   EXPECT_FALSE(d.core.has_work());
 }
 
+TEST(SchedulerCore, AfterAFailedStepFailAllEndsEveryHeldRequestAndFreesItsBlocks) {
+  sched_config c = small_config();
+  c.max_num_seqs = 2;  // two run, two wait
+  driver d(c, 200);
+  for (std::uint64_t id = 1; id <= 4; ++id) ASSERT_FALSE(d.core.submit(driver::req(id, 6, 50)));
+  d.step();
+  d.step();
+  d.record(d.core.take_events());
+  const kv::kv_batch_result res = d.kv.apply(d.core.plan_kv());
+  ASSERT_TRUE(d.core.plan_step(res));  // the step the device then fails
+  d.record(d.core.take_events());
+  const error_code fault = make_error_code(errc::device_fault);
+  std::vector<seq_event> events = d.core.fail_step();
+  EXPECT_EQ(events.size(), 2u);
+  const std::vector<seq_event> rest = d.core.fail_all(fault);
+  EXPECT_EQ(rest.size(), 2u);
+  events.insert(events.end(), rest.begin(), rest.end());
+  for (const seq_event& e : rest) EXPECT_EQ(e.error, fault);
+  d.record(events);
+  for (std::uint64_t id = 1; id <= 4; ++id) EXPECT_EQ(d.finished[id], finish_reason::failed) << id;
+  EXPECT_TRUE(d.core.fail_all(fault).empty());
+  d.kv.apply(d.core.plan_kv());  // the next batch releases everything
+  EXPECT_EQ(d.kv.stats().counts.in_use, 0);
+  EXPECT_EQ(d.kv.check(), "");
+  EXPECT_FALSE(d.core.has_work());
+}
+
 TEST(SchedulerCore, ASharedPrefixIsComputedOnce) {
   sched_config c = small_config();
   driver d(c, 200);
