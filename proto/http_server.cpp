@@ -1,5 +1,6 @@
 #include "proto/http_server.h"
 
+#include <chrono>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -307,7 +308,9 @@ class connection : public std::enable_shared_from_this<connection> {
   void close_gracefully() {
     boost::system::error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-    stream_.expires_after(linger_timeout);
+    // A deadline, set on every linger read: the stream's expiry only reaches operations not yet
+    // pending, and the watch read that may be pending now was started without one.
+    linger_deadline_ = std::chrono::steady_clock::now() + linger_timeout;
     lingering_ = true;
     if (watching_) {  // one read at a time: the pending one is cancelled, then lingers
       stream_.socket().cancel(ignored);
@@ -319,6 +322,7 @@ class connection : public std::enable_shared_from_this<connection> {
   void linger() {
     if (gone_) return;
     buf_.clear();
+    stream_.expires_at(linger_deadline_);
     stream_.async_read_some(buf_.prepare(read_chunk_bytes), [self = shared_from_this()](beast::error_code ec, std::size_t) {
       if (ec) return self->shut("closed");
       self->linger();
@@ -351,6 +355,7 @@ class connection : public std::enable_shared_from_this<connection> {
   bool watching_ = false;        // a read is pending while a request runs
   bool resume_pending_ = false;  // that read is being cancelled; then read the next request
   bool answered_ = false;        // the session gave its whole answer
+  std::chrono::steady_clock::time_point linger_deadline_{};  // close_gracefully: reading what is left until then
   bool close_after_ = false;     // close once the answer is written
   bool stopping_ = false;        // the server is stopping: close after the current answer
   bool lingering_ = false;       // sending is shut; reading what the client still sends
