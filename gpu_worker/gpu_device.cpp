@@ -407,7 +407,12 @@ void gpu_device::capture_graphs(std::int64_t max_batch) {
     }
     graphs_[std::size_t(b - 1)] = exec;
   }
-  // One replay of each, so that the first real steps do not pay for uploading the graphs.
+  // One replay of each, so that the first real steps do not pay for uploading the graphs. Their
+  // inputs first: every row token 0 at position 0, written to slot 0 of block 0 (where the
+  // warm-up wrote), block tables all block 0, contexts of one position — nothing out of range.
+  std::memset(upload_host_, 0, up_off_.fixed_end);
+  std::fill_n(host_at<std::int32_t>(up_off_.context_lens), max_seqs_, 1);
+  ok(hipMemcpyAsync(upload_dev_, upload_host_, up_off_.fixed_end, hipMemcpyHostToDevice, stream_), "upload the step");
   for (hipGraphExec_t g : graphs_) {
     if (g) ok(hipGraphLaunch(g, stream_), "decode graph");
   }
