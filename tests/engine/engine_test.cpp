@@ -20,6 +20,7 @@
 #include "actors/engine.h"
 #include "model/cpu_forward.h"
 #include "tests/model/fixtures.h"
+#include "tests/model/reference_greedy.h"
 
 namespace {
 
@@ -67,24 +68,7 @@ engine_stats settled_stats(engine& eng) {
 // The same request run alone on the reference forward pass, greedily.
 std::vector<std::int32_t> reference_greedy(const std::vector<std::int32_t>& prompt, std::int64_t n) {
   static const model::llm m = model::load_llm(model::gguf_file::open(synth_fixture("tiny", model::synth_mix::f32)));
-  const std::int64_t blocks = (std::int64_t(prompt.size()) + n + 15) / 16;
-  model::kv_cache_storage cache(m.hp, blocks, 16);
-  std::vector<std::int32_t> table(static_cast<std::size_t>(blocks));
-  for (std::int64_t i = 0; i < blocks; ++i) table[std::size_t(i)] = std::int32_t(i);
-  model::cpu_forward fwd(m);
-  std::vector<float> logits;
-  std::vector<std::int32_t> seq = prompt, out;
-  model::forward_seq step{seq, 0, table, false};
-  fwd.run(std::span(&step, 1), cache, logits);
-  for (std::int64_t i = 0; i < n; ++i) {
-    const auto next = std::int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    out.push_back(next);
-    seq.push_back(next);
-    if (i + 1 == n) break;
-    step = {std::span(&seq.back(), 1), std::int64_t(seq.size()) - 1, table, false};
-    fwd.run(std::span(&step, 1), cache, logits);
-  }
-  return out;
+  return model::testing::reference_greedy(m, prompt, n);
 }
 
 TEST(Engine, GeneratesTheSameGreedyTokensAsTheReferenceForwardPass) {

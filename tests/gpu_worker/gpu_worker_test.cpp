@@ -30,6 +30,7 @@
 #include "gpu_worker/worker_perplexity.h"
 #include "model/cpu_forward.h"
 #include "model/perplexity.h"
+#include "tests/gpu_worker/gpu_engine_util.h"
 #include "tests/model/fixtures.h"
 
 namespace {
@@ -38,11 +39,10 @@ using namespace anvil;
 using namespace anvil::gpu_worker;
 using model::synth_mix;
 using model::testing::synth_fixture;
+using anvil::testing::engine_cfg;
+using anvil::testing::generate_all;
+using anvil::testing::greedy;
 
-// The suite is labelled gpu and runs on a machine with one; without a device it fails, never
-// passes silently.
-#define REQUIRE_GPU()                                              \
-  if (!gpu_worker::gpu_worker::available()) GTEST_FAIL() << "no GPU: the gpu-labelled suites need one"
 
 step_result run(worker& w, const step_plan& p) {
   auto f = w.async_execute(p, boost::asio::use_future);
@@ -389,36 +389,6 @@ TEST(GpuWorker, KvPoolFollowsTheMemoryFractionAndTheCap) {
 }
 
 // ---- (b), (c) the whole engine ----
-
-engine_config engine_cfg(worker_backend backend, const std::string& path) {
-  engine_config c;
-  c.model_path = path;
-  c.backend = backend;
-  c.kv_budget_bytes = 16u << 20;
-  c.gpu_kv_budget_bytes = 16u << 20;
-  c.max_batch_tokens = 256;
-  c.max_seqs = 16;
-  c.max_prefill_chunk = 64;
-  c.max_model_len = 512;
-  return c;
-}
-
-generate_request greedy(std::vector<std::int32_t> prompt, std::int64_t max_tokens) {
-  generate_request r;
-  r.prompt_tokens = std::move(prompt);
-  r.max_tokens = max_tokens;
-  r.ignore_eos = true;
-  return r;
-}
-
-std::vector<std::vector<std::int32_t>> generate_all(engine& eng, const std::vector<std::vector<std::int32_t>>& prompts,
-                                                    std::int64_t n) {
-  std::vector<std::future<completion>> fs;
-  for (const auto& p : prompts) fs.push_back(eng.async_generate(greedy(p, n), boost::asio::use_future));
-  std::vector<std::vector<std::int32_t>> out;
-  for (auto& f : fs) out.push_back(f.get().tokens);
-  return out;
-}
 
 // The reference forward pass's logits after `tokens`.
 std::vector<float> reference_logits(const model::llm& m, const std::vector<std::int32_t>& tokens) {

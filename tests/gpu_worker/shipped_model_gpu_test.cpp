@@ -21,46 +21,19 @@
 #include "gpu_worker/gpu_worker.h"
 #include "gpu_worker/worker_perplexity.h"
 #include "model/perplexity.h"
+#include "tests/gpu_worker/gpu_engine_util.h"
 
 namespace {
 
 using namespace anvil;
 using namespace anvil::gpu_worker;
 
-#define REQUIRE_GPU() \
-  if (!gpu_worker::gpu_worker::available()) GTEST_FAIL() << "no GPU: the gpu-labelled suites need one"
-
-engine_config engine_cfg(worker_backend backend, const std::string& path) {
-  engine_config c;
-  c.model_path = path;
-  c.backend = backend;
-  c.gpu_kv_budget_bytes = 16u << 20;
-  c.max_batch_tokens = 256;
-  c.max_seqs = 16;
-  c.max_prefill_chunk = 64;
-  c.max_model_len = 512;
-  return c;
-}
-
-// Greedy continuations of all prompts, submitted at once (they run as one batch).
-std::vector<std::vector<std::int32_t>> generate_all(engine& eng, const std::vector<std::vector<std::int32_t>>& prompts,
-                                                    std::int64_t n) {
-  std::vector<std::future<completion>> fs;
-  for (const auto& p : prompts) {
-    generate_request r;
-    r.prompt_tokens = p;
-    r.max_tokens = n;
-    r.ignore_eos = true;
-    fs.push_back(eng.async_generate(std::move(r), boost::asio::use_future));
-  }
-  std::vector<std::vector<std::int32_t>> out;
-  for (auto& f : fs) out.push_back(f.get().tokens);
-  return out;
-}
+using anvil::testing::engine_cfg;
+using anvil::testing::generate_all;
 
 // The shipped model (Q8_0) on the GPU against PyTorch's greedy goldens (tests/data/default-model):
 // the same 64 tokens per prompt, except where PyTorch's top-2 logits are within the rounding of the
-// decode GEMVs' 8-bit activations (2e-2, as for the synthetic models above); after such a flip
+// decode GEMVs' 8-bit activations (2e-2, the rule gpu_worker_test holds the synthetic models to); after such a flip
 // the continuations are no longer compared. Every flip is printed.
 // ANVIL_SHIPPED_MODEL / ANVIL_SHIPPED_GOLDENS point it at the files where the checkout moved.
 namespace shipped {

@@ -1,0 +1,35 @@
+// Greedy tokens of one prompt on the reference forward pass, run alone: what the engine must give
+// for the same request (engine_test, the fault suites).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "model/cpu_forward.h"
+
+namespace anvil::model::testing {
+
+inline std::vector<std::int32_t> reference_greedy(const llm& m, const std::vector<std::int32_t>& prompt, std::int64_t n) {
+  const std::int64_t blocks = (std::int64_t(prompt.size()) + n + 15) / 16;
+  kv_cache_storage cache(m.hp, blocks, 16);
+  std::vector<std::int32_t> table(static_cast<std::size_t>(blocks));
+  for (std::int64_t i = 0; i < blocks; ++i) table[std::size_t(i)] = std::int32_t(i);
+  cpu_forward fwd(m);
+  std::vector<float> logits;
+  std::vector<std::int32_t> seq = prompt, out;
+  forward_seq step{seq, 0, table, false};
+  fwd.run(std::span(&step, 1), cache, logits);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto next = std::int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    out.push_back(next);
+    seq.push_back(next);
+    if (i + 1 == n) break;
+    step = {std::span(&seq.back(), 1), std::int64_t(seq.size()) - 1, table, false};
+    fwd.run(std::span(&step, 1), cache, logits);
+  }
+  return out;
+}
+
+}  // namespace anvil::model::testing
