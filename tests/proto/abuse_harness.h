@@ -4,6 +4,8 @@
 // every abuse test).
 #pragma once
 
+#include <cstdlib>
+
 #include <unistd.h>
 
 #include <atomic>
@@ -31,6 +33,12 @@
 #include "tests/proto/raw_http.h"
 
 namespace anvil::testing {
+
+// The seed of the hostile-input generators: ANVIL_ABUSE_SEED, else a fixed one.
+inline std::uint64_t abuse_seed() {
+  const char* s = std::getenv("ANVIL_ABUSE_SEED");
+  return s ? std::strtoull(s, nullptr, 10) : 20240607;
+}
 
 using namespace std::chrono_literals;
 

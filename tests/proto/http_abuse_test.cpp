@@ -21,11 +21,6 @@ using namespace anvil;
 using namespace anvil::testing;
 namespace json = boost::json;
 
-std::uint64_t abuse_seed() {
-  const char* s = std::getenv("ANVIL_ABUSE_SEED");
-  return s ? std::strtoull(s, nullptr, 10) : 20240607;
-}
-
 constexpr std::size_t body_limit = 64 * 1024;  // the abuse server's max_body_bytes
 
 struct abuse_request {

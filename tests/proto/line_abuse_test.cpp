@@ -20,11 +20,6 @@ using namespace anvil;
 using namespace anvil::testing;
 namespace json = boost::json;
 
-std::uint64_t abuse_seed() {
-  const char* s = std::getenv("ANVIL_ABUSE_SEED");
-  return s ? std::strtoull(s, nullptr, 10) : 20240607;
-}
-
 // One hostile line and the answer it must get: an error line with this `id` and `code`.
 struct abuse_line {
   std::string kind;   // for the failure message
