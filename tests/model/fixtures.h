@@ -27,4 +27,22 @@ inline std::string synth_fixture(const std::string& shape, synth_mix mix, std::u
   return path;
 }
 
+// The tiny f32 model with a ChatML chat template (for the chat endpoints), written once per process.
+inline const std::string& chatml_fixture() {
+  static const std::string path = [] {
+    const auto dir = std::filesystem::temp_directory_path() / ("anvil_fixtures_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    synth_options opt;
+    opt.shape = *find_synth_shape("tiny");
+    opt.mix = synth_mix::f32;
+    opt.chat_template =
+        "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
+        "'\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+    const std::string p = (dir / "tiny-chatml.gguf").string();
+    write_synth_model(opt, p);
+    return p;
+  }();
+  return path;
+}
+
 }  // namespace anvil::model::testing

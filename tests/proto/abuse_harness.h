@@ -31,6 +31,7 @@
 #include "proto/line_server.h"
 #include "tests/proto/line_client.h"
 #include "tests/proto/raw_http.h"
+#include "tests/model/fixtures.h"
 
 namespace anvil::testing {
 
@@ -42,27 +43,10 @@ inline std::uint64_t abuse_seed() {
 
 using namespace std::chrono_literals;
 
-// The tiny synthetic model with a ChatML template, written once per process.
-inline const std::string& abuse_model_path() {
-  static const std::string path = [] {
-    const auto dir = std::filesystem::temp_directory_path() / ("anvil_abuse_test_" + std::to_string(::getpid()));
-    std::filesystem::create_directories(dir);
-    model::synth_options opt;
-    opt.shape = *model::find_synth_shape("tiny");
-    opt.mix = model::synth_mix::f32;
-    opt.chat_template =
-        "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
-        "'\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
-    const std::string p = (dir / "tiny-chatml.gguf").string();
-    model::write_synth_model(opt, p);
-    return p;
-  }();
-  return path;
-}
 
 inline engine_config abuse_engine_config() {
   engine_config c;
-  c.model_path = abuse_model_path();
+  c.model_path = model::testing::chatml_fixture();
   c.kv_budget_bytes = 8u << 20;
   c.max_batch_tokens = 256;
   c.max_seqs = 16;

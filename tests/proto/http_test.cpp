@@ -27,6 +27,7 @@
 #include "model/synth.h"
 #include "proto/http_server.h"
 #include "tests/proto/prometheus_samples.h"
+#include "tests/model/fixtures.h"
 
 namespace {
 
@@ -38,29 +39,10 @@ namespace json = boost::json;
 using tcp = asio::ip::tcp;
 using namespace std::chrono_literals;
 
-const char* chatml_template =
-    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
-    "'\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
-
-// The tiny synthetic model with a ChatML template, written once per process.
-const std::string& chat_model_path() {
-  static const std::string path = [] {
-    const auto dir = std::filesystem::temp_directory_path() / ("anvil_http_test_" + std::to_string(::getpid()));
-    std::filesystem::create_directories(dir);
-    model::synth_options opt;
-    opt.shape = *model::find_synth_shape("tiny");
-    opt.mix = model::synth_mix::f32;
-    opt.chat_template = chatml_template;
-    const std::string p = (dir / "tiny-chatml.gguf").string();
-    model::write_synth_model(opt, p);
-    return p;
-  }();
-  return path;
-}
 
 engine_config tiny_config() {
   engine_config c;
-  c.model_path = chat_model_path();
+  c.model_path = model::testing::chatml_fixture();
   c.kv_budget_bytes = 8u << 20;
   c.max_batch_tokens = 256;
   c.max_seqs = 32;
