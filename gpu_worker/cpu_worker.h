@@ -1,7 +1,8 @@
 // cpu_worker: the worker interface on the CPU reference forward pass. It plans its memory at
 // start-up exactly as the GPU worker will — the KV pool from a byte budget, scratch for the step
 // limits, a logits buffer for max_seqs rows — and allocates it all before the first step; the
-// allocation counter proves nothing grows afterwards. Steps run on a thread of its own.
+// allocation counter proves nothing grows afterwards (a scoring step wanting more logit rows than
+// max_seqs grows the logits buffer, and the counter says so). Steps run on a thread of its own.
 #pragma once
 
 #include <cstdint>
