@@ -248,6 +248,14 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   for (const layer& l : layers_) {
     for (const matrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) fit(*w, max_tokens_);
   }
+  // When the norms and SwiGLU write the 8-bit activations (x8_fused), they write them for every
+  // layer input, whatever its weight's type: room for both widths.
+  if (gemv_ws > 0) {
+    const std::int64_t t8 = std::min(max_tokens_, kernels::gemv_max_tokens);
+    for (const std::int64_t in : {hp.n_embd, hp.n_ff}) {
+      gemv_ws = std::max(gemv_ws, kernels::gemv_workspace_bytes(model::ggml_type::Q8_0, in, t8));
+    }
+  }
   const std::size_t blas_ws = have_blas_ ? blas::recommended_workspace_bytes : 0;
   attn_ws_bytes_ = kernels::attention_decode_workspace_bytes(max_seqs_, hp.n_head, hp.head_dim,
                                                              max_blocks_per_seq_ * block_size_);
@@ -338,13 +346,52 @@ kernels::paged_kv_f16 gpu_device::kv_layer(std::int64_t l) const {
   return {k, k + kv_layer_elems_, n_blocks_, block_size_, hp.n_head_kv, hp.head_dim};
 }
 
-void gpu_device::matmul(const matrix& w, const float* bias, const float* x, float* y, std::int64_t n_tokens) {
-  const kernels::matmul_params p{w.w, w.type, w.in, w.out, bias, x, y, n_tokens};
-  if (n_tokens <= kernels::gemv_max_tokens) {
-    ok(kernels::launch_gemv(p, gemv_ws_, gemv_ws_bytes_, stream_, gemv_activations_), "gemv");
-  } else {
-    ok(kernels::launch_gemm(p, gemm_, stream_), "gemm");
+void gpu_device::matmul(const matrix& w, const float* bias, const float* x, float* y, std::int64_t n_tokens, bool x8_ready) {
+  const projection p{&w, bias, y};
+  project(std::span<const projection>(&p, 1), x, n_tokens, x8_ready);
+}
+
+void gpu_device::project(std::span<const projection> ps, const float* x, std::int64_t n_tokens, bool x8_ready) {
+  if (n_tokens > kernels::gemv_max_tokens) {
+    for (const projection& p : ps) {
+      const matrix& w = *p.w;
+      ok(kernels::launch_gemm({w.w, w.type, w.in, w.out, p.bias, x, p.y, n_tokens}, gemm_, stream_), "gemm");
+    }
+    return;
   }
+  // Runs of one weight type share a launch; the first quantized launch rounds x (unless a
+  // producer kernel did), the later ones read what it wrote.
+  for (std::size_t i = 0; i < ps.size();) {
+    kernels::matmul_params group[kernels::gemv_max_group];
+    std::size_t n = 0;
+    const model::ggml_type type = ps[i].w->type;
+    for (; i < ps.size() && n < std::size(group) && ps[i].w->type == type; ++i, ++n) {
+      const matrix& w = *ps[i].w;
+      group[n] = {w.w, w.type, w.in, w.out, ps[i].bias, x, ps[i].y, n_tokens};
+    }
+    const auto source = x8_ready ? kernels::gemv_x8_source::workspace : kernels::gemv_x8_source::quantize;
+    ok(kernels::launch_gemv_group(std::span<const kernels::matmul_params>(group, n), gemv_ws_, gemv_ws_bytes_, stream_,
+                                  gemv_activations_, source),
+       "gemv");
+    x8_ready = x8_ready || (kernels::gemv_workspace_bytes(type, group[0].in, n_tokens) > 0 &&
+                            gemv_activations_ == kernels::gemv_activations::int8);
+  }
+}
+
+bool gpu_device::x8_fused(std::int64_t width) const {
+  return step_.tokens <= kernels::gemv_max_tokens && gemv_activations_ == kernels::gemv_activations::int8 &&
+         gemv_ws_ != nullptr && width % 32 == 0 && width / 4 <= 4096;
+}
+
+kernels::rms_norm_residual_params gpu_device::norm_params(const float* delta, const float* weight) const {
+  const model::hparams& hp = m_.hp;
+  kernels::rms_norm_residual_params p{x_, delta, weight, h_, step_.tokens, hp.n_embd, hp.rms_eps};
+  if (x8_fused(hp.n_embd)) {
+    const kernels::gemv_x8_rows x8 = kernels::gemv_x8_view(gemv_ws_, hp.n_embd, step_.tokens);
+    p.yq = x8.q;
+    p.yq_scales = x8.ds;
+  }
+  return p;
 }
 
 void gpu_device::execute(const step_plan& plan, step_result& result) {
@@ -369,8 +416,7 @@ void gpu_device::run_body() {
   ok(kernels::launch_embedding({tok_embd_, m_.tok_embd.type, hp.n_embd, hp.n_vocab, dev_at<std::int32_t>(up_off_.ids), T, x_},
                                stream_),
      "embedding");
-  ok(kernels::launch_rms_norm_residual({x_, nullptr, layers_[0].attn_norm, h_, T, hp.n_embd, hp.rms_eps}, stream_),
-     "attention norm");
+  ok(kernels::launch_rms_norm_residual(norm_params(nullptr, layers_[0].attn_norm), stream_), "attention norm");
   for (std::int64_t l = 0; l < hp.n_layer; ++l) run_layer(l);
 }
 
@@ -514,9 +560,10 @@ void gpu_device::run_layer(std::int64_t l) {
   const model::hparams& hp = m_.hp;
   const layer& w = layers_[std::size_t(l)];
   const std::int64_t T = step_.tokens;
-  matmul(w.wq, w.bq, h_, q_, T);
-  matmul(w.wk, w.bk, h_, k_, T);
-  matmul(w.wv, w.bv, h_, v_, T);
+  // The norm before each projection group wrote its 8-bit form too when x8_fused (norm_params).
+  const bool x8_embd = x8_fused(hp.n_embd);
+  const projection qkv[] = {{&w.wq, w.bq, q_}, {&w.wk, w.bk, k_}, {&w.wv, w.bv, v_}};
+  project(qkv, h_, T, x8_embd);
   if (hp.qk_norm) {
     ok(kernels::launch_rms_norm({q_, w.q_norm, q_, T * hp.n_head, hp.head_dim, hp.rms_eps}, stream_), "q norm");
     ok(kernels::launch_rms_norm({k_, w.k_norm, k_, T * hp.n_head_kv, hp.head_dim, hp.rms_eps}, stream_), "k norm");
@@ -538,14 +585,25 @@ void gpu_device::run_layer(std::int64_t l) {
   ok(kernels::launch_rope_kv_write(rp, stream_), "rope + kv write");
   run_attention(l);
   matmul(w.wo, nullptr, attn_, o_, T);
-  ok(kernels::launch_rms_norm_residual({x_, o_, w.ffn_norm, h_, T, hp.n_embd, hp.rms_eps}, stream_), "ffn norm");
-  matmul(w.gate, nullptr, h_, gate_, T);
-  matmul(w.up, nullptr, h_, up_, T);
-  ok(kernels::launch_swiglu({gate_, up_, gate_, T, hp.n_ff, hp.n_ff, hp.n_ff, hp.n_ff}, stream_), "swiglu");
-  matmul(w.down, nullptr, gate_, o_, T);
-  // The residual add fused with the next norm: the next layer's attention norm, or the final one.
-  const float* next_norm = l + 1 < hp.n_layer ? layers_[std::size_t(l + 1)].attn_norm : output_norm_;
-  ok(kernels::launch_rms_norm_residual({x_, o_, next_norm, h_, T, hp.n_embd, hp.rms_eps}, stream_), "residual norm");
+  ok(kernels::launch_rms_norm_residual(norm_params(o_, w.ffn_norm), stream_), "ffn norm");
+  const projection gate_up[] = {{&w.gate, nullptr, gate_}, {&w.up, nullptr, up_}};
+  project(gate_up, h_, T, x8_embd);
+  kernels::swiglu_rows_params sw{gate_, up_, gate_, T, hp.n_ff, hp.n_ff, hp.n_ff, hp.n_ff};
+  const bool x8_ff = x8_fused(hp.n_ff);
+  if (x8_ff) {
+    const kernels::gemv_x8_rows x8 = kernels::gemv_x8_view(gemv_ws_, hp.n_ff, T);
+    sw.yq = x8.q;
+    sw.yq_scales = x8.ds;
+  }
+  ok(kernels::launch_swiglu(sw, stream_), "swiglu");
+  matmul(w.down, nullptr, gate_, o_, T, x8_ff);
+  // The residual add fused with the next norm: the next layer's attention norm, or the final one
+  // (whose output the head gathers and quantizes itself).
+  if (l + 1 < hp.n_layer) {
+    ok(kernels::launch_rms_norm_residual(norm_params(o_, layers_[std::size_t(l + 1)].attn_norm), stream_), "residual norm");
+  } else {
+    ok(kernels::launch_rms_norm_residual({x_, o_, output_norm_, h_, T, hp.n_embd, hp.rms_eps}, stream_), "final norm");
+  }
 }
 
 void gpu_device::run_attention(std::int64_t l) {

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <stdexcept>
 #include <unordered_map>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "kernels/gemm.h"
 #include "kernels/gemv.h"
 #include "kernels/gpu_runtime.h"
+#include "kernels/rms_norm_residual.h"
 
 namespace anvil::gpu_worker {
 
@@ -78,7 +80,21 @@ class gpu_device {
   void run_head_and_candidates(const step_plan& plan, step_result& result);
   void run_scores();
   void collect_scores(const step_plan& plan, step_result& result) const;
-  void matmul(const matrix& w, const float* bias, const float* x, float* y, std::int64_t n_tokens);
+  // y = x W^T (+ bias) for each projection of x; GEMVs for steps of up to gemv_max_tokens tokens,
+  // grouped by weight type into one launch each. x8_ready: the GEMV workspace already holds x in
+  // 8 bits (a producer kernel wrote it).
+  struct projection {
+    const matrix* w = nullptr;
+    const float* bias = nullptr;
+    float* y = nullptr;
+  };
+  void project(std::span<const projection> ps, const float* x, std::int64_t n_tokens, bool x8_ready);
+  void matmul(const matrix& w, const float* bias, const float* x, float* y, std::int64_t n_tokens, bool x8_ready = false);
+  // Whether the kernel producing a GEMV input of `width` columns writes its 8-bit form too (steps
+  // of up to gemv_max_tokens tokens, int8 activations, widths the fused writers take).
+  bool x8_fused(std::int64_t width) const;
+  // The residual add + norm into h_, with the 8-bit form of h_ when x8_fused(n_embd).
+  kernels::rms_norm_residual_params norm_params(const float* delta, const float* weight) const;
   kernels::paged_kv_f16 kv_layer(std::int64_t l) const;
   template <class T>
   T* host_at(std::size_t off) const { return reinterpret_cast<T*>(upload_host_ + off); }

@@ -6,13 +6,15 @@
 //   3. radix select on the order-preserving 32-bit key of the logit: 4 histogram passes of 8
 //      bits find the K-th largest value T and how many tokens equal to T belong in the top;
 //   4. collect the tokens above T (order-free), then the ties at T in ascending id order (a block
-//      scan per chunk), then rank-sort the K candidates (logit descending, id ascending);
-//   5. total and tail weights exp(l - max) in double (the reference's arithmetic), block-reduced
-//      in a fixed order;
-//   6. the tail draw: chunks of tokens in id order, a block prefix sum of the tail weights per
-//      chunk, and the one thread whose range crosses u * tail scans its own tokens.
+//      scan per chunk; skipped when every tie is taken, as when one token holds T), then
+//      rank-sort the K candidates (logit descending, id ascending);
+//   5. total and tail weights exp(l - max) in double (the reference's arithmetic): each warp sums
+//      one contiguous segment of the vocabulary, and the segments add up in a fixed order;
+//   6. the tail draw: the segment sums in id order find the segment that crosses u * tail; the
+//      block scans it in chunks with block prefix sums, and the one thread whose range crosses
+//      scans its own tokens.
 // Only integer atomics are used (histograms, the unordered collection sorted afterwards), so the
-// result is deterministic.
+// result is deterministic. Histogram counts are added per run of equal bins in a thread's tokens.
 #include "kernels/candidates.h"
 
 namespace anvil::kernels {
@@ -71,11 +73,11 @@ __device__ __forceinline__ bool better(const entry& a, const entry& b) {
 __global__ void __launch_bounds__(threads) candidates_kernel(candidates_params p) {
   __shared__ unsigned hist[256];
   __shared__ entry sel[candidates_max_k];
-  __shared__ int n_sel, tie_cut_s, last_tail_s, flags_s, found_s;
-  __shared__ unsigned prefix_s, k_rem_s;
+  __shared__ int n_sel, tie_cut_s, last_tail_s, flags_s;
+  __shared__ unsigned prefix_s, k_rem_s, ties_s;
   __shared__ float max_s;
   __shared__ int int_sums[32];
-  __shared__ double dbl_sums[32];
+  __shared__ double dbl_sums[32], seg_total_s[32], seg_tail_s[32];
 
   const int tid = threadIdx.x, vocab = int(p.vocab);
   const candidates_seq sp = p.seqs[blockIdx.x];
@@ -97,7 +99,6 @@ __global__ void __launch_bounds__(threads) candidates_kernel(candidates_params p
     tie_cut_s = -1;
     last_tail_s = -1;
     flags_s = 0;
-    found_s = 0;
   }
   __syncthreads();
   for (int i = tid; i < sp.counts_count; i += threads) {
@@ -117,6 +118,11 @@ __global__ void __launch_bounds__(threads) candidates_kernel(candidates_params p
     for (int b = tid; b < 256; b += threads) hist[b] = 0;
     __syncthreads();
     bool bad = false;
+    // Counts are added per run of equal bins: real logits share their top bits, so one bin
+    // takes nearly every token in the first passes, and an atomic per token would serialise
+    // the whole vocabulary on one shared-memory address.
+    unsigned run_bin = 0, run_n = 0;
+#pragma unroll 4
     for (int i = tid; i < vocab; i += threads) {
       float x = l[i];
       if (pass == 0) {
@@ -127,8 +133,17 @@ __global__ void __launch_bounds__(threads) candidates_kernel(candidates_params p
         bad |= isnan(x) || x == INFINITY;
       }
       const unsigned key = order_key(x);
-      if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1u);
+      if ((key & mask) == prefix) {
+        const unsigned bin = (key >> shift) & 255u;
+        if (bin != run_bin && run_n > 0) {
+          atomicAdd(&hist[run_bin], run_n);
+          run_n = 0;
+        }
+        run_bin = bin;
+        ++run_n;
+      }
     }
+    if (run_n > 0) atomicAdd(&hist[run_bin], run_n);
     if (bad) atomicOr(&flags_s, candidates_flag_bad_logit);
     __syncthreads();
     if (tid == 0) {
@@ -137,6 +152,7 @@ __global__ void __launch_bounds__(threads) candidates_kernel(candidates_params p
         if (above + hist[b] >= k_rem) {
           prefix_s = prefix | (unsigned(b) << shift);
           k_rem_s = k_rem - above;
+          ties_s = hist[b];  // after the last pass: the tokens whose key equals the threshold
           break;
         }
         above += hist[b];
@@ -150,12 +166,17 @@ __global__ void __launch_bounds__(threads) candidates_kernel(candidates_params p
   const unsigned threshold = prefix;
   const int need = int(k_rem), n_above = k - need;  // ties at the threshold to take, by lowest id
 
-  // 4. Collect: above the threshold in any order, then the ties in id order.
+  // 4. Collect: above the threshold in any order, then the ties in id order. When every tie
+  // belongs in the top (the usual case: one token holds the threshold value), they are collected
+  // with the rest, with no scan in id order.
+  const bool all_ties = ties_s == unsigned(need);
   for (int i = tid; i < vocab; i += threads) {
     const float x = l[i];
-    if (order_key(x) > threshold) sel[atomicAdd(&n_sel, 1)] = {i, x};
+    const unsigned key = order_key(x);
+    if (key > threshold || (all_ties && key == threshold)) sel[atomicAdd(&n_sel, 1)] = {i, x};
   }
-  int taken = 0;
+  if (all_ties && tid == 0) tie_cut_s = vocab;
+  int taken = all_ties ? need : 0;
   for (int base = 0; base < vocab && taken < need; base += threads) {
     const int i = base + tid;
     const bool tie = i < vocab && order_key(l[i]) == threshold;
@@ -184,10 +205,16 @@ __global__ void __launch_bounds__(threads) candidates_kernel(candidates_params p
     return key > threshold || (key == threshold && i <= tie_cut);
   };
 
-  // 5. Weights relative to the maximum, in double as the reference computes them.
+  // 5. Weights relative to the maximum, in double as the reference computes them. Warp w sums
+  // the contiguous segment w of the vocabulary (lanes strided inside it), so that the tail draw
+  // below can find the crossing segment from the segment sums and scan only that segment.
+  constexpr int warps = threads / gpu::warp_size;
+  const int lane = tid % gpu::warp_size, warp = tid / gpu::warp_size;
+  const int seg_len = (vocab + warps - 1) / warps;
+  const int seg0 = min(vocab, warp * seg_len), seg1 = min(vocab, seg0 + seg_len);
   double total = 0, tail = 0;
   int last_tail = -1;
-  for (int i = tid; i < vocab; i += threads) {
+  for (int i = seg0 + lane; i < seg1; i += gpu::warp_size) {
     const float x = l[i];
     const double w = exp(double(x) - double(max));
     total += w;
@@ -196,42 +223,66 @@ __global__ void __launch_bounds__(threads) candidates_kernel(candidates_params p
       if (w != 0) last_tail = i;
     }
   }
-  total = gpu::block_reduce_sum<threads>(total);
-  tail = gpu::block_reduce_sum<threads>(tail);
+  total = gpu::warp_reduce_sum(total);
+  tail = gpu::warp_reduce_sum(tail);
+  if (lane == 0) {
+    seg_total_s[warp] = total;
+    seg_tail_s[warp] = tail;
+  }
   if (last_tail >= 0) atomicMax(&last_tail_s, last_tail);
   __syncthreads();
+  total = 0;
+  tail = 0;
+  for (int w = 0; w < warps; ++w) {  // a fixed order: every thread gets the same sums
+    total += seg_total_s[w];
+    tail += seg_tail_s[w];
+  }
 
   const bool finite = isfinite(max);
   const float tail_mass = finite ? float(fmin(fmax(tail / total, 0.0), 1.0)) : 0.f;
   if (tid == 0) {
     hdr->log_normalizer = float(double(max) + log(total));
     hdr->tail_mass = tail_mass;
-    hdr->tail_token = -1;
-    hdr->tail_logit = 0.f;
+    if (tail_mass == 0.f) {  // else the draw below writes them (no barrier orders two writers)
+      hdr->tail_token = -1;
+      hdr->tail_logit = 0.f;
+    }
     hdr->n_top = k;
     hdr->flags = flags_s | (finite ? 0 : candidates_flag_no_finite);
     hdr->reserved[0] = hdr->reserved[1] = 0;
   }
   if (tail_mass == 0.f) return;  // uniform
 
-  // 6. The tail draw: the first id whose cumulative tail weight exceeds u * tail.
+  // 6. The tail draw: the first id whose cumulative tail weight exceeds u * tail. The segments'
+  // sums in order find the segment where the running sum crosses; the block then scans that
+  // segment in chunks of threads * draw_items tokens in id order with block prefix sums.
   const double target = sp.tail_u * tail;
   double running = 0;
-  for (int base = 0; base < vocab; base += threads * draw_items) {
+  int crossing = -1;
+  for (int w = 0; w < warps; ++w) {
+    if (seg_tail_s[w] > 0 && running + seg_tail_s[w] > target) {
+      crossing = w;
+      break;
+    }
+    running += seg_tail_s[w];
+  }
+  // Rounding left the target beyond the last segment (crossing < 0), or beyond the last token of
+  // the crossing one (the loop ends without a pick): the last tail token with weight.
+  const int c0 = crossing < 0 ? vocab : crossing * seg_len, c1 = crossing < 0 ? vocab : min(vocab, c0 + seg_len);
+  for (int base = c0; base < c1; base += threads * draw_items) {
     const int first = base + tid * draw_items;
     double local = 0;
 #pragma unroll
     for (int j = 0; j < draw_items; ++j) {
       const int i = first + j;
-      if (i < vocab && !in_top(i, l[i])) local += exp(double(l[i]) - double(max));
+      if (i < c1 && !in_top(i, l[i])) local += exp(double(l[i]) - double(max));
     }
     double chunk_total;
     const double incl = block_inclusive_scan(local, dbl_sums, chunk_total);
     const double before = running + (incl - local), after = running + incl;
     // `before` of thread t+1 is not bit-equal to `after` of thread t in general, so crossing
-    // is decided on `after` alone: the first thread whose `after` exceeds the target.
-    // The running sums are nondecreasing in thread order, so exactly the threads from the first
-    // crossing one on see after > target; the first is the one with a crossing count of 1.
+    // is decided on `after` alone: the running sums are nondecreasing in thread order, so the
+    // threads from the first crossing one on see after > target; the first has a count of 1.
     const bool crosses = after > target && local > 0;
     int n_crossing;
     const int n_cross = block_inclusive_scan(int(crosses), int_sums, n_crossing);
@@ -240,7 +291,7 @@ __global__ void __launch_bounds__(threads) candidates_kernel(candidates_params p
       int pick = -1;
       for (int j = 0; j < draw_items; ++j) {
         const int i = first + j;
-        if (i >= vocab || in_top(i, l[i])) continue;
+        if (i >= c1 || in_top(i, l[i])) continue;
         const double w = exp(double(l[i]) - double(max));
         if (w == 0) continue;
         pick = i;
@@ -249,13 +300,10 @@ __global__ void __launch_bounds__(threads) candidates_kernel(candidates_params p
       }
       hdr->tail_token = pick;
       hdr->tail_logit = l[pick];
-      found_s = 1;
     }
-    __syncthreads();
-    if (found_s == 1) return;  // uniform: read by every thread after the barrier
+    if (n_crossing > 0) return;  // uniform: the block's count
     running += chunk_total;
   }
-  // Rounding left the target beyond the last token: the last tail token with weight.
   if (tid == 0) {
     hdr->tail_token = last_tail_s;
     hdr->tail_logit = l[last_tail_s];

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstddef>
+#include <span>
 
 #include "kernels/matmul.h"
 
@@ -35,6 +36,22 @@ bool gemv_supports(model::ggml_type t);
 // (0 for F32, F16 and BF16).
 std::size_t gemv_workspace_bytes(model::ggml_type w_type, std::int64_t in, std::int64_t max_tokens);
 
+// The 8-bit activations of a quantized GEMV inside its workspace, for n_tokens rows of `in`:
+// row t's int8 values at q + t * in and its {scale, scale * sum} pairs (one per 16 elements) at
+// ds + 2 * t * (in / 16). launch_gemv writes them from x; a kernel that produces x can write them
+// itself instead (rms_norm_residual_params::yq, swiglu_rows_params::yq) and the GEMV then reads
+// them as they are (gemv_x8_source::workspace).
+struct gemv_x8_rows {
+  std::int8_t* q = nullptr;
+  float* ds = nullptr;
+};
+gemv_x8_rows gemv_x8_view(void* workspace, std::int64_t in, std::int64_t n_tokens);
+
+// Where a quantized GEMV's 8-bit activations come from: rounded from x by this launch, or already
+// in the workspace (from a producer kernel, or from the previous GEMV on the same x and batch).
+// Ignored by the float path (F32/F16/BF16 weights, gemv_activations::f32), which reads x.
+enum class gemv_x8_source { quantize, workspace };
+
 // Enqueues the GEMV on `stream`. Preconditions, checked (hipErrorInvalidValue, nothing launched):
 // 0 <= n_tokens <= gemv_max_tokens (0 launches nothing), out >= 0, in > 0 and a multiple of 8
 // (F32, F16, BF16), 32 (Q8_0, Q4_0) or 256 (K-quants), w and x 16-byte aligned, a supported type,
@@ -44,7 +61,25 @@ std::size_t gemv_workspace_bytes(model::ggml_type w_type, std::int64_t in, std::
 // not alias x, w or the workspace.
 // With gemv_activations::f32 the workspace is not used (it may be null).
 hipError_t launch_gemv(const matmul_params& p, void* workspace, std::size_t workspace_bytes, hipStream_t stream,
-                       gemv_activations activations = gemv_activations::int8);
+                       gemv_activations activations = gemv_activations::int8,
+                       gemv_x8_source source = gemv_x8_source::quantize);
+
+// Up to gemv_max_group GEMVs on the same x in one launch (q, k and v; gate and up), so that small
+// matrices do not each pay a launch and a ramp. Every p must pass launch_gemv's checks and share
+// w_type, in, n_tokens and x (else hipErrorInvalidValue, nothing launched); each has its own w,
+// out, bias and y. The float path launches them one by one.
+inline constexpr int gemv_max_group = 3;
+hipError_t launch_gemv_group(std::span<const matmul_params> ps, void* workspace, std::size_t workspace_bytes,
+                             hipStream_t stream, gemv_activations activations = gemv_activations::int8,
+                             gemv_x8_source source = gemv_x8_source::quantize);
+
+// For benchmarks (bench/gpu_roofline) choosing launch_gemv's batch-1 tile: the integer GEMV of a
+// quantized type for one token, with `rows_per_warp` rows per warp and `slices_per_lane` slices
+// in flight per lane — (1|2|4, 1|2|4), not (4, 4) — instead of the built-in table's. The same
+// checks as launch_gemv, and hipErrorInvalidValue for another batch, type or tile.
+hipError_t launch_gemv_b1_tile(const matmul_params& p, void* workspace, std::size_t workspace_bytes, hipStream_t stream,
+                               int rows_per_warp, int slices_per_lane,
+                               gemv_x8_source source = gemv_x8_source::quantize);
 
 }  // namespace anvil::kernels
 #endif

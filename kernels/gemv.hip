@@ -18,6 +18,7 @@
 #include "kernels/gemv.h"
 
 #include <algorithm>
+#include <span>
 
 #include "kernels/gpu_quant.h"
 #include "kernels/gpu_quant_dot.h"
@@ -106,36 +107,46 @@ constexpr int quantize_threads = 256;
 __global__ void __launch_bounds__(quantize_threads) quantize_x_kernel(const float* x, std::int64_t n, i8* xq, float2* ds) {
   const std::int64_t i = (std::int64_t(blockIdx.x) * quantize_threads + threadIdx.x) * 4;
   const bool valid = i < n;  // n % 32 == 0: a group of 8 lanes is valid or not as a whole
-  const float4 v = valid ? *reinterpret_cast<const float4*>(x + i) : make_float4(0.f, 0.f, 0.f, 0.f);
-  float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-  amax = fmaxf(amax, gpu::shfl_xor(amax, 1));
-  amax = fmaxf(amax, gpu::shfl_xor(amax, 2));
-  amax = fmaxf(amax, gpu::shfl_xor(amax, 4));
-  const float d = amax / 127.f;
-  const float id = d > 0.f ? 1.f / d : 0.f;
-  const int q0 = int(rintf(v.x * id)), q1 = int(rintf(v.y * id)), q2 = int(rintf(v.z * id)), q3 = int(rintf(v.w * id));
-  int sum = q0 + q1 + q2 + q3;
-  sum += gpu::shfl_xor(sum, 1);
-  sum += gpu::shfl_xor(sum, 2);
-  if (!valid) return;
-  *reinterpret_cast<u32*>(xq + i) = (u32(q0) & 0xFFu) | ((u32(q1) & 0xFFu) << 8) | ((u32(q2) & 0xFFu) << 16) | (u32(q3) << 24);
-  if ((threadIdx.x & 3) == 0) ds[i / 16] = make_float2(d, d * float(sum));
+  quantize_x8(valid ? *reinterpret_cast<const float4*>(x + i) : make_float4(0.f, 0.f, 0.f, 0.f), i, valid, xq, ds);
 }
 
 // ---- integer GEMV ------------------------------------------------------------------------------------
+// One launch serves a group of up to gemv_max_group matrices that share the type, `in`, the batch
+// and x (the q, k and v projections; gate and up): matrix g owns blocks
+// [first_block[g], first_block[g + 1]) of the grid.
+struct group_args {
+  const void* w[gemv_max_group] = {};
+  const float* bias[gemv_max_group] = {};
+  float* y[gemv_max_group] = {};
+  std::int64_t out[gemv_max_group] = {};
+  unsigned first_block[gemv_max_group + 1] = {};
+  std::int64_t in = 0;
+};
+static_assert(gemv_max_group == 3, "group_args::pick below selects among three matrices");
+
+template <class T>
+__device__ __forceinline__ T pick(int g, T a, T b, T c) { return g == 0 ? a : g == 1 ? b : c; }
+
 template <class F, int NT, int R, int U>
-__global__ void __launch_bounds__(gemv_threads) gemv_q8_kernel(matmul_params p, std::size_t row_bytes, const i8* xq,
+__global__ void __launch_bounds__(gemv_threads) gemv_q8_kernel(group_args args, std::size_t row_bytes, const i8* xq,
                                                               const float2* ds) {
+  const unsigned block = blockIdx.x;
+  const int g = block >= args.first_block[2] ? 2 : block >= args.first_block[1] ? 1 : 0;
+  const u8* const w = static_cast<const u8*>(pick(g, args.w[0], args.w[1], args.w[2]));
+  const std::int64_t out = pick(g, args.out[0], args.out[1], args.out[2]);
   const int lane = int(threadIdx.x) % gpu::warp_size;
-  const std::int64_t warp = std::int64_t(blockIdx.x) * (gemv_threads / gpu::warp_size) + threadIdx.x / gpu::warp_size;
+  // Parameters are read with constant indices only: a dynamic index would copy the whole
+  // argument block to local memory in every thread.
+  const unsigned first = pick(g, args.first_block[0], args.first_block[1], args.first_block[2]);
+  const std::int64_t warp = std::int64_t(block - first) * (gemv_threads / gpu::warp_size) + threadIdx.x / gpu::warp_size;
   const std::int64_t row0 = warp * R;
-  if (row0 >= p.out) return;
+  if (row0 >= out) return;
 
   const u8* rows[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
-    const std::int64_t row = row0 + r < p.out ? row0 + r : p.out - 1;  // tail rows: computed, not stored
-    rows[r] = static_cast<const u8*>(p.w) + std::size_t(row) * row_bytes;
+    const std::int64_t row = row0 + r < out ? row0 + r : out - 1;  // tail rows: computed, not stored
+    rows[r] = w + std::size_t(row) * row_bytes;
   }
   float acc[R][NT];
 #pragma unroll
@@ -144,15 +155,16 @@ __global__ void __launch_bounds__(gemv_threads) gemv_q8_kernel(matmul_params p, 
     for (int t = 0; t < NT; ++t) acc[r][t] = 0.f;
   }
 
-  const int slices = int(p.in / F::block_elems) * F::slices;
+  const std::int64_t in = args.in;
+  const int slices = int(in / F::block_elems) * F::slices;
   for (int c0 = lane; c0 < slices; c0 += gpu::warp_size * U) {
     // All loads first. Slices past the end re-read the last one (in bounds) and are skipped below.
-    typename F::w_t w[U][R];
+    typename F::w_t wv[U][R];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int c = min(c0 + u * gpu::warp_size, slices - 1);
 #pragma unroll
-      for (int r = 0; r < R; ++r) w[u][r] = F::load(rows[r] + std::size_t(c / F::slices) * F::block_bytes, c % F::slices);
+      for (int r = 0; r < R; ++r) wv[u][r] = F::load(rows[r] + std::size_t(c / F::slices) * F::block_bytes, c % F::slices);
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -161,10 +173,10 @@ __global__ void __launch_bounds__(gemv_threads) gemv_q8_kernel(matmul_params p, 
       const int blk = c / F::slices, s = c % F::slices;
       typename F::dec_t dec[R];
 #pragma unroll
-      for (int r = 0; r < R; ++r) dec[r] = F::decode(w[u][r], s);
+      for (int r = 0; r < R; ++r) dec[r] = F::decode(wv[u][r], s);
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
-        const auto xv = F::load_x(x8_view{xq + t * p.in, ds + t * (p.in / 16)}, blk, s);
+        const auto xv = F::load_x(x8_view{xq + t * in, ds + t * (in / 16)}, blk, s);
 #pragma unroll
         for (int r = 0; r < R; ++r) acc[r][t] += F::dot(dec[r], xv);
       }
@@ -177,46 +189,71 @@ __global__ void __launch_bounds__(gemv_threads) gemv_q8_kernel(matmul_params p, 
     for (int t = 0; t < NT; ++t) acc[r][t] = gpu::warp_reduce_sum(acc[r][t]);
   }
   if (lane == 0) {
+    const float* bias = pick(g, args.bias[0], args.bias[1], args.bias[2]);
+    float* y = pick(g, args.y[0], args.y[1], args.y[2]);
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const std::int64_t row = row0 + r;
-      if (row >= p.out) break;
-      const float b = p.bias ? p.bias[row] : 0.f;
+      if (row >= out) break;
+      const float b = bias ? bias[row] : 0.f;
 #pragma unroll
-      for (int t = 0; t < NT; ++t) p.y[t * p.out + row] = acc[r][t] + b;
+      for (int t = 0; t < NT; ++t) y[t * out + row] = acc[r][t] + b;
     }
   }
 }
 
-// Rows per warp and slices per lane in flight, by batch size: one row at batch 1 (enough warps
-// even for 4096 rows) with four blocks (Q8_0, Q4_0) or two 32-byte K-quant slices per lane in
-// flight; more rows per warp as the batch grows, so that each activation load (NT of them per
-// slice) feeds more weight bytes.
+// Rows per warp and slices per lane in flight, by batch size. At batch 1: Q8_0 and Q4_0 one row
+// per warp with four blocks per lane in flight; the K-quants two rows per warp with one 32-byte
+// slice each (each activation load then feeds two rows; measured on the H200 with
+// gpu_roofline's tile table, bench/GPU_NOTES.md session 4: +15-45% over one row per warp on
+// every Q4_K/Q5_K/Q6_K shape of an 8B model). More rows per warp as the batch grows, so that each
+// activation load (NT of them per slice) feeds more weight bytes.
 template <class F, int NT>
 struct q8_tile {
-  static constexpr int R = NT == 1 ? 1 : NT <= 4 ? 2 : 4;
-  static constexpr int U = NT == 1 ? (F::slices == 1 ? 4 : 2) : NT <= 4 ? 2 : 1;
+  static constexpr int R = NT == 1 ? (F::slices == 1 ? 1 : 2) : NT <= 4 ? 2 : 4;
+  static constexpr int U = NT == 1 ? (F::slices == 1 ? 4 : 1) : NT <= 4 ? 2 : 1;
 };
 
-template <class F, int NT>
-void launch_q8_for(const matmul_params& p, std::size_t row_bytes, const i8* xq, const float2* ds, hipStream_t stream) {
-  constexpr int R = q8_tile<F, NT>::R, U = q8_tile<F, NT>::U;
+template <class F, int NT, int R, int U>
+void launch_q8_tile(std::span<const matmul_params> ps, std::size_t row_bytes, const i8* xq, const float2* ds,
+                    hipStream_t stream) {
   constexpr std::int64_t rows_per_block = std::int64_t(R) * (gemv_threads / gpu::warp_size);
-  const dim3 grid(static_cast<unsigned>((p.out + rows_per_block - 1) / rows_per_block));
-  gemv_q8_kernel<F, NT, R, U><<<grid, gemv_threads, 0, stream>>>(p, row_bytes, xq, ds);
+  group_args args;
+  args.in = ps[0].in;
+  std::int64_t blocks = 0;
+  for (std::size_t g = 0; g < gemv_max_group; ++g) {
+    args.first_block[g] = static_cast<unsigned>(blocks);
+    if (g >= ps.size()) continue;
+    args.w[g] = ps[g].w;
+    args.bias[g] = ps[g].bias;
+    args.y[g] = ps[g].y;
+    args.out[g] = ps[g].out;
+    blocks += (ps[g].out + rows_per_block - 1) / rows_per_block;
+  }
+  // Unused slots own no blocks: their first block is past the grid.
+  for (std::size_t g = ps.size(); g <= gemv_max_group; ++g) args.first_block[g] = static_cast<unsigned>(blocks);
+  if (blocks == 0) return;
+  gemv_q8_kernel<F, NT, R, U><<<dim3(static_cast<unsigned>(blocks)), gemv_threads, 0, stream>>>(args, row_bytes, xq, ds);
+}
+
+template <class F, int NT>
+void launch_q8_for(std::span<const matmul_params> ps, std::size_t row_bytes, const i8* xq, const float2* ds,
+                   hipStream_t stream) {
+  launch_q8_tile<F, NT, q8_tile<F, NT>::R, q8_tile<F, NT>::U>(ps, row_bytes, xq, ds, stream);
 }
 
 template <class F>
-void launch_q8_tokens(const matmul_params& p, std::size_t row_bytes, const i8* xq, const float2* ds, hipStream_t stream) {
-  switch (p.n_tokens) {
-    case 1: launch_q8_for<F, 1>(p, row_bytes, xq, ds, stream); break;
-    case 2: launch_q8_for<F, 2>(p, row_bytes, xq, ds, stream); break;
-    case 3: launch_q8_for<F, 3>(p, row_bytes, xq, ds, stream); break;
-    case 4: launch_q8_for<F, 4>(p, row_bytes, xq, ds, stream); break;
-    case 5: launch_q8_for<F, 5>(p, row_bytes, xq, ds, stream); break;
-    case 6: launch_q8_for<F, 6>(p, row_bytes, xq, ds, stream); break;
-    case 7: launch_q8_for<F, 7>(p, row_bytes, xq, ds, stream); break;
-    default: launch_q8_for<F, 8>(p, row_bytes, xq, ds, stream); break;
+void launch_q8_tokens(std::span<const matmul_params> ps, std::size_t row_bytes, const i8* xq, const float2* ds,
+                      hipStream_t stream) {
+  switch (ps[0].n_tokens) {
+    case 1: launch_q8_for<F, 1>(ps, row_bytes, xq, ds, stream); break;
+    case 2: launch_q8_for<F, 2>(ps, row_bytes, xq, ds, stream); break;
+    case 3: launch_q8_for<F, 3>(ps, row_bytes, xq, ds, stream); break;
+    case 4: launch_q8_for<F, 4>(ps, row_bytes, xq, ds, stream); break;
+    case 5: launch_q8_for<F, 5>(ps, row_bytes, xq, ds, stream); break;
+    case 6: launch_q8_for<F, 6>(ps, row_bytes, xq, ds, stream); break;
+    case 7: launch_q8_for<F, 7>(ps, row_bytes, xq, ds, stream); break;
+    default: launch_q8_for<F, 8>(ps, row_bytes, xq, ds, stream); break;
   }
 }
 
@@ -262,31 +299,95 @@ std::size_t gemv_workspace_bytes(model::ggml_type w_type, std::int64_t in, std::
   return x8_bytes(in, std::min(max_tokens, gemv_max_tokens));
 }
 
-hipError_t launch_gemv(const matmul_params& p, void* workspace, std::size_t workspace_bytes, hipStream_t stream,
-                       gemv_activations activations) {
+gemv_x8_rows gemv_x8_view(void* workspace, std::int64_t in, std::int64_t n_tokens) {
+  auto* base = static_cast<std::uint8_t*>(workspace);
+  return {reinterpret_cast<std::int8_t*>(base), reinterpret_cast<float*>(base + round256(std::size_t(in * n_tokens)))};
+}
+
+namespace {
+
+// The checks launch_gemv documents, for one matrix.
+bool valid_single(const matmul_params& p) {
   const std::int64_t block = gpu_block_elems(p.w_type);
   if (block == 0 || p.n_tokens < 0 || p.n_tokens > gemv_max_tokens || p.out < 0 || p.in <= 0 || p.in % block != 0) {
-    return hipErrorInvalidValue;
+    return false;
   }
-  if (p.n_tokens == 0 || p.out == 0) return hipSuccess;
-  if (!aligned16(p.w) || !aligned16(p.x) || p.y == nullptr) return hipErrorInvalidValue;
+  if (p.n_tokens == 0 || p.out == 0) return true;
+  if (!aligned16(p.w) || !aligned16(p.x) || p.y == nullptr) return false;
   // Grid size: out / rows_per_block blocks must fit the x dimension (2^31 - 1); slice counts an int.
-  if (p.out > (std::int64_t(1) << 31) || p.in > (std::int64_t(1) << 30)) return hipErrorInvalidValue;
+  return p.out <= (std::int64_t(1) << 31) && p.in <= (std::int64_t(1) << 30);
+}
+
+}  // namespace
+
+hipError_t launch_gemv_group(std::span<const matmul_params> ps, void* workspace, std::size_t workspace_bytes,
+                             hipStream_t stream, gemv_activations activations, gemv_x8_source source) {
+  if (ps.empty() || ps.size() > std::size_t(gemv_max_group)) return hipErrorInvalidValue;
+  const matmul_params& p = ps[0];
+  for (const matmul_params& q : ps) {
+    if (!valid_single(q) || q.w_type != p.w_type || q.in != p.in || q.n_tokens != p.n_tokens || q.x != p.x) {
+      return hipErrorInvalidValue;
+    }
+  }
+  if (p.n_tokens == 0 || std::all_of(ps.begin(), ps.end(), [](const matmul_params& q) { return q.out == 0; })) {
+    return hipSuccess;
+  }
   const std::size_t row_bytes = *model::row_bytes(p.w_type, p.in);
   if (!uses_q8(p.w_type) || activations == gemv_activations::f32) {
-    with_format(p.w_type, [&](auto f) { launch_tokens<decltype(f)>(p, row_bytes, stream); });
+    for (const matmul_params& q : ps) {
+      if (q.out > 0) with_format(q.w_type, [&](auto f) { launch_tokens<decltype(f)>(q, row_bytes, stream); });
+    }
     return hipGetLastError();
   }
   if (workspace == nullptr || !aligned16(workspace) || workspace_bytes < x8_bytes(p.in, p.n_tokens)) {
     return hipErrorInvalidValue;
   }
-  auto* xq = static_cast<i8*>(workspace);
-  auto* ds = reinterpret_cast<float2*>(static_cast<u8*>(workspace) + round256(std::size_t(p.in * p.n_tokens)));
-  const std::int64_t n = p.in * p.n_tokens;
-  const std::int64_t qblocks = (n / 4 + quantize_threads - 1) / quantize_threads;
-  quantize_x_kernel<<<dim3(static_cast<unsigned>(qblocks)), quantize_threads, 0, stream>>>(p.x, n, xq, ds);
-  with_dot_format(p.w_type, [&](auto f) { launch_q8_tokens<decltype(f)>(p, row_bytes, xq, ds, stream); });
+  const gemv_x8_rows x8 = gemv_x8_view(workspace, p.in, p.n_tokens);
+  auto* ds = reinterpret_cast<float2*>(x8.ds);
+  if (source == gemv_x8_source::quantize) {
+    const std::int64_t n = p.in * p.n_tokens;
+    const std::int64_t qblocks = (n / 4 + quantize_threads - 1) / quantize_threads;
+    quantize_x_kernel<<<dim3(static_cast<unsigned>(qblocks)), quantize_threads, 0, stream>>>(p.x, n, x8.q, ds);
+  }
+  with_dot_format(p.w_type, [&](auto f) { launch_q8_tokens<decltype(f)>(ps, row_bytes, x8.q, ds, stream); });
   return hipGetLastError();
+}
+
+hipError_t launch_gemv_b1_tile(const matmul_params& p, void* workspace, std::size_t workspace_bytes, hipStream_t stream,
+                               int rows_per_warp, int slices_per_lane, gemv_x8_source source) {
+  if (!valid_single(p) || p.n_tokens != 1 || !uses_q8(p.w_type) || p.out == 0 || workspace == nullptr ||
+      !aligned16(workspace) || workspace_bytes < x8_bytes(p.in, 1)) {
+    return hipErrorInvalidValue;
+  }
+  const std::size_t row_bytes = *model::row_bytes(p.w_type, p.in);
+  const gemv_x8_rows x8 = gemv_x8_view(workspace, p.in, 1);
+  auto* ds = reinterpret_cast<float2*>(x8.ds);
+  if (source == gemv_x8_source::quantize) {
+    quantize_x_kernel<<<dim3(static_cast<unsigned>((p.in / 4 + quantize_threads - 1) / quantize_threads)), quantize_threads, 0,
+                        stream>>>(p.x, p.in, x8.q, ds);
+  }
+  const std::span<const matmul_params> ps(&p, 1);
+  bool known = true;
+  with_dot_format(p.w_type, [&](auto f) {
+    using F = decltype(f);
+    switch (rows_per_warp * 10 + slices_per_lane) {
+      case 11: launch_q8_tile<F, 1, 1, 1>(ps, row_bytes, x8.q, ds, stream); break;
+      case 12: launch_q8_tile<F, 1, 1, 2>(ps, row_bytes, x8.q, ds, stream); break;
+      case 14: launch_q8_tile<F, 1, 1, 4>(ps, row_bytes, x8.q, ds, stream); break;
+      case 21: launch_q8_tile<F, 1, 2, 1>(ps, row_bytes, x8.q, ds, stream); break;
+      case 22: launch_q8_tile<F, 1, 2, 2>(ps, row_bytes, x8.q, ds, stream); break;
+      case 24: launch_q8_tile<F, 1, 2, 4>(ps, row_bytes, x8.q, ds, stream); break;
+      case 41: launch_q8_tile<F, 1, 4, 1>(ps, row_bytes, x8.q, ds, stream); break;
+      case 42: launch_q8_tile<F, 1, 4, 2>(ps, row_bytes, x8.q, ds, stream); break;
+      default: known = false; break;
+    }
+  });
+  return known ? hipGetLastError() : hipErrorInvalidValue;
+}
+
+hipError_t launch_gemv(const matmul_params& p, void* workspace, std::size_t workspace_bytes, hipStream_t stream,
+                       gemv_activations activations, gemv_x8_source source) {
+  return launch_gemv_group(std::span<const matmul_params>(&p, 1), workspace, workspace_bytes, stream, activations, source);
 }
 
 }  // namespace anvil::kernels

@@ -34,6 +34,29 @@ struct x8_view {
   const float2* ds;
 };
 
+// Rounds activations to the x8 form above, four consecutive elements per lane: lanes work in
+// aligned groups of 8 that hold one 32-element block together (lane % 8 holds elements
+// 4 * (lane % 8) .. of it), so `i`, the row index of v.x, must satisfy (i / 4) % 8 == lane % 8.
+// Every lane of the warp must call it (it shuffles); a group with `valid` false stores nothing.
+// The kernels that produce a GEMV's input (RMSNorm, SwiGLU) call it so that the GEMV need not
+// quantize; quantize_x_kernel (gemv.hip) is it on its own.
+__device__ __forceinline__ void quantize_x8(float4 v, std::int64_t i, bool valid, i8* xq, float2* ds) {
+  if (!valid) v = make_float4(0.f, 0.f, 0.f, 0.f);
+  float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+  amax = fmaxf(amax, gpu::shfl_xor(amax, 1));
+  amax = fmaxf(amax, gpu::shfl_xor(amax, 2));
+  amax = fmaxf(amax, gpu::shfl_xor(amax, 4));
+  const float d = amax / 127.f;
+  const float id = d > 0.f ? 1.f / d : 0.f;
+  const int q0 = int(rintf(v.x * id)), q1 = int(rintf(v.y * id)), q2 = int(rintf(v.z * id)), q3 = int(rintf(v.w * id));
+  int sum = q0 + q1 + q2 + q3;
+  sum += gpu::shfl_xor(sum, 1);
+  sum += gpu::shfl_xor(sum, 2);
+  if (!valid) return;
+  *reinterpret_cast<u32*>(xq + i) = (u32(q0) & 0xFFu) | ((u32(q1) & 0xFFu) << 8) | ((u32(q2) & 0xFFu) << 16) | (u32(q3) << 24);
+  if ((i / 4) % 4 == 0) ds[i / 16] = make_float2(d, d * float(sum));
+}
+
 // The 4N + 2 bytes at the 2-byte aligned p as N + 1 words (the last holds 2 bytes).
 template <int N>
 __device__ __forceinline__ void load_a2(const u8* p, u32 (&o)[N + 1]) {

@@ -19,6 +19,12 @@ struct rms_norm_residual_params {
   std::int64_t rows = 0;
   std::int64_t cols = 0;          // > 0
   float eps = 1e-6f;
+  // Optional (GPU only): y also rounded to 8 bits in the form the quantized GEMV reads
+  // (kernels/gemv.h, gemv_x8_rows), so the projections that follow need not quantize it
+  // themselves: yq [rows, cols], yq_scales [rows, cols / 16] pairs. Needs cols % 32 == 0 and the
+  // 16-byte aligned path. The CPU reference ignores them.
+  std::int8_t* yq = nullptr;
+  float* yq_scales = nullptr;
 };
 
 // CPU reference: the float add (as model/cpu_forward.cpp does it), then rms_norm_ref.
@@ -30,6 +36,8 @@ void rms_norm_residual_ref(const rms_norm_residual_params& p);
 #include "kernels/gpu_runtime.h"
 
 namespace anvil::kernels {
+// Rejects (hipErrorInvalidValue) rows < 0, cols <= 0, and yq without its conditions (above) or
+// with more than 16384 columns.
 hipError_t launch_rms_norm_residual(const rms_norm_residual_params& p, hipStream_t stream);
 }  // namespace anvil::kernels
 #endif

@@ -2,7 +2,15 @@
 // h, writes h back and accumulates the squares; after the block reduction it re-reads only what
 // it wrote itself (no barrier needed for that) and writes y. 16-byte accesses when all rows are
 // 16-byte aligned.
+//
+// Rows of up to 16384 aligned floats (every model we serve) take the register path instead: each
+// thread loads its (at most four) float4s at once, keeps them in registers across the reduction
+// and writes h and y from there — one round trip to memory instead of one per strided step,
+// which is what a decode step's single row waits on. That path can also write y rounded to 8
+// bits for the quantized GEMV (gpu_quant_dot.h quantize_x8).
 #include "kernels/rms_norm_residual.h"
+
+#include "kernels/gpu_quant_dot.h"
 
 namespace anvil::kernels {
 namespace {
@@ -57,11 +65,72 @@ __global__ void __launch_bounds__(block_size) rms_norm_residual_kernel(rms_norm_
   }
 }
 
+template <int Block, int N4, bool HasDelta, bool Quant>
+__global__ void __launch_bounds__(Block) rms_norm_residual_reg_kernel(rms_norm_residual_params p) {
+  const std::int64_t row = blockIdx.x;
+  const int n4 = int(p.cols / 4);
+  float4* h4 = reinterpret_cast<float4*>(p.h + row * p.cols);
+  const float4* d4 = reinterpret_cast<const float4*>(p.delta + (HasDelta ? row * p.cols : 0));
+  const float4* w4 = reinterpret_cast<const float4*>(p.weight);
+  float4* y4 = reinterpret_cast<float4*>(p.y + row * p.cols);
+  float4 v[N4];
+#pragma unroll
+  for (int k = 0; k < N4; ++k) {
+    const int i = int(threadIdx.x) + k * Block;
+    v[k] = i < n4 ? h4[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+    if constexpr (HasDelta) {
+      if (i < n4) {
+        const float4 e = d4[i];
+        v[k] = make_float4(v[k].x + e.x, v[k].y + e.y, v[k].z + e.z, v[k].w + e.w);
+      }
+    }
+  }
+  float sum_sq = 0.f;
+#pragma unroll
+  for (int k = 0; k < N4; ++k) {
+    const int i = int(threadIdx.x) + k * Block;
+    if constexpr (HasDelta) {
+      if (i < n4) h4[i] = v[k];
+    }
+    sum_sq += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
+  }
+  sum_sq = gpu::block_reduce_sum<Block>(sum_sq);
+  const float scale = rsqrtf(sum_sq / float(p.cols) + p.eps);
+#pragma unroll
+  for (int k = 0; k < N4; ++k) {
+    const int i = int(threadIdx.x) + k * Block;
+    const bool valid = i < n4;
+    const float4 g = valid ? w4[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+    const float4 y = make_float4(v[k].x * scale * g.x, v[k].y * scale * g.y, v[k].z * scale * g.z, v[k].w * scale * g.w);
+    if (valid) y4[i] = y;
+    if constexpr (Quant) {
+      // Uniform over groups of 8 lanes: n4 % 8 == 0 when quantizing (cols % 32 == 0).
+      gpu_quant::quantize_x8(y, 4 * std::int64_t(i), valid, p.yq + row * p.cols,
+                             reinterpret_cast<float2*>(p.yq_scales) + row * (p.cols / 16));
+    }
+  }
+}
+
 bool aligned16(const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; }
+
+template <int Block, int N4, bool HasDelta>
+void launch_reg(const rms_norm_residual_params& p, hipStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(p.rows));
+  if (p.yq) {
+    rms_norm_residual_reg_kernel<Block, N4, HasDelta, true><<<grid, Block, 0, stream>>>(p);
+  } else {
+    rms_norm_residual_reg_kernel<Block, N4, HasDelta, false><<<grid, Block, 0, stream>>>(p);
+  }
+}
 
 template <bool HasDelta>
 void launch(const rms_norm_residual_params& p, bool vec4, hipStream_t stream) {
   const dim3 grid(static_cast<unsigned>(p.rows));
+  const std::int64_t n4 = p.cols / 4;
+  if (vec4 && n4 <= 256) return launch_reg<256, 1, HasDelta>(p, stream);
+  if (vec4 && n4 <= 1024) return launch_reg<1024, 1, HasDelta>(p, stream);
+  if (vec4 && n4 <= 2048) return launch_reg<1024, 2, HasDelta>(p, stream);
+  if (vec4 && n4 <= 4096) return launch_reg<1024, 4, HasDelta>(p, stream);
   if (vec4) {
     rms_norm_residual_kernel<true, HasDelta><<<grid, block_size, 0, stream>>>(p);
   } else {
@@ -76,6 +145,11 @@ hipError_t launch_rms_norm_residual(const rms_norm_residual_params& p, hipStream
   if (p.rows < 0 || p.rows > 0x7fffffff || p.cols <= 0) return hipErrorInvalidValue;
   const bool vec4 = p.cols % 4 == 0 && aligned16(p.h) && aligned16(p.y) && aligned16(p.weight) &&
                     (p.delta == nullptr || aligned16(p.delta));
+  if (p.yq != nullptr &&
+      (!vec4 || p.cols % 32 != 0 || p.cols / 4 > 4096 || p.yq_scales == nullptr ||
+       reinterpret_cast<std::uintptr_t>(p.yq) % 4 != 0 || reinterpret_cast<std::uintptr_t>(p.yq_scales) % 8 != 0)) {
+    return hipErrorInvalidValue;
+  }
   if (p.delta) {
     launch<true>(p, vec4, stream);
   } else {

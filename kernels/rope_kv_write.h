@@ -36,7 +36,8 @@ inline constexpr std::int64_t rope_max_rot_dim = 512;
 #include "kernels/gpu_runtime.h"
 
 namespace anvil::kernels {
-// One block per token. Rejects (hipErrorInvalidValue) rot_dim odd or > min(head_dim, 512).
+// A block per token and group of heads. Rejects (hipErrorInvalidValue) rot_dim odd or
+// > min(head_dim, 512), or more heads than 65535 blocks of a grid column hold.
 // Slots are trusted to lie inside the cache (the KV manager hands them out).
 hipError_t launch_rope_kv_write(const rope_kv_write_params& p, hipStream_t stream);
 }  // namespace anvil::kernels

@@ -25,6 +25,12 @@ struct swiglu_rows_params {
   std::int64_t gate_stride = 0;    // in elements, >= cols
   std::int64_t up_stride = 0;
   std::int64_t out_stride = 0;
+  // Optional (GPU only): out also rounded to 8 bits in the form the quantized GEMV reads
+  // (kernels/gemv.h, gemv_x8_rows; rows of cols elements, packed): yq [rows, cols],
+  // yq_scales [rows, cols / 16] pairs. Needs cols % 32 == 0 and the 16-byte aligned path. The
+  // CPU reference ignores them.
+  std::int8_t* yq = nullptr;
+  float* yq_scales = nullptr;
 };
 
 // CPU reference: swiglu_ref row by row.
@@ -36,7 +42,8 @@ void swiglu_rows_ref(const swiglu_rows_params& p);
 #include "kernels/gpu_runtime.h"
 
 namespace anvil::kernels {
-// Elementwise, 16-byte accesses when every row start is 16-byte aligned.
+// Elementwise, 16-byte accesses when every row start is 16-byte aligned. Rejects
+// (hipErrorInvalidValue) negative sizes, strides below cols, and yq without its conditions.
 hipError_t launch_swiglu(const swiglu_rows_params& p, hipStream_t stream);
 }  // namespace anvil::kernels
 #endif

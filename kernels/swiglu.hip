@@ -1,9 +1,13 @@
 // SwiGLU: out = silu(gate) * up, elementwise over strided rows. A 2-D grid: y over rows (in
 // chunks when there are more than the grid allows), x over the columns of a row, so the row
-// arithmetic is done once per thread and no division by cols is needed.
+// arithmetic is done once per thread and no division by cols is needed. With yq set, each output
+// is also rounded to 8 bits for the quantized GEMV (gpu_quant_dot.h quantize_x8): 256 threads
+// per block keep the 32-element groups inside a block.
 #include "kernels/swiglu.h"
 
 #include <algorithm>
+
+#include "kernels/gpu_quant_dot.h"
 
 namespace anvil::kernels {
 namespace {
@@ -13,20 +17,27 @@ constexpr unsigned max_grid_y = 65535;
 
 __device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.f + expf(-g)) * u; }
 
-template <bool Vec4>
+template <bool Vec4, bool Quant>
 __global__ void __launch_bounds__(block_size) swiglu_kernel(swiglu_rows_params p) {
   const std::int64_t n = Vec4 ? p.cols / 4 : p.cols;
   const std::int64_t c = std::int64_t(blockIdx.x) * block_size + threadIdx.x;
-  if (c >= n) return;
+  if (!Quant && c >= n) return;  // quantizing lanes stay for quantize_x8's shuffles
+  const bool valid = c < n;
   for (std::int64_t r = blockIdx.y; r < p.rows; r += gridDim.y) {
     const float* g = p.gate + r * p.gate_stride;
     const float* u = p.up + r * p.up_stride;
     float* o = p.out + r * p.out_stride;
     if constexpr (Vec4) {
-      const float4 a = reinterpret_cast<const float4*>(g)[c];
-      const float4 b = reinterpret_cast<const float4*>(u)[c];
-      reinterpret_cast<float4*>(o)[c] =
-          make_float4(silu_mul(a.x, b.x), silu_mul(a.y, b.y), silu_mul(a.z, b.z), silu_mul(a.w, b.w));
+      float4 y = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (valid) {
+        const float4 a = reinterpret_cast<const float4*>(g)[c];
+        const float4 b = reinterpret_cast<const float4*>(u)[c];
+        y = make_float4(silu_mul(a.x, b.x), silu_mul(a.y, b.y), silu_mul(a.z, b.z), silu_mul(a.w, b.w));
+        reinterpret_cast<float4*>(o)[c] = y;
+      }
+      if constexpr (Quant) {
+        gpu_quant::quantize_x8(y, 4 * c, valid, p.yq + r * p.cols, reinterpret_cast<float2*>(p.yq_scales) + r * (p.cols / 16));
+      }
     } else {
       o[c] = silu_mul(g[c], u[c]);
     }
@@ -48,10 +59,16 @@ hipError_t launch_swiglu(const swiglu_rows_params& p, hipStream_t stream) {
   const std::int64_t blocks_x = (n + block_size - 1) / block_size;
   if (blocks_x > 0x7fffffff) return hipErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(blocks_x), static_cast<unsigned>(std::min<std::int64_t>(p.rows, max_grid_y)));
-  if (vec4) {
-    swiglu_kernel<true><<<grid, block_size, 0, stream>>>(p);
+  if (p.yq != nullptr) {
+    if (!vec4 || p.cols % 32 != 0 || p.yq_scales == nullptr || reinterpret_cast<std::uintptr_t>(p.yq) % 4 != 0 ||
+        reinterpret_cast<std::uintptr_t>(p.yq_scales) % 8 != 0) {
+      return hipErrorInvalidValue;
+    }
+    swiglu_kernel<true, true><<<grid, block_size, 0, stream>>>(p);
+  } else if (vec4) {
+    swiglu_kernel<true, false><<<grid, block_size, 0, stream>>>(p);
   } else {
-    swiglu_kernel<false><<<grid, block_size, 0, stream>>>(p);
+    swiglu_kernel<false, false><<<grid, block_size, 0, stream>>>(p);
   }
   return hipGetLastError();
 }

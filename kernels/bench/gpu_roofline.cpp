@@ -215,6 +215,40 @@ int main(int argc, char** argv) {
     }
   }
 
+  // ---- GEMV batch-1 tiles: rows per warp x slices in flight per lane, the activations already in
+  // 8 bits in the workspace (as the worker's fused norms leave them) ----
+  std::printf("\nGEMV batch 1, 8-bit activations prepared, by tile (rows/warp x slices/lane): %% of copy\n");
+  const int tiles[][2] = {{1, 1}, {1, 2}, {1, 4}, {2, 1}, {2, 2}, {2, 4}, {4, 1}, {4, 2}};
+  std::printf("%-6s %-13s", "type", "out x in");
+  for (const auto& tile : tiles) std::printf("   %dx%d", tile[0], tile[1]);
+  std::printf("  | table\n");
+  for (ggml_type t : {ggml_type::Q4_K, ggml_type::Q6_K, ggml_type::Q8_0, ggml_type::Q5_K}) {
+    for (shape s : shapes) {
+      const std::size_t bytes = *model::row_bytes(t, s.in) * std::size_t(s.out);
+      const std::size_t stride = (bytes + 255) / 256 * 256;
+      const int copies = int(std::max<std::size_t>(1, std::min(pool_bytes / stride, (4 * l2 + bytes - 1) / bytes)));
+      CHECK(kernels::launch_gemv({pool.p, t, s.in, s.out, nullptr, x.as<float>(), y.as<float>(), 1}, gemv_ws.p, gemv_ws.n,
+                                 nullptr));  // leaves x in 8 bits in the workspace
+      auto rate = [&](const std::function<void(const void*)>& launch) {
+        const double ms = time_ms([&](int i) { launch(pool.as<char>() + std::size_t(i % copies) * stride); },
+                                  std::max(copies, 8), reps);
+        return 100 * double(bytes) / (ms * 1e-3) / 1e9 / copy_gbs;
+      };
+      std::printf("%-6s %5lldx%-7lld", std::string(model::info(t).name).c_str(), static_cast<long long>(s.out),
+                  static_cast<long long>(s.in));
+      for (const auto& tile : tiles) {
+        std::printf(" %5.1f", rate([&](const void* w) {
+          CHECK(kernels::launch_gemv_b1_tile({w, t, s.in, s.out, nullptr, x.as<float>(), y.as<float>(), 1}, gemv_ws.p,
+                                             gemv_ws.n, nullptr, tile[0], tile[1], kernels::gemv_x8_source::workspace));
+        }));
+      }
+      std::printf("  | %5.1f\n", rate([&](const void* w) {
+        CHECK(kernels::launch_gemv({w, t, s.in, s.out, nullptr, x.as<float>(), y.as<float>(), 1}, gemv_ws.p, gemv_ws.n,
+                                   nullptr, kernels::gemv_activations::int8, kernels::gemv_x8_source::workspace));
+      }));
+    }
+  }
+
   // ---- GEMM ----
   std::printf("\nGEMM, 512 tokens, dequantization included; limit: dense f16 GEMM %.0f TFLOP/s\n", gemm_tflops);
   std::printf("%-5s %-13s %-11s | %9s %9s %7s\n", "type", "out x in", "algo", "ms", "TFLOP/s", "%gemm");

@@ -13,9 +13,12 @@
 //     rounding. The largest error against the float reference is printed (~1e-3 of the scale,
 //     what llama.cpp's Q8_1 activations give; its tests accept 1e-2).
 //   Quantized types with gemv_activations::f32: 1e-5 of matmul_ref on x itself (exact decode).
+// Group launches and prepared 8-bit activations (gemv_x8_source::workspace) must equal single
+// launches bit for bit.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <vector>
@@ -157,6 +160,123 @@ INSTANTIATE_TEST_SUITE_P(TypesAndShapes, GemvGpu, ::testing::ValuesIn(gemv_cases
                            return type_name(i.param.type) + "_" + std::to_string(i.param.out) + "x" +
                                   std::to_string(i.param.in);
                          });
+
+// A group launch (q, k and v; gate and up) gives each matrix exactly what its own launch gives,
+// and so does a GEMV reading 8-bit activations already in the workspace — written by the host in
+// the documented layout (gemv_x8_view) or left there by the previous GEMV on the same x.
+class GemvGroupGpu : public ::testing::TestWithParam<ggml_type> {};
+
+TEST_P(GemvGroupGpu, EqualsOneLaunchPerMatrixAndReadsPreparedActivations) {
+  require_device();
+  if (HasFatalFailure()) return;
+  const ggml_type type = GetParam();
+  const std::int64_t in = 512;
+  const std::int64_t outs[3] = {37, 8, 131};
+  std::mt19937 rng(static_cast<unsigned>(int(type) * 104729 + 1));
+  std::vector<host_weight> ws;
+  std::vector<std::unique_ptr<device_bytes>> dws;
+  for (const std::int64_t o : outs) {
+    ws.emplace_back(type, o, in, rng);
+    dws.push_back(std::make_unique<device_bytes>(ws.back().bytes.size()));
+    dws.back()->upload(ws.back().bytes.data(), ws.back().bytes.size());
+  }
+  const std::vector<float> x = random_vector(std::size_t(gemv_max_tokens * in), rng, -2.f, 2.f);
+  const std::vector<float> bias = random_vector(std::size_t(outs[0]), rng, -1.f, 1.f);
+  guarded_buffer dx(x.size()), db(bias.size());
+  dx.upload(x);
+  db.upload(bias);
+  const std::size_t ws_bytes = std::max<std::size_t>(gemv_workspace_bytes(type, in, gemv_max_tokens), 16);
+  device_bytes work(ws_bytes);
+
+  for (std::int64_t nt = 1; nt <= gemv_max_tokens; ++nt) {
+    SCOPED_TRACE(type_name(type) + " n_tokens=" + std::to_string(nt));
+    std::vector<std::vector<float>> alone;
+    for (int g = 0; g < 3; ++g) {
+      guarded_buffer dy(std::size_t(nt * outs[g]));
+      ANVIL_GPU_CHECK(launch_gemv({dws[g]->data(), type, in, outs[g], g == 0 ? db.data() : nullptr, dx.data(), dy.data(), nt},
+                                  work.data(), work.size(), nullptr));
+      ANVIL_GPU_CHECK(hipDeviceSynchronize());
+      alone.push_back(dy.download());
+    }
+    std::vector<std::unique_ptr<guarded_buffer>> dys;
+    std::vector<matmul_params> ps;
+    for (int g = 0; g < 3; ++g) {
+      dys.push_back(std::make_unique<guarded_buffer>(std::size_t(nt * outs[g])));
+      dys.back()->poison();
+      ps.push_back({dws[g]->data(), type, in, outs[g], g == 0 ? db.data() : nullptr, dx.data(), dys.back()->data(), nt});
+    }
+    ANVIL_GPU_CHECK(launch_gemv_group(ps, work.data(), work.size(), nullptr));
+    ANVIL_GPU_CHECK(hipDeviceSynchronize());
+    for (int g = 0; g < 3; ++g) {
+      EXPECT_TRUE(dys[g]->download() == alone[g]) << "matrix " << g << " of the group";
+      EXPECT_TRUE(dys[g]->guards_intact());
+    }
+    if (gemv_workspace_bytes(type, in, nt) == 0) continue;  // the float path has no 8-bit form
+
+    // Left by the previous GEMV on the same x: the group above quantized x into `work`.
+    guarded_buffer dy(std::size_t(nt * outs[2]));
+    dy.poison();
+    ps[2].y = dy.data();
+    ANVIL_GPU_CHECK(launch_gemv(ps[2], work.data(), work.size(), nullptr, gemv_activations::int8,
+                                gemv_x8_source::workspace));
+    ANVIL_GPU_CHECK(hipDeviceSynchronize());
+    EXPECT_TRUE(dy.download() == alone[2]) << "reading the previous GEMV's 8-bit x";
+
+    // Written by the host in the documented layout, with x itself replaced by garbage: the GEMV
+    // must read the workspace, not x.
+    const x8_host x8 = quantize_x8_host(std::vector<float>(x.begin(), x.begin() + nt * in));
+    const gemv_x8_rows view = gemv_x8_view(work.data(), in, nt);
+    ANVIL_GPU_CHECK(hipMemset(work.data(), 0x5A, work.size()));
+    ANVIL_GPU_CHECK(hipMemcpy(view.q, x8.q.data(), x8.q.size(), hipMemcpyHostToDevice));
+    ANVIL_GPU_CHECK(hipMemcpy(view.ds, x8.ds.data(), x8.ds.size() * sizeof(float), hipMemcpyHostToDevice));
+    guarded_buffer junk(x.size());
+    junk.poison();
+    ps[0].x = junk.data();
+    guarded_buffer dy0(std::size_t(nt * outs[0]));
+    ps[0].y = dy0.data();
+    ANVIL_GPU_CHECK(launch_gemv(ps[0], work.data(), work.size(), nullptr, gemv_activations::int8,
+                                gemv_x8_source::workspace));
+    ANVIL_GPU_CHECK(hipDeviceSynchronize());
+    EXPECT_TRUE(dy0.download() == alone[0]) << "reading 8-bit x written in the gemv_x8_view layout";
+    EXPECT_TRUE(dy0.guards_intact() && dy.guards_intact());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, GemvGroupGpu, ::testing::ValuesIn(gpu_weight_types()),
+                         [](const ::testing::TestParamInfo<ggml_type>& i) { return type_name(i.param); });
+
+TEST(GemvGpuLaunch, RefusesAGroupThatDoesNotShareItsInput) {
+  require_device();
+  if (HasFatalFailure()) return;
+  guarded_buffer buf(8192);
+  float* p = buf.data();
+  const matmul_params a{p, ggml_type::F32, 64, 8, nullptr, p + 1024, p + 2048, 1};
+  matmul_params b = a;
+  b.y = p + 3072;
+  auto group = [&](matmul_params second) {
+    const matmul_params ps[2] = {a, second};
+    return launch_gemv_group(ps, nullptr, 0, nullptr);
+  };
+  EXPECT_EQ(group(b), hipSuccess);
+  EXPECT_EQ(launch_gemv_group({}, nullptr, 0, nullptr), hipErrorInvalidValue);
+  matmul_params c = b;
+  c.x = p + 4096;
+  EXPECT_EQ(group(c), hipErrorInvalidValue);  // another x
+  c = b;
+  c.in = 32;
+  EXPECT_EQ(group(c), hipErrorInvalidValue);  // another row length
+  c = b;
+  c.w_type = ggml_type::F16;
+  EXPECT_EQ(group(c), hipErrorInvalidValue);  // another type
+  c = b;
+  c.n_tokens = 2;
+  EXPECT_EQ(group(c), hipErrorInvalidValue);  // another batch
+  const matmul_params four[4] = {a, b, b, b};
+  EXPECT_EQ(launch_gemv_group(four, nullptr, 0, nullptr), hipErrorInvalidValue);  // more than gemv_max_group
+  ANVIL_GPU_CHECK(hipDeviceSynchronize());
+  EXPECT_EQ(hipGetLastError(), hipSuccess);
+  EXPECT_TRUE(buf.guards_intact());
+}
 
 TEST(GemvGpuLaunch, RejectsWhatItCannotDoWithoutLaunching) {
   require_device();

@@ -3,6 +3,7 @@
 // body to catch elements never written, and the normalised mean squared error.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -107,6 +108,36 @@ inline void require_device() {
   const hipError_t e = hipGetDeviceCount(&n);
   ASSERT_TRUE(e == hipSuccess && n > 0) << "no usable GPU (" << hipGetErrorString(e)
                                         << "): tests labelled `gpu` run on a GPU machine only";
+}
+
+// The 8-bit activation form the quantized GEMV reads (kernels/gpu_quant_dot.h quantize_x8), on
+// the host, bit for bit: rows of `cols` floats -> q [rows * cols] and ds [rows * cols / 16] pairs
+// {d, d * sum of the 16 q}, per 32-element block d = max|x| / 127, q = rint(x / d).
+struct x8_host {
+  std::vector<std::int8_t> q;
+  std::vector<float> ds;
+};
+inline x8_host quantize_x8_host(const std::vector<float>& x) {
+  x8_host r;
+  r.q.resize(x.size());
+  r.ds.resize(x.size() / 16 * 2);
+  for (std::size_t b = 0; b + 32 <= x.size(); b += 32) {
+    float amax = 0.f;
+    for (std::size_t i = b; i < b + 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float d = amax / 127.f;
+    const float id = d > 0.f ? 1.f / d : 0.f;
+    for (std::size_t h = b; h < b + 32; h += 16) {
+      int sum = 0;
+      for (std::size_t i = h; i < h + 16; ++i) {
+        const int q = int(std::rint(x[i] * id));
+        r.q[i] = static_cast<std::int8_t>(q);
+        sum += q;
+      }
+      r.ds[h / 16 * 2] = d;
+      r.ds[h / 16 * 2 + 1] = d * float(sum);
+    }
+  }
+  return r;
 }
 
 }  // namespace anvil::kernels::testing

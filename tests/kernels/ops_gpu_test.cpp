@@ -70,11 +70,68 @@ TEST_P(RmsNormResidualGpu, MatchesCpuReference) {
   for (auto* g : {&dh, &dd, &dw, &dy}) EXPECT_TRUE(g->guards_intact());
 }
 
+// With yq: y as before, and y's 8-bit form bit for bit what the GEMV's own quantizer makes of it.
+TEST_P(RmsNormResidualGpu, AlsoWritesYInEightBitsForTheGemv) {
+  require_device();
+  const norm_case c = GetParam();
+  if (c.skew != 0 || c.cols % 32 != 0 || c.cols > 16384) GTEST_SKIP() << "no 8-bit output for this shape";
+  SCOPED_TRACE(c.str());
+  std::mt19937 rng(unsigned(c.rows * 31 + c.cols + c.delta));
+  const std::size_t n = std::size_t(c.rows * c.cols);
+  const std::vector<float> h = random_vector(n, rng, -3.f, 3.f), d = random_vector(n, rng, -1.f, 1.f);
+  const std::vector<float> w = random_vector(std::size_t(c.cols), rng, 0.5f, 1.5f);
+  std::vector<float> h_ref = h, y_ref(n, 0.f);
+  rms_norm_residual_ref({h_ref.data(), c.delta ? d.data() : nullptr, w.data(), y_ref.data(), c.rows, c.cols, 1e-6f});
+
+  guarded_array<float> dh(h), dd(d), dw(w), dy(n), dds(n / 8);
+  guarded_array<std::int8_t> dq(n);
+  dy.poison();
+  dq.poison();
+  dds.poison();
+  rms_norm_residual_params p{dh.data(), c.delta ? dd.data() : nullptr, dw.data(), dy.data(), c.rows, c.cols, 1e-6f};
+  p.yq = dq.data();
+  p.yq_scales = dds.data();
+  ANVIL_GPU_CHECK(launch_rms_norm_residual(p, nullptr));
+  ANVIL_GPU_CHECK(hipDeviceSynchronize());
+  const std::vector<float> h_out = dh.download(), y_out = dy.download();
+  EXPECT_TRUE(std::equal(h_out.begin(), h_out.end(), h_ref.begin()));
+  EXPECT_LT(nmse(y_out, y_ref), 1e-10);
+  const x8_host want = quantize_x8_host(y_out);
+  EXPECT_TRUE(dq.download() == want.q) << "int8 values differ from the GEMV quantizer's";
+  EXPECT_TRUE(dds.download() == want.ds) << "scales differ from the GEMV quantizer's";
+  for (auto* g : {&dh, &dd, &dw, &dy, &dds}) EXPECT_TRUE(g->guards_intact());
+  EXPECT_TRUE(dq.guards_intact());
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormResidualGpu,
                          ::testing::Values(norm_case{1, 1, true, 0}, norm_case{3, 64, true, 0},
                                            norm_case{5, 896, true, 0}, norm_case{17, 4096, true, 0},
                                            norm_case{9, 4097, true, 0}, norm_case{4, 4096, true, 1},
-                                           norm_case{7, 2048, false, 0}, norm_case{300, 5120, true, 0}));
+                                           norm_case{7, 2048, false, 0}, norm_case{300, 5120, true, 0},
+                                           norm_case{2, 14336, true, 0}, norm_case{1, 16384, false, 0},
+                                           norm_case{2, 16416, true, 0}));
+
+TEST(RmsNormResidualGpuLaunch, RefusesAnEightBitOutputItCannotWrite) {
+  require_device();
+  // h at 0, the weight at 20000, y at 40000, the scales at 60000: room for 16416 columns each.
+  guarded_array<float> buf(80000);
+  guarded_array<std::int8_t> q(20000);
+  float* b = buf.data();
+  float* scales = b + 60000;
+  auto with = [&](std::int64_t cols, std::int64_t h_off, std::int8_t* yq, float* yq_scales) {
+    rms_norm_residual_params p{b + h_off, nullptr, b + 20000, b + 40000, 1, cols, 1e-6f};
+    p.yq = yq;
+    p.yq_scales = yq_scales;
+    return launch_rms_norm_residual(p, nullptr);
+  };
+  EXPECT_EQ(with(4097, 0, q.data(), scales), hipErrorInvalidValue);      // not whole 32-element blocks
+  EXPECT_EQ(with(4096, 1, q.data(), scales), hipErrorInvalidValue);      // the unaligned path
+  EXPECT_EQ(with(4096, 0, q.data(), nullptr), hipErrorInvalidValue);     // no scales
+  EXPECT_EQ(with(4096, 0, q.data() + 1, scales), hipErrorInvalidValue);  // misaligned int8 rows
+  EXPECT_EQ(with(16416, 0, q.data(), scales), hipErrorInvalidValue);     // past the register path
+  EXPECT_EQ(hipGetLastError(), hipSuccess);
+  EXPECT_TRUE(buf.guards_intact() && q.guards_intact());
+}
 
 // Q/K norm: launch_rms_norm over rows = tokens * heads of head_dim, in place (the short-row path).
 class QkNormGpu : public ::testing::TestWithParam<std::pair<std::int64_t, std::int64_t>> {};
@@ -159,6 +216,36 @@ TEST_P(SwigluGpu, MatchesCpuReference) {
   std::printf("  %-70s nmse=%.3g\n", c.str().c_str(), err);
   EXPECT_LT(err, 1e-12);
   EXPECT_TRUE(din.guards_intact() && dout.guards_intact());
+}
+
+// With yq: out as before, and its 8-bit form bit for bit what the GEMV's own quantizer makes of it.
+TEST_P(SwigluGpu, AlsoWritesOutInEightBitsForTheGemv) {
+  require_device();
+  const swiglu_case c = GetParam();
+  if (c.skew != 0 || c.cols % 32 != 0) GTEST_SKIP() << "no 8-bit output for this shape";
+  SCOPED_TRACE(c.str());
+  std::mt19937 rng(unsigned(c.rows * 17 + c.cols));
+  const std::size_t n = std::size_t(c.rows * c.cols);
+  const std::vector<float> gate = random_vector(n, rng, -6.f, 6.f), up = random_vector(n, rng, -2.f, 2.f);
+  std::vector<float> ref(n);
+  swiglu_rows_ref({gate.data(), up.data(), ref.data(), c.rows, c.cols, c.cols, c.cols, c.cols});
+  guarded_array<float> dg(gate), du(up), dout(n), dds(n / 8);
+  guarded_array<std::int8_t> dq(n);
+  dout.poison();
+  dq.poison();
+  dds.poison();
+  swiglu_rows_params p{dg.data(), du.data(), dout.data(), c.rows, c.cols, c.cols, c.cols, c.cols};
+  p.yq = dq.data();
+  p.yq_scales = dds.data();
+  ANVIL_GPU_CHECK(launch_swiglu(p, nullptr));
+  ANVIL_GPU_CHECK(hipDeviceSynchronize());
+  const std::vector<float> out = dout.download();
+  EXPECT_LT(nmse(out, ref), 1e-12);
+  const x8_host want = quantize_x8_host(out);
+  EXPECT_TRUE(dq.download() == want.q) << "int8 values differ from the GEMV quantizer's";
+  EXPECT_TRUE(dds.download() == want.ds) << "scales differ from the GEMV quantizer's";
+  for (auto* g : {&dg, &du, &dout, &dds}) EXPECT_TRUE(g->guards_intact());
+  EXPECT_TRUE(dq.guards_intact());
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, SwigluGpu,
