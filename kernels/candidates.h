@@ -96,7 +96,7 @@ inline std::size_t candidates_record_bytes(std::int32_t max_k) {
 
 struct candidates_params {
   float* logits = nullptr;                     // [n_seqs, vocab] raw; processed IN PLACE
-  std::int64_t vocab = 0;                      // in [1, 2^31)
+  std::int64_t vocab = 0;                      // in [1, 2^31 - 2^14]
   std::int64_t n_seqs = 0;
   const candidates_seq* seqs = nullptr;        // [n_seqs]
   const std::int32_t* bias_ids = nullptr;      // concatenated (token, bias) pairs

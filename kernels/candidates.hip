@@ -59,6 +59,28 @@ __device__ T block_inclusive_scan(T v, T* warp_sums, T& total) {
   return v;
 }
 
+// Calls fn(i, l[i]) for i = first, first + stride, ... below end, loading `batch` logits before
+// handling any. One block walks a whole row several times, so a pass is bound by the latency of
+// its loads, not by bandwidth: a thread waits for one L2 round trip per batch instead of one per
+// token.
+constexpr int batch = 16;
+template <class Fn>
+__device__ __forceinline__ void for_logits(const float* l, int first, int end, int stride, Fn&& fn) {
+  for (int base = first; base < end; base += stride * batch) {
+    float v[batch];
+#pragma unroll
+    for (int j = 0; j < batch; ++j) {
+      const int i = base + j * stride;
+      v[j] = i < end ? l[i] : 0.f;
+    }
+#pragma unroll
+    for (int j = 0; j < batch; ++j) {
+      const int i = base + j * stride;
+      if (i < end) fn(i, v[j]);
+    }
+  }
+}
+
 // A candidate in shared memory (the record's entry type has default member initialisers, which
 // __shared__ variables cannot have).
 struct entry {
@@ -122,9 +144,7 @@ __global__ void __launch_bounds__(threads) candidates_kernel(candidates_params p
     // takes nearly every token in the first passes, and an atomic per token would serialise
     // the whole vocabulary on one shared-memory address.
     unsigned run_bin = 0, run_n = 0;
-#pragma unroll 4
-    for (int i = tid; i < vocab; i += threads) {
-      float x = l[i];
+    for_logits(l, tid, vocab, threads, [&](int i, float x) {
       if (pass == 0) {
         if (sp.temperature > 0.f) {
           x = x / sp.temperature;
@@ -142,7 +162,7 @@ __global__ void __launch_bounds__(threads) candidates_kernel(candidates_params p
         run_bin = bin;
         ++run_n;
       }
-    }
+    });
     if (run_n > 0) atomicAdd(&hist[run_bin], run_n);
     if (bad) atomicOr(&flags_s, candidates_flag_bad_logit);
     __syncthreads();
@@ -170,11 +190,10 @@ __global__ void __launch_bounds__(threads) candidates_kernel(candidates_params p
   // belongs in the top (the usual case: one token holds the threshold value), they are collected
   // with the rest, with no scan in id order.
   const bool all_ties = ties_s == unsigned(need);
-  for (int i = tid; i < vocab; i += threads) {
-    const float x = l[i];
+  for_logits(l, tid, vocab, threads, [&](int i, float x) {
     const unsigned key = order_key(x);
     if (key > threshold || (all_ties && key == threshold)) sel[atomicAdd(&n_sel, 1)] = {i, x};
-  }
+  });
   if (all_ties && tid == 0) tie_cut_s = vocab;
   int taken = all_ties ? need : 0;
   for (int base = 0; base < vocab && taken < need; base += threads) {
@@ -214,15 +233,14 @@ __global__ void __launch_bounds__(threads) candidates_kernel(candidates_params p
   const int seg0 = min(vocab, warp * seg_len), seg1 = min(vocab, seg0 + seg_len);
   double total = 0, tail = 0;
   int last_tail = -1;
-  for (int i = seg0 + lane; i < seg1; i += gpu::warp_size) {
-    const float x = l[i];
+  for_logits(l, seg0 + lane, seg1, gpu::warp_size, [&](int i, float x) {
     const double w = exp(double(x) - double(max));
     total += w;
     if (!in_top(i, x)) {
       tail += w;
-      if (w != 0) last_tail = i;
+      if (w != 0) last_tail = i;  // ascending within a thread
     }
-  }
+  });
   total = gpu::warp_reduce_sum(total);
   tail = gpu::warp_reduce_sum(tail);
   if (lane == 0) {
@@ -314,7 +332,7 @@ __global__ void __launch_bounds__(threads) candidates_kernel(candidates_params p
 
 hipError_t launch_candidates(const candidates_params& p, hipStream_t stream) {
   if (p.n_seqs == 0) return hipSuccess;
-  if (p.n_seqs < 0 || p.n_seqs > 0x7fffffff || p.vocab < 1 || p.vocab > 0x7fffffff - threads * draw_items ||
+  if (p.n_seqs < 0 || p.n_seqs > 0x7fffffff || p.vocab < 1 || p.vocab > 0x7fffffff - threads * batch ||
       p.max_k < 1 || p.max_k > candidates_max_k || reinterpret_cast<std::uintptr_t>(p.out) % 8 != 0) {
     return hipErrorInvalidValue;
   }
