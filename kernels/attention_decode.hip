@@ -1,14 +1,13 @@
 // Paged decode attention (flash-decoding); see kernels/attention_decode.h for the design.
 //
 // Block: 128 threads, one (sequence, kv head, chunk of up to MaxG query heads, split).
-//   0. The query heads (scaled) and the split's block-table entries go to shared memory.
 //   1. Scores: threads form groups of HeadDim/8, one group per key; each thread loads 8 f16 of
-//      the key (16 bytes) for `unroll` keys at once, multiplies with the MaxG query heads held
-//      in shared memory, and the group reduces by shuffles. Scores go to shared memory.
+//      the key (16 bytes), multiplies with the MaxG query heads held in shared memory, and the
+//      group reduces by shuffles. Scores for the split's positions go to shared memory.
 //   2. Softmax statistics per head: one warp per head (max, exp, sum), f32.
 //   3. P·V: threads form rows of HeadDim/8; each thread owns 8 dims of V and strides over the
-//      positions (`unroll` rows loaded at once), accumulating for every head in registers; the
-//      rows are summed in shared memory in a fixed order (deterministic).
+//      positions, accumulating for every head in registers; the rows are summed in shared memory
+//      in a fixed order (deterministic).
 #include "kernels/attention_decode.h"
 
 #include <algorithm>
@@ -18,7 +17,6 @@ namespace {
 
 constexpr int threads = 128;
 constexpr int split = int(attention_decode_split);
-constexpr int unroll = 4;  // keys (scores) and V rows (P·V) per thread loaded before any arithmetic
 
 __device__ __forceinline__ void load8(const gpu::half_bits* src, float (&f)[8]) {
   const uint4 raw = *reinterpret_cast<const uint4*>(src);
@@ -36,7 +34,6 @@ struct decode_smem {
   static constexpr int rows = threads / tpk;     // V rows in flight
   float q[MaxG][HeadDim];
   float m[MaxG], l[MaxG];
-  std::int32_t table[split + 1];  // the split's block-table entries (block size 1 at worst)
   union {
     float p[MaxG][split];
     float red[rows][MaxG][HeadDim];
@@ -65,41 +62,27 @@ __global__ void __launch_bounds__(threads) decode_kernel(attention_decode_params
     const int g = e / HeadDim, d = e % HeadDim;
     sm.q[g][d] = g < ng ? p.q[(std::int64_t(seq) * p.n_heads + head0 + g) * HeadDim + d] * p.scale : 0.f;
   }
-  // The split's entries of the block table, so that each K/V load below waits for one round
-  // trip to memory, not two.
-  const std::int64_t tb0 = start / bs;
-  for (std::int64_t e = tid; e <= (start + n - 1) / bs - tb0; e += threads) sm.table[e] = table[tb0 + e];
   __syncthreads();
-  auto slot_of = [&](int j) {
-    const std::int64_t pos = start + j;
-    return std::int64_t(sm.table[pos / bs - tb0]) * bs + pos % bs;
-  };
 
-  // 1. Scores, `unroll` keys per thread loaded before any arithmetic. The loop bound is uniform
-  // so every lane reaches the shuffles.
+  // 1. Scores. The loop bound is uniform so every lane reaches the shuffles.
   {
     const int kl = tid % tpk, kg = tid / tpk;
-    for (int j0 = 0; j0 < n; j0 += rows * unroll) {
-      float kf[unroll][8];
-#pragma unroll
-      for (int u = 0; u < unroll; ++u) {
-        const int j = j0 + u * rows + kg;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) kf[u][i] = 0.f;
-        if (j < n) load8(p.cache.k + slot_of(j) * kv_row + std::int64_t(kvh) * HeadDim + kl * 8, kf[u]);
+    for (int j0 = 0; j0 < n; j0 += rows) {
+      const int j = j0 + kg;
+      float kf[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+      if (j < n) {
+        const std::int64_t pos = start + j;
+        const std::int64_t slot = std::int64_t(table[pos / bs]) * bs + pos % bs;
+        load8(p.cache.k + slot * kv_row + std::int64_t(kvh) * HeadDim + kl * 8, kf);
       }
 #pragma unroll
-      for (int u = 0; u < unroll; ++u) {
-        const int j = j0 + u * rows + kg;
+      for (int g = 0; g < MaxG; ++g) {
+        float s = 0.f;
 #pragma unroll
-        for (int g = 0; g < MaxG; ++g) {
-          float s = 0.f;
+        for (int i = 0; i < 8; ++i) s += sm.q[g][kl * 8 + i] * kf[i];
 #pragma unroll
-          for (int i = 0; i < 8; ++i) s += sm.q[g][kl * 8 + i] * kf[u][i];
-#pragma unroll
-          for (int m = tpk / 2; m > 0; m /= 2) s += gpu::shfl_xor(s, m);
-          if (kl == 0 && j < n) sm.u.p[g][j] = s;
-        }
+        for (int m = tpk / 2; m > 0; m /= 2) s += gpu::shfl_xor(s, m);
+        if (kl == 0 && j < n) sm.u.p[g][j] = s;
       }
     }
   }
@@ -136,23 +119,16 @@ __global__ void __launch_bounds__(threads) decode_kernel(attention_decode_params
 #pragma unroll
     for (int i = 0; i < 8; ++i) acc[g][i] = 0.f;
   }
-  for (int j0 = r; j0 < n; j0 += rows * unroll) {
-    float vf[unroll][8];
+  for (int j = r; j < n; j += rows) {
+    const std::int64_t pos = start + j;
+    const std::int64_t slot = std::int64_t(table[pos / bs]) * bs + pos % bs;
+    float vf[8];
+    load8(p.cache.v + slot * kv_row + std::int64_t(kvh) * HeadDim + c * 8, vf);
 #pragma unroll
-    for (int u = 0; u < unroll; ++u) {
-      const int j = j0 + u * rows;
-      if (j < n) load8(p.cache.v + slot_of(j) * kv_row + std::int64_t(kvh) * HeadDim + c * 8, vf[u]);
-    }
+    for (int g = 0; g < MaxG; ++g) {
+      const float w = g < ng ? sm.u.p[g][j] : 0.f;
 #pragma unroll
-    for (int u = 0; u < unroll; ++u) {
-      const int j = j0 + u * rows;
-      if (j >= n) break;
-#pragma unroll
-      for (int g = 0; g < MaxG; ++g) {
-        const float w = g < ng ? sm.u.p[g][j] : 0.f;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) acc[g][i] += w * vf[u][i];
-      }
+      for (int i = 0; i < 8; ++i) acc[g][i] += w * vf[i];
     }
   }
   __syncthreads();  // every read of p is done before red overwrites it
