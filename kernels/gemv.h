@@ -67,7 +67,8 @@ hipError_t launch_gemv(const matmul_params& p, void* workspace, std::size_t work
 // Up to gemv_max_group GEMVs on the same x in one launch (q, k and v; gate and up), so that small
 // matrices do not each pay a launch and a ramp. Every p must pass launch_gemv's checks and share
 // w_type, in, n_tokens and x (else hipErrorInvalidValue, nothing launched); each has its own w,
-// out, bias and y. The float path launches them one by one.
+// out, bias and y. One kernel launch on either path (plus the quantization of x, unless
+// `source` says it is in the workspace).
 inline constexpr int gemv_max_group = 3;
 hipError_t launch_gemv_group(std::span<const matmul_params> ps, void* workspace, std::size_t workspace_bytes,
                              hipStream_t stream, gemv_activations activations = gemv_activations::int8,

@@ -30,19 +30,55 @@ using namespace gpu_quant;
 
 constexpr int gemv_threads = 128;
 
+// One launch serves a group of up to gemv_max_group matrices that share the type, `in`, the batch
+// and x (the q, k and v projections; gate and up): matrix g owns blocks
+// [first_block[g], first_block[g + 1]) of the grid.
+struct group_args {
+  const void* w[gemv_max_group] = {};
+  const float* bias[gemv_max_group] = {};
+  float* y[gemv_max_group] = {};
+  std::int64_t out[gemv_max_group] = {};
+  unsigned first_block[gemv_max_group + 1] = {};
+  std::int64_t in = 0;
+};
+static_assert(gemv_max_group == 3, "member_of below selects among three matrices");
+
+template <class T>
+__device__ __forceinline__ T pick(int g, T a, T b, T c) { return g == 0 ? a : g == 1 ? b : c; }
+
+// The matrix this block works on, and the block's index inside it. Parameters are read with
+// constant indices only: a run-time index would copy the whole argument block to local memory in
+// every thread (120 bytes of stack, a quarter of the GEMV rate on the H200).
+struct group_member {
+  const u8* w;
+  const float* bias;
+  float* y;
+  std::int64_t out;
+  unsigned block;
+};
+__device__ __forceinline__ group_member member_of(const group_args& a) {
+  const unsigned b = blockIdx.x;
+  const int g = b >= a.first_block[2] ? 2 : b >= a.first_block[1] ? 1 : 0;
+  return {static_cast<const u8*>(pick(g, a.w[0], a.w[1], a.w[2])), pick(g, a.bias[0], a.bias[1], a.bias[2]),
+          pick(g, a.y[0], a.y[1], a.y[2]), pick(g, a.out[0], a.out[1], a.out[2]),
+          b - pick(g, a.first_block[0], a.first_block[1], a.first_block[2])};
+}
+
 template <class F, int NT, int R>
-__global__ void __launch_bounds__(gemv_threads) gemv_kernel(matmul_params p, std::size_t row_bytes) {
+__global__ void __launch_bounds__(gemv_threads) gemv_kernel(group_args args, std::size_t row_bytes, const float* x) {
   constexpr int n = F::runs * F::run_len;
+  const group_member m = member_of(args);
   const int lane = int(threadIdx.x) % gpu::warp_size;
-  const std::int64_t warp = std::int64_t(blockIdx.x) * (gemv_threads / gpu::warp_size) + threadIdx.x / gpu::warp_size;
+  const std::int64_t warp = std::int64_t(m.block) * (gemv_threads / gpu::warp_size) + threadIdx.x / gpu::warp_size;
   const std::int64_t row0 = warp * R;
-  if (row0 >= p.out) return;
+  if (row0 >= m.out) return;
+  const std::int64_t in = args.in;
 
   const u8* rows[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
-    const std::int64_t row = row0 + r < p.out ? row0 + r : p.out - 1;  // tail rows: computed, not stored
-    rows[r] = static_cast<const u8*>(p.w) + std::size_t(row) * row_bytes;
+    const std::int64_t row = row0 + r < m.out ? row0 + r : m.out - 1;  // tail rows: computed, not stored
+    rows[r] = m.w + std::size_t(row) * row_bytes;
   }
 
   float acc[R][NT];
@@ -52,7 +88,7 @@ __global__ void __launch_bounds__(gemv_threads) gemv_kernel(matmul_params p, std
     for (int t = 0; t < NT; ++t) acc[r][t] = 0.f;
   }
 
-  const int chunks = int(p.in / F::block_elems) * F::chunks;
+  const int chunks = int(in / F::block_elems) * F::chunks;
 #pragma unroll 2
   for (int c = lane; c < chunks; c += gpu::warp_size) {
     const int blk = c / F::chunks;
@@ -65,7 +101,7 @@ __global__ void __launch_bounds__(gemv_threads) gemv_kernel(matmul_params p, std
       const std::int64_t e0 = std::int64_t(blk) * F::block_elems + F::run_start(sub, k);
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
-        const float4* xs = reinterpret_cast<const float4*>(p.x + t * p.in + e0);
+        const float4* xs = reinterpret_cast<const float4*>(x + t * in + e0);
 #pragma unroll
         for (int q = 0; q < F::run_len / 4; ++q) {
           const float4 xv = xs[q];
@@ -91,10 +127,10 @@ __global__ void __launch_bounds__(gemv_threads) gemv_kernel(matmul_params p, std
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const std::int64_t row = row0 + r;
-      if (row >= p.out) break;
-      const float b = p.bias ? p.bias[row] : 0.f;
+      if (row >= m.out) break;
+      const float b = m.bias ? m.bias[row] : 0.f;
 #pragma unroll
-      for (int t = 0; t < NT; ++t) p.y[t * p.out + row] = acc[r][t] + b;
+      for (int t = 0; t < NT; ++t) m.y[t * m.out + row] = acc[r][t] + b;
     }
   }
 }
@@ -111,34 +147,14 @@ __global__ void __launch_bounds__(quantize_threads) quantize_x_kernel(const floa
 }
 
 // ---- integer GEMV ------------------------------------------------------------------------------------
-// One launch serves a group of up to gemv_max_group matrices that share the type, `in`, the batch
-// and x (the q, k and v projections; gate and up): matrix g owns blocks
-// [first_block[g], first_block[g + 1]) of the grid.
-struct group_args {
-  const void* w[gemv_max_group] = {};
-  const float* bias[gemv_max_group] = {};
-  float* y[gemv_max_group] = {};
-  std::int64_t out[gemv_max_group] = {};
-  unsigned first_block[gemv_max_group + 1] = {};
-  std::int64_t in = 0;
-};
-static_assert(gemv_max_group == 3, "group_args::pick below selects among three matrices");
-
-template <class T>
-__device__ __forceinline__ T pick(int g, T a, T b, T c) { return g == 0 ? a : g == 1 ? b : c; }
-
 template <class F, int NT, int R, int U>
 __global__ void __launch_bounds__(gemv_threads) gemv_q8_kernel(group_args args, std::size_t row_bytes, const i8* xq,
                                                               const float2* ds) {
-  const unsigned block = blockIdx.x;
-  const int g = block >= args.first_block[2] ? 2 : block >= args.first_block[1] ? 1 : 0;
-  const u8* const w = static_cast<const u8*>(pick(g, args.w[0], args.w[1], args.w[2]));
-  const std::int64_t out = pick(g, args.out[0], args.out[1], args.out[2]);
+  const group_member m = member_of(args);
+  const u8* const w = m.w;
+  const std::int64_t out = m.out;
   const int lane = int(threadIdx.x) % gpu::warp_size;
-  // Parameters are read with constant indices only: a dynamic index would copy the whole
-  // argument block to local memory in every thread.
-  const unsigned first = pick(g, args.first_block[0], args.first_block[1], args.first_block[2]);
-  const std::int64_t warp = std::int64_t(block - first) * (gemv_threads / gpu::warp_size) + threadIdx.x / gpu::warp_size;
+  const std::int64_t warp = std::int64_t(m.block) * (gemv_threads / gpu::warp_size) + threadIdx.x / gpu::warp_size;
   const std::int64_t row0 = warp * R;
   if (row0 >= out) return;
 
@@ -189,8 +205,8 @@ __global__ void __launch_bounds__(gemv_threads) gemv_q8_kernel(group_args args, 
     for (int t = 0; t < NT; ++t) acc[r][t] = gpu::warp_reduce_sum(acc[r][t]);
   }
   if (lane == 0) {
-    const float* bias = pick(g, args.bias[0], args.bias[1], args.bias[2]);
-    float* y = pick(g, args.y[0], args.y[1], args.y[2]);
+    const float* bias = m.bias;
+    float* y = m.y;
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const std::int64_t row = row0 + r;
@@ -214,14 +230,13 @@ struct q8_tile {
   static constexpr int U = NT == 1 ? (F::slices == 1 ? 4 : 1) : NT <= 4 ? 2 : 1;
 };
 
-template <class F, int NT, int R, int U>
-void launch_q8_tile(std::span<const matmul_params> ps, std::size_t row_bytes, const i8* xq, const float2* ds,
-                    hipStream_t stream) {
-  constexpr std::int64_t rows_per_block = std::int64_t(R) * (gemv_threads / gpu::warp_size);
+// The kernel arguments of a group and its grid size: each matrix's rows in blocks of
+// rows_per_block, one after the other.
+group_args make_group(std::span<const matmul_params> ps, std::int64_t rows_per_block, std::int64_t& blocks) {
   group_args args;
   args.in = ps[0].in;
-  std::int64_t blocks = 0;
-  for (std::size_t g = 0; g < gemv_max_group; ++g) {
+  blocks = 0;
+  for (std::size_t g = 0; g < std::size_t(gemv_max_group); ++g) {
     args.first_block[g] = static_cast<unsigned>(blocks);
     if (g >= ps.size()) continue;
     args.w[g] = ps[g].w;
@@ -230,8 +245,16 @@ void launch_q8_tile(std::span<const matmul_params> ps, std::size_t row_bytes, co
     args.out[g] = ps[g].out;
     blocks += (ps[g].out + rows_per_block - 1) / rows_per_block;
   }
-  // Unused slots own no blocks: their first block is past the grid.
-  for (std::size_t g = ps.size(); g <= gemv_max_group; ++g) args.first_block[g] = static_cast<unsigned>(blocks);
+  args.first_block[gemv_max_group] = static_cast<unsigned>(blocks);  // unused slots own no blocks
+  return args;
+}
+
+template <class F, int NT, int R, int U>
+void launch_q8_tile(std::span<const matmul_params> ps, std::size_t row_bytes, const i8* xq, const float2* ds,
+                    hipStream_t stream) {
+  constexpr std::int64_t rows_per_block = std::int64_t(R) * (gemv_threads / gpu::warp_size);
+  std::int64_t blocks = 0;
+  const group_args args = make_group(ps, rows_per_block, blocks);
   if (blocks == 0) return;
   gemv_q8_kernel<F, NT, R, U><<<dim3(static_cast<unsigned>(blocks)), gemv_threads, 0, stream>>>(args, row_bytes, xq, ds);
 }
@@ -267,26 +290,28 @@ bool uses_q8(model::ggml_type t) {
 }
 
 template <class F, int NT>
-void launch_for(const matmul_params& p, std::size_t row_bytes, hipStream_t stream) {
+void launch_for(std::span<const matmul_params> ps, std::size_t row_bytes, hipStream_t stream) {
   constexpr int R = NT <= 2 ? 2 : 4;
   // Sized for the widest warp the build targets (64 on CDNA): with narrower warps the extra
   // warps find no row and return at once.
   constexpr std::int64_t rows_per_block = std::int64_t(R) * (gemv_threads / gpu::warp_size);
-  const dim3 grid(static_cast<unsigned>((p.out + rows_per_block - 1) / rows_per_block));
-  gemv_kernel<F, NT, R><<<grid, gemv_threads, 0, stream>>>(p, row_bytes);
+  std::int64_t blocks = 0;
+  const group_args args = make_group(ps, rows_per_block, blocks);
+  if (blocks == 0) return;
+  gemv_kernel<F, NT, R><<<dim3(static_cast<unsigned>(blocks)), gemv_threads, 0, stream>>>(args, row_bytes, ps[0].x);
 }
 
 template <class F>
-void launch_tokens(const matmul_params& p, std::size_t row_bytes, hipStream_t stream) {
-  switch (p.n_tokens) {
-    case 1: launch_for<F, 1>(p, row_bytes, stream); break;
-    case 2: launch_for<F, 2>(p, row_bytes, stream); break;
-    case 3: launch_for<F, 3>(p, row_bytes, stream); break;
-    case 4: launch_for<F, 4>(p, row_bytes, stream); break;
-    case 5: launch_for<F, 5>(p, row_bytes, stream); break;
-    case 6: launch_for<F, 6>(p, row_bytes, stream); break;
-    case 7: launch_for<F, 7>(p, row_bytes, stream); break;
-    default: launch_for<F, 8>(p, row_bytes, stream); break;
+void launch_tokens(std::span<const matmul_params> ps, std::size_t row_bytes, hipStream_t stream) {
+  switch (ps[0].n_tokens) {
+    case 1: launch_for<F, 1>(ps, row_bytes, stream); break;
+    case 2: launch_for<F, 2>(ps, row_bytes, stream); break;
+    case 3: launch_for<F, 3>(ps, row_bytes, stream); break;
+    case 4: launch_for<F, 4>(ps, row_bytes, stream); break;
+    case 5: launch_for<F, 5>(ps, row_bytes, stream); break;
+    case 6: launch_for<F, 6>(ps, row_bytes, stream); break;
+    case 7: launch_for<F, 7>(ps, row_bytes, stream); break;
+    default: launch_for<F, 8>(ps, row_bytes, stream); break;
   }
 }
 
@@ -334,9 +359,7 @@ hipError_t launch_gemv_group(std::span<const matmul_params> ps, void* workspace,
   }
   const std::size_t row_bytes = *model::row_bytes(p.w_type, p.in);
   if (!uses_q8(p.w_type) || activations == gemv_activations::f32) {
-    for (const matmul_params& q : ps) {
-      if (q.out > 0) with_format(q.w_type, [&](auto f) { launch_tokens<decltype(f)>(q, row_bytes, stream); });
-    }
+    with_format(p.w_type, [&](auto f) { launch_tokens<decltype(f)>(ps, row_bytes, stream); });
     return hipGetLastError();
   }
   if (workspace == nullptr || !aligned16(workspace) || workspace_bytes < x8_bytes(p.in, p.n_tokens)) {
