@@ -20,8 +20,10 @@
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 #include <spdlog/logger.h>
 
 #include "actors/engine.h"
@@ -180,8 +182,11 @@ int run_serve(serve_args a) {
   std::fflush(stdout);
   if (!a.api_key.empty()) log->info("an API key is required (every endpoint but /health)");
 
-  // Periodic status line.
-  asio::steady_timer status(io);
+  // Periodic status line. The timer lives on a strand and only the strand touches it: the engine
+  // answers the stats request on its own thread, so the line and the re-arm are posted back here,
+  // and shutdown cancels the timer through the strand too.
+  auto status_strand = asio::make_strand(io);
+  asio::steady_timer status(status_strand);
   struct rates {
     std::uint64_t prompt = 0, generated = 0;
     std::chrono::steady_clock::time_point at = std::chrono::steady_clock::now();
@@ -193,23 +198,26 @@ int run_serve(serve_args a) {
         std::chrono::duration<double>(a.status_interval)));
     status.async_wait([&, last](boost::system::error_code ec) {
       if (ec) return;
-      eng->async_stats([&, last](error_code sec, engine_stats s) {
+      eng->async_stats([&, last](error_code sec, engine_stats st) {
         if (sec || stopping) return;
-        const auto now = std::chrono::steady_clock::now();
-        const double dt = std::chrono::duration<double>(now - last->at).count();
-        const auto prompt = std::uint64_t(s.sched.prompt_tokens), gen = std::uint64_t(s.sched.generated_tokens);
-        const auto& k = s.kv.counts;
-        log->info("running {}, waiting {}, KV {:.1f}% ({} of {} blocks in use, {} cached), prompt {:.1f} tok/s, "
-                  "generation {:.1f} tok/s, preemptions {}{}",
-                  s.sched.running, s.sched.waiting, k.total ? 100.0 * double(k.in_use) / double(k.total) : 0.0,
-                  k.in_use, k.total, k.cached, double(prompt - last->prompt) / dt, double(gen - last->generated) / dt,
-                  s.sched.preemptions, s.healthy ? "" : ", UNHEALTHY");
-        *last = rates{prompt, gen, now};
-        tick();
+        asio::post(status_strand, [&, last, s = std::move(st)] {
+          if (stopping) return;
+          const auto now = std::chrono::steady_clock::now();
+          const double dt = std::chrono::duration<double>(now - last->at).count();
+          const auto prompt = std::uint64_t(s.sched.prompt_tokens), gen = std::uint64_t(s.sched.generated_tokens);
+          const auto& k = s.kv.counts;
+          log->info("running {}, waiting {}, KV {:.1f}% ({} of {} blocks in use, {} cached), prompt {:.1f} tok/s, "
+                    "generation {:.1f} tok/s, preemptions {}{}",
+                    s.sched.running, s.sched.waiting, k.total ? 100.0 * double(k.in_use) / double(k.total) : 0.0,
+                    k.in_use, k.total, k.cached, double(prompt - last->prompt) / dt, double(gen - last->generated) / dt,
+                    s.sched.preemptions, s.healthy ? "" : ", UNHEALTHY");
+          *last = rates{prompt, gen, now};
+          tick();
+        });
       });
     });
   };
-  if (a.status_interval > 0) tick();
+  if (a.status_interval > 0) asio::post(status_strand, tick);
 
   // Stop on SIGINT / SIGTERM: drain, then exit; a second signal exits at once. (The set exists
   // since before "ready": a signal that came in between is delivered to this wait.)
@@ -226,7 +234,7 @@ int run_serve(serve_args a) {
 
   // Connections deliver their last answers and close; give slow readers a few seconds.
   stopping = true;
-  status.cancel();
+  asio::post(status_strand, [&] { status.cancel(); });
   signals.cancel();
   if (line) line->stop();
   http.stop();
