@@ -1,9 +1,11 @@
 // kv_core::apply: one kv_batch per scheduler step, ops in order, with preemption.
 //
 // A reserve marked may_preempt that finds no room releases the batch's victims one by one, in
-// the order given (lowest priority first), skipping ones not live and never the sequence being
-// served, until it fits or the victims run out. Victims released stay released even if the
-// reserve still fails: the scheduler then preempts the served sequence itself (vLLM's loop).
+// the order given (lowest priority first), skipping ones not live, until it fits, the victims run
+// out, or the next victim is the sequence being served: the victims after it rank above it, and a
+// sequence never takes blocks from one that ranks above it (else a late request could starve an
+// earlier one under a long oversubscription). Victims released stay released even if the reserve
+// still fails: the scheduler then preempts the served sequence itself (vLLM's loop).
 // Every later op of the batch on a released victim — or a fork from one — is answered
 // preempted = true, ok = false and does nothing: the scheduler planned it before it knew.
 #include <algorithm>
@@ -78,7 +80,8 @@ void kv_core::reserve_preempting(const kv_op& op, const std::vector<std::uint64_
   if (!rr.ok && op.may_preempt) {
     // Re-plan after each victim: releasing a fork sibling may also remove a copy-on-write.
     for (std::uint64_t v : victims) {
-      if (v == op.seq_id || !live(v)) continue;
+      if (v == op.seq_id) break;  // the rest rank above the served sequence
+      if (!live(v)) continue;
       release(v);
       ++stats_.preemptions;
       out.preempted.push_back(v);

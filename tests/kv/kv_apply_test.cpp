@@ -104,11 +104,23 @@ TEST_F(KvApply, LaterOpsOnAPreemptedSequenceAreSkipped) {
 TEST_F(KvApply, NeverPreemptsTheSequenceBeingServed) {
   kv_batch b;
   b.ops = {op_reserve(1, 12, true)};
-  b.victims = {1, 2};
+  b.victims = {2, 1};  // seq 2 ranks below seq 1
   const kv_batch_result r = core.apply(b);
   EXPECT_TRUE(r.results[0].ok);
   EXPECT_EQ(r.preempted, (std::vector<std::uint64_t>{2}));
   EXPECT_TRUE(core.live(1));
+}
+
+TEST_F(KvApply, NeverPreemptsASequenceThatRanksAboveTheServedOne) {
+  kv_batch b;
+  b.ops = {op_reserve(1, 12, true)};
+  b.victims = {1, 2};  // seq 1, the one served, ranks lowest: seq 2 keeps its blocks
+  const kv_batch_result r = core.apply(b);
+  EXPECT_FALSE(r.results[0].ok) << "no room without preempting a sequence that ranks above it";
+  EXPECT_TRUE(r.preempted.empty());
+  EXPECT_TRUE(core.live(1));
+  EXPECT_TRUE(core.live(2));
+  EXPECT_EQ(core.stats().preemptions, 0);
 }
 
 TEST_F(KvApply, SkipsVictimsThatAreNotLive) {
