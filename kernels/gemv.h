@@ -10,6 +10,8 @@
 // gemv_activations::f32 asks for the float path for the quantized types too: each weight is
 // decoded to the float model::dequantize_row gives and multiplied with x as it is, so the result
 // is matmul_ref's but for summation order (what conformance runs use; no workspace needed).
+// A producer kernel may leave x in the 8-bit form in the workspace itself (gemv_x8_view), and
+// several matrices on the same x can share one launch (launch_gemv_group).
 // Larger batches go to launch_gemm (kernels/gemm.h). Nothing here allocates.
 #pragma once
 

@@ -2,7 +2,8 @@
 //
 // Quantized weights (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K): a first kernel quantizes the activations to
 // 8 bits (gpu_quant_dot.h: int8 values, one float scale per 32 elements and the sums of 16) into
-// the workspace; the GEMV kernel then dots the packed weight integers with them using dp4a, so
+// the workspace — unless the caller says a producer kernel (the norms, SwiGLU) or the previous
+// GEMV on the same x already did (gemv_x8_source::workspace); the GEMV kernel then dots the packed weight integers with them using dp4a, so
 // that its inner loop is a few integer instructions per 16 weight bytes instead of a float
 // dequantization per element. Each warp owns R rows; lane l takes slices l, l + warp, ... of
 // the row (16-byte runs of packed quants, or whole Q8_0/Q4_0 blocks), and loads U slices of each
@@ -14,6 +15,8 @@
 // chunks of 8 elements (gpu_quant.h) and multiply them with float4 loads of x. The quantized
 // types take the same path when the caller asks for f32 activations: chunks decode to the floats
 // model::dequantize_row gives.
+// Both kernels serve a group of up to three matrices sharing x in one launch (group_args): the
+// grid's blocks are dealt to the matrices in order.
 // No shared memory, no block-level barrier: a warp past the last row simply returns.
 #include "kernels/gemv.h"
 
