@@ -71,11 +71,15 @@ TEST_P(RmsNormResidualGpu, MatchesCpuReference) {
 }
 
 // With yq: y as before, and y's 8-bit form bit for bit what the GEMV's own quantizer makes of it.
-TEST_P(RmsNormResidualGpu, AlsoWritesYInEightBitsForTheGemv) {
+// Shapes the 8-bit output takes: aligned, whole 32-element blocks, up to 16384 columns.
+class RmsNormResidualX8Gpu : public ::testing::TestWithParam<norm_case> {};
+
+TEST_P(RmsNormResidualX8Gpu, AlsoWritesYInEightBitsForTheGemv) {
   require_device();
   const norm_case c = GetParam();
-  if (c.skew != 0 || c.cols % 32 != 0 || c.cols > 16384) GTEST_SKIP() << "no 8-bit output for this shape";
   SCOPED_TRACE(c.str());
+  ASSERT_TRUE(c.skew == 0 && c.cols % 32 == 0 && c.cols <= rms_norm_residual_max_x8_cols)
+      << "not a shape the 8-bit output takes";
   std::mt19937 rng(unsigned(c.rows * 31 + c.cols + c.delta));
   const std::size_t n = std::size_t(c.rows * c.cols);
   const std::vector<float> h = random_vector(n, rng, -3.f, 3.f), d = random_vector(n, rng, -1.f, 1.f);
@@ -110,6 +114,12 @@ INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormResidualGpu,
                                            norm_case{7, 2048, false, 0}, norm_case{300, 5120, true, 0},
                                            norm_case{2, 14336, true, 0}, norm_case{1, 16384, false, 0},
                                            norm_case{2, 16416, true, 0}));
+
+INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormResidualX8Gpu,
+                         ::testing::Values(norm_case{3, 64, true, 0}, norm_case{5, 896, true, 0},
+                                           norm_case{17, 4096, true, 0}, norm_case{7, 2048, false, 0},
+                                           norm_case{300, 5120, true, 0}, norm_case{2, 14336, true, 0},
+                                           norm_case{1, 16384, false, 0}));
 
 TEST(RmsNormResidualGpuLaunch, RefusesAnEightBitOutputItCannotWrite) {
   require_device();
@@ -219,11 +229,14 @@ TEST_P(SwigluGpu, MatchesCpuReference) {
 }
 
 // With yq: out as before, and its 8-bit form bit for bit what the GEMV's own quantizer makes of it.
-TEST_P(SwigluGpu, AlsoWritesOutInEightBitsForTheGemv) {
+// Shapes the 8-bit output takes: whole 32-element blocks, aligned (its buffers are its own).
+class SwigluX8Gpu : public ::testing::TestWithParam<swiglu_case> {};
+
+TEST_P(SwigluX8Gpu, AlsoWritesOutInEightBitsForTheGemv) {
   require_device();
   const swiglu_case c = GetParam();
-  if (c.skew != 0 || c.cols % 32 != 0) GTEST_SKIP() << "no 8-bit output for this shape";
   SCOPED_TRACE(c.str());
+  ASSERT_TRUE(c.skew == 0 && c.cols % 32 == 0) << "not a shape the 8-bit output takes";
   std::mt19937 rng(unsigned(c.rows * 17 + c.cols));
   const std::size_t n = std::size_t(c.rows * c.cols);
   const std::vector<float> gate = random_vector(n, rng, -6.f, 6.f), up = random_vector(n, rng, -2.f, 2.f);
@@ -252,7 +265,11 @@ INSTANTIATE_TEST_SUITE_P(Shapes, SwigluGpu,
                          ::testing::Values(swiglu_case{1, 1, false, false, 0}, swiglu_case{7, 4864, true, false, 0},
                                            swiglu_case{7, 4864, false, false, 0}, swiglu_case{3, 14336, true, true, 0},
                                            swiglu_case{5, 1001, true, false, 0}, swiglu_case{4, 896, false, false, 3},
-                                           swiglu_case{70000, 8, false, true, 0}));  // rows beyond one grid's y
+                                           swiglu_case{70000, 8, false, true, 0}));
+
+INSTANTIATE_TEST_SUITE_P(Shapes, SwigluX8Gpu,
+                         ::testing::Values(swiglu_case{7, 4864, true, false, 0}, swiglu_case{7, 4864, false, false, 0},
+                                           swiglu_case{3, 14336, true, true, 0}));  // rows beyond one grid's y
 
 // ---------------------------------------------------------------------------------------------
 // candidates
