@@ -19,6 +19,7 @@
 
 #include "actors/engine.h"
 #include "model/cpu_forward.h"
+#include "tests/engine/requests.h"
 #include "tests/model/fixtures.h"
 #include "tests/model/reference_greedy.h"
 
@@ -27,6 +28,8 @@ namespace {
 using namespace anvil;
 namespace asio = boost::asio;
 using model::testing::synth_fixture;
+using anvil::testing::greedy_request;
+using anvil::testing::random_prompt;
 
 engine_config tiny_config(std::size_t kv_bytes = 8u << 20) {
   engine_config c;
@@ -37,21 +40,6 @@ engine_config tiny_config(std::size_t kv_bytes = 8u << 20) {
   c.max_prefill_chunk = 64;
   c.max_model_len = 512;
   return c;
-}
-
-std::vector<std::int32_t> prompt_tokens(std::size_t n, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<std::int32_t> t(n);
-  for (auto& x : t) x = std::int32_t(rng() % 256);  // byte tokens of the synthetic vocabulary
-  return t;
-}
-
-generate_request greedy(std::vector<std::int32_t> prompt, std::int64_t max_tokens) {
-  generate_request r;
-  r.prompt_tokens = std::move(prompt);
-  r.max_tokens = max_tokens;
-  r.ignore_eos = true;
-  return r;
 }
 
 // Stats once the engine has gone quiet (the last releases are applied a step after the last
@@ -73,8 +61,8 @@ std::vector<std::int32_t> reference_greedy(const std::vector<std::int32_t>& prom
 
 TEST(Engine, GeneratesTheSameGreedyTokensAsTheReferenceForwardPass) {
   auto eng = engine::create(tiny_config());
-  const auto prompt = prompt_tokens(21, 1);
-  const completion c = eng->async_generate(greedy(prompt, 12), asio::use_future).get();
+  const auto prompt = random_prompt(21, 1);
+  const completion c = eng->async_generate(greedy_request(prompt, 12), asio::use_future).get();
   EXPECT_EQ(c.finish_reason, "length");
   EXPECT_EQ(c.tokens, reference_greedy(prompt, 12));
   EXPECT_EQ(c.usage.prompt_tokens, 21);
@@ -98,9 +86,9 @@ TEST(Engine, ManyConcurrentRequestsAllCompleteWithUnchangedOutputs) {
   std::vector<std::int64_t> lengths;
   std::vector<std::future<completion>> futures;
   for (int i = 0; i < n; ++i) {
-    prompts.push_back(prompt_tokens(1 + rng() % 40, std::uint32_t(i)));
+    prompts.push_back(random_prompt(1 + rng() % 40, std::uint32_t(i)));
     lengths.push_back(1 + std::int64_t(rng() % 12));
-    futures.push_back(eng->async_generate(greedy(prompts.back(), lengths.back()), asio::use_future));
+    futures.push_back(eng->async_generate(greedy_request(prompts.back(), lengths.back()), asio::use_future));
   }
   for (int i = 0; i < n; ++i) {
     const completion c = futures[std::size_t(i)].get();
@@ -126,8 +114,8 @@ TEST(Engine, PreemptsUnderKvPressureAndOutputsStayTheSame) {
   std::vector<std::future<completion>> futures;
   std::vector<std::vector<std::int32_t>> prompts;
   for (int i = 0; i < 16; ++i) {
-    prompts.push_back(prompt_tokens(30, std::uint32_t(100 + i)));
-    futures.push_back(eng->async_generate(greedy(prompts.back(), 40), asio::use_future));
+    prompts.push_back(random_prompt(30, std::uint32_t(100 + i)));
+    futures.push_back(eng->async_generate(greedy_request(prompts.back(), 40), asio::use_future));
   }
   for (int i = 0; i < 16; ++i) EXPECT_EQ(futures[std::size_t(i)].get().tokens, reference_greedy(prompts[std::size_t(i)], 40)) << i;
   const engine_stats s = settled_stats(*eng);
@@ -138,16 +126,16 @@ TEST(Engine, PreemptsUnderKvPressureAndOutputsStayTheSame) {
 
 TEST(Engine, SharedSystemPromptIsComputedOnce) {
   auto eng = engine::create(tiny_config());
-  const auto system = prompt_tokens(64, 5);  // four full blocks
+  const auto system = random_prompt(64, 5);  // four full blocks
   auto with_tail = [&](std::uint32_t seed) {
     auto p = system;
-    const auto tail = prompt_tokens(5, seed);
+    const auto tail = random_prompt(5, seed);
     p.insert(p.end(), tail.begin(), tail.end());
     return p;
   };
-  const completion first = eng->async_generate(greedy(with_tail(1), 2), asio::use_future).get();
+  const completion first = eng->async_generate(greedy_request(with_tail(1), 2), asio::use_future).get();
   const std::int64_t cached_before = eng->stats().sched.cached_prompt_tokens;
-  const completion second = eng->async_generate(greedy(with_tail(2), 2), asio::use_future).get();
+  const completion second = eng->async_generate(greedy_request(with_tail(2), 2), asio::use_future).get();
   EXPECT_EQ(eng->stats().sched.cached_prompt_tokens - cached_before, 64);
   EXPECT_EQ(second.tokens, reference_greedy(with_tail(2), 2));
   EXPECT_EQ(first.tokens, reference_greedy(with_tail(1), 2));
@@ -162,12 +150,12 @@ TEST(Engine, CancelInQueuePrefillOrDecodeFreesBlocksWithinAStep) {
   std::promise<void> decoding;
   std::atomic<bool> saw_token{false};
   std::promise<stream_event> decode_done, queued_done;
-  auto decode = eng->submit(greedy(prompt_tokens(10, 1), 400), [&](const stream_event& e) {
+  auto decode = eng->submit(greedy_request(random_prompt(10, 1), 400), [&](const stream_event& e) {
     if (!e.done && !saw_token.exchange(true)) decoding.set_value();
     if (e.done) decode_done.set_value(e);
   });
   ASSERT_TRUE(decode);
-  auto queued = eng->submit(greedy(prompt_tokens(10, 2), 5), [&](const stream_event& e) {
+  auto queued = eng->submit(greedy_request(random_prompt(10, 2), 5), [&](const stream_event& e) {
     if (e.done) queued_done.set_value(e);
   });
   ASSERT_TRUE(queued);
@@ -179,7 +167,7 @@ TEST(Engine, CancelInQueuePrefillOrDecodeFreesBlocksWithinAStep) {
 
   std::promise<stream_event> prefill_done;
   std::atomic<int> events{0};
-  auto prefill = eng->submit(greedy(prompt_tokens(200, 3), 5), [&](const stream_event& e) {
+  auto prefill = eng->submit(greedy_request(random_prompt(200, 3), 5), [&](const stream_event& e) {
     events++;
     if (e.done) prefill_done.set_value(e);
   });
@@ -196,10 +184,10 @@ TEST(Engine, CancelInQueuePrefillOrDecodeFreesBlocksWithinAStep) {
 
 TEST(Engine, StopStringsEndTheOutputAndAreNotShown) {
   auto eng = engine::create(tiny_config());
-  const auto prompt = prompt_tokens(9, 11);
-  const completion full = eng->async_generate(greedy(prompt, 30), asio::use_future).get();
+  const auto prompt = random_prompt(9, 11);
+  const completion full = eng->async_generate(greedy_request(prompt, 30), asio::use_future).get();
   ASSERT_GE(full.text.size(), 6u);
-  generate_request r = greedy(prompt, 30);
+  generate_request r = greedy_request(prompt, 30);
   r.stop = {full.text.substr(3, 2)};
   const completion cut = eng->async_generate(r, asio::use_future).get();
   EXPECT_EQ(cut.finish_reason, "stop");
@@ -209,7 +197,7 @@ TEST(Engine, StopStringsEndTheOutputAndAreNotShown) {
 
 TEST(Engine, ReportsLogprobsOfTheChosenTokenAndItsAlternatives) {
   auto eng = engine::create(tiny_config());
-  generate_request r = greedy(prompt_tokens(8, 4), 3);
+  generate_request r = greedy_request(random_prompt(8, 4), 3);
   r.sampling.logprobs = 5;
   std::vector<stream_event> events;
   std::promise<void> done;
@@ -243,12 +231,12 @@ TEST(Engine, AsyncGenerateWorksFromACoroutine) {
   asio::co_spawn(
       caller,
       [&]() -> asio::awaitable<void> {
-        got = co_await eng->async_generate(greedy(prompt_tokens(6, 9), 5), asio::use_awaitable);
+        got = co_await eng->async_generate(greedy_request(random_prompt(6, 9), 5), asio::use_awaitable);
         resumed_on_caller = std::this_thread::get_id() == caller_thread;
       },
       asio::detached);
   caller.run();  // returns once the coroutine is done: the pending reply kept it alive until then
-  EXPECT_EQ(got.tokens, reference_greedy(prompt_tokens(6, 9), 5));
+  EXPECT_EQ(got.tokens, reference_greedy(random_prompt(6, 9), 5));
   EXPECT_TRUE(resumed_on_caller);
   eng->async_stop(asio::use_future).get();
 }
@@ -261,31 +249,31 @@ TEST(Engine, RefusesBadRequestsWithClearErrors) {
     auto res = eng->submit(std::move(r), nullptr);
     return res ? error_code{} : res.error();
   };
-  EXPECT_EQ(err(greedy({}, 4)), make_error_code(errc::invalid_argument));
-  EXPECT_EQ(err(greedy(prompt_tokens(64, 1), 4)), make_error_code(errc::context_overflow));
-  EXPECT_EQ(err(greedy({600}, 4)), make_error_code(errc::invalid_argument));
-  generate_request bad_p = greedy({1, 2}, 4);
+  EXPECT_EQ(err(greedy_request({}, 4)), make_error_code(errc::invalid_argument));
+  EXPECT_EQ(err(greedy_request(random_prompt(64, 1), 4)), make_error_code(errc::context_overflow));
+  EXPECT_EQ(err(greedy_request({600}, 4)), make_error_code(errc::invalid_argument));
+  generate_request bad_p = greedy_request({1, 2}, 4);
   bad_p.sampling.top_p = 0;
   EXPECT_EQ(err(bad_p), make_error_code(errc::invalid_argument));
-  generate_request bad_bias = greedy({1, 2}, 4);
+  generate_request bad_bias = greedy_request({1, 2}, 4);
   bad_bias.sampling.logit_bias = {{9999, 1.f}};
   EXPECT_EQ(err(bad_bias), make_error_code(errc::invalid_argument));
   EXPECT_NE(eng->explain(bad_p).find("top_p"), std::string::npos);
-  EXPECT_NE(eng->explain(greedy(prompt_tokens(64, 1), 4)).find("the context holds 64"), std::string::npos);
-  EXPECT_EQ(eng->explain(greedy({1, 2}, 4)), "");
+  EXPECT_NE(eng->explain(greedy_request(random_prompt(64, 1), 4)).find("the context holds 64"), std::string::npos);
+  EXPECT_EQ(eng->explain(greedy_request({1, 2}, 4)), "");
   eng->async_stop(asio::use_future).get();
-  EXPECT_EQ(err(greedy({1}, 1)), make_error_code(errc::stopped));
+  EXPECT_EQ(err(greedy_request({1}, 1)), make_error_code(errc::stopped));
 }
 
 TEST(Engine, SameSeedGivesTheSameTextAloneOrInABatch) {
   auto eng = engine::create(tiny_config());
-  generate_request r = greedy(prompt_tokens(7, 3), 16);
+  generate_request r = greedy_request(random_prompt(7, 3), 16);
   r.sampling.temperature = 0.9f;
   r.sampling.seed = 1234;
   const completion alone = eng->async_generate(r, asio::use_future).get();
   std::vector<std::future<completion>> others;
   for (int i = 0; i < 8; ++i) {
-    generate_request o = greedy(prompt_tokens(5 + i, 50 + i), 16);
+    generate_request o = greedy_request(random_prompt(5 + i, 50 + i), 16);
     o.sampling.temperature = 1.f;
     o.sampling.seed = std::uint64_t(i);
     others.push_back(eng->async_generate(o, asio::use_future));

@@ -15,6 +15,7 @@
 
 #include "actors/engine.h"
 #include "model/cpu_forward.h"
+#include "tests/engine/requests.h"
 #include "tests/model/fixtures.h"
 #include "tests/model/reference_greedy.h"
 
@@ -41,21 +42,6 @@ inline engine_config tiny_engine_config(std::size_t kv_bytes = 8u << 20) {
 inline std::size_t kv_bytes_for_blocks(std::int64_t blocks) {
   static const model::hparams hp = model::read_hparams(model::gguf_file::open(tiny_model()));
   return model::kv_cache_storage::bytes_per_block(hp, 16) * std::size_t(blocks);
-}
-
-inline std::vector<std::int32_t> random_prompt(std::size_t n, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<std::int32_t> t(n);
-  for (auto& x : t) x = std::int32_t(rng() % 256);  // byte tokens of the synthetic vocabulary
-  return t;
-}
-
-inline generate_request greedy_request(std::vector<std::int32_t> prompt, std::int64_t max_tokens) {
-  generate_request r;
-  r.prompt_tokens = std::move(prompt);
-  r.max_tokens = max_tokens;
-  r.ignore_eos = true;
-  return r;
 }
 
 // The future's value, or a test failure (and a default value) when it does not come in time.

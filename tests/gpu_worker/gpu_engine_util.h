@@ -12,6 +12,7 @@
 
 #include "actors/engine.h"
 #include "gpu_worker/gpu_worker.h"
+#include "tests/engine/requests.h"
 
 // The gpu-labelled suites run on a machine with a GPU; without one they fail, never pass silently.
 #define REQUIRE_GPU() \
@@ -32,19 +33,11 @@ inline engine_config engine_cfg(worker_backend backend, const std::string& path)
   return c;
 }
 
-inline generate_request greedy(std::vector<std::int32_t> prompt, std::int64_t max_tokens) {
-  generate_request r;
-  r.prompt_tokens = std::move(prompt);
-  r.max_tokens = max_tokens;
-  r.ignore_eos = true;
-  return r;
-}
-
 // Greedy continuations of all prompts, submitted at once (they run as one batch).
 inline std::vector<std::vector<std::int32_t>> generate_all(engine& eng, const std::vector<std::vector<std::int32_t>>& prompts,
                                                            std::int64_t n) {
   std::vector<std::future<completion>> fs;
-  for (const auto& p : prompts) fs.push_back(eng.async_generate(greedy(p, n), boost::asio::use_future));
+  for (const auto& p : prompts) fs.push_back(eng.async_generate(greedy_request(p, n), boost::asio::use_future));
   std::vector<std::vector<std::int32_t>> out;
   for (auto& f : fs) out.push_back(f.get().tokens);
   return out;

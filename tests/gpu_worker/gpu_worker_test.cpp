@@ -41,7 +41,7 @@ using model::synth_mix;
 using model::testing::synth_fixture;
 using anvil::testing::engine_cfg;
 using anvil::testing::generate_all;
-using anvil::testing::greedy;
+using anvil::testing::greedy_request;
 
 
 step_result run(worker& w, const step_plan& p) {
@@ -471,7 +471,7 @@ TEST(GpuEngineLoad, DeviceAllocationsStayFlatThrough200MixedRequestsWithCancels)
   std::vector<std::future<completion>> done;
   std::vector<std::uint64_t> ids;
   for (int i = 0; i < 200; ++i) {
-    generate_request r = greedy(random_tokens(1 + rng() % 120, std::uint32_t(i)), 1 + std::int64_t(rng() % 24));
+    generate_request r = greedy_request(random_tokens(1 + rng() % 120, std::uint32_t(i)), 1 + std::int64_t(rng() % 24));
     if (i % 3 == 1) {
       r.sampling.temperature = 0.8f;
       r.sampling.top_p = 0.9f;
