@@ -149,6 +149,12 @@ __global__ void __launch_bounds__(quantize_threads) quantize_x_kernel(const floa
   quantize_x8(valid ? *reinterpret_cast<const float4*>(x + i) : make_float4(0.f, 0.f, 0.f, 0.f), i, valid, xq, ds);
 }
 
+// The n activations at x (n % 32 == 0; tokens one after the other) to 8 bits.
+void launch_quantize_x(const float* x, std::int64_t n, i8* xq, float2* ds, hipStream_t stream) {
+  const std::int64_t blocks = (n / 4 + quantize_threads - 1) / quantize_threads;
+  quantize_x_kernel<<<dim3(static_cast<unsigned>(blocks)), quantize_threads, 0, stream>>>(x, n, xq, ds);
+}
+
 // ---- integer GEMV ------------------------------------------------------------------------------------
 template <class F, int NT, int R, int U>
 __global__ void __launch_bounds__(gemv_threads) gemv_q8_kernel(group_args args, std::size_t row_bytes, const i8* xq,
@@ -371,9 +377,7 @@ hipError_t launch_gemv_group(std::span<const matmul_params> ps, void* workspace,
   const gemv_x8_rows x8 = gemv_x8_view(workspace, p.in, p.n_tokens);
   auto* ds = reinterpret_cast<float2*>(x8.ds);
   if (source == gemv_x8_source::quantize) {
-    const std::int64_t n = p.in * p.n_tokens;
-    const std::int64_t qblocks = (n / 4 + quantize_threads - 1) / quantize_threads;
-    quantize_x_kernel<<<dim3(static_cast<unsigned>(qblocks)), quantize_threads, 0, stream>>>(p.x, n, x8.q, ds);
+    launch_quantize_x(p.x, p.in * p.n_tokens, x8.q, ds, stream);
   }
   with_dot_format(p.w_type, [&](auto f) { launch_q8_tokens<decltype(f)>(ps, row_bytes, x8.q, ds, stream); });
   return hipGetLastError();
@@ -389,8 +393,7 @@ hipError_t launch_gemv_b1_tile(const matmul_params& p, void* workspace, std::siz
   const gemv_x8_rows x8 = gemv_x8_view(workspace, p.in, 1);
   auto* ds = reinterpret_cast<float2*>(x8.ds);
   if (source == gemv_x8_source::quantize) {
-    quantize_x_kernel<<<dim3(static_cast<unsigned>((p.in / 4 + quantize_threads - 1) / quantize_threads)), quantize_threads, 0,
-                        stream>>>(p.x, p.in, x8.q, ds);
+    launch_quantize_x(p.x, p.in, x8.q, ds, stream);
   }
   const std::span<const matmul_params> ps(&p, 1);
   bool known = true;
