@@ -380,7 +380,7 @@ void gpu_device::project(std::span<const projection> ps, const float* x, std::in
 
 bool gpu_device::x8_fused(std::int64_t width) const {
   return step_.tokens <= kernels::gemv_max_tokens && gemv_activations_ == kernels::gemv_activations::int8 &&
-         gemv_ws_ != nullptr && width % 32 == 0 && width / 4 <= 4096;
+         gemv_ws_ != nullptr && width % 32 == 0 && width <= kernels::rms_norm_residual_max_x8_cols;
 }
 
 kernels::rms_norm_residual_params gpu_device::norm_params(const float* delta, const float* weight) const {

@@ -27,6 +27,9 @@ struct rms_norm_residual_params {
   float* yq_scales = nullptr;
 };
 
+// The widest row the 8-bit output (yq) takes: the register path's 1024 threads x 4 float4s.
+inline constexpr std::int64_t rms_norm_residual_max_x8_cols = 16384;
+
 // CPU reference: the float add (as model/cpu_forward.cpp does it), then rms_norm_ref.
 void rms_norm_residual_ref(const rms_norm_residual_params& p);
 
@@ -37,7 +40,7 @@ void rms_norm_residual_ref(const rms_norm_residual_params& p);
 
 namespace anvil::kernels {
 // Rejects (hipErrorInvalidValue) rows < 0, cols <= 0, and yq without its conditions (above) or
-// with more than 16384 columns.
+// with more than rms_norm_residual_max_x8_cols columns.
 hipError_t launch_rms_norm_residual(const rms_norm_residual_params& p, hipStream_t stream);
 }  // namespace anvil::kernels
 #endif

@@ -131,6 +131,7 @@ void launch(const rms_norm_residual_params& p, bool vec4, hipStream_t stream) {
   if (vec4 && n4 <= 1024) return launch_reg<1024, 1, HasDelta>(p, stream);
   if (vec4 && n4 <= 2048) return launch_reg<1024, 2, HasDelta>(p, stream);
   if (vec4 && n4 <= 4096) return launch_reg<1024, 4, HasDelta>(p, stream);
+  static_assert(rms_norm_residual_max_x8_cols == 4 * 4096, "the widest register path above");
   if (vec4) {
     rms_norm_residual_kernel<true, HasDelta><<<grid, block_size, 0, stream>>>(p);
   } else {
@@ -146,7 +147,7 @@ hipError_t launch_rms_norm_residual(const rms_norm_residual_params& p, hipStream
   const bool vec4 = p.cols % 4 == 0 && aligned16(p.h) && aligned16(p.y) && aligned16(p.weight) &&
                     (p.delta == nullptr || aligned16(p.delta));
   if (p.yq != nullptr &&
-      (!vec4 || p.cols % 32 != 0 || p.cols / 4 > 4096 || p.yq_scales == nullptr ||
+      (!vec4 || p.cols % 32 != 0 || p.cols > rms_norm_residual_max_x8_cols || p.yq_scales == nullptr ||
        reinterpret_cast<std::uintptr_t>(p.yq) % 4 != 0 || reinterpret_cast<std::uintptr_t>(p.yq_scales) % 8 != 0)) {
     return hipErrorInvalidValue;
   }
