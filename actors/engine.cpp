@@ -110,6 +110,7 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
     wc.max_context = p->max_model_len;
     wc.float_activations = cfg.gpu_float_activations;
     if (!cfg.gpu_graphs) wc.graph_max_batch = 0;
+    wc.overlap_kernels = cfg.gpu_overlap_kernels;
     p->worker = std::make_unique<gpu_worker::gpu_worker>(p->model, wc);
   } else {
     gpu_worker::cpu_worker_config wc{cfg.block_size, cfg.kv_budget_bytes, cfg.max_batch_tokens, cfg.max_seqs};

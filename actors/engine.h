@@ -55,6 +55,7 @@ struct engine_config {
   bool gpu_float_activations = false;        // GPU backend: f32 activations in the quantized GEMVs
                                              // (gpu_worker_config::float_activations)
   bool gpu_graphs = true;                    // GPU backend: replay decode steps from captured graphs
+  bool gpu_overlap_kernels = true;           // GPU backend: gpu_worker_config::overlap_kernels
   std::int64_t max_batch_tokens = 512;       // tokens per step
   std::int64_t max_seqs = 64;                // sequences per step
   std::int64_t max_queue = 1024;             // waiting requests before submit answers overloaded

@@ -27,6 +27,7 @@ struct generate_args {
   double gpu_memory_fraction = 0.9;
   bool gpu_float_activations = false;
   bool no_gpu_graphs = false;
+  bool no_gpu_overlap = false;
   sampler::sampling_params sampling;
 };
 
@@ -45,6 +46,7 @@ int run_generate(const generate_args& a) {
   cfg.gpu_memory_fraction = a.gpu_memory_fraction;
   cfg.gpu_float_activations = a.gpu_float_activations;
   cfg.gpu_graphs = !a.no_gpu_graphs;
+  cfg.gpu_overlap_kernels = !a.no_gpu_overlap;
   cfg.gpu_kv_budget_bytes = cfg.kv_budget_bytes;  // one context is all one request needs
   auto eng = engine::create(cfg);
 
@@ -112,6 +114,8 @@ void add_generate_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--gpu-float-activations", a->gpu_float_activations,
                 "GPU: f32 activations in the quantized GEMVs (as the CPU computes) instead of 8-bit");
   cmd->add_flag("--no-gpu-graphs", a->no_gpu_graphs, "GPU: launch decode steps kernel by kernel instead of replaying graphs");
+  cmd->add_flag("--no-gpu-overlap", a->no_gpu_overlap,
+                "GPU: start each kernel only when the one before has ended (no programmatic dependent launch)");
   cmd->callback([&exit_code, a] { exit_code = run_generate(*a); });
 }
 

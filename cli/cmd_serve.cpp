@@ -56,6 +56,7 @@ struct serve_args {
   double gpu_memory_fraction = 0.9;   // GPU: of the device memory free after weights and scratch, for the KV pool
   bool gpu_float_activations = false; // GPU: f32 activations in the quantized GEMVs
   bool no_gpu_graphs = false;         // GPU: no decode graphs
+  bool no_gpu_overlap = false;        // GPU: no programmatic dependent launch
   bool no_prefix_caching = false;
   std::string api_key;
   int threads = 0;             // engine threads; 0: 2
@@ -107,6 +108,7 @@ engine_config engine_config_for(const serve_args& a) {
   cfg.gpu_memory_fraction = a.gpu_memory_fraction;
   cfg.gpu_float_activations = a.gpu_float_activations;
   cfg.gpu_graphs = !a.no_gpu_graphs;
+  cfg.gpu_overlap_kernels = !a.no_gpu_overlap;
   if (a.kv_cache_mib > 0) cfg.gpu_kv_budget_bytes = std::size_t(a.kv_cache_mib * 1024 * 1024);
   const std::size_t per_block = model::kv_cache_storage::bytes_per_block(hp, cfg.block_size);
   const std::size_t per_context = per_block * std::size_t((cfg.max_model_len + cfg.block_size - 1) / cfg.block_size);
@@ -274,6 +276,8 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--gpu-float-activations", a->gpu_float_activations,
                 "GPU: f32 activations in the quantized GEMVs (as the CPU computes) instead of 8-bit");
   cmd->add_flag("--no-gpu-graphs", a->no_gpu_graphs, "GPU: launch decode steps kernel by kernel instead of replaying graphs");
+  cmd->add_flag("--no-gpu-overlap", a->no_gpu_overlap,
+                "GPU: start each kernel only when the one before has ended (no programmatic dependent launch)");
   cmd->add_flag("--no-prefix-caching", a->no_prefix_caching, "turn automatic prefix caching off");
   cmd->add_option("--api-key", a->api_key, "require this key (HTTP: Authorization: Bearer KEY; line: {\"auth\": KEY}); or set ANVIL_API_KEY");
   cmd->add_option("--threads", a->threads, "engine threads (default 2)")->check(CLI::Range(0, 256));

@@ -87,7 +87,14 @@ gpu_device::gpu_device(const model::llm& m, const gpu_worker_config& cfg, memory
     throw std::runtime_error("gpu worker: attention kernels need head_dim 64 or 128, the model has " +
                              std::to_string(hp.head_dim));
   }
+  if (hp.n_vocab > kernels::candidates_max_vocab) {
+    throw std::runtime_error("gpu worker: the model's vocabulary has " + std::to_string(hp.n_vocab) +
+                             " tokens; the candidates kernels take at most " +
+                             std::to_string(kernels::candidates_max_vocab));
+  }
   max_blocks_per_seq_ = (cfg.max_context + cfg.block_size - 1) / cfg.block_size;
+  attn_split_ = kernels::attention_decode_split_for(max_context());
+  gpu::dependent_launch_enabled.store(cfg.overlap_kernels, std::memory_order_relaxed);
   try {
     ok(hipSetDevice(device_), "select the device");
     hipDeviceProp_t prop{};
@@ -248,18 +255,19 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   for (const layer& l : layers_) {
     for (const matrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) fit(*w, max_tokens_);
   }
-  // When the norms and SwiGLU write the 8-bit activations (x8_fused), they write them for every
-  // layer input, whatever its weight's type: room for both widths.
+  // When the norms, SwiGLU and decode attention write the 8-bit activations (x8_fused), they
+  // write them for every layer input, whatever its weight's type: room for the three widths.
   if (gemv_ws > 0) {
     const std::int64_t t8 = std::min(max_tokens_, kernels::gemv_max_tokens);
-    for (const std::int64_t in : {hp.n_embd, hp.n_ff}) {
+    for (const std::int64_t in : {hp.n_embd, hp.n_ff, hp.n_head * hp.head_dim}) {
       gemv_ws = std::max(gemv_ws, kernels::gemv_workspace_bytes(model::ggml_type::Q8_0, in, t8));
     }
   }
   const std::size_t blas_ws = have_blas_ ? blas::recommended_workspace_bytes : 0;
-  attn_ws_bytes_ = kernels::attention_decode_workspace_bytes(max_seqs_, hp.n_head, hp.head_dim,
-                                                             max_blocks_per_seq_ * block_size_);
+  attn_ws_bytes_ = kernels::attention_decode_workspace_bytes(max_seqs_, hp.n_head, hp.head_dim, max_context(),
+                                                             attn_split_);
   const std::size_t record_bytes = kernels::candidates_record_bytes(kernels::candidates_max_k);
+  cand_ws_bytes_ = kernels::candidates_workspace(max_seqs_, hp.n_vocab, kernels::candidates_max_k).bytes;
 
   carver c;
   const std::size_t x = c.take(T * std::size_t(hp.n_embd) * f), h = c.take(T * std::size_t(hp.n_embd) * f);
@@ -269,7 +277,7 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   const std::size_t rows = c.take(S * std::size_t(hp.n_embd) * f), logits = c.take(S * std::size_t(hp.n_vocab) * f);
   const std::size_t records = c.take(S * record_bytes), attn_ws = c.take(attn_ws_bytes_);
   const std::size_t gemm_at = c.take(gemm_ws), blas_at = c.take(blas_ws), upload = c.take(up_off_.total);
-  const std::size_t gemv_at = c.take(gemv_ws), scores = c.take(T * f);
+  const std::size_t gemv_at = c.take(gemv_ws), scores = c.take(T * f), cand_ws = c.take(cand_ws_bytes_);
   auto* base = static_cast<unsigned char*>(alloc_device(c.size(), "activation scratch and workspaces"));
   mem.scratch_bytes = c.size();
   const auto fp = [base](std::size_t off) { return reinterpret_cast<float*>(base + off); };
@@ -285,6 +293,7 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   gemv_ws_bytes_ = gemv_ws;
   upload_dev_ = base + upload;
   scores_dev_ = fp(scores);
+  cand_ws_ = base + cand_ws;
 
   upload_host_ = static_cast<unsigned char*>(alloc_pinned(up_off_.total, "the step upload buffer"));
   const std::size_t scores_at = align_up(S * record_bytes, 16);
@@ -583,8 +592,10 @@ void gpu_device::run_layer(std::int64_t l) {
   rp.freq_factors = rope_freqs_;
   rp.style = hp.rope;
   ok(kernels::launch_rope_kv_write(rp, stream_), "rope + kv write");
-  run_attention(l);
-  matmul(w.wo, nullptr, attn_, o_, T);
+  // Decode-only steps: attention writes the o projection's 8-bit input itself.
+  const bool x8_attn = step_.n_pre == 0 && x8_fused(hp.n_head * hp.head_dim);
+  run_attention(l, x8_attn);
+  matmul(w.wo, nullptr, attn_, o_, T, x8_attn);
   ok(kernels::launch_rms_norm_residual(norm_params(o_, w.ffn_norm), stream_), "ffn norm");
   const projection gate_up[] = {{&w.gate, nullptr, gate_}, {&w.up, nullptr, up_}};
   project(gate_up, h_, T, x8_embd);
@@ -606,7 +617,7 @@ void gpu_device::run_layer(std::int64_t l) {
   }
 }
 
-void gpu_device::run_attention(std::int64_t l) {
+void gpu_device::run_attention(std::int64_t l, bool x8_out) {
   const model::hparams& hp = m_.hp;
   const float scale = 1.f / std::sqrt(float(hp.head_dim));
   const auto* tables = dev_at<std::int32_t>(up_off_.tables);
@@ -624,6 +635,12 @@ void gpu_device::run_attention(std::int64_t l) {
     p.scale = scale;
     p.workspace = attn_ws_;
     p.workspace_bytes = attn_ws_bytes_;
+    p.split = attn_split_;
+    if (x8_out) {
+      const kernels::gemv_x8_rows x8 = kernels::gemv_x8_view(gemv_ws_, hp.n_head * hp.head_dim, step_.tokens);
+      p.yq = x8.q;
+      p.yq_scales = x8.ds;
+    }
     ok(kernels::launch_attention_decode(p, stream_), "decode attention");
   }
   if (step_.n_pre > 0) {
@@ -717,6 +734,8 @@ void gpu_device::run_head_and_candidates(const step_plan& plan, step_result& res
     cp.count_values = dev_at<std::int32_t>(up_off_.count_values);
     cp.max_k = max_k;
     cp.out = static_cast<unsigned char*>(records_dev_) + r0 * record_bytes;
+    cp.workspace = cand_ws_;
+    cp.workspace_bytes = cand_ws_bytes_;
     ok(kernels::launch_candidates(cp, stream_), "candidates");
     r0 = r1;
   }

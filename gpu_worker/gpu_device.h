@@ -76,7 +76,7 @@ class gpu_device {
   void lay_out(const step_plan& plan, bool for_graph);
   void run_body();  // embedding, the layers, the final norm: step_ says the shape
   void run_layer(std::int64_t l);
-  void run_attention(std::int64_t l);
+  void run_attention(std::int64_t l, bool x8_out);  // x8_out: also the o projection's 8-bit input
   void run_head_and_candidates(const step_plan& plan, step_result& result);
   void run_scores();
   void collect_scores(const step_plan& plan, step_result& result) const;
@@ -130,6 +130,9 @@ class gpu_device {
   void* records_dev_ = nullptr;
   void* attn_ws_ = nullptr;
   std::size_t attn_ws_bytes_ = 0;
+  void* cand_ws_ = nullptr;  // the candidates op's workspace, for max_seqs sequences
+  std::size_t cand_ws_bytes_ = 0;
+  std::int64_t attn_split_ = 0;  // decode attention's split length, fixed by max_context()
   void* gemv_ws_ = nullptr;          // the quantized GEMVs' activation scratch (x in int8 blocks)
   std::size_t gemv_ws_bytes_ = 0;
   kernels::gemv_activations gemv_activations_ = kernels::gemv_activations::int8;

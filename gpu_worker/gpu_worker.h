@@ -36,6 +36,12 @@ struct gpu_worker_config {
   // Decode steps (every sequence feeds one token) of up to this many sequences replay a graph
   // captured at start-up, one per batch size, instead of launching ~15 kernels per layer; 0: none.
   std::int64_t graph_max_batch = 64;
+  // NVIDIA sm_90+: each kernel of a step may start while the one before it finishes, and a
+  // quantized GEMV loads its first weights meanwhile (programmatic dependent launch,
+  // kernels/gpu_runtime.h). Off:
+  // every kernel waits for the one before to end. The setting is process-wide (the last worker
+  // constructed sets it).
+  bool overlap_kernels = true;
   // Called while weights upload: (bytes done, bytes in all).
   std::function<void(std::size_t, std::size_t)> progress;
 };

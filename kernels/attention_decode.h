@@ -5,10 +5,14 @@
 //
 // Design (flash-decoding): a block takes one sequence, one kv head — and all query heads that
 // share it (GQA), so each K/V row is read from memory once — and one split of the context of
-// attention_decode_split positions. Scores go to shared memory, softmax in f32. With one split
+// `split` positions (64 or 256). Scores go to shared memory, softmax in f32. With one split
 // the block writes the output; with several it writes its partial output and (max, sum) to the
 // workspace and a second kernel merges them. Splits have a fixed length, so a sequence's result
-// does not depend on the rest of the batch, and a single long sequence still fills the GPU.
+// does not depend on the rest of the batch, and a single long sequence still fills the GPU. The
+// worker picks the length once, from the longest context it serves
+// (attention_decode_split_for): short splits give a short context more blocks (a decode step at
+// a context of 300 runs 5 splits of 64 per kv head instead of 2 of 256), long ones keep the
+// workspace and the merge small when contexts are long.
 #pragma once
 
 #include <cstddef>
@@ -18,7 +22,14 @@
 
 namespace anvil::kernels {
 
-inline constexpr std::int64_t attention_decode_split = 256;  // context positions per split
+inline constexpr std::int64_t attention_decode_split = 256;       // context positions per split: the default
+inline constexpr std::int64_t attention_decode_short_split = 64;  // the other length the kernel takes
+
+// The split length for a worker whose sequences reach at most max_context positions: 64 up to
+// 4096 positions (at most 64 splits), 256 beyond.
+inline std::int64_t attention_decode_split_for(std::int64_t max_context) {
+  return max_context <= 4096 ? attention_decode_short_split : attention_decode_split;
+}
 
 struct attention_decode_params {
   const float* q = nullptr;                  // [n_seqs, n_heads, head_dim]
@@ -31,19 +42,27 @@ struct attention_decode_params {
   std::int64_t n_seqs = 0;                   // <= 65535
   std::int64_t max_context = 0;              // >= every context_lens[s]: sizes the grid and workspace
   float scale = 1.f;                         // usually 1 / sqrt(head_dim)
+  std::int64_t split = attention_decode_split;  // positions per split: attention_decode_split or _short_split
+  // Optional: the output also in the 8-bit form the next GEMV reads from its workspace
+  // (kernels/gemv.h, gemv_x8_rows for rows of n_heads * head_dim): yq [n_seqs, n_heads * head_dim],
+  // yq_scales [n_seqs, n_heads * head_dim / 16] pairs — what the GEMV's own quantizer makes of
+  // `out`, bit for bit. yq 4-byte and yq_scales 8-byte aligned.
+  std::int8_t* yq = nullptr;
+  float* yq_scales = nullptr;
   void* workspace = nullptr;                 // attention_decode_workspace_bytes(...) bytes, 16-byte aligned
   std::size_t workspace_bytes = 0;
 };
 
-inline std::int64_t attention_decode_splits(std::int64_t max_context) {
-  return (max_context + attention_decode_split - 1) / attention_decode_split;
+inline std::int64_t attention_decode_splits(std::int64_t max_context, std::int64_t split = attention_decode_split) {
+  return (max_context + split - 1) / split;
 }
 
 // Scratch for the split partials; 0 when max_context fits in one split. Layout: partial outputs
 // [n_seqs][n_heads][splits][head_dim] floats, then (max, sum) pairs [n_seqs][n_heads][splits].
 inline std::size_t attention_decode_workspace_bytes(std::int64_t n_seqs, std::int64_t n_heads, std::int64_t head_dim,
-                                                    std::int64_t max_context) {
-  const std::int64_t splits = attention_decode_splits(max_context);
+                                                    std::int64_t max_context,
+                                                    std::int64_t split = attention_decode_split) {
+  const std::int64_t splits = attention_decode_splits(max_context, split);
   if (splits <= 1 || n_seqs <= 0 || n_heads <= 0) return 0;
   return std::size_t(n_seqs * n_heads * splits) * std::size_t(head_dim + 2) * sizeof(float);
 }

@@ -12,11 +12,12 @@
 
 #include <algorithm>
 
+#include "kernels/gpu_quant_dot.h"
+
 namespace anvil::kernels {
 namespace {
 
 constexpr int threads = 128;
-constexpr int split = int(attention_decode_split);
 
 __device__ __forceinline__ void load8(const gpu::half_bits* src, float (&f)[8]) {
   const uint4 raw = *reinterpret_cast<const uint4*>(src);
@@ -28,21 +29,23 @@ __device__ __forceinline__ void load8(const gpu::half_bits* src, float (&f)[8]) 
   }
 }
 
-template <int HeadDim, int MaxG>
+template <int HeadDim, int MaxG, int Split>
 struct decode_smem {
   static constexpr int tpk = HeadDim / 8;        // threads per key (scores) and per V row (P·V)
   static constexpr int rows = threads / tpk;     // V rows in flight
   float q[MaxG][HeadDim];
   float m[MaxG], l[MaxG];
   union {
-    float p[MaxG][split];
+    float p[MaxG][Split];
     float red[rows][MaxG][HeadDim];
   } u;
 };
 
-template <int HeadDim, int MaxG>
+template <int HeadDim, int MaxG, int Split>
 __global__ void __launch_bounds__(threads) decode_kernel(attention_decode_params p) {
-  using smem_t = decode_smem<HeadDim, MaxG>;
+  gpu::dependency_wait();  // launched with gpu::launch_dependent
+  gpu::allow_dependents();
+  using smem_t = decode_smem<HeadDim, MaxG, Split>;
   constexpr int tpk = smem_t::tpk, rows = smem_t::rows;
   __shared__ smem_t sm;
 
@@ -52,9 +55,9 @@ __global__ void __launch_bounds__(threads) decode_kernel(attention_decode_params
   const int kvh = blockIdx.x / chunks, chunk = blockIdx.x % chunks;
   const int head0 = kvh * group + chunk * MaxG, ng = min(MaxG, group - chunk * MaxG);
   const int ctx = min(p.context_lens[seq], int(p.max_context));
-  const int n_splits = (ctx + split - 1) / split;
+  const int n_splits = (ctx + Split - 1) / Split;
   if (sp >= n_splits) return;  // uniform over the block
-  const int start = sp * split, n = min(split, ctx - start);
+  const int start = sp * Split, n = min(Split, ctx - start);
   const std::int32_t* table = p.block_tables + std::int64_t(seq) * p.block_table_stride;
   const std::int64_t bs = p.cache.block_size, kv_row = std::int64_t(n_kv) * HeadDim;
 
@@ -139,7 +142,7 @@ __global__ void __launch_bounds__(threads) decode_kernel(attention_decode_params
   }
   __syncthreads();
 
-  const std::int64_t max_splits = (p.max_context + split - 1) / split;
+  const std::int64_t max_splits = (p.max_context + Split - 1) / Split;
   for (int e = tid; e < ng * HeadDim; e += threads) {
     const int g = e / HeadDim, d = e % HeadDim;
     float o = 0.f;
@@ -151,6 +154,24 @@ __global__ void __launch_bounds__(threads) decode_kernel(attention_decode_params
     } else {
       float* partial = static_cast<float*>(p.workspace);
       partial[(qh * max_splits + sp) * HeadDim + d] = o;
+    }
+  }
+  // The 8-bit form, four outputs per thread (eight lanes per 32-element block), from the same sums.
+  if (n_splits == 1 && p.yq != nullptr) {
+    for (int base = 0; base < MaxG * HeadDim / 4; base += threads) {  // uniform: every lane shuffles
+      const int e4 = base + tid;
+      const bool valid = e4 < ng * HeadDim / 4;
+      const int g = valid ? 4 * e4 / HeadDim : 0, d0 = valid ? 4 * e4 % HeadDim : 0;
+      float o[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        o[j] = 0.f;
+        for (int rr = 0; rr < rows; ++rr) o[j] += sm.u.red[rr][g][d0 + j];
+        o[j] /= sm.l[g];
+      }
+      const std::int64_t i = (std::int64_t(seq) * p.n_heads + head0 + g) * HeadDim + d0;
+      gpu_quant::quantize_x8(make_float4(o[0], o[1], o[2], o[3]), i, valid, p.yq,
+                             reinterpret_cast<float2*>(p.yq_scales));
     }
   }
   if (n_splits > 1 && tid < ng) {
@@ -165,8 +186,12 @@ __global__ void __launch_bounds__(threads) decode_kernel(attention_decode_params
 // w_s = l_s exp(m_s - max_s m_s), in a fixed order.
 template <int HeadDim>
 __global__ void __launch_bounds__(HeadDim) decode_merge_kernel(attention_decode_params p) {
+  __shared__ float merged[HeadDim];
+  gpu::dependency_wait();  // launched with gpu::launch_dependent
+  gpu::allow_dependents();
   const int head = blockIdx.x, seq = blockIdx.y, d = threadIdx.x;
   const int ctx = min(p.context_lens[seq], int(p.max_context));
+  const int split = int(p.split);
   const int n_splits = (ctx + split - 1) / split;
   if (n_splits <= 1) return;  // the decode kernel wrote the output itself
   const std::int64_t max_splits = (p.max_context + split - 1) / split;
@@ -183,18 +208,33 @@ __global__ void __launch_bounds__(HeadDim) decode_merge_kernel(attention_decode_
     den += w;
   }
   p.out[qh * HeadDim + d] = num / den;
+  if (p.yq == nullptr) return;  // uniform
+  // The 8-bit form: the first warp, four outputs per lane.
+  merged[d] = num / den;
+  __syncthreads();
+  if (d < gpu::warp_size) {
+    const bool valid = d < HeadDim / 4;
+    const float4 v = valid ? make_float4(merged[4 * d], merged[4 * d + 1], merged[4 * d + 2], merged[4 * d + 3])
+                           : make_float4(0.f, 0.f, 0.f, 0.f);
+    gpu_quant::quantize_x8(v, qh * HeadDim + 4 * d, valid, p.yq, reinterpret_cast<float2*>(p.yq_scales));
+  }
 }
 
 template <int HeadDim, int MaxG>
 void launch(const attention_decode_params& p, int group, hipStream_t stream) {
   const int chunks = (group + MaxG - 1) / MaxG;
-  const std::int64_t splits = attention_decode_splits(p.max_context);
+  const std::int64_t splits = attention_decode_splits(p.max_context, p.split);
   const dim3 grid(static_cast<unsigned>(p.cache.n_kv_heads * chunks), static_cast<unsigned>(p.n_seqs),
                   static_cast<unsigned>(splits));
-  decode_kernel<HeadDim, MaxG><<<grid, threads, 0, stream>>>(p);
+  if (p.split == attention_decode_short_split) {
+    constexpr int short_split = int(attention_decode_short_split);
+    gpu::launch_dependent(decode_kernel<HeadDim, MaxG, short_split>, grid, dim3(threads), stream, p);
+  } else {
+    gpu::launch_dependent(decode_kernel<HeadDim, MaxG, int(attention_decode_split)>, grid, dim3(threads), stream, p);
+  }
   if (splits > 1) {
-    decode_merge_kernel<HeadDim>
-        <<<dim3(static_cast<unsigned>(p.n_heads), static_cast<unsigned>(p.n_seqs)), HeadDim, 0, stream>>>(p);
+    const dim3 merge_grid(static_cast<unsigned>(p.n_heads), static_cast<unsigned>(p.n_seqs));
+    gpu::launch_dependent(decode_merge_kernel<HeadDim>, merge_grid, dim3(HeadDim), stream, p);
   }
 }
 
@@ -218,12 +258,17 @@ hipError_t launch_attention_decode(const attention_decode_params& p, hipStream_t
   const std::int64_t hd = p.cache.head_dim, n_kv = p.cache.n_kv_heads;
   if (p.n_seqs < 0 || p.n_seqs > 65535 || (hd != 64 && hd != 128) || n_kv <= 0 || p.n_heads <= 0 ||
       p.n_heads % n_kv != 0 || p.n_heads > 65535 || p.max_context < 1 || p.max_context > 0x7fffffff ||
-      attention_decode_splits(p.max_context) > 65535 || p.cache.block_size <= 0 ||
+      (p.split != attention_decode_split && p.split != attention_decode_short_split) ||
+      attention_decode_splits(p.max_context, p.split) > 65535 || p.cache.block_size <= 0 ||
       p.block_table_stride * p.cache.block_size < p.max_context) {
     return hipErrorInvalidValue;
   }
   if (!aligned16(p.cache.k) || !aligned16(p.cache.v)) return hipErrorInvalidValue;
-  const std::size_t need = attention_decode_workspace_bytes(p.n_seqs, p.n_heads, hd, p.max_context);
+  if (p.yq != nullptr && (p.yq_scales == nullptr || reinterpret_cast<std::uintptr_t>(p.yq) % 4 != 0 ||
+                          reinterpret_cast<std::uintptr_t>(p.yq_scales) % 8 != 0)) {
+    return hipErrorInvalidValue;
+  }
+  const std::size_t need = attention_decode_workspace_bytes(p.n_seqs, p.n_heads, hd, p.max_context, p.split);
   if (need > 0 && (p.workspace == nullptr || p.workspace_bytes < need || !aligned16(p.workspace))) {
     return hipErrorInvalidValue;
   }

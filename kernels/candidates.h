@@ -59,6 +59,32 @@ gpu_worker::seq_output candidates_ref(std::span<const float> logits, const gpu_w
 
 inline constexpr std::int32_t candidates_max_k = 256;
 
+// The GPU op spreads a sequence's vocabulary over slices of this many tokens (one block each), up
+// to candidates_max_slices of them: vocabularies up to 524,288 tokens.
+inline constexpr std::int64_t candidates_slice_len = 4096;
+inline constexpr std::int64_t candidates_max_slices = 128;
+inline constexpr std::int64_t candidates_max_vocab = candidates_slice_len * candidates_max_slices;
+
+// The op's device workspace, laid out per sequence: each slice's top k (max_k entries of 8 bytes
+// per slice), each slice's sums (32 bytes), then the sequence's selection (16 bytes).
+struct candidates_workspace_layout {
+  std::size_t slices_at = 0;  // offset of the slice sums
+  std::size_t states_at = 0;  // offset of the per-sequence selection
+  std::size_t bytes = 0;
+};
+inline std::int64_t candidates_slices(std::int64_t vocab) {
+  return (vocab + candidates_slice_len - 1) / candidates_slice_len;
+}
+inline candidates_workspace_layout candidates_workspace(std::int64_t n_seqs, std::int64_t vocab, std::int32_t max_k) {
+  const auto up16 = [](std::size_t n) { return (n + 15) / 16 * 16; };
+  const std::size_t per = std::size_t(n_seqs) * std::size_t(candidates_slices(vocab));
+  candidates_workspace_layout w;
+  w.slices_at = up16(per * std::size_t(max_k) * 8);
+  w.states_at = w.slices_at + per * 32;
+  w.bytes = w.states_at + std::size_t(n_seqs) * 16;
+  return w;
+}
+
 struct candidates_seq {
   float temperature = 0.f;              // as logit_params
   float repetition_penalty = 1.f;
@@ -96,7 +122,7 @@ inline std::size_t candidates_record_bytes(std::int32_t max_k) {
 
 struct candidates_params {
   float* logits = nullptr;                     // [n_seqs, vocab] raw; processed IN PLACE
-  std::int64_t vocab = 0;                      // in [1, 2^31 - 2^14]
+  std::int64_t vocab = 0;                      // in [1, candidates_max_vocab]
   std::int64_t n_seqs = 0;
   const candidates_seq* seqs = nullptr;        // [n_seqs]
   const std::int32_t* bias_ids = nullptr;      // concatenated (token, bias) pairs
@@ -105,6 +131,8 @@ struct candidates_params {
   const std::int32_t* count_values = nullptr;
   std::int32_t max_k = candidates_max_k;       // record capacity, in [1, candidates_max_k]
   void* out = nullptr;                         // n_seqs records of candidates_record_bytes(max_k)
+  void* workspace = nullptr;                   // candidates_workspace(n_seqs, vocab, max_k).bytes, 16-byte aligned
+  std::size_t workspace_bytes = 0;
 };
 
 // The host side of the upload: the flat arrays for a batch, validated as candidates_ref
@@ -130,8 +158,9 @@ gpu_worker::seq_output unpack_candidates(const void* record);
 #include "kernels/gpu_runtime.h"
 
 namespace anvil::kernels {
-// One block per sequence. Needs no workspace (the logits buffer is processed in place).
-// Rejects (hipErrorInvalidValue) a vocabulary or max_k out of range or a misaligned output.
+// Five kernels: per sequence, and per sequence and slice of the vocabulary (kernels/candidates.hip).
+// The logits buffer is processed in place. Rejects (hipErrorInvalidValue) a vocabulary or max_k
+// out of range, a misaligned output, or a short or misaligned workspace.
 hipError_t launch_candidates(const candidates_params& p, hipStream_t stream);
 }  // namespace anvil::kernels
 #endif

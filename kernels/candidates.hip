@@ -1,27 +1,35 @@
-// Logits → candidates, one block of 1024 threads per sequence (kernels/candidates.h). Passes over
-// the sequence's row of logits (a row of 152k floats is 600 KB: it stays in L2 between passes):
-//   1. bias (one thread, in list order: repeated ids add up exactly as the reference adds them),
-//      then penalties (one thread per distinct id), both with unfused float arithmetic;
-//   2. temperature, written back, fused with the first radix-select histogram;
-//   3. radix select on the order-preserving 32-bit key of the logit: 4 histogram passes of 8
-//      bits find the K-th largest value T and how many tokens equal to T belong in the top;
-//   4. collect the tokens above T (order-free), then the ties at T in ascending id order (a block
-//      scan per chunk; skipped when every tie is taken, as when one token holds T), then
-//      rank-sort the K candidates (logit descending, id ascending);
-//   5. total and tail weights exp(l - max) in double (the reference's arithmetic): each warp sums
-//      one contiguous segment of the vocabulary, and the segments add up in a fixed order;
-//   6. the tail draw: the segment sums in id order find the segment that crosses u * tail; the
-//      block scans it in chunks with block prefix sums, and the one thread whose range crosses
-//      scans its own tokens.
-// Only integer atomics are used (histograms, the unordered collection sorted afterwards), so the
-// result is deterministic. Histogram counts are added per run of equal bins in a thread's tokens.
+// Logits → candidates (kernels/candidates.h) in five short kernels over slices of
+// candidates_slice_len tokens, so that one sequence's 128k-256k logits keep many multiprocessors
+// busy instead of one block walking the whole row several times:
+//   1. prep, a block per sequence: bias (one thread, in list order: repeated ids add up exactly as
+//      the reference adds them), then penalties (one thread per distinct id), both with unfused
+//      float arithmetic;
+//   2. slice, a block per (sequence, slice): temperature, written back; the slice's top k in the
+//      op's order (logit descending, id ascending) by a radix select on the order-preserving
+//      32-bit key of the logit, in shared memory (4 histogram passes of 8 bits); its members
+//      written in id order. The sequence's top k lies inside the union of its slices' top k;
+//   3. merge, a block per sequence: the same radix select over that union; the tokens above the
+//      threshold, then the ties at it by lowest id (the union is in id order), rank-sorted into
+//      the record; threshold, last tie taken and maximum kept for the next two kernels;
+//   4. weights, a block per (sequence, slice): total and tail weights exp(l - max) in double (the
+//      reference's arithmetic), each slice's sums in a fixed order;
+//   5. finish, a block per sequence: the slice sums added in id order give the log-normaliser and
+//      the tail mass; the tail draw finds the slice where the running tail sum crosses u * tail
+//      and scans it with block prefix sums, and the one thread whose range crosses scans its own
+//      tokens.
+// Only integer atomics are used (histograms, the unordered collection sorted afterwards, a maximum
+// id) and every floating-point sum has a fixed order, so the result is deterministic.
 #include "kernels/candidates.h"
 
 namespace anvil::kernels {
 namespace {
 
-constexpr int threads = 1024;
-constexpr int draw_items = 4;  // consecutive tokens per thread in the tail draw
+constexpr int threads = 1024;                               // per-sequence kernels
+constexpr int slice_threads = 256;                          // per-slice kernels
+constexpr int slice_len = int(candidates_slice_len);
+constexpr int per_thread = slice_len / slice_threads;       // tokens per thread in a slice
+constexpr int draw_items = slice_len / threads;             // consecutive tokens per thread in the tail draw
+static_assert(per_thread == 16 && draw_items * threads == slice_len, "a slice is one chunk of the draw");
 
 // Order-preserving key: a > b as floats (with -0 == +0) iff key(a) > key(b) as unsigned.
 __device__ __forceinline__ unsigned order_key(float x) {
@@ -30,11 +38,11 @@ __device__ __forceinline__ unsigned order_key(float x) {
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
-// Inclusive prefix sum over the block (threads in id order); `total` gets the block's sum.
-// `warp_sums` is shared scratch of at least threads / 32 elements.
-template <class T>
+// Inclusive prefix sum over a block of Threads threads (in id order); `total` gets the block's
+// sum. `warp_sums` is shared scratch of at least Threads / 32 elements.
+template <int Threads, class T>
 __device__ T block_inclusive_scan(T v, T* warp_sums, T& total) {
-  constexpr int ws = gpu::warp_size, warps = threads / ws;
+  constexpr int ws = gpu::warp_size, warps = Threads / ws;
   const int lane = threadIdx.x % ws, warp = threadIdx.x / ws;
 #pragma unroll
   for (int o = 1; o < ws; o <<= 1) {
@@ -59,71 +67,146 @@ __device__ T block_inclusive_scan(T v, T* warp_sums, T& total) {
   return v;
 }
 
-// Calls fn(i, l[i]) for i = first, first + stride, ... below end, loading `batch` logits before
-// handling any. One block walks a whole row several times, so a pass is bound by the latency of
-// its loads, not by bandwidth: a thread waits for one L2 round trip per batch instead of one per
-// token.
-constexpr int batch = 16;
-template <class Fn>
-__device__ __forceinline__ void for_logits(const float* l, int first, int end, int stride, Fn&& fn) {
-  for (int base = first; base < end; base += stride * batch) {
-    float v[batch];
-#pragma unroll
-    for (int j = 0; j < batch; ++j) {
-      const int i = base + j * stride;
-      v[j] = i < end ? l[i] : 0.f;
-    }
-#pragma unroll
-    for (int j = 0; j < batch; ++j) {
-      const int i = base + j * stride;
-      if (i < end) fn(i, v[j]);
-    }
-  }
-}
 
-// A candidate in shared memory (the record's entry type has default member initialisers, which
-// __shared__ variables cannot have).
+// A candidate (the record's entry type has default member initialisers, which __shared__
+// variables cannot have).
 struct entry {
   int token;
   float logit;
 };
+static_assert(sizeof(entry) == 8, "the workspace holds max_k entries of 8 bytes per slice");
 
 __device__ __forceinline__ bool better(const entry& a, const entry& b) {
   return a.logit > b.logit || (a.logit == b.logit && a.token < b.token);
 }
 
-__global__ void __launch_bounds__(threads) candidates_kernel(candidates_params p) {
-  __shared__ unsigned hist[256];
-  __shared__ entry sel[candidates_max_k];
-  __shared__ int n_sel, tie_cut_s, last_tail_s, flags_s;
-  __shared__ unsigned prefix_s, k_rem_s, ties_s;
-  __shared__ float max_s;
-  __shared__ int int_sums[32];
-  __shared__ double dbl_sums[32], seg_total_s[32], seg_tail_s[32];
+// The workspace (candidates_workspace): per (sequence, slice) its top entries and its sums, per
+// sequence the selection the merge made.
+struct slice_sums {
+  double total;    // sum of exp(l - max) over the slice
+  double tail;     // the same over the slice's tokens outside the top
+  int last_tail;   // the slice's highest tail id with a nonzero weight, or -1
+  int flags;       // candidates_flag_bad_logit when the slice holds a NaN or +inf
+  int reserved[2];
+};
+static_assert(sizeof(slice_sums) == 32, "candidates_workspace reserves 32 bytes per slice");
+struct selection_state {
+  unsigned threshold;  // key of the K-th largest logit
+  int tie_cut;         // the last token at the threshold that is in the top (tokens at it with ids <= this are)
+  float max;           // the largest logit
+  int flags;           // candidates_flag_* of the sequence's logits
+};
+static_assert(sizeof(selection_state) == 16, "candidates_workspace reserves 16 bytes per sequence");
 
-  const int tid = threadIdx.x, vocab = int(p.vocab);
+// The workspace's sections and the record size, computed by the launcher.
+struct workspace_view {
+  entry* entries;
+  slice_sums* sums;
+  selection_state* states;
+  int slices;
+  std::size_t record_bytes;
+};
+workspace_view view(const candidates_params& p) {
+  const candidates_workspace_layout w = candidates_workspace(p.n_seqs, p.vocab, p.max_k);
+  auto* base = static_cast<unsigned char*>(p.workspace);
+  return {reinterpret_cast<entry*>(base), reinterpret_cast<slice_sums*>(base + w.slices_at),
+          reinterpret_cast<selection_state*>(base + w.states_at), int(candidates_slices(p.vocab)),
+          candidates_record_bytes(p.max_k)};
+}
+
+__device__ __forceinline__ int seq_k(const candidates_seq& sp, const candidates_params& p) {
+  return min(min(sp.top_k, p.max_k), int(p.vocab));
+}
+
+// Radix select over the block's items: thread t holds Per of them, key(j, out) giving the j-th
+// one's order key (false: no item there). Finds the k-th largest key (1 <= k <= the number of
+// items): `threshold`, and `need`, how many items equal to it belong in the top k; `ties` counts
+// the items equal to it. Counts are added per run of equal bins: real logits share their top
+// bits, so one bin takes nearly every item in the first passes, and an atomic per item would
+// serialise on one shared-memory address.
+struct radix_result {
+  unsigned threshold;
+  int need;
+  unsigned ties;
+};
+template <int Threads, int Per, class Key>
+__device__ radix_result radix_select(int k, Key&& key, unsigned* hist, unsigned* found) {
+  unsigned prefix = 0, mask = 0, k_rem = unsigned(k), ties = 0;
+  for (int pass = 0; pass < 4; ++pass) {
+    const int shift = 24 - 8 * pass;
+    for (int b = int(threadIdx.x); b < 256; b += Threads) hist[b] = 0;
+    __syncthreads();
+    unsigned run_bin = 0, run_n = 0;
+#pragma unroll
+    for (int j = 0; j < Per; ++j) {
+      unsigned kk;
+      if (!key(j, kk) || (kk & mask) != prefix) continue;
+      const unsigned bin = (kk >> shift) & 255u;
+      if (bin != run_bin && run_n > 0) {
+        atomicAdd(&hist[run_bin], run_n);
+        run_n = 0;
+      }
+      run_bin = bin;
+      ++run_n;
+    }
+    if (run_n > 0) atomicAdd(&hist[run_bin], run_n);
+    __syncthreads();
+    // The bin where the count from the top reaches k_rem, found by the first warp: lane l sums
+    // its run of bins (highest first), a prefix sum over the lanes finds the lane where the count
+    // crosses, and that lane walks its own bins.
+    if (int(threadIdx.x) < gpu::warp_size) {
+      constexpr int per_lane = 256 / gpu::warp_size;
+      const int lane = int(threadIdx.x), hi = 255 - lane * per_lane;
+      unsigned c[per_lane], own = 0;
+#pragma unroll
+      for (int i = 0; i < per_lane; ++i) {
+        c[i] = hist[hi - i];
+        own += c[i];
+      }
+      unsigned incl = own;
+#pragma unroll
+      for (int o = 1; o < gpu::warp_size; o <<= 1) {
+        const unsigned n = gpu::shfl_up(incl, unsigned(o));
+        if (lane >= o) incl += n;
+      }
+      if (incl - own < k_rem && k_rem <= incl) {  // exactly one lane: the counts are nondecreasing
+        unsigned above = incl - own;
+#pragma unroll
+        for (int i = 0; i < per_lane; ++i) {
+          if (above + c[i] >= k_rem) {
+            found[0] = prefix | (unsigned(hi - i) << shift);
+            found[1] = k_rem - above;
+            found[2] = c[i];  // after the last pass: the items whose key equals the threshold
+            break;
+          }
+          above += c[i];
+        }
+      }
+    }
+    __syncthreads();
+    prefix = found[0];
+    k_rem = found[1];
+    ties = found[2];
+    mask |= 255u << shift;
+  }
+  __syncthreads();  // `found` and `hist` may be reused
+  return {prefix, int(k_rem), ties};
+}
+
+// 1. Bias, then penalties (one block per sequence).
+__global__ void __launch_bounds__(threads) prep_kernel(candidates_params p, workspace_view ws) {
+  gpu::dependency_wait();  // launched with gpu::launch_dependent
+  gpu::allow_dependents();
   const candidates_seq sp = p.seqs[blockIdx.x];
   float* l = p.logits + std::int64_t(blockIdx.x) * p.vocab;
-  unsigned char* rec = static_cast<unsigned char*>(p.out) +
-                       std::size_t(blockIdx.x) * (sizeof(candidates_record_header) +
-                                                  std::size_t(p.max_k) * sizeof(candidates_record_entry));
-  auto* hdr = reinterpret_cast<candidates_record_header*>(rec);
-  auto* top = reinterpret_cast<candidates_record_entry*>(rec + sizeof(candidates_record_header));
-  const int k = min(min(sp.top_k, p.max_k), vocab);
-
-  // 1. Bias, then penalties.
-  if (tid == 0) {
+  if (threadIdx.x == 0) {
     for (int i = 0; i < sp.bias_count; ++i) {
       float& x = l[p.bias_ids[sp.bias_begin + i]];
       x = gpu::add_rn(x, p.bias_values[sp.bias_begin + i]);
     }
-    n_sel = 0;
-    tie_cut_s = -1;
-    last_tail_s = -1;
-    flags_s = 0;
   }
   __syncthreads();
-  for (int i = tid; i < sp.counts_count; i += threads) {
+  for (int i = int(threadIdx.x); i < sp.counts_count; i += threads) {
     const int n = p.count_values[sp.counts_begin + i];
     if (n == 0) continue;
     float& x = l[p.count_ids[sp.counts_begin + i]];
@@ -131,83 +214,167 @@ __global__ void __launch_bounds__(threads) candidates_kernel(candidates_params p
     y = gpu::add_rn(y, -gpu::add_rn(sp.presence_penalty, gpu::mul_rn(sp.frequency_penalty, float(n))));
     x = y;
   }
-  __syncthreads();
+}
 
-  // 2-3. Temperature (first pass), radix select of the K-th largest key.
-  unsigned prefix = 0, mask = 0, k_rem = unsigned(k);
-  for (int pass = 0; pass < 4; ++pass) {
-    const int shift = 24 - 8 * pass;
-    for (int b = tid; b < 256; b += threads) hist[b] = 0;
-    __syncthreads();
-    bool bad = false;
-    // Counts are added per run of equal bins: real logits share their top bits, so one bin
-    // takes nearly every token in the first passes, and an atomic per token would serialise
-    // the whole vocabulary on one shared-memory address.
-    unsigned run_bin = 0, run_n = 0;
-    for_logits(l, tid, vocab, threads, [&](int i, float x) {
-      if (pass == 0) {
-        if (sp.temperature > 0.f) {
-          x = x / sp.temperature;
-          l[i] = x;
-        }
-        bad |= isnan(x) || x == INFINITY;
-      }
-      const unsigned key = order_key(x);
-      if ((key & mask) == prefix) {
-        const unsigned bin = (key >> shift) & 255u;
-        if (bin != run_bin && run_n > 0) {
-          atomicAdd(&hist[run_bin], run_n);
-          run_n = 0;
-        }
-        run_bin = bin;
-        ++run_n;
-      }
-    });
-    if (run_n > 0) atomicAdd(&hist[run_bin], run_n);
-    if (bad) atomicOr(&flags_s, candidates_flag_bad_logit);
-    __syncthreads();
-    if (tid == 0) {
-      unsigned above = 0;
-      for (int b = 255; b >= 0; --b) {
-        if (above + hist[b] >= k_rem) {
-          prefix_s = prefix | (unsigned(b) << shift);
-          k_rem_s = k_rem - above;
-          ties_s = hist[b];  // after the last pass: the tokens whose key equals the threshold
-          break;
-        }
-        above += hist[b];
-      }
-    }
-    __syncthreads();
-    prefix = prefix_s;
-    k_rem = k_rem_s;
-    mask |= 255u << shift;
+// 2. Temperature and the slice's top k, written in id order (block (sequence, slice)).
+__global__ void __launch_bounds__(slice_threads) slice_kernel(candidates_params p, workspace_view ws) {
+  gpu::dependency_wait();  // launched with gpu::launch_dependent
+  gpu::allow_dependents();
+  __shared__ float v[slice_len];
+  __shared__ unsigned hist[256], found[3];
+  __shared__ int int_sums[32];
+  __shared__ int flags_s;
+  const int seq = int(blockIdx.x), slice = int(blockIdx.y), tid = int(threadIdx.x);
+  const candidates_seq sp = p.seqs[seq];
+  float* l = p.logits + std::int64_t(seq) * p.vocab;
+  const int s0 = slice * slice_len, n = min(slice_len, int(p.vocab) - s0);
+  const int k = min(seq_k(sp, p), n);
+  if (tid == 0) flags_s = 0;
+
+  float x[per_thread];
+#pragma unroll
+  for (int j = 0; j < per_thread; ++j) {
+    const int i = j * slice_threads + tid;
+    x[j] = i < n ? l[s0 + i] : 0.f;
   }
-  const unsigned threshold = prefix;
-  const int need = int(k_rem), n_above = k - need;  // ties at the threshold to take, by lowest id
+  bool bad = false;
+#pragma unroll
+  for (int j = 0; j < per_thread; ++j) {
+    const int i = j * slice_threads + tid;
+    if (i >= n) continue;
+    if (sp.temperature > 0.f) {
+      x[j] = x[j] / sp.temperature;
+      l[s0 + i] = x[j];
+    }
+    bad |= isnan(x[j]) || x[j] == INFINITY;
+    v[i] = x[j];
+  }
+  __syncthreads();
+  if (bad) atomicOr(&flags_s, candidates_flag_bad_logit);
 
-  // 4. Collect: above the threshold in any order, then the ties in id order. When every tie
-  // belongs in the top (the usual case: one token holds the threshold value), they are collected
-  // with the rest, with no scan in id order.
-  const bool all_ties = ties_s == unsigned(need);
-  for_logits(l, tid, vocab, threads, [&](int i, float x) {
-    const unsigned key = order_key(x);
-    if (key > threshold || (all_ties && key == threshold)) sel[atomicAdd(&n_sel, 1)] = {i, x};
-  });
-  if (all_ties && tid == 0) tie_cut_s = vocab;
-  int taken = all_ties ? need : 0;
-  for (int base = 0; base < vocab && taken < need; base += threads) {
-    const int i = base + tid;
-    const bool tie = i < vocab && order_key(l[i]) == threshold;
+  // Thread t owns the tokens [16 t, 16 t + 16) of the slice; the histogram passes visit them in a
+  // rotated order, so that the 32 lanes of a warp read 32 different banks.
+  const int own = tid * per_thread;
+  const radix_result r = radix_select<slice_threads, per_thread>(
+      k,
+      [&](int j, unsigned& key) {
+        const int i = own + ((j + (tid >> 1)) & (per_thread - 1));
+        if (i >= n) return false;
+        key = order_key(v[i]);
+        return true;
+      },
+      hist, found);
+
+  // The members in id order: above the threshold, and the first `need` ties.
+  int my_ties = 0, my_above = 0;
+#pragma unroll
+  for (int j = 0; j < per_thread; ++j) {
+    const int i = own + j;
+    if (i >= n) continue;
+    const unsigned key = order_key(v[i]);
+    my_ties += key == r.threshold;
+    my_above += key > r.threshold;
+  }
+  int total;
+  const int ties_before = block_inclusive_scan<slice_threads>(my_ties, int_sums, total) - my_ties;
+  const int my_taken = min(my_ties, max(0, r.need - ties_before));
+  const int my_members = my_above + my_taken;
+  const int out_before = block_inclusive_scan<slice_threads>(my_members, int_sums, total) - my_members;
+  entry* out = ws.entries + (std::int64_t(seq) * ws.slices + slice) * p.max_k;
+  int at = out_before, tie_rank = ties_before;
+#pragma unroll
+  for (int j = 0; j < per_thread; ++j) {
+    const int i = own + j;
+    if (i >= n) continue;
+    const unsigned key = order_key(v[i]);
+    const bool take = key > r.threshold || (key == r.threshold && tie_rank++ < r.need);
+    if (take) out[at++] = {s0 + i, v[i]};
+  }
+  if (tid == 0) ws.sums[std::int64_t(seq) * ws.slices + slice].flags = flags_s;
+}
+
+// 3. The sequence's top k from its slices' (block per sequence).
+constexpr int merge_per_thread = int(candidates_max_slices) * candidates_max_k / threads;
+
+__global__ void __launch_bounds__(threads) merge_kernel(candidates_params p, workspace_view ws) {
+  gpu::dependency_wait();  // launched with gpu::launch_dependent
+  gpu::allow_dependents();
+  __shared__ unsigned hist[256], found[3];
+  __shared__ entry sel[candidates_max_k];
+  __shared__ int int_sums[32];
+  __shared__ int n_sel, tie_cut_s;
+  __shared__ float max_s;
+  const int seq = int(blockIdx.x), tid = int(threadIdx.x);
+  const candidates_seq sp = p.seqs[seq];
+  const int k = seq_k(sp, p);
+  // The union: slot m = (slice m / k, rank m % k); every slice but the last holds k members.
+  const int slots = ws.slices * k;
+  const entry* in = ws.entries + std::int64_t(seq) * ws.slices * p.max_k;
+  const auto slot_entry = [&](int m, entry& e) {
+    if (m >= slots) return false;
+    const int s = m / k, r = m % k;
+    if (r >= min(k, int(p.vocab) - s * slice_len)) return false;
+    e = in[std::int64_t(s) * p.max_k + r];
+    return true;
+  };
+  if (tid == 0) {
+    n_sel = 0;
+    tie_cut_s = -1;
+  }
+  // Thread t owns the slots [t * per, t * per + per): their keys stay in registers.
+  const int per = (slots + threads - 1) / threads;
+  unsigned keys[merge_per_thread];
+  std::uint32_t valid = 0;
+#pragma unroll
+  for (int j = 0; j < merge_per_thread; ++j) {
+    entry e;
+    keys[j] = 0;
+    if (j < per && slot_entry(tid * per + j, e)) {
+      keys[j] = order_key(e.logit);
+      valid |= 1u << j;
+    }
+  }
+  const radix_result r = radix_select<threads, merge_per_thread>(
+      k,
+      [&](int j, unsigned& key) {
+        key = keys[j];
+        return ((valid >> j) & 1u) != 0;
+      },
+      hist, found);
+  const int n_above = k - r.need;
+
+  // Collect: above the threshold in any order. When the union holds exactly the ties needed, they
+  // are all taken and collected with the rest; the last tie taken is then the one with the highest
+  // id (a slice that left ties out holds all the ties needed, so none of the union's is later).
+  // Otherwise the ties are taken by lowest id, scanning the union in id order.
+  const bool all_ties = r.ties == unsigned(r.need);
+#pragma unroll
+  for (int j = 0; j < merge_per_thread; ++j) {
+    if (((valid >> j) & 1u) == 0) continue;
+    const bool tie = keys[j] == r.threshold;
+    if (keys[j] > r.threshold || (all_ties && tie)) {
+      entry e;
+      slot_entry(tid * per + j, e);
+      sel[atomicAdd(&n_sel, 1)] = e;
+      if (tie) atomicMax(&tie_cut_s, e.token);
+    }
+  }
+  int taken = all_ties ? r.need : 0;
+  for (int base = 0; base < slots && taken < r.need; base += threads) {
+    entry e{};
+    const bool tie = slot_entry(base + tid, e) && order_key(e.logit) == r.threshold;
     int chunk_total;
-    const int rank = block_inclusive_scan(int(tie), int_sums, chunk_total) - int(tie);
-    if (tie && taken + rank < need) {
-      sel[n_above + taken + rank] = {i, l[i]};
-      if (taken + rank == need - 1) tie_cut_s = i;
+    const int rank = block_inclusive_scan<threads>(int(tie), int_sums, chunk_total) - int(tie);
+    if (tie && taken + rank < r.need) {
+      sel[n_above + taken + rank] = e;
+      if (taken + rank == r.need - 1) tie_cut_s = e.token;
     }
     taken += chunk_total;  // uniform: the loop condition stays uniform
   }
   __syncthreads();
+
+  unsigned char* rec = static_cast<unsigned char*>(p.out) + std::size_t(seq) * ws.record_bytes;
+  auto* top = reinterpret_cast<candidates_record_entry*>(rec + sizeof(candidates_record_header));
   if (tid < k) {
     const entry e = sel[tid];
     int rank = 0;
@@ -217,45 +384,103 @@ __global__ void __launch_bounds__(threads) candidates_kernel(candidates_params p
     if (rank == 0) max_s = e.logit;
   }
   __syncthreads();
-  const float max = max_s;
-  const int tie_cut = tie_cut_s;
-  auto in_top = [&](int i, float x) {
-    const unsigned key = order_key(x);
-    return key > threshold || (key == threshold && i <= tie_cut);
-  };
+  if (tid == 0) {
+    int flags = 0;
+    for (int s = 0; s < ws.slices; ++s) flags |= ws.sums[std::int64_t(seq) * ws.slices + s].flags;
+    ws.states[seq] = {r.threshold, tie_cut_s, max_s, flags};
+  }
+}
 
-  // 5. Weights relative to the maximum, in double as the reference computes them. Warp w sums
-  // the contiguous segment w of the vocabulary (lanes strided inside it), so that the tail draw
-  // below can find the crossing segment from the segment sums and scan only that segment.
-  constexpr int warps = threads / gpu::warp_size;
-  const int lane = tid % gpu::warp_size, warp = tid / gpu::warp_size;
-  const int seg_len = (vocab + warps - 1) / warps;
-  const int seg0 = min(vocab, warp * seg_len), seg1 = min(vocab, seg0 + seg_len);
+__device__ __forceinline__ bool in_top(const selection_state& st, int i, float x) {
+  const unsigned key = order_key(x);
+  return key > st.threshold || (key == st.threshold && i <= st.tie_cut);
+}
+
+// 4. Total and tail weights of a slice (block (sequence, slice)).
+__global__ void __launch_bounds__(slice_threads) weights_kernel(candidates_params p, workspace_view ws) {
+  gpu::dependency_wait();  // launched with gpu::launch_dependent
+  gpu::allow_dependents();
+  __shared__ double totals[slice_threads / 32], tails[slice_threads / 32];
+  __shared__ int last_s;
+  const int seq = int(blockIdx.x), slice = int(blockIdx.y), tid = int(threadIdx.x);
+  const selection_state st = ws.states[seq];
+  const float* l = p.logits + std::int64_t(seq) * p.vocab;
+  const int s0 = slice * slice_len, n = min(slice_len, int(p.vocab) - s0);
+  if (tid == 0) last_s = -1;
+  float x[per_thread];
+#pragma unroll
+  for (int j = 0; j < per_thread; ++j) {
+    const int i = j * slice_threads + tid;
+    x[j] = i < n ? l[s0 + i] : 0.f;
+  }
   double total = 0, tail = 0;
-  int last_tail = -1;
-  for_logits(l, seg0 + lane, seg1, gpu::warp_size, [&](int i, float x) {
-    const double w = exp(double(x) - double(max));
+  int last = -1;
+#pragma unroll
+  for (int j = 0; j < per_thread; ++j) {
+    const int i = j * slice_threads + tid;
+    if (i >= n) continue;
+    const double w = exp(double(x[j]) - double(st.max));
     total += w;
-    if (!in_top(i, x)) {
+    if (!in_top(st, s0 + i, x[j])) {
       tail += w;
-      if (w != 0) last_tail = i;  // ascending within a thread
+      if (w != 0) last = s0 + i;  // ascending within a thread
     }
-  });
+  }
+  constexpr int warps = slice_threads / gpu::warp_size;
+  const int lane = tid % gpu::warp_size, warp = tid / gpu::warp_size;
   total = gpu::warp_reduce_sum(total);
   tail = gpu::warp_reduce_sum(tail);
   if (lane == 0) {
-    seg_total_s[warp] = total;
-    seg_tail_s[warp] = tail;
+    totals[warp] = total;
+    tails[warp] = tail;
   }
-  if (last_tail >= 0) atomicMax(&last_tail_s, last_tail);
+  __syncthreads();  // also orders last_s's initialisation before the atomics
+  if (last >= 0) atomicMax(&last_s, last);
   __syncthreads();
-  total = 0;
-  tail = 0;
-  for (int w = 0; w < warps; ++w) {  // a fixed order: every thread gets the same sums
-    total += seg_total_s[w];
-    tail += seg_tail_s[w];
+  if (tid == 0) {
+    double t = 0, u = 0;
+    for (int w = 0; w < warps; ++w) {  // a fixed order
+      t += totals[w];
+      u += tails[w];
+    }
+    slice_sums& out = ws.sums[std::int64_t(seq) * ws.slices + slice];
+    out.total = t;
+    out.tail = u;
+    out.last_tail = last_s;
   }
+}
 
+// 5. The record's header and the tail draw (block per sequence).
+__global__ void __launch_bounds__(threads) finish_kernel(candidates_params p, workspace_view ws) {
+  gpu::dependency_wait();  // launched with gpu::launch_dependent
+  gpu::allow_dependents();
+  __shared__ int int_sums[32];
+  __shared__ double dbl_sums[32];
+  __shared__ double total_s, tail_s, running_s;
+  __shared__ int crossing_s, last_tail_s;
+  const int seq = int(blockIdx.x), tid = int(threadIdx.x), vocab = int(p.vocab);
+  const selection_state st = ws.states[seq];
+  const candidates_seq sp = p.seqs[seq];
+  const slice_sums* sums = ws.sums + std::int64_t(seq) * ws.slices;
+  const float* l = p.logits + std::int64_t(seq) * p.vocab;
+  auto* hdr = reinterpret_cast<candidates_record_header*>(static_cast<unsigned char*>(p.out) +
+                                                          std::size_t(seq) * ws.record_bytes);
+  if (tid == 0) {
+    double total = 0, tail = 0;
+    int last = -1;
+#pragma unroll 8
+    for (int s = 0; s < ws.slices; ++s) {  // id order
+      total += sums[s].total;
+      tail += sums[s].tail;
+      last = max(last, sums[s].last_tail);
+    }
+    total_s = total;
+    tail_s = tail;
+    last_tail_s = last;
+  }
+  __syncthreads();
+  const double total = total_s, tail = tail_s;
+  const float max = st.max;
   const bool finite = isfinite(max);
   const float tail_mass = finite ? float(fmin(fmax(tail / total, 0.0), 1.0)) : 0.f;
   if (tid == 0) {
@@ -265,56 +490,63 @@ __global__ void __launch_bounds__(threads) candidates_kernel(candidates_params p
       hdr->tail_token = -1;
       hdr->tail_logit = 0.f;
     }
-    hdr->n_top = k;
-    hdr->flags = flags_s | (finite ? 0 : candidates_flag_no_finite);
+    hdr->n_top = seq_k(sp, p);
+    hdr->flags = st.flags | (finite ? 0 : candidates_flag_no_finite);
     hdr->reserved[0] = hdr->reserved[1] = 0;
   }
   if (tail_mass == 0.f) return;  // uniform
 
-  // 6. The tail draw: the first id whose cumulative tail weight exceeds u * tail. The segments'
-  // sums in order find the segment where the running sum crosses; the block then scans that
-  // segment in chunks of threads * draw_items tokens in id order with block prefix sums.
+  // The first id whose cumulative tail weight exceeds u * tail: the slices' sums in id order
+  // find the slice where the running sum crosses; the block scans that slice in chunks of
+  // threads * draw_items tokens in id order with block prefix sums.
   const double target = sp.tail_u * tail;
-  double running = 0;
-  int crossing = -1;
-  for (int w = 0; w < warps; ++w) {
-    if (seg_tail_s[w] > 0 && running + seg_tail_s[w] > target) {
-      crossing = w;
-      break;
+  if (tid == 0) {
+    double running = 0;
+    int crossing = -1;
+    for (int s = 0; s < ws.slices; ++s) {
+      if (sums[s].tail > 0 && running + sums[s].tail > target) {
+        crossing = s;
+        break;
+      }
+      running += sums[s].tail;
     }
-    running += seg_tail_s[w];
+    running_s = running;
+    crossing_s = crossing;
   }
-  // Rounding left the target beyond the last segment (crossing < 0), or beyond the last token of
+  __syncthreads();
+  double running = running_s;
+  const int crossing = crossing_s;
+  // Rounding left the target beyond the last slice (crossing < 0), or beyond the last token of
   // the crossing one (the loop ends without a pick): the last tail token with weight.
-  const int c0 = crossing < 0 ? vocab : crossing * seg_len, c1 = crossing < 0 ? vocab : min(vocab, c0 + seg_len);
+  const int c0 = crossing < 0 ? vocab : crossing * slice_len, c1 = crossing < 0 ? vocab : min(vocab, c0 + slice_len);
   for (int base = c0; base < c1; base += threads * draw_items) {
     const int first = base + tid * draw_items;
     double local = 0;
 #pragma unroll
     for (int j = 0; j < draw_items; ++j) {
       const int i = first + j;
-      if (i < c1 && !in_top(i, l[i])) local += exp(double(l[i]) - double(max));
+      if (i < c1 && !in_top(st, i, l[i])) local += exp(double(l[i]) - double(max));
     }
     double chunk_total;
-    const double incl = block_inclusive_scan(local, dbl_sums, chunk_total);
+    const double incl = block_inclusive_scan<threads>(local, dbl_sums, chunk_total);
     const double before = running + (incl - local), after = running + incl;
     // `before` of thread t+1 is not bit-equal to `after` of thread t in general, so crossing
     // is decided on `after` alone: the running sums are nondecreasing in thread order, so the
     // threads from the first crossing one on see after > target; the first has a count of 1.
     const bool crosses = after > target && local > 0;
     int n_crossing;
-    const int n_cross = block_inclusive_scan(int(crosses), int_sums, n_crossing);
+    const int n_cross = block_inclusive_scan<threads>(int(crosses), int_sums, n_crossing);
     if (crosses && n_cross == 1) {  // the first crossing thread in id order
-      double r = target - before;
+      double rem = target - before;
       int pick = -1;
       for (int j = 0; j < draw_items; ++j) {
         const int i = first + j;
-        if (i >= c1 || in_top(i, l[i])) continue;
+        if (i >= c1 || in_top(st, i, l[i])) continue;
         const double w = exp(double(l[i]) - double(max));
         if (w == 0) continue;
         pick = i;
-        r -= w;
-        if (r < 0) break;
+        rem -= w;
+        if (rem < 0) break;
       }
       hdr->tail_token = pick;
       hdr->tail_logit = l[pick];
@@ -328,15 +560,27 @@ __global__ void __launch_bounds__(threads) candidates_kernel(candidates_params p
   }
 }
 
+bool aligned16(const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; }
+
 }  // namespace
 
 hipError_t launch_candidates(const candidates_params& p, hipStream_t stream) {
   if (p.n_seqs == 0) return hipSuccess;
-  if (p.n_seqs < 0 || p.n_seqs > 0x7fffffff || p.vocab < 1 || p.vocab > 0x7fffffff - threads * batch ||
-      p.max_k < 1 || p.max_k > candidates_max_k || reinterpret_cast<std::uintptr_t>(p.out) % 8 != 0) {
+  if (p.n_seqs < 0 || p.n_seqs > 0x7fffffff || p.vocab < 1 || p.vocab > candidates_max_vocab || p.max_k < 1 ||
+      p.max_k > candidates_max_k || reinterpret_cast<std::uintptr_t>(p.out) % 8 != 0) {
     return hipErrorInvalidValue;
   }
-  candidates_kernel<<<dim3(static_cast<unsigned>(p.n_seqs)), threads, 0, stream>>>(p);
+  if (p.workspace == nullptr || !aligned16(p.workspace) ||
+      p.workspace_bytes < candidates_workspace(p.n_seqs, p.vocab, p.max_k).bytes) {
+    return hipErrorInvalidValue;
+  }
+  const unsigned seqs = static_cast<unsigned>(p.n_seqs), slices = static_cast<unsigned>(candidates_slices(p.vocab));
+  const workspace_view ws = view(p);
+  gpu::launch_dependent(prep_kernel, dim3(seqs), dim3(threads), stream, p, ws);
+  gpu::launch_dependent(slice_kernel, dim3(seqs, slices), dim3(slice_threads), stream, p, ws);
+  gpu::launch_dependent(merge_kernel, dim3(seqs), dim3(threads), stream, p, ws);
+  gpu::launch_dependent(weights_kernel, dim3(seqs, slices), dim3(slice_threads), stream, p, ws);
+  gpu::launch_dependent(finish_kernel, dim3(seqs), dim3(threads), stream, p, ws);
   return hipGetLastError();
 }
 

@@ -13,6 +13,8 @@ constexpr int embedding_threads = 256;
 
 template <class F>
 __global__ void __launch_bounds__(embedding_threads) embedding_kernel(embedding_params p, std::size_t row_bytes) {
+  gpu::dependency_wait();  // launched with gpu::launch_dependent
+  gpu::allow_dependents();
   constexpr int n = F::runs * F::run_len;
   const std::int64_t t = blockIdx.y;
   const int chunks = int(p.n_embd / F::block_elems) * F::chunks;
@@ -54,7 +56,7 @@ hipError_t launch_embedding(const embedding_params& p, hipStream_t stream) {
     using F = decltype(f);
     const std::int64_t chunks = p.n_embd / F::block_elems * F::chunks;
     const dim3 grid(unsigned((chunks + embedding_threads - 1) / embedding_threads), unsigned(p.n_tokens));
-    embedding_kernel<F><<<grid, embedding_threads, 0, stream>>>(p, row_bytes);
+    gpu::launch_dependent(embedding_kernel<F>, grid, dim3(embedding_threads), stream, p, row_bytes);
   });
   return hipGetLastError();
 }

@@ -83,6 +83,8 @@ __global__ void __launch_bounds__(gemv_threads) gemv_kernel(group_args args, std
     const std::int64_t row = row0 + r < m.out ? row0 + r : m.out - 1;  // tail rows: computed, not stored
     rows[r] = m.w + std::size_t(row) * row_bytes;
   }
+  gpu::dependency_wait();  // launched with gpu::launch_dependent
+  gpu::allow_dependents();
 
   float acc[R][NT];
 #pragma unroll
@@ -144,6 +146,8 @@ __global__ void __launch_bounds__(gemv_threads) gemv_kernel(group_args args, std
 constexpr int quantize_threads = 256;
 
 __global__ void __launch_bounds__(quantize_threads) quantize_x_kernel(const float* x, std::int64_t n, i8* xq, float2* ds) {
+  gpu::dependency_wait();  // launched with gpu::launch_dependent
+  gpu::allow_dependents();
   const std::int64_t i = (std::int64_t(blockIdx.x) * quantize_threads + threadIdx.x) * 4;
   const bool valid = i < n;  // n % 32 == 0: a group of 8 lanes is valid or not as a whole
   quantize_x8(valid ? *reinterpret_cast<const float4*>(x + i) : make_float4(0.f, 0.f, 0.f, 0.f), i, valid, xq, ds);
@@ -152,7 +156,8 @@ __global__ void __launch_bounds__(quantize_threads) quantize_x_kernel(const floa
 // The n activations at x (n % 32 == 0; tokens one after the other) to 8 bits.
 void launch_quantize_x(const float* x, std::int64_t n, i8* xq, float2* ds, hipStream_t stream) {
   const std::int64_t blocks = (n / 4 + quantize_threads - 1) / quantize_threads;
-  quantize_x_kernel<<<dim3(static_cast<unsigned>(blocks)), quantize_threads, 0, stream>>>(x, n, xq, ds);
+  const dim3 grid(static_cast<unsigned>(blocks));
+  gpu::launch_dependent(quantize_x_kernel, grid, dim3(quantize_threads), stream, x, n, xq, ds);
 }
 
 // ---- integer GEMV ------------------------------------------------------------------------------------
@@ -182,15 +187,26 @@ __global__ void __launch_bounds__(gemv_threads) gemv_q8_kernel(group_args args, 
 
   const std::int64_t in = args.in;
   const int slices = int(in / F::block_elems) * F::slices;
-  for (int c0 = lane; c0 < slices; c0 += gpu::warp_size * U) {
-    // All loads first. Slices past the end re-read the last one (in bounds) and are skipped below.
-    typename F::w_t wv[U][R];
+  // All loads of an iteration first. Slices past the end re-read the last one (in bounds) and are
+  // skipped below.
+  typename F::w_t wv[U][R];
+  const auto load = [&](int c0) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int c = min(c0 + u * gpu::warp_size, slices - 1);
 #pragma unroll
       for (int r = 0; r < R; ++r) wv[u][r] = F::load(rows[r] + std::size_t(c / F::slices) * F::block_bytes, c % F::slices);
     }
+  };
+  // Before the wait only the weights may be read (gpu::dependency_wait): up to 4 tokens, the first
+  // iteration's weight loads are in flight while the kernel before this one finishes (with more,
+  // holding them across the wait costs registers the tile does not have: spills).
+  constexpr bool early = NT <= 4;
+  if (early && slices > 0) load(lane);
+  gpu::dependency_wait();  // launched with gpu::launch_dependent
+  gpu::allow_dependents();
+  for (int c0 = lane; c0 < slices; c0 += gpu::warp_size * U) {
+    if (!early || c0 != lane) load(c0);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int c = c0 + u * gpu::warp_size;
@@ -265,7 +281,8 @@ void launch_q8_tile(std::span<const matmul_params> ps, std::size_t row_bytes, co
   std::int64_t blocks = 0;
   const group_args args = make_group(ps, rows_per_block, blocks);
   if (blocks == 0) return;
-  gemv_q8_kernel<F, NT, R, U><<<dim3(static_cast<unsigned>(blocks)), gemv_threads, 0, stream>>>(args, row_bytes, xq, ds);
+  gpu::launch_dependent(gemv_q8_kernel<F, NT, R, U>, dim3(static_cast<unsigned>(blocks)), dim3(gemv_threads), stream,
+                        args, row_bytes, xq, ds);
 }
 
 template <class F, int NT>
@@ -307,7 +324,8 @@ void launch_for(std::span<const matmul_params> ps, std::size_t row_bytes, hipStr
   std::int64_t blocks = 0;
   const group_args args = make_group(ps, rows_per_block, blocks);
   if (blocks == 0) return;
-  gemv_kernel<F, NT, R><<<dim3(static_cast<unsigned>(blocks)), gemv_threads, 0, stream>>>(args, row_bytes, ps[0].x);
+  gpu::launch_dependent(gemv_kernel<F, NT, R>, dim3(static_cast<unsigned>(blocks)), dim3(gemv_threads), stream, args,
+                        row_bytes, ps[0].x);
 }
 
 template <class F>

@@ -191,6 +191,29 @@ __device__ __forceinline__ T block_reduce_sum(T v) {
   return warp_reduce_sum(total);
 }
 
+// ---- Overlapping a kernel's start with the end of the one before (programmatic dependent launch) ----
+// On NVIDIA sm_90+, a kernel launched with launch_dependent() may start while the kernel before it
+// in the stream is still running: once every block of that kernel has called allow_dependents()
+// (or exited), the next kernel's blocks are scheduled, run up to dependency_wait(), and wait there
+// until the kernel before has finished and its writes are visible. What a kernel does before
+// dependency_wait() may only read memory no kernel of the stream writes (the weights): that is
+// where a quantized GEMV issues its first weight loads while a small kernel before it finishes.
+// Every kernel launched with launch_dependent() MUST call dependency_wait() before it reads or
+// writes anything else; kernels launched the ordinary way are ordered as usual. Each kernel calls
+// allow_dependents() right after its wait, so at most the running kernel and the next one's
+// waiting blocks share the device. Elsewhere (AMD, older NVIDIA) the three
+// device calls do nothing and launch_dependent() is an ordinary launch.
+__device__ __forceinline__ void dependency_wait() {
+#if defined(ANVIL_GPU_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void allow_dependents() {
+#if defined(ANVIL_GPU_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 }  // namespace anvil::gpu
 #endif
 
@@ -294,6 +317,46 @@ __device__ __forceinline__ float add_rn(float a, float b) {
 #else
 #pragma clang fp contract(off)
   return a + b;
+#endif
+}
+
+}  // namespace anvil::gpu
+#endif
+
+// ---- The dependent launch (see dependency_wait above) ----
+#include <atomic>
+
+namespace anvil::gpu {
+// Process-wide switch (gpu_worker_config::overlap_kernels sets it): off, launch_dependent() is an
+// ordinary launch everywhere, for measuring what the overlap brings and as a way around a driver
+// that mishandles it.
+inline std::atomic<bool> dependent_launch_enabled{true};
+}  // namespace anvil::gpu
+
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#include <utility>
+
+namespace anvil::gpu {
+
+// kernel<<<grid, block, 0, stream>>>(args...), allowed to start before the previous kernel in the
+// stream ends where the device supports it. The kernel must call dependency_wait() first.
+template <class... P, class... A>
+hipError_t launch_dependent(void (*kernel)(P...), dim3 grid, dim3 block, hipStream_t stream, A&&... args) {
+#if defined(ANVIL_GPU_CUDA)
+  cudaLaunchAttribute attr[1] = {};
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = dependent_launch_enabled.load(std::memory_order_relaxed) ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
+#else
+  kernel<<<grid, block, 0, stream>>>(std::forward<A>(args)...);
+  return hipGetLastError();
 #endif
 }
 

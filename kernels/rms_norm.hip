@@ -11,6 +11,8 @@ constexpr int block_size = 256;
 
 template <bool Vec4>
 __global__ void __launch_bounds__(block_size) rms_norm_kernel(rms_norm_params p) {
+  gpu::dependency_wait();  // launched with gpu::launch_dependent
+  gpu::allow_dependents();
   const std::int64_t row = blockIdx.x;
   const float* x = p.x + row * p.cols;
   float* y = p.y + row * p.cols;
@@ -53,6 +55,8 @@ constexpr std::int64_t short_row_max = 512;
 constexpr int rows_per_block = block_size / 32;
 
 __global__ void __launch_bounds__(block_size) rms_norm_short_rows_kernel(rms_norm_params p) {
+  gpu::dependency_wait();  // launched with gpu::launch_dependent
+  gpu::allow_dependents();
   constexpr int warps = block_size / gpu::warp_size;
   const int lane = threadIdx.x % gpu::warp_size;
   for (int r = threadIdx.x / gpu::warp_size; r < rows_per_block; r += warps) {
@@ -87,15 +91,15 @@ hipError_t launch_rms_norm(const rms_norm_params& p, hipStream_t stream) {
   if (p.rows < 0 || p.rows > 0x7fffffff || p.cols <= 0) return hipErrorInvalidValue;
   if (p.cols <= short_row_max && p.rows > 1) {
     const dim3 grid(static_cast<unsigned>((p.rows + rows_per_block - 1) / rows_per_block));
-    rms_norm_short_rows_kernel<<<grid, block_size, 0, stream>>>(p);
+    gpu::launch_dependent(rms_norm_short_rows_kernel, grid, dim3(block_size), stream, p);
     return hipGetLastError();
   }
   const bool vec4 = p.cols % 4 == 0 && aligned16(p.x) && aligned16(p.y) && aligned16(p.weight);
   const dim3 grid(static_cast<unsigned>(p.rows));
   if (vec4) {
-    rms_norm_kernel<true><<<grid, block_size, 0, stream>>>(p);
+    gpu::launch_dependent(rms_norm_kernel<true>, grid, dim3(block_size), stream, p);
   } else {
-    rms_norm_kernel<false><<<grid, block_size, 0, stream>>>(p);
+    gpu::launch_dependent(rms_norm_kernel<false>, grid, dim3(block_size), stream, p);
   }
   return hipGetLastError();
 }

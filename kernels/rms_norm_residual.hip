@@ -19,6 +19,8 @@ constexpr int block_size = 256;
 
 template <bool Vec4, bool HasDelta>
 __global__ void __launch_bounds__(block_size) rms_norm_residual_kernel(rms_norm_residual_params p) {
+  gpu::dependency_wait();  // launched with gpu::launch_dependent
+  gpu::allow_dependents();
   const std::int64_t row = blockIdx.x;
   float* h = p.h + row * p.cols;
   const float* d = p.delta + (HasDelta ? row * p.cols : 0);
@@ -67,6 +69,8 @@ __global__ void __launch_bounds__(block_size) rms_norm_residual_kernel(rms_norm_
 
 template <int Block, int N4, bool HasDelta, bool Quant>
 __global__ void __launch_bounds__(Block) rms_norm_residual_reg_kernel(rms_norm_residual_params p) {
+  gpu::dependency_wait();  // launched with gpu::launch_dependent
+  gpu::allow_dependents();
   const std::int64_t row = blockIdx.x;
   const int n4 = int(p.cols / 4);
   float4* h4 = reinterpret_cast<float4*>(p.h + row * p.cols);
@@ -117,9 +121,9 @@ template <int Block, int N4, bool HasDelta>
 void launch_reg(const rms_norm_residual_params& p, hipStream_t stream) {
   const dim3 grid(static_cast<unsigned>(p.rows));
   if (p.yq) {
-    rms_norm_residual_reg_kernel<Block, N4, HasDelta, true><<<grid, Block, 0, stream>>>(p);
+    gpu::launch_dependent(rms_norm_residual_reg_kernel<Block, N4, HasDelta, true>, grid, dim3(Block), stream, p);
   } else {
-    rms_norm_residual_reg_kernel<Block, N4, HasDelta, false><<<grid, Block, 0, stream>>>(p);
+    gpu::launch_dependent(rms_norm_residual_reg_kernel<Block, N4, HasDelta, false>, grid, dim3(Block), stream, p);
   }
 }
 
@@ -133,9 +137,9 @@ void launch(const rms_norm_residual_params& p, bool vec4, hipStream_t stream) {
   if (vec4 && n4 <= 4096) return launch_reg<1024, 4, HasDelta>(p, stream);
   static_assert(rms_norm_residual_max_x8_cols == 4 * 4096, "the widest register path above");
   if (vec4) {
-    rms_norm_residual_kernel<true, HasDelta><<<grid, block_size, 0, stream>>>(p);
+    gpu::launch_dependent(rms_norm_residual_kernel<true, HasDelta>, grid, dim3(block_size), stream, p);
   } else {
-    rms_norm_residual_kernel<false, HasDelta><<<grid, block_size, 0, stream>>>(p);
+    gpu::launch_dependent(rms_norm_residual_kernel<false, HasDelta>, grid, dim3(block_size), stream, p);
   }
 }
 

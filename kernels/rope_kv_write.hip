@@ -21,6 +21,8 @@ __device__ __forceinline__ void pair_index(rope_style style, int i, int half, in
 int heads_per_block(std::int64_t half) { return half > 0 && half < block_size ? int(block_size / half) : 1; }
 
 __global__ void __launch_bounds__(block_size) rope_kv_write_kernel(rope_kv_write_params p, int group) {
+  gpu::dependency_wait();  // launched with gpu::launch_dependent
+  gpu::allow_dependents();
   const std::int64_t t = blockIdx.x;
   const int half = int(p.rot_dim / 2), hd = int(p.cache.head_dim);
   const int n_q = int(p.n_heads), n_kv = int(p.cache.n_kv_heads);
@@ -79,8 +81,8 @@ hipError_t launch_rope_kv_write(const rope_kv_write_params& p, hipStream_t strea
   const int group = heads_per_block(p.rot_dim / 2);
   const std::int64_t groups = (p.n_heads + p.cache.n_kv_heads + group - 1) / group;
   if (groups > 65535 || p.n_heads > 0x7fffffff) return hipErrorInvalidValue;
-  rope_kv_write_kernel<<<dim3(static_cast<unsigned>(p.n_tokens), static_cast<unsigned>(groups)), block_size, 0, stream>>>(
-      p, group);
+  gpu::launch_dependent(rope_kv_write_kernel, dim3(static_cast<unsigned>(p.n_tokens), static_cast<unsigned>(groups)),
+                        dim3(block_size), stream, p, group);
   return hipGetLastError();
 }
 

@@ -19,6 +19,8 @@ __device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.f + 
 
 template <bool Vec4, bool Quant>
 __global__ void __launch_bounds__(block_size) swiglu_kernel(swiglu_rows_params p) {
+  gpu::dependency_wait();  // launched with gpu::launch_dependent
+  gpu::allow_dependents();
   const std::int64_t n = Vec4 ? p.cols / 4 : p.cols;
   const std::int64_t c = std::int64_t(blockIdx.x) * block_size + threadIdx.x;
   if (!Quant && c >= n) return;  // quantizing lanes stay for quantize_x8's shuffles
@@ -64,11 +66,11 @@ hipError_t launch_swiglu(const swiglu_rows_params& p, hipStream_t stream) {
         reinterpret_cast<std::uintptr_t>(p.yq_scales) % 8 != 0) {
       return hipErrorInvalidValue;
     }
-    swiglu_kernel<true, true><<<grid, block_size, 0, stream>>>(p);
+    gpu::launch_dependent(swiglu_kernel<true, true>, grid, dim3(block_size), stream, p);
   } else if (vec4) {
-    swiglu_kernel<true, false><<<grid, block_size, 0, stream>>>(p);
+    gpu::launch_dependent(swiglu_kernel<true, false>, grid, dim3(block_size), stream, p);
   } else {
-    swiglu_kernel<false, false><<<grid, block_size, 0, stream>>>(p);
+    gpu::launch_dependent(swiglu_kernel<false, false>, grid, dim3(block_size), stream, p);
   }
   return hipGetLastError();
 }

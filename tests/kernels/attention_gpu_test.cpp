@@ -245,43 +245,59 @@ TEST_P(AttentionDecodeGpu, MatchesReferenceOnF16Cache) {
   const attn_setup s(c, rng);
   std::vector<std::int32_t> lens;
   for (const auto& sq : c.seqs) lens.push_back(std::int32_t(sq.start_pos + 1));
+  for (const std::int64_t split : {attention_decode_split, attention_decode_short_split}) {
+    SCOPED_TRACE("split " + std::to_string(split));
 
-  guarded_array<float> dq(s.q), dout(s.q.size());
-  guarded_array<std::uint16_t> dk(s.k16), dv(s.v16);
-  guarded_array<std::int32_t> dtables(s.flat_tables), dlens(lens);
-  const std::size_t ws_bytes = attention_decode_workspace_bytes(std::int64_t(c.seqs.size()), s.n_heads, c.head_dim, s.max_context);
-  guarded_array<unsigned char> dws(std::max<std::size_t>(ws_bytes, 1));
-  dout.poison();
+    guarded_array<float> dq(s.q), dout(s.q.size());
+    guarded_array<std::uint16_t> dk(s.k16), dv(s.v16);
+    guarded_array<std::int32_t> dtables(s.flat_tables), dlens(lens);
+    const std::size_t ws_bytes =
+        attention_decode_workspace_bytes(std::int64_t(c.seqs.size()), s.n_heads, c.head_dim, s.max_context, split);
+    guarded_array<unsigned char> dws(std::max<std::size_t>(ws_bytes, 1));
+    dout.poison();
+    // The 8-bit form for the o projection's GEMV, beside out.
+    guarded_array<std::int8_t> dyq(s.q.size());
+    guarded_array<float> dyds(s.q.size() / 8);
+    dyq.poison();
+    dyds.poison();
 
-  attention_decode_params p;
-  p.q = dq.data();
-  p.out = dout.data();
-  p.cache = {dk.data(), dv.data(), s.n_blocks, s.bs, c.n_kv_heads, c.head_dim};
-  p.n_heads = s.n_heads;
-  p.block_tables = dtables.data();
-  p.block_table_stride = s.stride;
-  p.context_lens = dlens.data();
-  p.n_seqs = std::int64_t(c.seqs.size());
-  p.max_context = s.max_context;
-  p.scale = 1.f / std::sqrt(float(c.head_dim));
-  p.workspace = dws.data();
-  p.workspace_bytes = ws_bytes;
-  ANVIL_GPU_CHECK(launch_attention_decode(p, nullptr));
-  ANVIL_GPU_CHECK(hipDeviceSynchronize());
-  const std::vector<float> out = dout.download();
-  const double err = nmse(out, s.ref);
-  // Determinism: a second run gives the same bits.
-  ANVIL_GPU_CHECK(launch_attention_decode(p, nullptr));
-  ANVIL_GPU_CHECK(hipDeviceSynchronize());
-  EXPECT_TRUE(dout.download() == out) << "two runs differ";
+    attention_decode_params p;
+    p.q = dq.data();
+    p.out = dout.data();
+    p.cache = {dk.data(), dv.data(), s.n_blocks, s.bs, c.n_kv_heads, c.head_dim};
+    p.n_heads = s.n_heads;
+    p.block_tables = dtables.data();
+    p.block_table_stride = s.stride;
+    p.context_lens = dlens.data();
+    p.n_seqs = std::int64_t(c.seqs.size());
+    p.max_context = s.max_context;
+    p.scale = 1.f / std::sqrt(float(c.head_dim));
+    p.workspace = dws.data();
+    p.workspace_bytes = ws_bytes;
+    p.split = split;
+    p.yq = dyq.data();
+    p.yq_scales = dyds.data();
+    ANVIL_GPU_CHECK(launch_attention_decode(p, nullptr));
+    ANVIL_GPU_CHECK(hipDeviceSynchronize());
+    const std::vector<float> out = dout.download();
+    const double err = nmse(out, s.ref);
+    const x8_host want = quantize_x8_host(out);
+    EXPECT_TRUE(dyq.download() == want.q) << "int8 values differ from the GEMV quantizer's";
+    EXPECT_TRUE(dyds.download() == want.ds) << "scales differ from the GEMV quantizer's";
+    EXPECT_TRUE(dyq.guards_intact() && dyds.guards_intact());
+    // Determinism: a second run gives the same bits.
+    ANVIL_GPU_CHECK(launch_attention_decode(p, nullptr));
+    ANVIL_GPU_CHECK(hipDeviceSynchronize());
+    EXPECT_TRUE(dout.download() == out) << "two runs differ";
 
-  std::printf("  %-75s nmse=%.3g splits=%lld\n", c.str("decode").c_str(), err,
-              static_cast<long long>(attention_decode_splits(s.max_context)));
-  EXPECT_LT(err, 1e-9) << "nmse " << err;
-  EXPECT_TRUE(dk.download() == s.k16 && dv.download() == s.v16) << "the cache is read only";
-  for (auto* g : {&dq, &dout}) EXPECT_TRUE(g->guards_intact());
-  EXPECT_TRUE(dk.guards_intact() && dv.guards_intact() && dtables.guards_intact() && dlens.guards_intact());
-  EXPECT_TRUE(dws.guards_intact());
+    std::printf("  %-75s nmse=%.3g splits=%lld\n", c.str("decode").c_str(), err,
+                static_cast<long long>(attention_decode_splits(s.max_context, split)));
+    EXPECT_LT(err, 1e-9) << "nmse " << err;
+    EXPECT_TRUE(dk.download() == s.k16 && dv.download() == s.v16) << "the cache is read only";
+    for (auto* g : {&dq, &dout}) EXPECT_TRUE(g->guards_intact());
+    EXPECT_TRUE(dk.guards_intact() && dv.guards_intact() && dtables.guards_intact() && dlens.guards_intact());
+    EXPECT_TRUE(dws.guards_intact());
+  }
 }
 
 std::vector<attn_case> decode_cases() {
@@ -383,6 +399,13 @@ TEST(AttentionGpuLaunch, RejectsBadShapesWithoutLaunching) {
   d.cache.head_dim = 128;
   d.max_context = 1000;  // needs a workspace
   d.block_table_stride = 100;
+  EXPECT_EQ(launch_attention_decode(d, nullptr), hipErrorInvalidValue);
+  d.max_context = 1;
+  d.split = 128;  // the kernel takes splits of 64 or 256 only
+  EXPECT_EQ(launch_attention_decode(d, nullptr), hipErrorInvalidValue);
+  d.split = attention_decode_split;
+  std::int8_t yq[8];
+  d.yq = yq;  // an 8-bit output without its scales
   EXPECT_EQ(launch_attention_decode(d, nullptr), hipErrorInvalidValue);
   attention_prefill_params pf;
   pf.n_seqs = 1;

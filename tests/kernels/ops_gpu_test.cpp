@@ -279,7 +279,7 @@ struct cand_seq_case {
   float temperature;
   bool penalties;
   bool bias;
-  int logit_kind;  // 0: continuous, 1: quantised (many ties), 2: mostly -inf
+  int logit_kind;  // 0: continuous, 1: quantised (many ties), 2: mostly -inf, 3: all equal
 };
 
 struct cand_case {
@@ -314,6 +314,7 @@ TEST_P(CandidatesGpu, MatchesCandidatesRef) {
       float x = normal(rng);
       if (q.logit_kind == 1) x = std::round(x * 2.f) / 2.f;  // ties everywhere, -0 and +0 too
       if (q.logit_kind == 2) x = t % 97 == 5 ? std::round(x) : -INFINITY;
+      if (q.logit_kind == 3) x = t % 2 == 0 ? 0.f : -0.f;  // one value everywhere: every slice's top is all ties
       if (q.logit_kind == 0 && t % 1013 == 7) x = -INFINITY;
       l[t] = x;
     }
@@ -350,6 +351,9 @@ TEST_P(CandidatesGpu, MatchesCandidatesRef) {
   guarded_array<std::int32_t> dcount_values(b.count_values.empty() ? std::vector<std::int32_t>{0} : b.count_values);
   guarded_array<unsigned char> dout(n_seqs * rec);
   dout.poison();
+  const std::size_t ws_bytes = candidates_workspace(std::int64_t(n_seqs), c.vocab, candidates_max_k).bytes;
+  guarded_array<unsigned char> dws(ws_bytes);
+  dws.poison();
   candidates_params p;
   p.logits = dlogits.data();
   p.vocab = c.vocab;
@@ -361,6 +365,8 @@ TEST_P(CandidatesGpu, MatchesCandidatesRef) {
   p.count_values = dcount_values.data();
   p.max_k = candidates_max_k;
   p.out = dout.data();
+  p.workspace = dws.data();
+  p.workspace_bytes = ws_bytes;
   ANVIL_GPU_CHECK(launch_candidates(p, nullptr));
   ANVIL_GPU_CHECK(hipDeviceSynchronize());
   const std::vector<unsigned char> records = dout.download();
@@ -386,7 +392,7 @@ TEST_P(CandidatesGpu, MatchesCandidatesRef) {
     std::printf("  %-50s seq %zu: k=%zu lse=%.7g tail_mass=%.4g tail=%d\n", c.str().c_str(), s, ref.top.size(),
                 double(got.log_normalizer), double(got.tail_mass), got.tail.token);
   }
-  EXPECT_TRUE(dout.guards_intact() && dlogits.guards_intact() && dseqs.guards_intact());
+  EXPECT_TRUE(dout.guards_intact() && dlogits.guards_intact() && dseqs.guards_intact() && dws.guards_intact());
   EXPECT_TRUE(dbias_ids.guards_intact() && dbias_values.guards_intact());
   EXPECT_TRUE(dcount_ids.guards_intact() && dcount_values.guards_intact());
 }
@@ -402,6 +408,10 @@ std::vector<cand_case> candidate_cases() {
   }
   cases.push_back({200, {{256, 1.f, false, false, 0}}});  // top_k beyond the vocabulary: no tail
   cases.push_back({3000, {{256, 1.f, false, false, 2}}});  // fewer finite logits than K
+  // Slices of 4096 tokens: a last slice of one token, one shorter than K, and ties across slices.
+  cases.push_back({4097, {{256, 1.f, false, false, 1}, {5, 0.8f, true, true, 0}}});
+  cases.push_back({8192 + 100, {{256, 1.f, false, false, 3}, {3, 0.f, false, false, 3}, {256, 0.6f, false, false, 1}}});
+  cases.push_back({candidates_max_vocab, {{40, 1.f, false, false, 0}, {256, 1.f, false, false, 3}}});
   return cases;
 }
 
@@ -415,6 +425,10 @@ TEST(CandidatesGpuLaunch, RejectsBadShapesWithoutLaunching) {
   EXPECT_EQ(launch_candidates(p, nullptr), hipErrorInvalidValue);
   p.vocab = 10;
   p.max_k = candidates_max_k + 1;
+  EXPECT_EQ(launch_candidates(p, nullptr), hipErrorInvalidValue);
+  p.max_k = candidates_max_k;  // no workspace
+  EXPECT_EQ(launch_candidates(p, nullptr), hipErrorInvalidValue);
+  p.vocab = candidates_max_vocab + 1;
   EXPECT_EQ(launch_candidates(p, nullptr), hipErrorInvalidValue);
   EXPECT_EQ(hipGetLastError(), hipSuccess);
 }
