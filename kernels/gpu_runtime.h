@@ -339,9 +339,10 @@ inline std::atomic<bool> dependent_launch_enabled{true};
 namespace anvil::gpu {
 
 // kernel<<<grid, block, 0, stream>>>(args...), allowed to start before the previous kernel in the
-// stream ends where the device supports it. The kernel must call dependency_wait() first.
+// stream ends where the device supports it. The kernel must call dependency_wait() first. As with
+// <<<>>>, a launch error surfaces through hipGetLastError(), which every launcher returns.
 template <class... P, class... A>
-hipError_t launch_dependent(void (*kernel)(P...), dim3 grid, dim3 block, hipStream_t stream, A&&... args) {
+void launch_dependent(void (*kernel)(P...), dim3 grid, dim3 block, hipStream_t stream, A&&... args) {
 #if defined(ANVIL_GPU_CUDA)
   cudaLaunchAttribute attr[1] = {};
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -353,10 +354,9 @@ hipError_t launch_dependent(void (*kernel)(P...), dim3 grid, dim3 block, hipStre
   cfg.stream = stream;
   cfg.attrs = attr;
   cfg.numAttrs = dependent_launch_enabled.load(std::memory_order_relaxed) ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
+  (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);  // recorded for cudaGetLastError
 #else
   kernel<<<grid, block, 0, stream>>>(std::forward<A>(args)...);
-  return hipGetLastError();
 #endif
 }
 
