@@ -249,7 +249,7 @@ void launch_for_group(const attention_decode_params& p, int group, hipStream_t s
   }
 }
 
-bool aligned16(const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; }
+using gpu::aligned16;
 
 }  // namespace
 

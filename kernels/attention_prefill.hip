@@ -146,7 +146,7 @@ __global__ void __launch_bounds__(threads) prefill_kernel(attention_prefill_para
   }
 }
 
-bool aligned16(const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; }
+using gpu::aligned16;
 
 }  // namespace
 

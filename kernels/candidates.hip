@@ -194,7 +194,7 @@ __device__ radix_result radix_select(int k, Key&& key, unsigned* hist, unsigned*
 }
 
 // 1. Bias, then penalties (one block per sequence).
-__global__ void __launch_bounds__(threads) prep_kernel(candidates_params p, workspace_view ws) {
+__global__ void __launch_bounds__(threads) prep_kernel(candidates_params p) {
   gpu::dependency_wait();  // launched with gpu::launch_dependent
   gpu::allow_dependents();
   const candidates_seq sp = p.seqs[blockIdx.x];
@@ -560,7 +560,7 @@ __global__ void __launch_bounds__(threads) finish_kernel(candidates_params p, wo
   }
 }
 
-bool aligned16(const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; }
+using gpu::aligned16;
 
 }  // namespace
 
@@ -576,7 +576,7 @@ hipError_t launch_candidates(const candidates_params& p, hipStream_t stream) {
   }
   const unsigned seqs = static_cast<unsigned>(p.n_seqs), slices = static_cast<unsigned>(candidates_slices(p.vocab));
   const workspace_view ws = view(p);
-  gpu::launch_dependent(prep_kernel, dim3(seqs), dim3(threads), stream, p, ws);
+  gpu::launch_dependent(prep_kernel, dim3(seqs), dim3(threads), stream, p);
   gpu::launch_dependent(slice_kernel, dim3(seqs, slices), dim3(slice_threads), stream, p, ws);
   gpu::launch_dependent(merge_kernel, dim3(seqs), dim3(threads), stream, p, ws);
   gpu::launch_dependent(weights_kernel, dim3(seqs, slices), dim3(slice_threads), stream, p, ws);

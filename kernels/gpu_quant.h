@@ -249,6 +249,6 @@ inline std::int64_t gpu_block_elems(model::ggml_type t) {
   return n;
 }
 
-inline bool aligned16(const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; }
+using gpu::aligned16;
 
 }  // namespace anvil::kernels::gpu_quant

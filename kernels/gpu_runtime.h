@@ -323,10 +323,13 @@ __device__ __forceinline__ float add_rn(float a, float b) {
 }  // namespace anvil::gpu
 #endif
 
-// ---- The dependent launch (see dependency_wait above) ----
+// ---- Launch helpers: the alignment check, the dependent launch (see dependency_wait above) ----
 #include <atomic>
 
 namespace anvil::gpu {
+// Whether a device pointer meets the 16-byte alignment of the vectorised loads (launchers' checks).
+inline bool aligned16(const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; }
+
 // Process-wide switch (gpu_worker_config::overlap_kernels sets it): off, launch_dependent() is an
 // ordinary launch everywhere, for measuring what the overlap brings and as a way around a driver
 // that mishandles it.

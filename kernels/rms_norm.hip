@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(block_size) rms_norm_short_rows_kernel(rms_nor
   }
 }
 
-bool aligned16(const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; }
+using gpu::aligned16;
 
 }  // namespace
 

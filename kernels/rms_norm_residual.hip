@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(Block) rms_norm_residual_reg_kernel(rms_norm_r
   }
 }
 
-bool aligned16(const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; }
+using gpu::aligned16;
 
 template <int Block, int N4, bool HasDelta>
 void launch_reg(const rms_norm_residual_params& p, hipStream_t stream) {

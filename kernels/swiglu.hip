@@ -46,7 +46,7 @@ __global__ void __launch_bounds__(block_size) swiglu_kernel(swiglu_rows_params p
   }
 }
 
-bool aligned16(const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; }
+using gpu::aligned16;
 
 }  // namespace
 
