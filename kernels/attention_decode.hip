@@ -1,13 +1,17 @@
 // Paged decode attention (flash-decoding); see kernels/attention_decode.h for the design.
 //
 // Block: 128 threads, one (sequence, kv head, chunk of up to MaxG query heads, split).
-//   1. Scores: threads form groups of HeadDim/8, one group per key; each thread loads 8 f16 of
-//      the key (16 bytes), multiplies with the MaxG query heads held in shared memory, and the
-//      group reduces by shuffles. Scores for the split's positions go to shared memory.
+//   0. Before waiting on the kernel ahead (programmatic dependent launch): the cache row of each
+//      of the split's positions, from the block table, to shared memory.
+//   1. Scores: threads form groups of HeadDim/8, one group per key; each thread owns 8 f16 of
+//      its keys (16 bytes), multiplies them with the MaxG query heads held in shared memory, and
+//      the group reduces by shuffles. Scores for the split's positions go to shared memory.
 //   2. Softmax statistics per head: one warp per head (max, exp, sum), f32.
-//   3. P·V: threads form rows of HeadDim/8; each thread owns 8 dims of V and strides over the
-//      positions, accumulating for every head in registers; the rows are summed in shared memory
-//      in a fixed order (deterministic).
+//   3. P·V: each thread owns the same 8 dims of V for the same positions, accumulating for every
+//      head in registers; the rows are summed in shared memory in a fixed order (deterministic).
+// The context is latency-bound, not bandwidth-bound (a split of 64 positions is 32 KB of K and V
+// per kv head): a thread issues all its K and V loads of a 64-position tile at once, so a split
+// of 64 waits on the cache once rather than once per pass of the block.
 #include "kernels/attention_decode.h"
 
 #include <algorithm>
@@ -19,8 +23,7 @@ namespace {
 
 constexpr int threads = 128;
 
-__device__ __forceinline__ void load8(const gpu::half_bits* src, float (&f)[8]) {
-  const uint4 raw = *reinterpret_cast<const uint4*>(src);
+__device__ __forceinline__ void unpack8(uint4 raw, float (&f)[8]) {
   const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -31,10 +34,14 @@ __device__ __forceinline__ void load8(const gpu::half_bits* src, float (&f)[8]) 
 
 template <int HeadDim, int MaxG, int Split>
 struct decode_smem {
-  static constexpr int tpk = HeadDim / 8;        // threads per key (scores) and per V row (P·V)
-  static constexpr int rows = threads / tpk;     // V rows in flight
+  static constexpr int tpk = HeadDim / 8;         // threads per key (scores) and per V row (P·V)
+  static constexpr int rows = threads / tpk;      // keys (V rows) per pass of the block
+  static constexpr int tile = 64;                 // positions whose K and V loads are in flight together
+  static constexpr int per_thread = tile / rows;  // keys (V rows) each thread loads per tile
+  static_assert(Split % tile == 0 && tile % rows == 0, "a split is whole tiles, a tile whole passes");
   float q[MaxG][HeadDim];
   float m[MaxG], l[MaxG];
+  std::int64_t slot[Split];  // cache row of each position of the split
   union {
     float p[MaxG][Split];
     float red[rows][MaxG][HeadDim];
@@ -43,10 +50,8 @@ struct decode_smem {
 
 template <int HeadDim, int MaxG, int Split>
 __global__ void __launch_bounds__(threads) decode_kernel(attention_decode_params p) {
-  gpu::dependency_wait();  // launched with gpu::launch_dependent
-  gpu::allow_dependents();
   using smem_t = decode_smem<HeadDim, MaxG, Split>;
-  constexpr int tpk = smem_t::tpk, rows = smem_t::rows;
+  constexpr int tpk = smem_t::tpk, rows = smem_t::rows, tile = smem_t::tile, per_thread = smem_t::per_thread;
   __shared__ smem_t sm;
 
   const int seq = blockIdx.y, sp = blockIdx.z, tid = threadIdx.x;
@@ -54,35 +59,57 @@ __global__ void __launch_bounds__(threads) decode_kernel(attention_decode_params
   const int chunks = (group + MaxG - 1) / MaxG;
   const int kvh = blockIdx.x / chunks, chunk = blockIdx.x % chunks;
   const int head0 = kvh * group + chunk * MaxG, ng = min(MaxG, group - chunk * MaxG);
+  // The context lengths and block tables are inputs of the step, complete before the kernel ahead
+  // of this one started: read before the wait, while that kernel finishes.
   const int ctx = min(p.context_lens[seq], int(p.max_context));
   const int n_splits = (ctx + Split - 1) / Split;
   if (sp >= n_splits) return;  // uniform over the block
   const int start = sp * Split, n = min(Split, ctx - start);
   const std::int32_t* table = p.block_tables + std::int64_t(seq) * p.block_table_stride;
   const std::int64_t bs = p.cache.block_size, kv_row = std::int64_t(n_kv) * HeadDim;
+  for (int j = tid; j < n; j += threads) {
+    const std::int64_t pos = start + j;
+    sm.slot[j] = std::int64_t(table[pos / bs]) * bs + pos % bs;
+  }
+  __syncthreads();  // the slots
+  gpu::dependency_wait();  // launched with gpu::launch_dependent: q and the newest K/V come from the kernel before
+  gpu::allow_dependents();
 
+  // Thread (kg, kl) owns dims [8 kl, 8 kl + 8) of positions kg, kg + rows, ... of each tile, for
+  // the scores (K) and for P·V (V): all its loads of a tile are issued before any is used — the
+  // first tile's K and V together, and before q — so a split of 64 waits on memory about once.
+  const int kl = tid % tpk, kg = tid / tpk;
+  const std::int64_t dim0 = std::int64_t(kvh) * HeadDim + kl * 8;
+  const int n_tiles = (n + tile - 1) / tile;  // uniform: every lane reaches the shuffles
+  const auto load_tile = [&](const std::uint16_t* base, int t0, uint4 (&dst)[per_thread]) {
+#pragma unroll
+    for (int i = 0; i < per_thread; ++i) {
+      const int j = t0 + kg + i * rows;
+      dst[i] = j < n ? *reinterpret_cast<const uint4*>(base + sm.slot[j] * kv_row + dim0) : make_uint4(0u, 0u, 0u, 0u);
+    }
+  };
+  uint4 kr[per_thread], vr[per_thread];
+  load_tile(p.cache.k, 0, kr);
+  load_tile(p.cache.v, 0, vr);
   for (int e = tid; e < MaxG * HeadDim; e += threads) {
     const int g = e / HeadDim, d = e % HeadDim;
     sm.q[g][d] = g < ng ? p.q[(std::int64_t(seq) * p.n_heads + head0 + g) * HeadDim + d] * p.scale : 0.f;
   }
   __syncthreads();
 
-  // 1. Scores. The loop bound is uniform so every lane reaches the shuffles.
-  {
-    const int kl = tid % tpk, kg = tid / tpk;
-    for (int j0 = 0; j0 < n; j0 += rows) {
-      const int j = j0 + kg;
-      float kf[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-      if (j < n) {
-        const std::int64_t pos = start + j;
-        const std::int64_t slot = std::int64_t(table[pos / bs]) * bs + pos % bs;
-        load8(p.cache.k + slot * kv_row + std::int64_t(kvh) * HeadDim + kl * 8, kf);
-      }
+  // 1. Scores, to shared memory.
+  for (int t = 0; t < n_tiles; ++t) {
+    if (t > 0) load_tile(p.cache.k, t * tile, kr);
+#pragma unroll
+    for (int i = 0; i < per_thread; ++i) {
+      const int j = t * tile + kg + i * rows;
+      float kf[8];
+      unpack8(kr[i], kf);
 #pragma unroll
       for (int g = 0; g < MaxG; ++g) {
         float s = 0.f;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) s += sm.q[g][kl * 8 + i] * kf[i];
+        for (int e = 0; e < 8; ++e) s += sm.q[g][kl * 8 + e] * kf[e];
 #pragma unroll
         for (int m = tpk / 2; m > 0; m /= 2) s += gpu::shfl_xor(s, m);
         if (kl == 0 && j < n) sm.u.p[g][j] = s;
@@ -114,24 +141,27 @@ __global__ void __launch_bounds__(threads) decode_kernel(attention_decode_params
   }
   __syncthreads();
 
-  // 3. P·V: thread (r, c) owns dims [8c, 8c + 8) of rows r, r + rows, ...
-  const int c = tid % tpk, r = tid / tpk;
+  // 3. P·V over the same positions: thread (r, c) = (kg, kl) sums its rows in registers.
+  const int c = kl, r = kg;
   float acc[MaxG][8];
 #pragma unroll
   for (int g = 0; g < MaxG; ++g) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) acc[g][i] = 0.f;
   }
-  for (int j = r; j < n; j += rows) {
-    const std::int64_t pos = start + j;
-    const std::int64_t slot = std::int64_t(table[pos / bs]) * bs + pos % bs;
-    float vf[8];
-    load8(p.cache.v + slot * kv_row + std::int64_t(kvh) * HeadDim + c * 8, vf);
+  for (int t = 0; t < n_tiles; ++t) {
+    if (t > 0) load_tile(p.cache.v, t * tile, vr);
 #pragma unroll
-    for (int g = 0; g < MaxG; ++g) {
-      const float w = g < ng ? sm.u.p[g][j] : 0.f;
+    for (int i = 0; i < per_thread; ++i) {
+      const int j = t * tile + r + i * rows;
+      float vf[8];
+      unpack8(vr[i], vf);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) acc[g][i] += w * vf[i];
+      for (int g = 0; g < MaxG; ++g) {
+        const float w = g < ng && j < n ? sm.u.p[g][j] : 0.f;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[g][e] += w * vf[e];
+      }
     }
   }
   __syncthreads();  // every read of p is done before red overwrites it
@@ -183,29 +213,55 @@ __global__ void __launch_bounds__(threads) decode_kernel(attention_decode_params
 }
 
 // Merges the splits of one (sequence, query head): out = sum_s w_s o_s / sum_s w_s with
-// w_s = l_s exp(m_s - max_s m_s), in a fixed order.
+// w_s = l_s exp(m_s - max_s m_s), in split order. A merge is a few loads per split on the
+// critical path of every layer, so none of them waits on another: the threads stage the splits'
+// (max, sum) pairs in shared memory together (HeadDim splits per round, one round but for very
+// long contexts, whose running sums are rescaled to the new max), and each thread then issues
+// the loads of its dim's partial outputs eight at a time.
 template <int HeadDim>
 __global__ void __launch_bounds__(HeadDim) decode_merge_kernel(attention_decode_params p) {
   __shared__ float merged[HeadDim];
-  gpu::dependency_wait();  // launched with gpu::launch_dependent
-  gpu::allow_dependents();
+  __shared__ float sm_m[HeadDim], sm_l[HeadDim];
   const int head = blockIdx.x, seq = blockIdx.y, d = threadIdx.x;
-  const int ctx = min(p.context_lens[seq], int(p.max_context));
+  const int ctx = min(p.context_lens[seq], int(p.max_context));  // a step input: read before the wait
   const int split = int(p.split);
   const int n_splits = (ctx + split - 1) / split;
   if (n_splits <= 1) return;  // the decode kernel wrote the output itself
+  gpu::dependency_wait();     // launched with gpu::launch_dependent
+  gpu::allow_dependents();
   const std::int64_t max_splits = (p.max_context + split - 1) / split;
   const std::int64_t qh = std::int64_t(seq) * p.n_heads + head;
-  const float* partial = static_cast<const float*>(p.workspace) + qh * max_splits * HeadDim;
+  const float* partial = static_cast<const float*>(p.workspace) + qh * max_splits * HeadDim + d;
   const float* stats = static_cast<const float*>(p.workspace) + p.n_seqs * p.n_heads * max_splits * HeadDim +
                        qh * max_splits * 2;
-  float mx = -INFINITY;
-  for (int s = 0; s < n_splits; ++s) mx = fmaxf(mx, stats[2 * s]);
-  float num = 0.f, den = 0.f;
-  for (int s = 0; s < n_splits; ++s) {
-    const float w = stats[2 * s + 1] * expf(stats[2 * s] - mx);
-    num += w * partial[std::int64_t(s) * HeadDim + d];
-    den += w;
+  float mx = -INFINITY, num = 0.f, den = 0.f;
+  for (int s0 = 0; s0 < n_splits; s0 += HeadDim) {
+    const int n = min(HeadDim, n_splits - s0);
+    __syncthreads();  // the previous round's statistics are read
+    if (d < n) {
+      sm_m[d] = stats[2 * (s0 + d)];
+      sm_l[d] = stats[2 * (s0 + d) + 1];
+    }
+    __syncthreads();
+    float round_mx = mx;
+    for (int s = 0; s < n; ++s) round_mx = fmaxf(round_mx, sm_m[s]);
+    const float rescale = expf(mx - round_mx);  // 0 in the first round (mx = -inf)
+    num *= rescale;
+    den *= rescale;
+    mx = round_mx;
+    for (int s = 0; s < n; s += 8) {
+      float o[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) o[k] = s + k < n ? partial[std::int64_t(s0 + s + k) * HeadDim] : 0.f;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        if (s + k < n) {
+          const float w = sm_l[s + k] * expf(sm_m[s + k] - mx);
+          num += w * o[k];
+          den += w;
+        }
+      }
+    }
   }
   p.out[qh * HeadDim + d] = num / den;
   if (p.yq == nullptr) return;  // uniform

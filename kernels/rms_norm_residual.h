@@ -14,7 +14,7 @@ namespace anvil::kernels {
 struct rms_norm_residual_params {
   float* h = nullptr;             // [rows, cols] residual stream; h += delta in place
   const float* delta = nullptr;   // [rows, cols] added to h first, or null (no add)
-  const float* weight = nullptr;  // [cols] per-channel gain
+  const float* weight = nullptr;  // [cols] per-channel gain; a constant (read before the wait: gpu_runtime.h)
   float* y = nullptr;             // [rows, cols] normalised output; must not alias h or delta
   std::int64_t rows = 0;
   std::int64_t cols = 0;          // > 0

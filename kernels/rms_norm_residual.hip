@@ -69,14 +69,22 @@ __global__ void __launch_bounds__(block_size) rms_norm_residual_kernel(rms_norm_
 
 template <int Block, int N4, bool HasDelta, bool Quant>
 __global__ void __launch_bounds__(Block) rms_norm_residual_reg_kernel(rms_norm_residual_params p) {
-  gpu::dependency_wait();  // launched with gpu::launch_dependent
-  gpu::allow_dependents();
   const std::int64_t row = blockIdx.x;
   const int n4 = int(p.cols / 4);
   float4* h4 = reinterpret_cast<float4*>(p.h + row * p.cols);
   const float4* d4 = reinterpret_cast<const float4*>(p.delta + (HasDelta ? row * p.cols : 0));
   const float4* w4 = reinterpret_cast<const float4*>(p.weight);
   float4* y4 = reinterpret_cast<float4*>(p.y + row * p.cols);
+  // The norm weight is a model constant: loaded before the wait, while the kernel ahead (which
+  // wrote h or delta) finishes, so that after the reduction only arithmetic is left.
+  float4 g[N4];
+#pragma unroll
+  for (int k = 0; k < N4; ++k) {
+    const int i = int(threadIdx.x) + k * Block;
+    g[k] = i < n4 ? w4[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  gpu::dependency_wait();  // launched with gpu::launch_dependent
+  gpu::allow_dependents();
   float4 v[N4];
 #pragma unroll
   for (int k = 0; k < N4; ++k) {
@@ -104,8 +112,8 @@ __global__ void __launch_bounds__(Block) rms_norm_residual_reg_kernel(rms_norm_r
   for (int k = 0; k < N4; ++k) {
     const int i = int(threadIdx.x) + k * Block;
     const bool valid = i < n4;
-    const float4 g = valid ? w4[i] : make_float4(0.f, 0.f, 0.f, 0.f);
-    const float4 y = make_float4(v[k].x * scale * g.x, v[k].y * scale * g.y, v[k].z * scale * g.z, v[k].w * scale * g.w);
+    const float4 y = make_float4(v[k].x * scale * g[k].x, v[k].y * scale * g[k].y, v[k].z * scale * g[k].z,
+                                 v[k].w * scale * g[k].w);
     if (valid) y4[i] = y;
     if constexpr (Quant) {
       // Uniform over groups of 8 lanes: n4 % 8 == 0 when quantizing (cols % 32 == 0).
