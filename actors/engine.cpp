@@ -76,9 +76,9 @@ struct engine::impl {
   std::atomic<bool> stopped{false};
   std::shared_ptr<spdlog::logger> log = log::get("engine");
 
-  impl(const engine_config& c, model::llm m)
-      : cfg(c), model(std::move(m)), tok(model::tokenizer_spec_from_gguf(model.file)), pool("anvil", c.threads),
-        streams(asio::make_strand(pool.get_executor())) {}
+  impl(const engine_config& c, model::llm m, worker_backend b, std::chrono::microseconds idle_spin)
+      : cfg(c), model(std::move(m)), tok(model::tokenizer_spec_from_gguf(model.file)), pool("anvil", c.threads, idle_spin),
+        backend(b), streams(asio::make_strand(pool.get_executor())) {}
 
   void on_step_events(std::vector<sched::step_event> events);
   void record(const stream_event& last);
@@ -88,7 +88,14 @@ struct engine::impl {
 };
 
 std::shared_ptr<engine> engine::create(const engine_config& cfg) {
-  auto p = std::make_unique<impl>(cfg, model::load_llm(model::gguf_file::open(cfg.model_path)));
+  if (cfg.idle_spin_us < -1) throw std::invalid_argument("idle_spin_us must be -1 (the backend's default) or >= 0");
+  worker_backend backend = cfg.backend;
+  if (backend == worker_backend::automatic) {
+    backend = gpu_worker::gpu_worker::available() ? worker_backend::gpu : worker_backend::cpu;
+  }
+  const std::chrono::microseconds idle_spin(cfg.idle_spin_us >= 0 ? cfg.idle_spin_us
+                                            : backend == worker_backend::gpu ? 5000 : 0);
+  auto p = std::make_unique<impl>(cfg, model::load_llm(model::gguf_file::open(cfg.model_path)), backend, idle_spin);
   const std::string tmpl = model::chat_template_from_gguf(p->model.file);
   const auto piece = [&](std::int32_t id) { return id >= 0 ? p->tok.token_piece(id) : std::string(); };
   if (!tmpl.empty() && model::detect_chat_family(tmpl)) p->chat.emplace(tmpl, piece(p->tok.bos()), piece(p->tok.eos()));
@@ -96,10 +103,6 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
   if (p->name.empty()) p->name = std::filesystem::path(cfg.model_path).filename().string();
   p->max_model_len = cfg.max_model_len > 0 ? cfg.max_model_len : std::min<std::int64_t>(p->model.hp.n_ctx_train, 4096);
 
-  p->backend = cfg.backend;
-  if (p->backend == worker_backend::automatic) {
-    p->backend = gpu_worker::gpu_worker::available() ? worker_backend::gpu : worker_backend::cpu;
-  }
   if (p->backend == worker_backend::gpu) {
     gpu_worker::gpu_worker_config wc;
     wc.block_size = cfg.block_size;
@@ -111,6 +114,7 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
     wc.float_activations = cfg.gpu_float_activations;
     if (!cfg.gpu_graphs) wc.graph_max_batch = 0;
     wc.overlap_kernels = cfg.gpu_overlap_kernels;
+    wc.idle_spin = idle_spin;
     p->worker = std::make_unique<gpu_worker::gpu_worker>(p->model, wc);
   } else {
     gpu_worker::cpu_worker_config wc{cfg.block_size, cfg.kv_budget_bytes, cfg.max_batch_tokens, cfg.max_seqs};

@@ -64,6 +64,11 @@ struct engine_config {
   std::int64_t max_prefill_chunk = 256;      // prompt tokens per sequence per step
   bool prefix_caching = true;
   std::size_t threads = 2;                   // threads for the CPU-side actors
+  // How long an idle actor thread (the CPU-side pool's and the GPU worker's) polls for the next
+  // message before it sleeps (actors/executor_pool.h): the hops between actors at the end of
+  // each step then cost microseconds, not a wake-up each. -1: 5000 µs (longer than a decode
+  // step) with the GPU backend, 0 (sleep at once) with the CPU one, whose compute needs the cores.
+  std::int64_t idle_spin_us = -1;
   // TESTING HOOK, never for production: make the worker fail or stall chosen steps as a broken
   // device would (gpu_worker/fault_injection.h); `anvil serve` sets it from ANVIL_FAULT_INJECT.
   gpu_worker::fault_injection test_faults;

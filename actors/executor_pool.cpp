@@ -2,6 +2,8 @@
 
 #include <pthread.h>
 
+#include <algorithm>
+#include <chrono>
 #include <exception>
 #include <optional>
 #include <thread>
@@ -23,8 +25,29 @@ struct executor_pool::impl {
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> guard;
   std::vector<std::thread> threads;
 
-  impl(std::string n, std::size_t count)
-      : name(std::move(n)), ctx(static_cast<int>(count)), guard(asio::make_work_guard(ctx)) {}
+  std::chrono::microseconds idle_spin;
+
+  impl(std::string n, std::size_t count, std::chrono::microseconds spin)
+      : name(std::move(n)), ctx(static_cast<int>(count)), guard(asio::make_work_guard(ctx)), idle_spin(spin) {}
+
+  // Runs handlers; after the last ready one, polls for more for up to idle_spin before blocking.
+  // Returns when the context stops (stop(), or out of work after join()).
+  void run_spinning() {
+    using clock = std::chrono::steady_clock;
+    auto last_work = clock::now();
+    for (;;) {
+      if (ctx.poll() > 0) {
+        last_work = clock::now();
+      } else if (ctx.stopped()) {
+        return;
+      } else if (clock::now() - last_work < idle_spin) {
+        std::this_thread::yield();
+      } else {
+        if (ctx.run_one() == 0 && ctx.stopped()) return;
+        last_work = clock::now();
+      }
+    }
+  }
 
   void run_thread(std::size_t index) {
     // Linux limits thread names to 15 characters.
@@ -32,7 +55,11 @@ struct executor_pool::impl {
     pthread_setname_np(pthread_self(), thread_name.c_str());
     for (;;) {
       try {
-        ctx.run();
+        if (idle_spin.count() > 0) {
+          run_spinning();
+        } else {
+          ctx.run();
+        }
         return;
       } catch (const std::exception& e) {
         log::get("actors")->error("{}: handler threw, thread goes on: {}", thread_name, e.what());
@@ -43,9 +70,9 @@ struct executor_pool::impl {
   }
 };
 
-executor_pool::executor_pool(std::string name, std::size_t threads) {
+executor_pool::executor_pool(std::string name, std::size_t threads, std::chrono::microseconds idle_spin) {
   const std::size_t n = threads == 0 ? 1 : threads;
-  impl_ = std::make_unique<impl>(std::move(name), n);
+  impl_ = std::make_unique<impl>(std::move(name), n, std::max(idle_spin, std::chrono::microseconds(0)));
   impl_->threads.reserve(n);
   for (std::size_t i = 0; i < n; ++i) impl_->threads.emplace_back([this, i] { impl_->run_thread(i); });
 }

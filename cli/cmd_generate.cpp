@@ -28,6 +28,7 @@ struct generate_args {
   bool gpu_float_activations = false;
   bool no_gpu_graphs = false;
   bool no_gpu_overlap = false;
+  std::int64_t idle_spin_us = -1;
   sampler::sampling_params sampling;
 };
 
@@ -47,6 +48,7 @@ int run_generate(const generate_args& a) {
   cfg.gpu_float_activations = a.gpu_float_activations;
   cfg.gpu_graphs = !a.no_gpu_graphs;
   cfg.gpu_overlap_kernels = !a.no_gpu_overlap;
+  cfg.idle_spin_us = a.idle_spin_us;
   cfg.gpu_kv_budget_bytes = cfg.kv_budget_bytes;  // one context is all one request needs
   auto eng = engine::create(cfg);
 
@@ -116,6 +118,10 @@ void add_generate_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--no-gpu-graphs", a->no_gpu_graphs, "GPU: launch decode steps kernel by kernel instead of replaying graphs");
   cmd->add_flag("--no-gpu-overlap", a->no_gpu_overlap,
                 "GPU: start each kernel only when the one before has ended (no programmatic dependent launch)");
+  cmd->add_option("--idle-spin-us", a->idle_spin_us,
+                  "microseconds an idle engine thread polls for the next message before it sleeps "
+                  "(-1: 5000 on the GPU, 0 on the CPU)")
+      ->capture_default_str()->check(CLI::Range(std::int64_t(-1), std::int64_t(1000000)));
   cmd->callback([&exit_code, a] { exit_code = run_generate(*a); });
 }
 

@@ -57,6 +57,7 @@ struct serve_args {
   bool gpu_float_activations = false; // GPU: f32 activations in the quantized GEMVs
   bool no_gpu_graphs = false;         // GPU: no decode graphs
   bool no_gpu_overlap = false;        // GPU: no programmatic dependent launch
+  std::int64_t idle_spin_us = -1;     // engine_config::idle_spin_us
   bool no_prefix_caching = false;
   std::string api_key;
   int threads = 0;             // engine threads; 0: 2
@@ -109,6 +110,7 @@ engine_config engine_config_for(const serve_args& a) {
   cfg.gpu_float_activations = a.gpu_float_activations;
   cfg.gpu_graphs = !a.no_gpu_graphs;
   cfg.gpu_overlap_kernels = !a.no_gpu_overlap;
+  cfg.idle_spin_us = a.idle_spin_us;
   if (a.kv_cache_mib > 0) cfg.gpu_kv_budget_bytes = std::size_t(a.kv_cache_mib * 1024 * 1024);
   const std::size_t per_block = model::kv_cache_storage::bytes_per_block(hp, cfg.block_size);
   const std::size_t per_context = per_block * std::size_t((cfg.max_model_len + cfg.block_size - 1) / cfg.block_size);
@@ -278,6 +280,10 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--no-gpu-graphs", a->no_gpu_graphs, "GPU: launch decode steps kernel by kernel instead of replaying graphs");
   cmd->add_flag("--no-gpu-overlap", a->no_gpu_overlap,
                 "GPU: start each kernel only when the one before has ended (no programmatic dependent launch)");
+  cmd->add_option("--idle-spin-us", a->idle_spin_us,
+                  "microseconds an idle engine thread polls for the next message before it sleeps "
+                  "(-1: 5000 on the GPU, 0 on the CPU)")
+      ->capture_default_str()->check(CLI::Range(std::int64_t(-1), std::int64_t(1000000)));
   cmd->add_flag("--no-prefix-caching", a->no_prefix_caching, "turn automatic prefix caching off");
   cmd->add_option("--api-key", a->api_key, "require this key (HTTP: Authorization: Bearer KEY; line: {\"auth\": KEY}); or set ANVIL_API_KEY");
   cmd->add_option("--threads", a->threads, "engine threads (default 2)")->check(CLI::Range(0, 256));

@@ -75,12 +75,14 @@ class gpu_executor : public actors::strand_actor {
 }  // namespace
 
 struct gpu_worker::impl {
+  explicit impl(std::chrono::microseconds idle_spin) : pool("gpu", 1, idle_spin) {}
   memory_plan mem;
-  actors::executor_pool pool{"gpu", 1};
+  actors::executor_pool pool;
   std::unique_ptr<gpu_executor> exec;
 };
 
-gpu_worker::gpu_worker(const model::llm& model, const gpu_worker_config& config) : impl_(std::make_unique<impl>()) {
+gpu_worker::gpu_worker(const model::llm& model, const gpu_worker_config& config)
+    : impl_(std::make_unique<impl>(config.idle_spin)) {
   try {
     impl_->exec = std::make_unique<gpu_executor>(impl_->pool.get_executor(), model, config, impl_->mem);
   } catch (...) {

@@ -10,6 +10,7 @@
 // create() throws and available() is false.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -42,6 +43,8 @@ struct gpu_worker_config {
   // every kernel waits for the one before to end. The setting is process-wide (the last worker
   // constructed sets it).
   bool overlap_kernels = true;
+  // How long the worker's thread polls for the next step before it sleeps (actors/executor_pool.h).
+  std::chrono::microseconds idle_spin{0};
   // Called while weights upload: (bytes done, bytes in all).
   std::function<void(std::size_t, std::size_t)> progress;
 };

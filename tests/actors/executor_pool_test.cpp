@@ -3,6 +3,8 @@
 #include <pthread.h>
 
 #include <atomic>
+#include <chrono>
+#include <future>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -76,6 +78,35 @@ TEST(ExecutorPool, StopAbandonsQueuedWork) {
   pool.stop();
   opener.join();
   EXPECT_LT(ran.load(), 101);
+}
+
+// A pool whose threads poll for a while before sleeping (idle spin) runs work that arrives
+// while they poll and work that arrives after they went to sleep, lets a throwing handler pass,
+// and ends on join() and on stop() without waiting out the spin.
+TEST(ExecutorPool, SpinningThreadsRunWorkArrivingWhilePollingOrAsleep) {
+  executor_pool pool("spin", 2, std::chrono::microseconds(3000));
+  for (const auto pause : {std::chrono::milliseconds(0), std::chrono::milliseconds(20)}) {
+    std::this_thread::sleep_for(pause);  // 20 ms: past the spin, the threads sleep
+    std::promise<void> ran;
+    asio::post(pool.get_executor(), [] { throw std::runtime_error("bad message"); });
+    asio::post(pool.get_executor(), [&] { ran.set_value(); });
+    EXPECT_EQ(ran.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready)
+        << "after a pause of " << pause.count() << " ms";
+  }
+  std::atomic<int> done{0};
+  for (int i = 0; i < 200; ++i) asio::post(pool.get_executor(), [&] { done++; });
+  pool.join();
+  EXPECT_EQ(done.load(), 200);
+}
+
+TEST(ExecutorPool, StopEndsASpinningPoolAtOnce) {
+  executor_pool pool("spin", 2, std::chrono::seconds(60));
+  std::promise<void> ran;
+  asio::post(pool.get_executor(), [&] { ran.set_value(); });
+  ran.get_future().wait();
+  const auto t0 = std::chrono::steady_clock::now();
+  pool.stop();  // the threads are polling, with a minute of spin left
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -69,6 +70,21 @@ TEST(Engine, GeneratesTheSameGreedyTokensAsTheReferenceForwardPass) {
   EXPECT_EQ(c.usage.completion_tokens, 12);
   EXPECT_GT(c.timings.ttft_ms, 0);
   eng->async_stop(asio::use_future).get();
+}
+
+// Idle spin (engine_config::idle_spin_us) changes when threads sleep, never what they compute;
+// a negative value other than -1 is refused.
+TEST(Engine, SpinningActorThreadsGiveTheSameTokensAndBadSpinIsRefused) {
+  engine_config cfg = tiny_config();
+  cfg.idle_spin_us = 2000;
+  auto eng = engine::create(cfg);
+  const auto prompt = random_prompt(17, 3);
+  const completion c = eng->async_generate(greedy_request(prompt, 10), asio::use_future).get();
+  EXPECT_EQ(c.tokens, reference_greedy(prompt, 10));
+  eng->async_stop(asio::use_future).get();
+
+  cfg.idle_spin_us = -2;
+  EXPECT_THROW(engine::create(cfg), std::invalid_argument);
 }
 
 TEST(Engine, ManyConcurrentRequestsAllCompleteWithUnchangedOutputs) {
