@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# The GPU worker's figures in one run, on the GPU machine, each beside its physical limit:
+#   1. the device's limits (gpu_roofline --quick): copy bandwidth, dense f16 GEMM rate;
+#   2. batch-1 decode (`anvil generate`, 256 tokens, two runs) in tok/s and as a % of
+#      copy bandwidth ÷ weight bytes (the weights of the memory plan: what one token streams);
+#   3. prefill of 512 tokens (a warmed `anvil serve` without prefix caching; mean TTFT of 16
+#      requests of 512 random token ids) in tok/s and as a % of the GEMM rate at 2 × the layers'
+#      matrix parameters per token (the head runs for the last token only);
+#   4. serving (`anvil-bench` against the same server, 512-token prompts, 128 output tokens) at
+#      concurrency 1, 8, 32 and 64.
+# Usage: bench/gpu-figures.sh [BUNDLE_DIR] [MODEL_DIR]
+#   BUNDLE_DIR: anvil, anvil-bench, gpu_roofline and lib/ (scripts/gpu-bundle.sh; default
+#               .device/bundle); MODEL_DIR: where `anvil synth` writes the models (default
+#               /tmp/anvil-figures; existing files are reused).
+#   FIGURES_MODELS: the models, "shape:type ..." (default: the four below);
+#   FIGURES_SERVE:  those that also get prefill and serving figures (default: llama3-8b:Q4_K_M).
+set -uo pipefail
+dir=${1:-.device/bundle}
+models_dir=${2:-/tmp/anvil-figures}
+models=${FIGURES_MODELS:-llama3-8b:Q4_K_M llama3-8b:Q8_0 llama3-8b:F16 qwen2.5-0.5b:Q8_0}
+serve_models=${FIGURES_SERVE:-llama3-8b:Q4_K_M}
+export LD_LIBRARY_PATH="$dir/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+mkdir -p "$models_dir"
+status=0
+
+# 2 × the parameters of the layers' matrices (q, k, v, o, gate, up, down) of each shape.
+gflop_per_token() {
+  case $1 in
+    llama3-8b) echo 13.96 ;;     # 32 × (4096 × 6144 + 4096 × 4096 + 3 × 4096 × 14336) × 2
+    qwen2.5-0.5b) echo 0.716 ;;  # 24 × (896 × 1152 + 896 × 896 + 3 × 896 × 4864) × 2
+    *) echo 0 ;;
+  esac
+}
+
+echo "== limits"
+nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem,driver_version --format=csv,noheader || true
+roofline=$("$dir/gpu_roofline" --quick) || status=1
+copy_gbs=$(sed -n 's/^limit: device copy bandwidth \([0-9.]*\) GB\/s.*/\1/p' <<<"$roofline")
+gemm_tflops=$(sed -n 's/^limit: dense f16 GEMM \([0-9.]*\) TFLOP\/s.*/\1/p' <<<"$roofline")
+echo "copy bandwidth ${copy_gbs:-?} GB/s, dense f16 GEMM ${gemm_tflops:-?} TFLOP/s"
+[ -n "$copy_gbs" ] && [ -n "$gemm_tflops" ] || { echo "gpu_roofline gave no limits"; exit 1; }
+
+# The models, written in parallel.
+for m in $models; do
+  f="$models_dir/${m/:/-}.gguf"
+  [ -s "$f" ] || "$dir/anvil" synth --shape "${m%%:*}" --type "${m##*:}" -o "$f" > "$f.log" 2>&1 &
+done
+wait
+
+echo
+echo "== decode, batch 1: anvil generate -n 256 --ignore-eos (two runs); limit = copy bandwidth / weight bytes"
+printf '%-22s %12s %10s %10s %8s\n' model "weights MB" "limit t/s" "tok/s" "% limit"
+for m in $models; do
+  f="$models_dir/${m/:/-}.gguf"
+  best=0 weights=""
+  for run in 1 2; do
+    out=$("$dir/anvil" --log-level info generate -m "$f" -p "hello world, this is a test" -n 256 --ignore-eos \
+          --backend gpu 2>&1 >/dev/null) || status=1
+    tok=$(grep -oE '\(([0-9.]+) tok/s\)' <<<"$out" | tr -d '()' | awk '{print $1}' | tail -1)
+    [ -z "$weights" ] && weights=$(grep -oE 'weights [0-9.]+ MB' <<<"$out" | awk '{print $2}' | head -1)
+    best=$(awk -v a="$best" -v b="${tok:-0}" 'BEGIN { print (b > a ? b : a) }')
+  done
+  awk -v m="$m" -v w="${weights:-0}" -v c="$copy_gbs" -v t="$best" 'BEGIN {
+    lim = w > 0 ? c * 1000 / w : 0
+    printf "%-22s %12.1f %10.0f %10.1f %7.1f%%\n", m, w, lim, t, (lim > 0 ? 100 * t / lim : 0) }'
+done
+
+for m in $serve_models; do
+  f="$models_dir/${m/:/-}.gguf"
+  echo
+  echo "== $m: anvil serve --max-seqs 64 --ctx 1024 --gpu-memory-fraction 0.5 --no-prefix-caching"
+  "$dir/anvil" serve -m "$f" --port 18080 --line-port 18081 --max-seqs 64 --ctx 1024 --gpu-memory-fraction 0.5 \
+    --no-prefix-caching --status-interval 0 > "$models_dir/serve.log" 2>&1 &
+  server=$!
+  for _ in $(seq 1 300); do grep -q "serve: ready" "$models_dir/serve.log" && break; sleep 1; done
+  grep -q "serve: ready" "$models_dir/serve.log" || { echo "the server did not start"; cat "$models_dir/serve.log"; status=1; kill $server; continue; }
+  bench() { "$dir/anvil-bench" --url tcp://127.0.0.1:18081 --random-token-ids --input-len 512 --no-progress "$@" 2>&1; }
+  bench --concurrency 1 --num-prompts 4 --output-len 8 --seed 1 > /dev/null  # warm-up
+  ttft=$(bench --concurrency 1 --num-prompts 16 --output-len 8 --seed 2 | sed -n 's/^Mean TTFT (ms): *\([0-9.]*\)/\1/p')
+  awk -v m="$m" -v t="${ttft:-0}" -v g="$(gflop_per_token "${m%%:*}")" -v peak="$gemm_tflops" 'BEGIN {
+    r = t > 0 ? 512 * 1000 / t : 0
+    printf "prefill 512: mean TTFT %.2f ms = %.0f tok/s = %.1f TFLOP/s, %.1f%% of the GEMM rate\n", t, r, r * g / 1000,
+           (peak > 0 ? 100 * r * g / 1000 / peak : 0) }'
+  printf '%-11s %10s %14s %13s %10s %10s\n' concurrency requests "output tok/s" "total tok/s" "TTFT ms" "TPOT ms"
+  for c in 1 8 32 64; do
+    n=$((c < 8 ? 8 : 2 * c))
+    r=$(bench --concurrency $c --num-prompts $n --output-len 128 --seed $((c + 200)))
+    get() { sed -n "s/^$1 *\([0-9.]*\)/\1/p" <<<"$r" | head -1; }
+    failed=$(get 'Failed requests:')
+    [ "${failed:-1}" = 0 ] || status=1
+    printf '%-11s %10s %14s %13s %10s %10s\n' "$c" "$n${failed:+ ($failed failed)}" "$(get 'Output token throughput (tok\/s):')" \
+      "$(get 'Total Token throughput (tok\/s):')" "$(get 'Mean TTFT (ms):')" "$(get 'Mean TPOT (ms):')"
+  done
+  kill -TERM $server 2>/dev/null
+  wait $server 2>/dev/null
+done
+echo
+echo "gpu-figures: exit $status"
+exit $status
