@@ -36,6 +36,8 @@ struct attention_decode_params {
   float* out = nullptr;                      // [n_seqs, n_heads, head_dim]; must not alias q
   paged_kv_f16 cache;                        // one layer, read only; head_dim 64 or 128
   std::int64_t n_heads = 0;                  // a multiple of cache.n_kv_heads
+  // block_tables and context_lens are read before the kernel waits on the one ahead of it
+  // (gpu_runtime.h): no kernel launched just before may write them.
   const std::int32_t* block_tables = nullptr;  // [n_seqs, block_table_stride] block ids
   std::int64_t block_table_stride = 0;       // >= blocks covering max_context
   const std::int32_t* context_lens = nullptr;  // [n_seqs], each in [1, max_context]

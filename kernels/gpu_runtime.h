@@ -196,10 +196,13 @@ __device__ __forceinline__ T block_reduce_sum(T v) {
 // in the stream is still running: once every block of that kernel has called allow_dependents()
 // (or exited), the next kernel's blocks are scheduled, run up to dependency_wait(), and wait there
 // until the kernel before has finished and its writes are visible. What a kernel does before
-// dependency_wait() may only read memory no kernel of the stream writes (the weights): that is
-// where a quantized GEMV issues its first weight loads while a small kernel before it finishes.
+// dependency_wait() may only read memory no kernel of the stream writes (the weights; a step's
+// inputs — positions, block tables, context lengths — which copies upload before its kernels):
+// that is where a quantized GEMV issues its first weight loads, and decode attention reads its
+// block table, while a small kernel before it finishes.
 // Every kernel launched with launch_dependent() MUST call dependency_wait() before it reads or
-// writes anything else; kernels launched the ordinary way are ordered as usual. Each kernel calls
+// writes any other global memory (a block may return without waiting); kernels launched the
+// ordinary way are ordered as usual. Each kernel calls
 // allow_dependents() right after its wait, so at most the running kernel and the next one's
 // waiting blocks share the device. Elsewhere (AMD, older NVIDIA) the three
 // device calls do nothing and launch_dependent() is an ordinary launch.
