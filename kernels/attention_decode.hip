@@ -23,15 +23,6 @@ namespace {
 
 constexpr int threads = 128;
 
-__device__ __forceinline__ void unpack8(uint4 raw, float (&f)[8]) {
-  const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    f[2 * i] = gpu::half_to_float(gpu::half_bits(w[i] & 0xffffu));
-    f[2 * i + 1] = gpu::half_to_float(gpu::half_bits(w[i] >> 16));
-  }
-}
-
 template <int HeadDim, int MaxG, int Split>
 struct decode_smem {
   static constexpr int tpk = HeadDim / 8;         // threads per key (scores) and per V row (P·V)
@@ -104,7 +95,7 @@ __global__ void __launch_bounds__(threads) decode_kernel(attention_decode_params
     for (int i = 0; i < per_thread; ++i) {
       const int j = t * tile + kg + i * rows;
       float kf[8];
-      unpack8(kr[i], kf);
+      gpu::half8_to_float(kr[i], kf);
 #pragma unroll
       for (int g = 0; g < MaxG; ++g) {
         float s = 0.f;
@@ -141,8 +132,7 @@ __global__ void __launch_bounds__(threads) decode_kernel(attention_decode_params
   }
   __syncthreads();
 
-  // 3. P·V over the same positions: thread (r, c) = (kg, kl) sums its rows in registers.
-  const int c = kl, r = kg;
+  // 3. P·V over the same positions: thread (kg, kl) sums its rows in registers.
   float acc[MaxG][8];
 #pragma unroll
   for (int g = 0; g < MaxG; ++g) {
@@ -153,9 +143,9 @@ __global__ void __launch_bounds__(threads) decode_kernel(attention_decode_params
     if (t > 0) load_tile(p.cache.v, t * tile, vr);
 #pragma unroll
     for (int i = 0; i < per_thread; ++i) {
-      const int j = t * tile + r + i * rows;
+      const int j = t * tile + kg + i * rows;
       float vf[8];
-      unpack8(vr[i], vf);
+      gpu::half8_to_float(vr[i], vf);
 #pragma unroll
       for (int g = 0; g < MaxG; ++g) {
         const float w = g < ng && j < n ? sm.u.p[g][j] : 0.f;
@@ -168,7 +158,7 @@ __global__ void __launch_bounds__(threads) decode_kernel(attention_decode_params
 #pragma unroll
   for (int g = 0; g < MaxG; ++g) {
 #pragma unroll
-    for (int i = 0; i < 8; ++i) sm.u.red[r][g][c * 8 + i] = acc[g][i];
+    for (int i = 0; i < 8; ++i) sm.u.red[kg][g][kl * 8 + i] = acc[g][i];
   }
   __syncthreads();
 

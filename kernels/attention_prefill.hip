@@ -18,15 +18,6 @@ namespace {
 constexpr int threads = 256;
 constexpr int tile_rows = 32;
 
-__device__ __forceinline__ void unpack8(uint4 raw, float (&f)[8]) {
-  const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    f[2 * i] = gpu::half_to_float(gpu::half_bits(w[i] & 0xffffu));
-    f[2 * i + 1] = gpu::half_to_float(gpu::half_bits(w[i] >> 16));
-  }
-}
-
 template <int HeadDim>
 __global__ void __launch_bounds__(threads) prefill_kernel(attention_prefill_params p) {
   constexpr int ws = gpu::warp_size, keys = ws, dpl = HeadDim / ws;
@@ -95,7 +86,7 @@ __global__ void __launch_bounds__(threads) prefill_kernel(attention_prefill_para
 #pragma unroll 4
     for (int c = 0; c < HeadDim / 8; ++c) {
       float kf[8];
-      unpack8(*reinterpret_cast<const uint4*>(&k_s[lane][c * 8]), kf);
+      gpu::half8_to_float(*reinterpret_cast<const uint4*>(&k_s[lane][c * 8]), kf);
 #pragma unroll
       for (int i = 0; i < rows_per_warp; ++i) {
         const float* qr = &q_s[warp * rows_per_warp + i][c * 8];

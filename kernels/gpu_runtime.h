@@ -284,6 +284,16 @@ namespace anvil::gpu {
 __device__ __forceinline__ float half_to_float(half_bits h) { return __half2float(__ushort_as_half(h)); }
 __device__ __forceinline__ half_bits float_to_half(float f) { return __half_as_ushort(__float2half_rn(f)); }
 
+// Eight f16 values packed in 16 bytes (one vector load of the KV cache) to floats, in order.
+__device__ __forceinline__ void half8_to_float(uint4 raw, float (&f)[8]) {
+  const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = half_to_float(half_bits(w[i] & 0xffffu));
+    f[2 * i + 1] = half_to_float(half_bits(w[i] >> 16));
+  }
+}
+
 // Lane i receives v from lane i - delta (lanes below delta keep their own value).
 template <class T>
 __device__ __forceinline__ T shfl_up(T v, unsigned delta) {
