@@ -8,6 +8,7 @@
 #include <boost/asio/use_future.hpp>
 
 #include "actors/engine.h"
+#include "cli/backend_args.h"
 #include "cli/commands.h"
 #include "cli/model_arg.h"
 #include "model/cpu_forward.h"
@@ -23,12 +24,7 @@ struct generate_args {
   int n_predict = 128;
   int ctx = 0;  // 0: the model's, at most 4096
   bool ignore_eos = false;
-  std::string backend = "auto";
-  double gpu_memory_fraction = 0.9;
-  bool gpu_float_activations = false;
-  bool no_gpu_graphs = false;
-  bool no_gpu_overlap = false;
-  std::int64_t idle_spin_us = -1;
+  backend_args engine;  // --backend, --gpu-*, --idle-spin-us
   sampler::sampling_params sampling;
 };
 
@@ -43,12 +39,7 @@ int run_generate(const generate_args& a) {
   cfg.kv_budget_bytes = model::kv_cache_storage::bytes_per_block(hp, cfg.block_size) * std::size_t(ctx / cfg.block_size + 2);
   cfg.max_batch_tokens = 256;
   cfg.max_seqs = 1;
-  cfg.backend = parse_worker_backend(a.backend).value_or(worker_backend::automatic);
-  cfg.gpu_memory_fraction = a.gpu_memory_fraction;
-  cfg.gpu_float_activations = a.gpu_float_activations;
-  cfg.gpu_graphs = !a.no_gpu_graphs;
-  cfg.gpu_overlap_kernels = !a.no_gpu_overlap;
-  cfg.idle_spin_us = a.idle_spin_us;
+  apply_backend_args(a.engine, cfg);
   cfg.gpu_kv_budget_bytes = cfg.kv_budget_bytes;  // one context is all one request needs
   auto eng = engine::create(cfg);
 
@@ -108,20 +99,7 @@ void add_generate_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--presence-penalty", a->sampling.presence_penalty, "presence penalty")->capture_default_str();
   cmd->add_option("--frequency-penalty", a->sampling.frequency_penalty, "frequency penalty")->capture_default_str();
   cmd->add_option("--seed", a->sampling.seed, "sampling seed")->capture_default_str();
-  cmd->add_option("--backend", a->backend, "where steps run: cpu, gpu, or auto (the GPU when there is one)")
-      ->capture_default_str()->check(CLI::IsMember({"cpu", "gpu", "auto"}));
-  cmd->add_option("--gpu-memory-fraction", a->gpu_memory_fraction,
-                  "GPU: fraction of the device memory free after weights and scratch for the KV cache")
-      ->capture_default_str()->check(CLI::Range(0.01, 1.0));
-  cmd->add_flag("--gpu-float-activations", a->gpu_float_activations,
-                "GPU: f32 activations in the quantized GEMVs (as the CPU computes) instead of 8-bit");
-  cmd->add_flag("--no-gpu-graphs", a->no_gpu_graphs, "GPU: launch decode steps kernel by kernel instead of replaying graphs");
-  cmd->add_flag("--no-gpu-overlap", a->no_gpu_overlap,
-                "GPU: start each kernel only when the one before has ended (no programmatic dependent launch)");
-  cmd->add_option("--idle-spin-us", a->idle_spin_us,
-                  "microseconds an idle engine thread polls for the next message before it sleeps "
-                  "(-1: 5000 on the GPU, 0 on the CPU)")
-      ->capture_default_str()->check(CLI::Range(std::int64_t(-1), std::int64_t(1000000)));
+  add_backend_options(cmd, a->engine);
   cmd->callback([&exit_code, a] { exit_code = run_generate(*a); });
 }
 

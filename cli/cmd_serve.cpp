@@ -28,6 +28,7 @@
 
 #include "actors/engine.h"
 #include "actors/log.h"
+#include "cli/backend_args.h"
 #include "cli/commands.h"
 #include "cli/model_arg.h"
 #include "cli/progress.h"
@@ -52,12 +53,7 @@ struct serve_args {
   int max_queue = 1024;
   double kv_cache_mib = 0;     // explicit KV pool size; else from --memory-fraction or the default
   double memory_fraction = 0;  // of the memory available at start-up, for the KV pool
-  std::string backend = "auto";       // cpu, gpu or auto
-  double gpu_memory_fraction = 0.9;   // GPU: of the device memory free after weights and scratch, for the KV pool
-  bool gpu_float_activations = false; // GPU: f32 activations in the quantized GEMVs
-  bool no_gpu_graphs = false;         // GPU: no decode graphs
-  bool no_gpu_overlap = false;        // GPU: no programmatic dependent launch
-  std::int64_t idle_spin_us = -1;     // engine_config::idle_spin_us
+  backend_args engine;  // --backend, --gpu-*, --idle-spin-us
   bool no_prefix_caching = false;
   std::string api_key;
   int threads = 0;             // engine threads; 0: 2
@@ -105,12 +101,7 @@ engine_config engine_config_for(const serve_args& a) {
   cfg.max_queue = a.max_queue;
   cfg.prefix_caching = !a.no_prefix_caching;
   cfg.threads = a.threads > 0 ? std::size_t(a.threads) : 2;
-  cfg.backend = parse_worker_backend(a.backend).value_or(worker_backend::automatic);
-  cfg.gpu_memory_fraction = a.gpu_memory_fraction;
-  cfg.gpu_float_activations = a.gpu_float_activations;
-  cfg.gpu_graphs = !a.no_gpu_graphs;
-  cfg.gpu_overlap_kernels = !a.no_gpu_overlap;
-  cfg.idle_spin_us = a.idle_spin_us;
+  apply_backend_args(a.engine, cfg);
   if (a.kv_cache_mib > 0) cfg.gpu_kv_budget_bytes = std::size_t(a.kv_cache_mib * 1024 * 1024);
   const std::size_t per_block = model::kv_cache_storage::bytes_per_block(hp, cfg.block_size);
   const std::size_t per_context = per_block * std::size_t((cfg.max_model_len + cfg.block_size - 1) / cfg.block_size);
@@ -270,20 +261,7 @@ void add_serve_command(CLI::App& app, int& exit_code) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--memory-fraction", a->memory_fraction, "fraction of the memory available at start-up for the KV cache")
       ->check(CLI::Range(0.01, 0.99));
-  cmd->add_option("--backend", a->backend, "where steps run: cpu, gpu, or auto (the GPU when there is one)")
-      ->capture_default_str()->check(CLI::IsMember({"cpu", "gpu", "auto"}));
-  cmd->add_option("--gpu-memory-fraction", a->gpu_memory_fraction,
-                  "GPU: fraction of the device memory free after weights and scratch for the KV cache")
-      ->capture_default_str()->check(CLI::Range(0.01, 1.0));
-  cmd->add_flag("--gpu-float-activations", a->gpu_float_activations,
-                "GPU: f32 activations in the quantized GEMVs (as the CPU computes) instead of 8-bit");
-  cmd->add_flag("--no-gpu-graphs", a->no_gpu_graphs, "GPU: launch decode steps kernel by kernel instead of replaying graphs");
-  cmd->add_flag("--no-gpu-overlap", a->no_gpu_overlap,
-                "GPU: start each kernel only when the one before has ended (no programmatic dependent launch)");
-  cmd->add_option("--idle-spin-us", a->idle_spin_us,
-                  "microseconds an idle engine thread polls for the next message before it sleeps "
-                  "(-1: 5000 on the GPU, 0 on the CPU)")
-      ->capture_default_str()->check(CLI::Range(std::int64_t(-1), std::int64_t(1000000)));
+  add_backend_options(cmd, a->engine);
   cmd->add_flag("--no-prefix-caching", a->no_prefix_caching, "turn automatic prefix caching off");
   cmd->add_option("--api-key", a->api_key, "require this key (HTTP: Authorization: Bearer KEY; line: {\"auth\": KEY}); or set ANVIL_API_KEY");
   cmd->add_option("--threads", a->threads, "engine threads (default 2)")->check(CLI::Range(0, 256));

@@ -1,0 +1,49 @@
+// The options `generate` and `serve` share for where steps run and how the engine waits: one
+// struct, one registration, one copy into engine_config.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "actors/engine.h"
+
+namespace anvil::cli {
+
+struct backend_args {
+  std::string backend = "auto";       // cpu, gpu or auto
+  double gpu_memory_fraction = 0.9;   // GPU: of the device memory free after weights and scratch, for the KV pool
+  bool gpu_float_activations = false; // GPU: f32 activations in the quantized GEMVs
+  bool no_gpu_graphs = false;         // GPU: no decode graphs
+  bool no_gpu_overlap = false;        // GPU: no programmatic dependent launch
+  std::int64_t idle_spin_us = -1;     // engine_config::idle_spin_us
+};
+
+inline void add_backend_options(CLI::App* cmd, backend_args& a) {
+  cmd->add_option("--backend", a.backend, "where steps run: cpu, gpu, or auto (the GPU when there is one)")
+      ->capture_default_str()->check(CLI::IsMember({"cpu", "gpu", "auto"}));
+  cmd->add_option("--gpu-memory-fraction", a.gpu_memory_fraction,
+                  "GPU: fraction of the device memory free after weights and scratch for the KV cache")
+      ->capture_default_str()->check(CLI::Range(0.01, 1.0));
+  cmd->add_flag("--gpu-float-activations", a.gpu_float_activations,
+                "GPU: f32 activations in the quantized GEMVs (as the CPU computes) instead of 8-bit");
+  cmd->add_flag("--no-gpu-graphs", a.no_gpu_graphs, "GPU: launch decode steps kernel by kernel instead of replaying graphs");
+  cmd->add_flag("--no-gpu-overlap", a.no_gpu_overlap,
+                "GPU: start each kernel only when the one before has ended (no programmatic dependent launch)");
+  cmd->add_option("--idle-spin-us", a.idle_spin_us,
+                  "microseconds an idle engine thread polls for the next message before it sleeps "
+                  "(-1: 5000 on the GPU, 0 on the CPU)")
+      ->capture_default_str()->check(CLI::Range(std::int64_t(-1), std::int64_t(1000000)));
+}
+
+inline void apply_backend_args(const backend_args& a, engine_config& cfg) {
+  cfg.backend = parse_worker_backend(a.backend).value_or(worker_backend::automatic);
+  cfg.gpu_memory_fraction = a.gpu_memory_fraction;
+  cfg.gpu_float_activations = a.gpu_float_activations;
+  cfg.gpu_graphs = !a.no_gpu_graphs;
+  cfg.gpu_overlap_kernels = !a.no_gpu_overlap;
+  cfg.idle_spin_us = a.idle_spin_us;
+}
+
+}  // namespace anvil::cli
