@@ -36,7 +36,7 @@ __global__ void __launch_bounds__(embedding_threads) embedding_kernel(embedding_
 #pragma unroll
     for (int i = 0; i < F::run_len; i += 4) {
       const float* s = v + k * F::run_len + i;
-      *reinterpret_cast<float4*>(dst + i) = make_float4(s[0], s[1], s[2], s[3]);
+      gpu::store16(dst + i, make_float4(s[0], s[1], s[2], s[3]));
     }
   }
 }

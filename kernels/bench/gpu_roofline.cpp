@@ -5,7 +5,9 @@
 //   GEMV:    every weight type at batch 1 and 8 on 4096x4096, 14336x4096, 4096x14336 and
 //            128256x4096 (out x in): weight bytes / time, and % of the copy bandwidth. The time
 //            is launch_gemv's, the activation quantization kernel of the quantized types included.
-//   GEMM:    512 tokens on 4096x4096 and 14336x4096, dequantization included: TFLOP/s, and % of
+//   dequantization to f16 (the GEMM path's first pass) on 4096x4096 and 14336x4096: bytes read
+//            and written / time, and % of the copy bandwidth.
+//   GEMM:    32 and 512 tokens on 4096x4096 and 14336x4096, dequantization included: TFLOP/s, and % of
 //            the dense f16 rate.
 // Timing: device events around back-to-back launches, after warm-up, median of repetitions. The
 // GEMV cycles through enough copies of the weight to exceed the L2 cache several times, as a
@@ -249,28 +251,52 @@ int main(int argc, char** argv) {
     }
   }
 
+  // ---- dequantization (what the GEMM path pays per weight and step) ----
+  std::printf("\nDequantize to f16, bytes read + written / time; limit: copy bandwidth %.0f GB/s\n", copy_gbs);
+  std::printf("%-5s %-13s | %9s %8s %6s\n", "type", "out x in", "us", "GB/s", "%copy");
+  {
+    const std::size_t max_elems = std::size_t(14336) * 4096;
+    device_mem f16(max_elems * 2);
+    for (ggml_type t : types) {
+      if (t == ggml_type::F16) continue;
+      for (shape s : {shape{4096, 4096}, shape{14336, 4096}}) {
+        const std::size_t elems = std::size_t(s.out) * std::size_t(s.in);
+        const double ms = time_ms(
+            [&](int) { CHECK(kernels::launch_dequantize(t, pool.p, f16.as<std::uint16_t>(), s.out, s.in, nullptr)); }, 3,
+            reps);
+        const double bytes = double(*model::row_bytes(t, s.in) * std::size_t(s.out) + elems * 2);
+        char dims[32];
+        std::snprintf(dims, sizeof dims, "%lldx%lld", static_cast<long long>(s.out), static_cast<long long>(s.in));
+        std::printf("%-5s %-13s | %9.1f %8.0f %5.1f%%\n", std::string(model::info(t).name).c_str(), dims, ms * 1e3,
+                    bytes / (ms * 1e-3) / 1e9, 100 * bytes / (ms * 1e-3) / 1e9 / copy_gbs);
+      }
+    }
+  }
+
   // ---- GEMM ----
-  std::printf("\nGEMM, 512 tokens, dequantization included; limit: dense f16 GEMM %.0f TFLOP/s\n", gemm_tflops);
-  std::printf("%-5s %-13s %-11s | %9s %9s %7s\n", "type", "out x in", "algo", "ms", "TFLOP/s", "%gemm");
-  const std::int64_t nt = 512;
+  std::printf("\nGEMM, 32 and 512 tokens, dequantization included; limit: dense f16 GEMM %.0f TFLOP/s\n", gemm_tflops);
+  std::printf("%-5s %-13s %6s %-11s | %9s %9s %7s\n", "type", "out x in", "tokens", "algo", "ms", "TFLOP/s", "%gemm");
   std::vector<kernels::gemm_algo> algos = {kernels::gemm_algo::tiled_f16};
   if (have_blas) algos.insert(algos.begin(), kernels::gemm_algo::vendor_blas);
   for (ggml_type t : types) {
     for (shape s : {shape{4096, 4096}, shape{14336, 4096}}) {
-      for (kernels::gemm_algo algo : algos) {
-        device_mem ws(std::max<std::size_t>(kernels::gemm_workspace_bytes(algo, t, s.in, s.out, nt), 256));
-        const kernels::gemm_context ctx{algo, ws.p, ws.n, handle, blas_ws.p, blas_ws.n};
-        const double ms = time_ms(
-            [&](int) {
-              CHECK(kernels::launch_gemm({pool.p, t, s.in, s.out, nullptr, x.as<float>(), y.as<float>(), nt}, ctx, nullptr));
-            },
-            3, reps);
-        const double tflops = 2.0 * double(nt) * double(s.out) * double(s.in) / (ms * 1e-3) / 1e12;
-        char dims[32];
-        std::snprintf(dims, sizeof dims, "%lldx%lld", static_cast<long long>(s.out), static_cast<long long>(s.in));
-        std::printf("%-5s %-13s %-11s | %9.3f %9.1f %6.1f%%\n", std::string(model::info(t).name).c_str(), dims,
-                    algo == kernels::gemm_algo::vendor_blas ? "vendor_blas" : "tiled_f16", ms, tflops,
-                    gemm_tflops > 0 ? 100 * tflops / gemm_tflops : 0.0);
+      for (const std::int64_t nt : {std::int64_t(32), std::int64_t(512)}) {
+        for (kernels::gemm_algo algo : algos) {
+          device_mem ws(std::max<std::size_t>(kernels::gemm_workspace_bytes(algo, t, s.in, s.out, nt), 256));
+          const kernels::gemm_context ctx{algo, ws.p, ws.n, handle, blas_ws.p, blas_ws.n};
+          const double ms = time_ms(
+              [&](int) {
+                CHECK(kernels::launch_gemm({pool.p, t, s.in, s.out, nullptr, x.as<float>(), y.as<float>(), nt}, ctx,
+                                           nullptr));
+              },
+              3, reps);
+          const double tflops = 2.0 * double(nt) * double(s.out) * double(s.in) / (ms * 1e-3) / 1e12;
+          char dims[32];
+          std::snprintf(dims, sizeof dims, "%lldx%lld", static_cast<long long>(s.out), static_cast<long long>(s.in));
+          std::printf("%-5s %-13s %6lld %-11s | %9.3f %9.1f %6.1f%%\n", std::string(model::info(t).name).c_str(), dims,
+                      static_cast<long long>(nt), algo == kernels::gemm_algo::vendor_blas ? "vendor_blas" : "tiled_f16",
+                      ms, tflops, gemm_tflops > 0 ? 100 * tflops / gemm_tflops : 0.0);
+        }
       }
     }
   }

@@ -119,37 +119,44 @@ TEST_P(DequantizeGpu, MatchesDequantizeRow) {
   if (HasFatalFailure()) return;  // no GPU: require_device has said so
   const ggml_type t = GetParam();
   std::mt19937 rng(static_cast<unsigned>(t) + 17);
-  const std::int64_t rows = 13, cols = 768;
-  const host_weight w(t, rows, cols, rng);
-  device_bytes dw(w.bytes.size());
-  dw.upload(w.bytes.data(), w.bytes.size());
+  // Short rows several to a thread block (rows past the end), and rows longer than a block's
+  // chunks (several blocks along the row, the last one part-filled for the K-quants).
+  for (const auto& [rows, cols] : {std::pair<std::int64_t, std::int64_t>{13, 768}, {5, 5120}}) {
+    SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(cols));
+    const host_weight w(t, rows, cols, rng);
+    device_bytes dw(w.bytes.size());
+    dw.upload(w.bytes.data(), w.bytes.size());
 
-  guarded_buffer d32(w.values.size());
-  d32.poison();
-  ANVIL_GPU_CHECK(launch_dequantize_f32(t, dw.data(), d32.data(), rows, cols, nullptr));
-  // f16 output in a float-sized guarded buffer (two halves per float).
-  guarded_buffer d16(w.values.size() / 2);
-  d16.poison();
-  ANVIL_GPU_CHECK(launch_dequantize(t, dw.data(), reinterpret_cast<std::uint16_t*>(d16.data()), rows, cols, nullptr));
-  ANVIL_GPU_CHECK(hipDeviceSynchronize());
+    guarded_buffer d32(w.values.size());
+    d32.poison();
+    ANVIL_GPU_CHECK(launch_dequantize_f32(t, dw.data(), d32.data(), rows, cols, nullptr));
+    // f16 output in a float-sized guarded buffer (two halves per float).
+    guarded_buffer d16(w.values.size() / 2);
+    d16.poison();
+    ANVIL_GPU_CHECK(launch_dequantize(t, dw.data(), reinterpret_cast<std::uint16_t*>(d16.data()), rows, cols, nullptr));
+    ANVIL_GPU_CHECK(hipDeviceSynchronize());
 
-  const std::vector<float> f32 = d32.download();
-  const std::vector<float> packed = d16.download();
-  std::vector<std::uint16_t> f16(w.values.size());
-  std::memcpy(f16.data(), packed.data(), f16.size() * sizeof(std::uint16_t));
-  double worst32 = 0, worst16 = 0;
-  for (std::size_t i = 0; i < w.values.size(); ++i) {
-    const double ref = w.values[i];
-    worst32 = std::max(worst32, std::fabs(double(f32[i]) - ref) / (std::fabs(ref) + 1e-3));
-    worst16 = std::max(worst16, std::fabs(double(anvil::model::f16_to_f32(f16[i])) - ref) / (std::fabs(ref) + 1e-3));
-    if (std::isnan(f32[i])) worst32 = f32[i];
+    const std::vector<float> f32 = d32.download();
+    const std::vector<float> packed = d16.download();
+    std::vector<std::uint16_t> f16(w.values.size());
+    std::memcpy(f16.data(), packed.data(), f16.size() * sizeof(std::uint16_t));
+    double worst32 = 0, worst16 = 0;
+    std::size_t not_rounded = 0;  // f16 outputs other than the f32 output rounded to nearest even
+    for (std::size_t i = 0; i < w.values.size(); ++i) {
+      const double ref = w.values[i];
+      not_rounded += f16[i] != anvil::model::f32_to_f16(f32[i]);
+      worst32 = std::max(worst32, std::fabs(double(f32[i]) - ref) / (std::fabs(ref) + 1e-3));
+      worst16 = std::max(worst16, std::fabs(double(anvil::model::f16_to_f32(f16[i])) - ref) / (std::fabs(ref) + 1e-3));
+      if (std::isnan(f32[i])) worst32 = f32[i];
+    }
+    std::printf("  dequantize(%s, %lldx%lld): f32 max rel %.3g, f16 max rel %.3g\n", type_name(t).c_str(),
+                static_cast<long long>(rows), static_cast<long long>(cols), worst32, worst16);
+    EXPECT_LT(worst32, 1e-6);
+    EXPECT_LT(worst16, 1.0 / 2048);
+    EXPECT_EQ(not_rounded, 0u);
+    EXPECT_TRUE(d32.guards_intact());
+    EXPECT_TRUE(d16.guards_intact());
   }
-  std::printf("  dequantize(%s, %lldx%lld): f32 max rel %.3g, f16 max rel %.3g\n", type_name(t).c_str(),
-              static_cast<long long>(rows), static_cast<long long>(cols), worst32, worst16);
-  EXPECT_LT(worst32, 1e-6);
-  EXPECT_LT(worst16, 1.0 / 2048);
-  EXPECT_TRUE(d32.guards_intact());
-  EXPECT_TRUE(d16.guards_intact());
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, DequantizeGpu, ::testing::ValuesIn(gpu_weight_types()),
