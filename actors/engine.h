@@ -56,12 +56,13 @@ struct engine_config {
                                              // (gpu_worker_config::float_activations)
   bool gpu_graphs = true;                    // GPU backend: replay decode steps from captured graphs
   bool gpu_overlap_kernels = true;           // GPU backend: gpu_worker_config::overlap_kernels
-  std::int64_t max_batch_tokens = 512;       // tokens per step
+  std::int64_t max_batch_tokens = 2048;      // tokens per step
   std::int64_t max_seqs = 64;                // sequences per step
   std::int64_t max_queue = 1024;             // waiting requests before submit answers overloaded
   std::int64_t max_model_len = 0;            // prompt + output tokens; 0: the model's, at most 4096; never
                                              // more than the KV pool holds (a sequence must fit alone)
-  std::int64_t max_prefill_chunk = 256;      // prompt tokens per sequence per step
+  std::int64_t max_prefill_chunk = 512;      // prompt tokens per sequence per step (a 512-token prompt in one
+                                             // step, not two, is a third off its GPU prefill: GPU_NOTES.md)
   bool prefix_caching = true;
   std::size_t threads = 2;                   // threads for the CPU-side actors
   // How long an idle actor thread (the CPU-side pool's and the GPU worker's) polls for the next

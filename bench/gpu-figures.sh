@@ -13,12 +13,14 @@
 #               .device/bundle); MODEL_DIR: where `anvil synth` writes the models (default
 #               /tmp/anvil-figures; existing files are reused).
 #   FIGURES_MODELS: the models, "shape:type ..." (default: the four below);
-#   FIGURES_SERVE:  those that also get prefill and serving figures (default: llama3-8b:Q4_K_M).
+#   FIGURES_SERVE:  those that also get prefill and serving figures (default: llama3-8b:Q4_K_M);
+#   FIGURES_SERVE_ARGS: more `anvil serve` options (step limits, say), appended to the ones below.
 set -uo pipefail
 dir=${1:-.device/bundle}
 models_dir=${2:-/tmp/anvil-figures}
 models=${FIGURES_MODELS:-llama3-8b:Q4_K_M llama3-8b:Q8_0 llama3-8b:F16 qwen2.5-0.5b:Q8_0}
 serve_models=${FIGURES_SERVE:-llama3-8b:Q4_K_M}
+read -r -a serve_args <<<"${FIGURES_SERVE_ARGS:-}"
 export LD_LIBRARY_PATH="$dir/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 mkdir -p "$models_dir"
 status=0
@@ -68,9 +70,9 @@ done
 for m in $serve_models; do
   f="$models_dir/${m/:/-}.gguf"
   echo
-  echo "== $m: anvil serve --max-seqs 64 --ctx 1024 --gpu-memory-fraction 0.5 --no-prefix-caching"
+  echo "== $m: anvil serve --max-seqs 64 --ctx 1024 --gpu-memory-fraction 0.5 --no-prefix-caching ${serve_args[*]}"
   "$dir/anvil" serve -m "$f" --port 18080 --line-port 18081 --max-seqs 64 --ctx 1024 --gpu-memory-fraction 0.5 \
-    --no-prefix-caching --status-interval 0 > "$models_dir/serve.log" 2>&1 &
+    --no-prefix-caching --status-interval 0 "${serve_args[@]}" > "$models_dir/serve.log" 2>&1 &
   server=$!
   for _ in $(seq 1 300); do grep -q "serve: ready" "$models_dir/serve.log" && break; sleep 1; done
   grep -q "serve: ready" "$models_dir/serve.log" || { echo "the server did not start"; cat "$models_dir/serve.log"; status=1; kill $server; continue; }

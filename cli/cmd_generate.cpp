@@ -37,7 +37,6 @@ int run_generate(const generate_args& a) {
   cfg.model_path = model_path;
   cfg.max_model_len = ctx;
   cfg.kv_budget_bytes = model::kv_cache_storage::bytes_per_block(hp, cfg.block_size) * std::size_t(ctx / cfg.block_size + 2);
-  cfg.max_batch_tokens = 256;
   cfg.max_seqs = 1;
   apply_backend_args(a.engine, cfg);
   cfg.gpu_kv_budget_bytes = cfg.kv_budget_bytes;  // one context is all one request needs

@@ -48,8 +48,8 @@ struct serve_args {
   int line_port = 8081;        // TCP line protocol; 0 picks a free port, -1 turns it off
   int ctx = 0;                 // 0: the model's, at most 4096
   int max_seqs = 64;
-  int max_batch_tokens = 512;
-  int max_prefill_chunk = 256;
+  int max_batch_tokens = 2048;  // engine_config's defaults
+  int max_prefill_chunk = 512;
   int max_queue = 1024;
   double kv_cache_mib = 0;     // explicit KV pool size; else from --memory-fraction or the default
   double memory_fraction = 0;  // of the memory available at start-up, for the KV pool
