@@ -82,9 +82,14 @@ struct engine::impl {
 
   void on_step_events(std::vector<sched::step_event> events);
   void record(const stream_event& last);
-  void finish(std::uint64_t id, live_stream& s, const char* reason, error_code ec, stream_event e = {});
+  // The stream's last event. A request the scheduler refused at admission (a full queue) counts
+  // as rejected (refused = true), not as finished.
+  void finish(std::uint64_t id, live_stream& s, const char* reason, error_code ec, stream_event e = {},
+              bool refused = false);
   error_code check(const generate_request& r, std::string& why) const;
-  boost::system::result<std::vector<std::int32_t>, error_code> prompt_of(const generate_request& r) const;
+  // The prompt's tokens; on a refusal, `why` (when given) says what is wrong, naming the field.
+  boost::system::result<std::vector<std::int32_t>, error_code> prompt_of(const generate_request& r,
+                                                                         std::string* why = nullptr) const;
 };
 
 std::shared_ptr<engine> engine::create(const engine_config& cfg) {
@@ -187,8 +192,8 @@ error_code engine::impl::check(const generate_request& r, std::string& why) cons
 std::string engine::explain(const generate_request& r) const {
   std::string why;
   if (impl_->check(r, why)) return why;
-  auto prompt = impl_->prompt_of(r);
-  if (!prompt) return "the prompt is invalid: " + prompt.error().message();
+  auto prompt = impl_->prompt_of(r, &why);
+  if (!prompt) return why.empty() ? "the prompt is invalid: " + prompt.error().message() : why;
   if (prompt->empty()) return "the prompt is empty";
   if (std::int64_t(prompt->size()) >= impl_->max_model_len) {
     return "the prompt has " + std::to_string(prompt->size()) + " tokens; the context holds " +
@@ -197,19 +202,28 @@ std::string engine::explain(const generate_request& r) const {
   return "";
 }
 
-boost::system::result<std::vector<std::int32_t>, error_code> engine::impl::prompt_of(const generate_request& r) const {
+boost::system::result<std::vector<std::int32_t>, error_code> engine::impl::prompt_of(const generate_request& r,
+                                                                                  std::string* why) const {
+  const auto refuse = [why](std::string message) {
+    if (why) *why = std::move(message);
+    return make_error_code(errc::invalid_argument);
+  };
   if (!r.prompt_tokens.empty()) {
-    for (std::int32_t t : r.prompt_tokens) {
-      if (t < 0 || t >= model.hp.n_vocab) return make_error_code(errc::invalid_argument);
+    for (std::size_t i = 0; i < r.prompt_tokens.size(); ++i) {
+      const std::int32_t t = r.prompt_tokens[i];
+      if (t < 0 || t >= model.hp.n_vocab) {
+        return refuse("`prompt` token id " + std::to_string(t) + " (at index " + std::to_string(i) +
+                      ") is outside the vocabulary of " + std::to_string(model.hp.n_vocab) + " tokens");
+      }
     }
     return r.prompt_tokens;
   }
   if (!r.messages.empty()) {
-    if (!chat) return make_error_code(errc::invalid_argument);
+    if (!chat) return refuse("the model has no chat template anvil recognises");
     try {
       return tok.encode(chat->render(r.messages, true), false, true);
-    } catch (const model::model_error&) {
-      return make_error_code(errc::invalid_argument);
+    } catch (const model::model_error& e) {
+      return refuse(std::string("`messages` cannot be rendered: ") + e.what());
     }
   }
   return tok.encode(r.prompt, true, true);
@@ -257,13 +271,14 @@ boost::system::result<std::uint64_t, error_code> engine::submit(generate_request
     ++m.metrics.submitted;
     m.sched->async_submit(std::move(req), opt, asio::bind_executor(m.streams, [&m, id](error_code ec) {
       auto it = m.live.find(id);
-      if (ec && it != m.live.end()) m.finish(id, it->second, "error", ec);
+      if (ec && it != m.live.end()) m.finish(id, it->second, "error", ec, {}, true);
     }));
   });
   return id;
 }
 
-void engine::impl::finish(std::uint64_t id, live_stream& s, const char* reason, error_code ec, stream_event e) {
+void engine::impl::finish(std::uint64_t id, live_stream& s, const char* reason, error_code ec, stream_event e,
+                          bool refused) {
   e.request_id = id;
   e.text += s.out.flush(request_stream::clock::now());
   e.done = true;
@@ -271,7 +286,11 @@ void engine::impl::finish(std::uint64_t id, live_stream& s, const char* reason, 
   e.error = ec;
   e.usage = {s.prompt_tokens, s.out.completion_tokens()};
   e.timings = s.out.timings();
-  record(e);
+  if (refused) {
+    ++rejected;
+  } else {
+    record(e);
+  }
   event_handler cb = std::move(s.on_event);
   live.erase(id);
   if (cb) cb(e);
@@ -326,6 +345,8 @@ void engine::impl::on_step_events(std::vector<sched::step_event> events) {
     }
   }
 }
+
+void engine::note_rejected() { ++impl_->rejected; }
 
 void engine::cancel(std::uint64_t request_id) {
   // Through the streams strand, so a cancel can never overtake its own submit on the way to the

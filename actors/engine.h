@@ -154,6 +154,10 @@ class engine : public std::enable_shared_from_this<engine> {
 
   void cancel(std::uint64_t request_id);
 
+  // Counts a request that a server refused before it reached submit (malformed, a parameter out
+  // of range), so that stats().requests.rejected counts every refusal wherever it was made.
+  void note_rejected();
+
   // Refuses new requests, lets every accepted one finish, then stops the actors.
   template <class Token>
   auto async_stop(Token&& token) {

@@ -87,9 +87,16 @@ class cpu_executor : public actors::strand_actor {
         }
         if (s.want_candidates) {
           const std::span<const float> last(logits_.data() + (row + rows - 1) * V, V);
-          seq_output out = kernels::candidates_ref(last, s.logits, s.start_pos + std::int64_t(s.tokens.size()));
-          out.seq_id = s.seq_id;
-          result.outputs.push_back(std::move(out));
+          if (const std::string why = kernels::unusable_logits(last); !why.empty()) {
+            log().error("step={} req={}: {}; the request fails alone", plan.step, s.seq_id, why);
+            seq_output none;  // no candidates (step.h)
+            none.seq_id = s.seq_id;
+            result.outputs.push_back(std::move(none));
+          } else {
+            seq_output out = kernels::candidates_ref(last, s.logits, s.start_pos + std::int64_t(s.tokens.size()));
+            out.seq_id = s.seq_id;
+            result.outputs.push_back(std::move(out));
+          }
         }
         row += rows;
       }

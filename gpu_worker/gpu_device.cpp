@@ -752,10 +752,11 @@ void gpu_device::run_head_and_candidates(const step_plan& plan, step_result& res
     const unsigned char* rec = records_host_ + i * record_bytes;
     kernels::candidates_record_header h;
     std::memcpy(&h, rec, sizeof h);
-    if (h.flags != 0) {
-      throw device_failure("candidates: seq " + std::to_string(lp_seq_ids_[i]) +
-                           (h.flags & kernels::candidates_flag_bad_logit ? " has a NaN or infinite logit"
-                                                                         : " has no finite logit"));
+    if (h.flags != 0) {  // a NaN or +inf logit, or none finite: this sequence fails alone (step.h)
+      seq_output none;
+      none.seq_id = lp_seq_ids_[i];
+      result.outputs.push_back(std::move(none));
+      continue;
     }
     seq_output out = kernels::unpack_candidates(rec);
     out.seq_id = lp_seq_ids_[i];

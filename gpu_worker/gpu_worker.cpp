@@ -61,6 +61,9 @@ class gpu_executor : public actors::strand_actor {
       log().error("step={} failed: {}", plan.step, e.what());
       return make_error_code(errc::device_fault);
     }
+    for (const seq_output& out : result.outputs) {
+      if (out.top.empty()) log().error("step={} req={}: its logits hold a NaN or +inf, or none is finite; it fails alone", plan.step, out.seq_id);
+    }
     allocations_.store(dev_.allocations(), std::memory_order_relaxed);
     result.execute_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     log().debug("step={} seqs={} ms={:.2f}", plan.step, plan.seqs.size(), result.execute_ms);

@@ -5,16 +5,35 @@
 // device handles. "We only send what the step needs."
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <utility>
 #include <vector>
 
 namespace anvil::gpu_worker {
 
+// Temperatures below this one choose greedily, on every path (the worker leaves the logits
+// unscaled, the samplers take the most likely token): dividing by a smaller one overflows float
+// for ordinary logits, and at 1e-5 logits 1e-4 apart already differ by a factor e^10 in probability.
+inline constexpr float min_temperature = 1e-5f;
+inline bool is_greedy(float temperature) { return !(temperature >= min_temperature); }
+
+// One step of logit processing (bias, a penalty, temperature) on a logit that was `before`: a
+// finite logit stays finite — an overflow saturates at the largest float of its sign — so no value
+// a request may set can make a logit, a probability or a log-normaliser infinite or NaN; a -inf
+// (a token the model masks) stays -inf. The CPU reference, the GPU kernel and sample_token apply it
+// after each step, so all three agree.
+inline float keep_finite(float before, float after) {
+  constexpr float big = std::numeric_limits<float>::max();
+  return std::isfinite(before) ? std::clamp(after, -big, big) : after;
+}
+
 // Logit processing that needs the whole vocabulary; the worker applies it before the top-K cut,
-// in this order: logit bias, penalties, temperature.
+// in this order: logit bias, penalties, temperature (each step through keep_finite).
 struct logit_params {
-  float temperature = 0.f;          // <= 0: no scaling (greedy); else logits are divided by it
+  float temperature = 0.f;          // is_greedy(): no scaling; else logits are divided by it
   float repetition_penalty = 1.f;   // seen tokens: positive logits divided, negative multiplied
   float presence_penalty = 0.f;     // subtracted once from every seen token
   float frequency_penalty = 0.f;    // subtracted once per occurrence
@@ -58,7 +77,9 @@ struct candidate {
 // One sequence's next-token distribution, summarised exactly: p(t) = exp(logit(t) - log_normalizer).
 struct seq_output {
   std::uint64_t seq_id = 0;
-  std::vector<candidate> top;               // the top_k most likely, sorted by logit descending, ties by lower token id
+  std::vector<candidate> top;               // the top_k most likely, sorted by logit descending, ties by lower token id;
+                                            // empty when the model's logits for this sequence were not usable (a NaN
+                                            // or +inf, or none finite): the sampler then fails this request alone
   float log_normalizer = 0.f;               // log of the softmax denominator over the whole vocabulary
   float tail_mass = 0.f;                    // probability outside `top` (0 when top covers the vocabulary)
   candidate tail;                           // a token drawn from the distribution restricted to outside `top`,

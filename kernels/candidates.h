@@ -13,7 +13,9 @@
 //     vocabulary in which no token has a finite processed logit (-inf masks are fine otherwise).
 //   - bias: l += b (repeated ids add up). Penalties, for each (token, n > 0): repetition first
 //     (l > 0 ? l / r : l * r), then l -= presence + frequency * n — the order sampling.cpp uses.
-//     Temperature t > 0: l /= t; t <= 0 leaves the logits alone (greedy). All in float.
+//     Temperature t >= min_temperature: l /= t; a smaller t leaves the logits alone (greedy). All
+//     in float; each bias term, each token's penalties and the temperature go through keep_finite
+//     (gpu_worker/step.h), so a finite raw logit stays finite whatever the parameters.
 //   - top: min(top_k, vocab) tokens, logit descending, ties to the lower token id.
 //   - log_normalizer = log sum_t exp(l_t), in double around the maximum (stable for |l| ~ 1e4
 //     and -inf), rounded to float. Note: a float log_normalizer near 1e4 carries ~1e-3 absolute
@@ -31,6 +33,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "gpu_worker/step.h"
@@ -43,6 +46,11 @@ namespace anvil::kernels {
 // the chosen token will occupy (start_pos + tokens.size() of the step), so a recomputed step
 // (after preemption) draws the same tail token.
 double tail_uniform(std::uint64_t seed, std::int64_t position) noexcept;
+
+// Why a sequence's raw logits cannot be reduced (a NaN or +inf, or no finite logit: the model's
+// numerics failed for it), or "" when they can. The workers ask before candidates_ref and answer
+// such a sequence with no candidates, so that it fails alone instead of its whole step.
+std::string unusable_logits(std::span<const float> logits);
 
 // Processes one sequence's raw logits (the whole vocabulary) and reduces them to candidates.
 // The result's seq_id is left 0 for the caller to fill.

@@ -19,6 +19,8 @@
 //      tokens.
 // Only integer atomics are used (histograms, the unordered collection sorted afterwards, a maximum
 // id) and every floating-point sum has a fixed order, so the result is deterministic.
+#include <cfloat>
+
 #include "kernels/candidates.h"
 
 namespace anvil::kernels {
@@ -192,6 +194,11 @@ __device__ radix_result radix_select(int k, Key&& key, unsigned* hist, unsigned*
   __syncthreads();  // `found` and `hist` may be reused
   return {prefix, int(k_rem), ties};
 }
+// gpu_worker::keep_finite on the device: a finite logit saturates at +-FLT_MAX instead of
+// overflowing; -inf (and a NaN, which the slice kernel flags) pass through.
+__device__ __forceinline__ float keep_finite(float before, float after) {
+  return isfinite(before) ? fminf(fmaxf(after, -FLT_MAX), FLT_MAX) : after;
+}
 
 // 1. Bias, then penalties (one block per sequence).
 __global__ void __launch_bounds__(threads) prep_kernel(candidates_params p) {
@@ -202,7 +209,7 @@ __global__ void __launch_bounds__(threads) prep_kernel(candidates_params p) {
   if (threadIdx.x == 0) {
     for (int i = 0; i < sp.bias_count; ++i) {
       float& x = l[p.bias_ids[sp.bias_begin + i]];
-      x = gpu::add_rn(x, p.bias_values[sp.bias_begin + i]);
+      x = keep_finite(x, gpu::add_rn(x, p.bias_values[sp.bias_begin + i]));
     }
   }
   __syncthreads();
@@ -212,7 +219,7 @@ __global__ void __launch_bounds__(threads) prep_kernel(candidates_params p) {
     float& x = l[p.count_ids[sp.counts_begin + i]];
     float y = x > 0 ? x / sp.repetition_penalty : gpu::mul_rn(x, sp.repetition_penalty);
     y = gpu::add_rn(y, -gpu::add_rn(sp.presence_penalty, gpu::mul_rn(sp.frequency_penalty, float(n))));
-    x = y;
+    x = keep_finite(x, y);
   }
 }
 
@@ -242,8 +249,8 @@ __global__ void __launch_bounds__(slice_threads) slice_kernel(candidates_params 
   for (int j = 0; j < per_thread; ++j) {
     const int i = j * slice_threads + tid;
     if (i >= n) continue;
-    if (sp.temperature > 0.f) {
-      x[j] = x[j] / sp.temperature;
+    if (sp.temperature >= gpu_worker::min_temperature) {
+      x[j] = keep_finite(x[j], x[j] / sp.temperature);
       l[s0 + i] = x[j];
     }
     bad |= isnan(x[j]) || x[j] == INFINITY;
@@ -484,7 +491,7 @@ __global__ void __launch_bounds__(threads) finish_kernel(candidates_params p, wo
   const bool finite = isfinite(max);
   const float tail_mass = finite ? float(fmin(fmax(tail / total, 0.0), 1.0)) : 0.f;
   if (tid == 0) {
-    hdr->log_normalizer = float(double(max) + log(total));
+    hdr->log_normalizer = float(fmin(double(max) + log(total), double(FLT_MAX)));  // as the reference rounds it
     hdr->tail_mass = tail_mass;
     if (tail_mass == 0.f) {  // else the draw below writes them (no barrier orders two writers)
       hdr->tail_token = -1;

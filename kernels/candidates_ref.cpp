@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -30,7 +31,8 @@ std::vector<float> process(std::span<const float> logits, const logit_params& p)
   }
   for (const auto& [id, b] : p.logit_bias) {
     check_token(id, vocab, "logit_bias");
-    l[std::size_t(id)] += b;
+    float& x = l[std::size_t(id)];
+    x = gpu_worker::keep_finite(x, x + b);
   }
 
   // Distinct ids, so a token is penalised once whatever the order of the pairs.
@@ -48,12 +50,13 @@ std::vector<float> process(std::span<const float> logits, const logit_params& p)
   for (const auto& [id, n] : p.token_counts) {
     if (n == 0) continue;
     float& x = l[std::size_t(id)];
-    x = x > 0 ? x / p.repetition_penalty : x * p.repetition_penalty;
-    x -= p.presence_penalty + p.frequency_penalty * float(n);
+    float y = x > 0 ? x / p.repetition_penalty : x * p.repetition_penalty;
+    y -= p.presence_penalty + p.frequency_penalty * float(n);
+    x = gpu_worker::keep_finite(x, y);
   }
 
-  if (p.temperature > 0.f) {
-    for (float& x : l) x /= p.temperature;
+  if (!gpu_worker::is_greedy(p.temperature)) {
+    for (float& x : l) x = gpu_worker::keep_finite(x, x / p.temperature);
   }
   return l;
 }
@@ -71,6 +74,15 @@ std::uint64_t splitmix64(std::uint64_t x) noexcept {
 double tail_uniform(std::uint64_t seed, std::int64_t position) noexcept {
   const std::uint64_t key = seed ^ (std::uint64_t(position) * 0x9E3779B97F4A7C15ull);
   return double(splitmix64(key) >> 11) * 0x1.0p-53;
+}
+
+std::string unusable_logits(std::span<const float> logits) {
+  bool any_finite = false;
+  for (float x : logits) {
+    if (std::isnan(x) || x == INFINITY) return "a logit is NaN or +inf";
+    any_finite |= std::isfinite(x);
+  }
+  return any_finite ? std::string() : "no logit is finite";
 }
 
 seq_output candidates_ref(std::span<const float> logits, const logit_params& p, std::int64_t position) {
@@ -105,7 +117,8 @@ seq_output candidates_ref(std::span<const float> logits, const logit_params& p, 
     total += w;
     if (!in_top[t]) tail += w;
   }
-  out.log_normalizer = float(double(max) + std::log(total));
+  // max <= FLT_MAX and log(total) <= log(vocab): the sum rounds to at most FLT_MAX.
+  out.log_normalizer = float(std::min(double(max) + std::log(total), double(std::numeric_limits<float>::max())));
   out.tail_mass = float(std::clamp(tail / total, 0.0, 1.0));
   if (out.tail_mass == 0.f) return out;  // tail stays {-1, 0}
 

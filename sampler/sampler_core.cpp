@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <stdexcept>
 
@@ -49,7 +50,11 @@ kept cut(const std::vector<double>& prob, double tail, const sampling_params& p)
   return c;
 }
 
-float logprob_of(const candidate& c, double log_normalizer) { return float(double(c.logit) - log_normalizer); }
+// A token the distribution gives no probability at all (a -inf mask, or a logit saturated far
+// below the rest) reports the lowest float rather than -inf, which JSON cannot carry.
+float logprob_of(const candidate& c, double log_normalizer) {
+  return float(std::max(double(c.logit) - log_normalizer, double(std::numeric_limits<float>::lowest())));
+}
 
 }  // namespace
 
@@ -92,7 +97,7 @@ choice choose(const seq_output& out, const sampling_params& p, std::mt19937_64& 
     return ch;
   };
 
-  if (p.temperature == 0.f) return take(out.top[0], false);
+  if (gpu_worker::is_greedy(p.temperature)) return take(out.top[0], false);
 
   std::vector<double> prob(k);
   for (std::size_t i = 0; i < k; ++i) prob[i] = std::exp(double(out.top[i].logit) - lse);

@@ -5,7 +5,7 @@
 //
 // The worker has already applied everything that needs the whole vocabulary (bias, penalties,
 // temperature: kernels/candidates.h), so p(t) = exp(logit(t) - log_normalizer) and the sampler
-// only cuts and draws: of sampling_params it reads temperature (0 or not: greedy or sampled; the
+// only cuts and draws: of sampling_params it reads temperature (gpu_worker::is_greedy or not; the
 // scheduler sends the same value to the worker), top_k, top_p, min_p and seed, never the
 // penalties or the bias. The cuts (top_k, then top_p over the top-k set renormalised, then min_p
 // relative to the most likely token, as sample_token applies them) only ever keep a prefix of the
@@ -43,7 +43,7 @@ namespace anvil::sampler {
 
 struct token_logprob {
   std::int32_t token = -1;
-  float logprob = 0.f;  // log p(token) under the processed distribution
+  float logprob = 0.f;  // log p(token) under the processed distribution; the lowest float where p is 0
 };
 
 struct choice {

@@ -13,7 +13,7 @@ class category final : public boost::system::error_category {
       case sampler_errc::unknown_request: return "unknown request: no sampler state is open for this id";
       case sampler_errc::already_open: return "already open: the sampler already holds state for this id";
       case sampler_errc::invalid_params: return "invalid sampling parameters";
-      case sampler_errc::invalid_candidates: return "invalid candidates: the step output breaks the contract";
+      case sampler_errc::invalid_candidates: return "invalid candidates: the model's output for this request is unusable (a NaN or infinite logit, or a broken step contract)";
     }
     return "unknown sampler error " + std::to_string(ev);
   }

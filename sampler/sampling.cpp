@@ -6,6 +6,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "gpu_worker/step.h"
+
 namespace anvil::sampler {
 namespace {
 
@@ -21,8 +23,9 @@ void apply_penalties(std::vector<candidate>& c, const sampling_params& p, std::s
   for (const auto& [id, n] : counts) {
     if (id < 0 || std::size_t(id) >= c.size()) continue;
     float& l = c[std::size_t(id)].logit;
-    l = l > 0 ? l / p.repetition_penalty : l * p.repetition_penalty;
-    l -= p.presence_penalty + p.frequency_penalty * float(n);
+    float y = l > 0 ? l / p.repetition_penalty : l * p.repetition_penalty;
+    y -= p.presence_penalty + p.frequency_penalty * float(n);
+    l = gpu_worker::keep_finite(l, y);
   }
 }
 
@@ -53,14 +56,16 @@ std::int32_t sample_token(std::span<const float> logits, const sampling_params& 
   std::vector<candidate> c(logits.size());
   for (std::size_t i = 0; i < logits.size(); ++i) c[i] = {std::int32_t(i), logits[i]};
   for (const auto& [id, b] : p.logit_bias) {
-    if (id >= 0 && std::size_t(id) < c.size()) c[std::size_t(id)].logit += b;
+    if (id < 0 || std::size_t(id) >= c.size()) continue;
+    float& l = c[std::size_t(id)].logit;
+    l = gpu_worker::keep_finite(l, l + b);
   }
   apply_penalties(c, p, history);
 
   auto more_likely = [](const candidate& a, const candidate& b) {
     return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
   };
-  if (p.temperature == 0.f) return std::min_element(c.begin(), c.end(), more_likely)->id;
+  if (gpu_worker::is_greedy(p.temperature)) return std::min_element(c.begin(), c.end(), more_likely)->id;
 
   std::size_t keep = c.size();
   if (p.top_k > 0 && std::size_t(p.top_k) < keep) keep = std::size_t(p.top_k);

@@ -15,7 +15,7 @@
 namespace anvil::sampler {
 
 struct sampling_params {
-  float temperature = 0.f;          // 0 picks the most likely token (greedy); else in (0, 100]
+  float temperature = 0.f;          // [0, 100]; below gpu_worker::min_temperature (1e-5) picks the most likely token (greedy)
   std::int32_t top_k = 0;           // keep the k most likely tokens; 0 keeps all
   float top_p = 1.f;                // keep the smallest set whose probability reaches top_p; (0, 1]
   float min_p = 0.f;                // drop tokens less likely than min_p * the most likely; [0, 1)
@@ -38,7 +38,8 @@ std::optional<std::string> validate(const sampling_params& p, std::int64_t vocab
 // platform; every sampled token costs its request exactly this one draw.
 double uniform01(std::mt19937_64& rng);
 
-// Chooses a token: bias, then penalties, then temperature, then top-k, top-p, min-p (bias ids
+// Chooses a token: bias, then penalties (each through gpu_worker::keep_finite, as the worker
+// applies them), then temperature, then top-k, top-p, min-p (bias ids
 // outside the vocabulary are skipped; validate() rejects them). `history` is what the penalties
 // count (prompt and generated tokens); `rng` is the request's own generator, advanced by exactly
 // one draw when sampling.

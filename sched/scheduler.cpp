@@ -93,9 +93,12 @@ void scheduler::on_sampled(error_code ec, std::vector<sampler::sample_outcome> o
   std::vector<std::int32_t> tokens;
   tokens.reserve(outcomes.size());
   for (const auto& o : outcomes) tokens.push_back(o ? o->token : -1);
-  // A sampler error for one sequence cancels that sequence only.
+  // A sampler error for one sequence (its candidates were unusable) fails that sequence only.
   for (std::size_t i = 0; i < outcomes.size(); ++i) {
-    if (!outcomes[i]) core_.cancel(ids[i]);
+    if (!outcomes[i]) {
+      log().error("req={} sampling failed: {}", ids[i], outcomes[i].error().message());
+      core_.fail(ids[i], outcomes[i].error());
+    }
   }
   emit(core_.complete_step(tokens), &outcomes, &ids);
   core_.has_work() ? step() : idle();

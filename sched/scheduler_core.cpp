@@ -28,6 +28,11 @@ void scheduler_core::cancel(std::uint64_t id) {
   finish(id, finish_reason::cancelled, -1, events_);
 }
 
+void scheduler_core::fail(std::uint64_t id, error_code why) {
+  if (!seqs_.count(id)) return;
+  finish(id, finish_reason::failed, -1, events_, why);
+}
+
 std::vector<seq_event> scheduler_core::take_events() { return std::exchange(events_, {}); }
 
 void scheduler_core::finish(std::uint64_t id, finish_reason why, std::int32_t token, std::vector<seq_event>& out,

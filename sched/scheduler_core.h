@@ -75,6 +75,9 @@ class scheduler_core {
   // Cancels a waiting or running request: its blocks are released in the next KV batch and a
   // cancelled event is queued (take_events). Unknown ids are ignored.
   void cancel(std::uint64_t id);
+  // Fails one waiting or running request with `why` (finish_reason::failed), as cancel() ends it:
+  // e.g. its sampling failed this step. The others go on. Unknown ids are ignored.
+  void fail(std::uint64_t id, error_code why);
   bool has_work() const { return !seqs_.empty() || !pending_release_.empty(); }
 
   kv::kv_batch plan_kv();

@@ -32,6 +32,7 @@
 #include "model/perplexity.h"
 #include "tests/gpu_worker/gpu_engine_util.h"
 #include "tests/model/fixtures.h"
+#include "tests/sampler/edge_params.h"
 
 namespace {
 
@@ -514,5 +515,46 @@ TEST(GpuEngineLoad, DeviceAllocationsStayFlatThrough200MixedRequestsWithCancels)
   eng->async_stop(boost::asio::use_future).get();
 }
 
-}  // namespace
+// The sampling-edge property test (tests/sampler/edge_params.h) through the GPU engine: the
+// issue's temperature and repetition_penalty of 1e-38 and 1,000 random accepted parameter sets
+// end normally, so does a greedy request in the same steps, and the engine stays healthy.
+TEST(GpuEngineEdges, AcceptedSamplingParametersNeverFailAStep) {
+  REQUIRE_GPU();
+  const std::string path = synth_fixture("tiny", synth_mix::q8_0);
+  auto eng = engine::create(engine_cfg(worker_backend::gpu, path));
+  const std::int32_t vocab = std::int32_t(eng->tokenizer().n_vocab());
+  std::mt19937_64 rng(20261124);
+  std::vector<std::future<completion>> done;
+  std::vector<std::string> what;
+  for (int i = 0; i < 1002; ++i) {
+    generate_request r = greedy_request(random_tokens(1 + rng() % 40, std::uint32_t(i)), 1 + std::int64_t(rng() % 3));
+    if (i == 0) {
+      r.sampling.temperature = 1e-38f;
+    } else if (i == 1) {
+      r.sampling.temperature = 1.f;
+      r.sampling.repetition_penalty = 1e-38f;
+    } else {
+      r.sampling = anvil::testing::edge_sampling_params(rng, vocab);
+    }
+    what.push_back("request " + std::to_string(i) + ": temperature " + std::to_string(double(r.sampling.temperature)) +
+                   " repetition " + std::to_string(double(r.sampling.repetition_penalty)));
+    done.push_back(eng->async_generate(std::move(r), boost::asio::use_future));
+  }
+  const std::vector<std::int32_t> prompt = random_tokens(11, 99);
+  auto bystander = eng->async_generate(greedy_request(prompt, 4), boost::asio::use_future);
+  int ended = 0;
+  for (std::size_t i = 0; i < done.size(); ++i) {
+    const completion c = done[i].get();
+    EXPECT_TRUE(c.finish_reason == "length" || c.finish_reason == "stop") << what[i] << ": " << c.finish_reason;
+    ended += c.finish_reason == "length" || c.finish_reason == "stop";
+  }
+  const completion b = bystander.get();
+  EXPECT_EQ(b.finish_reason, "length");
+  EXPECT_EQ(b.tokens.size(), 4u);
+  std::printf("sampling edges on the GPU engine: %d of %zu requests ended normally\n", ended, done.size());
+  EXPECT_TRUE(eng->healthy());
+  EXPECT_EQ(eng->stats().requests.finished_error, 0u);
+  eng->async_stop(boost::asio::use_future).get();
+}
 
+}  // namespace

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <sstream>
 #include <vector>
@@ -15,8 +16,10 @@
 #include "kernels/rms_norm.h"
 #include "kernels/rms_norm_residual.h"
 #include "kernels/swiglu.h"
+#include "sampler/sampler_core.h"
 #include "tests/kernels/gpu_array.h"
 #include "tests/kernels/op_check.h"
+#include "tests/sampler/edge_params.h"
 
 namespace {
 
@@ -294,6 +297,47 @@ struct cand_case {
   }
 };
 
+// One launch of the candidates op over `params.size()` sequences, with sentinels around every
+// buffer; the records, copied back.
+std::vector<unsigned char> run_candidates_gpu(const std::vector<float>& logits, const std::vector<logit_params>& params,
+                                              const std::vector<std::int64_t>& positions, std::int64_t vocab) {
+  const candidates_batch b = pack_candidates(params, positions, vocab);
+  const std::size_t rec = candidates_record_bytes(candidates_max_k);
+  guarded_array<float> dlogits(logits);
+  guarded_array<candidates_seq> dseqs(b.seqs);
+  guarded_array<std::int32_t> dbias_ids(b.bias_ids.empty() ? std::vector<std::int32_t>{0} : b.bias_ids);
+  guarded_array<float> dbias_values(b.bias_values.empty() ? std::vector<float>{0.f} : b.bias_values);
+  guarded_array<std::int32_t> dcount_ids(b.count_ids.empty() ? std::vector<std::int32_t>{0} : b.count_ids);
+  guarded_array<std::int32_t> dcount_values(b.count_values.empty() ? std::vector<std::int32_t>{0} : b.count_values);
+  guarded_array<unsigned char> dout(params.size() * rec);
+  dout.poison();
+  const std::size_t ws_bytes = candidates_workspace(std::int64_t(params.size()), vocab, candidates_max_k).bytes;
+  guarded_array<unsigned char> dws(ws_bytes);
+  dws.poison();
+  const candidates_params p{.logits = dlogits.data(),
+                            .vocab = vocab,
+                            .n_seqs = std::int64_t(params.size()),
+                            .seqs = dseqs.data(),
+                            .bias_ids = dbias_ids.data(),
+                            .bias_values = dbias_values.data(),
+                            .count_ids = dcount_ids.data(),
+                            .count_values = dcount_values.data(),
+                            .max_k = candidates_max_k,
+                            .out = dout.data(),
+                            .workspace = dws.data(),
+                            .workspace_bytes = ws_bytes};
+  // EXPECT, not ANVIL_GPU_CHECK: a function that returns a value cannot ASSERT.
+  const hipError_t launched = launch_candidates(p, nullptr);
+  EXPECT_EQ(launched, hipSuccess) << hipGetErrorString(launched);
+  const hipError_t finished = hipDeviceSynchronize();
+  EXPECT_EQ(finished, hipSuccess) << hipGetErrorString(finished);
+  const std::vector<unsigned char> records = dout.download();
+  EXPECT_TRUE(dout.guards_intact() && dlogits.guards_intact() && dseqs.guards_intact() && dws.guards_intact());
+  EXPECT_TRUE(dbias_ids.guards_intact() && dbias_values.guards_intact());
+  EXPECT_TRUE(dcount_ids.guards_intact() && dcount_values.guards_intact());
+  return records;
+}
+
 class CandidatesGpu : public ::testing::TestWithParam<cand_case> {};
 
 TEST_P(CandidatesGpu, MatchesCandidatesRef) {
@@ -341,35 +385,8 @@ TEST_P(CandidatesGpu, MatchesCandidatesRef) {
     }
   }
 
-  const candidates_batch b = pack_candidates(params, positions, c.vocab);
   const std::size_t rec = candidates_record_bytes(candidates_max_k);
-  guarded_array<float> dlogits(logits);
-  guarded_array<candidates_seq> dseqs(b.seqs);
-  guarded_array<std::int32_t> dbias_ids(b.bias_ids.empty() ? std::vector<std::int32_t>{0} : b.bias_ids);
-  guarded_array<float> dbias_values(b.bias_values.empty() ? std::vector<float>{0.f} : b.bias_values);
-  guarded_array<std::int32_t> dcount_ids(b.count_ids.empty() ? std::vector<std::int32_t>{0} : b.count_ids);
-  guarded_array<std::int32_t> dcount_values(b.count_values.empty() ? std::vector<std::int32_t>{0} : b.count_values);
-  guarded_array<unsigned char> dout(n_seqs * rec);
-  dout.poison();
-  const std::size_t ws_bytes = candidates_workspace(std::int64_t(n_seqs), c.vocab, candidates_max_k).bytes;
-  guarded_array<unsigned char> dws(ws_bytes);
-  dws.poison();
-  candidates_params p;
-  p.logits = dlogits.data();
-  p.vocab = c.vocab;
-  p.n_seqs = std::int64_t(n_seqs);
-  p.seqs = dseqs.data();
-  p.bias_ids = dbias_ids.data();
-  p.bias_values = dbias_values.data();
-  p.count_ids = dcount_ids.data();
-  p.count_values = dcount_values.data();
-  p.max_k = candidates_max_k;
-  p.out = dout.data();
-  p.workspace = dws.data();
-  p.workspace_bytes = ws_bytes;
-  ANVIL_GPU_CHECK(launch_candidates(p, nullptr));
-  ANVIL_GPU_CHECK(hipDeviceSynchronize());
-  const std::vector<unsigned char> records = dout.download();
+  const std::vector<unsigned char> records = run_candidates_gpu(logits, params, positions, c.vocab);
 
   for (std::size_t s = 0; s < n_seqs; ++s) {
     SCOPED_TRACE("sequence " + std::to_string(s));
@@ -392,9 +409,6 @@ TEST_P(CandidatesGpu, MatchesCandidatesRef) {
     std::printf("  %-50s seq %zu: k=%zu lse=%.7g tail_mass=%.4g tail=%d\n", c.str().c_str(), s, ref.top.size(),
                 double(got.log_normalizer), double(got.tail_mass), got.tail.token);
   }
-  EXPECT_TRUE(dout.guards_intact() && dlogits.guards_intact() && dseqs.guards_intact() && dws.guards_intact());
-  EXPECT_TRUE(dbias_ids.guards_intact() && dbias_values.guards_intact());
-  EXPECT_TRUE(dcount_ids.guards_intact() && dcount_values.guards_intact());
 }
 
 std::vector<cand_case> candidate_cases() {
@@ -416,6 +430,61 @@ std::vector<cand_case> candidate_cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CandidatesGpu, ::testing::ValuesIn(candidate_cases()));
+
+// The sampling-edge property test of tests/sampler/edge_params_test.cpp, on the GPU op: thousands
+// of accepted parameter sets (edges, subnormals) over logits of any finite scale, 64 sequences a
+// launch. No record may be flagged (a non-finite processed logit), and each must match the
+// reference as MatchesCandidatesRef requires.
+TEST(CandidatesGpuEdges, AcceptedParameterSetsGiveFiniteRecordsEqualToTheReference) {
+  require_device();
+  std::mt19937_64 rng(20261124);
+  const std::int64_t vocab = 5000;  // two slices, the second short
+  std::size_t mismatched = 0, flagged = 0, sets = 0;
+  for (int launch = 0; launch < 48; ++launch) {
+    const std::size_t n_seqs = 64;
+    std::vector<float> logits;
+    std::vector<logit_params> params;
+    std::vector<anvil::sampler::sampling_params> sampling;
+    std::vector<std::int64_t> positions;
+    for (std::size_t s = 0; s < n_seqs; ++s) {
+      const anvil::sampler::sampling_params sp = anvil::testing::edge_sampling_params(rng, std::int32_t(vocab));
+      ASSERT_FALSE(anvil::sampler::validate(sp, vocab));
+      const std::vector<float> l = anvil::testing::edge_logits(rng, std::int32_t(vocab));
+      logits.insert(logits.end(), l.begin(), l.end());
+      const std::int32_t k = std::min(std::max({sp.top_k > 0 ? sp.top_k : 64, sp.logprobs, 1}), candidates_max_k);
+      params.push_back(anvil::testing::logit_params_of(sp, anvil::testing::edge_token_counts(rng, std::int32_t(vocab)), k));
+      sampling.push_back(sp);
+      positions.push_back(std::int64_t(launch * 1000 + int(s)));
+    }
+    const std::vector<unsigned char> records = run_candidates_gpu(logits, params, positions, vocab);
+    const std::size_t rec = candidates_record_bytes(candidates_max_k);
+    for (std::size_t s = 0; s < n_seqs; ++s, ++sets) {
+      candidates_record_header h;
+      std::memcpy(&h, records.data() + s * rec, sizeof h);
+      if (h.flags != 0) {
+        ++flagged;
+        ADD_FAILURE() << "set " << sets << " flagged " << h.flags << ": temperature " << sampling[s].temperature
+                      << " repetition " << sampling[s].repetition_penalty;
+        continue;
+      }
+      const seq_output got = unpack_candidates(records.data() + s * rec);
+      const seq_output ref =
+          candidates_ref(std::span<const float>(logits.data() + s * std::size_t(vocab), std::size_t(vocab)), params[s], positions[s]);
+      EXPECT_TRUE(std::isfinite(got.log_normalizer));
+      EXPECT_FALSE(anvil::sampler::check_candidates(got)) << "set " << sets;
+      bool same = got.top.size() == ref.top.size() && got.tail.token == ref.tail.token &&
+                  std::fabs(got.log_normalizer - ref.log_normalizer) <= 2e-6f * std::max(1.f, std::fabs(ref.log_normalizer));
+      for (std::size_t i = 0; same && i < ref.top.size(); ++i) {
+        same = got.top[i].token == ref.top[i].token && got.top[i].logit == ref.top[i].logit;
+      }
+      mismatched += !same;
+    }
+  }
+  std::printf("  candidates edges: %zu parameter sets, %zu flagged, %zu differ from the reference\n", sets, flagged,
+              mismatched);
+  EXPECT_EQ(flagged, 0u);
+  EXPECT_EQ(mismatched, 0u);
+}
 
 TEST(CandidatesGpuLaunch, RejectsBadShapesWithoutLaunching) {
   require_device();

@@ -150,6 +150,42 @@ TEST(SchedulerActor, AWorkerErrorMidRunFailsTheStepsRequestsAndMarksUnhealthy) {
   EXPECT_EQ(ks.counts.free + ks.counts.cached + ks.counts.in_use, ks.counts.total);
 }
 
+TEST(SchedulerActor, UnusableCandidatesFailTheirRequestAloneAndTheEngineStaysHealthy) {
+  harness h(2);
+  // Sequence 1's logits are never usable (the worker answers it with no candidates, step.h);
+  // sequence 2 shares its steps and must not notice.
+  EXPECT_CALL(h.worker, do_execute(_, _)).WillRepeatedly(Invoke([&](gpu_worker::step_plan p, auto handler) {
+    gpu_worker::step_result r;
+    r.step = p.step;
+    for (const auto& s : p.seqs) {
+      if (!s.want_candidates) continue;
+      gpu_worker::seq_output none;
+      none.seq_id = s.seq_id;
+      r.outputs.push_back(s.seq_id == 1 ? none : certain(s.seq_id, 30));
+    }
+    std::move(handler)(error_code{}, std::move(r));
+  }));
+  ASSERT_FALSE(h.submit(h.req(1, {1, 2, 3}, 4)));
+  ASSERT_FALSE(h.submit(h.req(2, {4, 5, 6}, 4)));
+  h.all_done.get_future().wait();
+  int tokens_of_2 = 0;
+  for (const auto& e : h.events) {
+    if (e.id == 1 && e.finish != sched::finish_reason::none) {
+      EXPECT_EQ(e.finish, sched::finish_reason::failed);
+      EXPECT_EQ(e.error, make_error_code(sampler::sampler_errc::invalid_candidates));
+    }
+    if (e.id == 1) {
+      EXPECT_LT(e.token, 0);
+    }
+    if (e.id == 2 && e.token >= 0) ++tokens_of_2;
+    if (e.id == 2 && e.finish != sched::finish_reason::none) {
+      EXPECT_EQ(e.finish, sched::finish_reason::length);
+    }
+  }
+  EXPECT_EQ(tokens_of_2, 4);
+  EXPECT_TRUE(h.sched->healthy());
+}
+
 TEST(SchedulerActor, EndOfGenerationFinishesWithStop) {
   harness h(1);
   EXPECT_CALL(h.worker, do_execute(_, _)).WillRepeatedly(Invoke([&](gpu_worker::step_plan p, auto handler) {
