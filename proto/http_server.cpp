@@ -1,9 +1,12 @@
 #include "proto/http_server.h"
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
+#include <iterator>
 #include <mutex>
 #include <optional>
+#include <string_view>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -34,6 +37,13 @@ namespace {
 constexpr std::uint32_t max_header_bytes = 16 * 1024;         // larger headers: 431
 constexpr std::size_t max_read_ahead_bytes = 1u << 20;        // pipelined input buffered while a request runs
 constexpr std::size_t read_chunk_bytes = 16 * 1024;
+// Bytes a request may leave unparsed while its body is read: an unfinished chunk header (size and
+// extensions) or trailer section. Beast bounds neither; the body itself passes through.
+constexpr std::size_t max_chunk_header_bytes = max_header_bytes;
+// The input buffer's hard bound: the read-ahead plus one read. Nothing legitimate reaches it (the
+// limits above stop a request first); it backs them up.
+constexpr std::size_t max_input_bytes = max_read_ahead_bytes + read_chunk_bytes;
+constexpr std::size_t write_piece_bytes = 256 * 1024;         // one write; each piece re-arms the write deadline
 constexpr std::chrono::seconds linger_timeout{2};             // reading what a refused client still sends
 
 // What every connection shares with the server: options and the engine, which set_engine may
@@ -89,6 +99,54 @@ std::string origin_form(std::string_view target) {
     }
   }
   return std::string(target);
+}
+
+// Why a request head is refused before its body is read: RFC 9112 framing and the expectations
+// this server understands. The connection is then closed, so a body never becomes a request.
+struct refusal {
+  unsigned status;
+  std::string message;
+  std::string_view code;
+};
+
+std::optional<refusal> check_head(const http::request_parser<http::string_body>& p) {
+  const auto& h = p.get();
+  // Transfer-Encoding (RFC 9112 6.1, 6.3): only a final "chunked" frames a request body. Anything
+  // else would leave the body's length unknown; taking it as empty would run its bytes as the next
+  // request (smuggling). Beast itself refuses a second field after a chunked one.
+  std::size_t codings = 0;
+  bool has_te = false;
+  for (auto [it, end] = h.equal_range(http::field::transfer_encoding); it != end; ++it) {
+    has_te = true;
+    const http::token_list tokens(it->value());
+    codings += std::size_t(std::distance(tokens.begin(), tokens.end()));
+  }
+  if (has_te) {
+    if (h.version() < 11) return refusal{400, "Transfer-Encoding is not allowed in an HTTP/1.0 request", "bad_request"};
+    if (!p.chunked()) return refusal{400, "Transfer-Encoding must end in chunked", "bad_request"};
+    if (codings != 1) return refusal{501, "only the chunked transfer coding is supported", "not_implemented"};
+  }
+  // Host (RFC 9112 3.2): exactly one in HTTP/1.1, at most one before.
+  const std::size_t hosts = h.count(http::field::host);
+  if (hosts > 1 || (hosts == 0 && h.version() >= 11)) {
+    return refusal{400, hosts ? "more than one Host header" : "an HTTP/1.1 request needs a Host header", "bad_request"};
+  }
+  // Expect (RFC 9110 10.1.1): only 100-continue is understood.
+  const std::size_t expects = h.count(http::field::expect);
+  if (expects > 1 || (expects == 1 && !beast::iequals(h[http::field::expect], "100-continue"))) {
+    return refusal{417, "the only expectation understood is 100-continue", "expectation_failed"};
+  }
+  return std::nullopt;
+}
+
+// What an unparsed remainder too large to keep is: the trailer section (it follows a last chunk,
+// "0" and its line) or a chunk header line that never ends (endless extensions or size digits).
+bool is_trailer(std::string_view rest) {
+  if (rest.starts_with("\r\n")) rest.remove_prefix(2);  // the previous chunk's CRLF
+  const std::size_t eol = rest.find("\r\n");
+  if (eol == std::string_view::npos) return false;
+  const std::string_view size = rest.substr(0, std::min(eol, rest.find(';')));
+  return !size.empty() && size.find_first_not_of('0') == std::string_view::npos;
 }
 
 class connection : public std::enable_shared_from_this<connection> {
@@ -150,6 +208,7 @@ class connection : public std::enable_shared_from_this<connection> {
   void on_header(beast::error_code ec) {
     if (gone_) return;
     if (ec) return on_read_error(ec);
+    if (auto r = check_head(*parser_)) return refuse(r->status, r->message, r->code);
     const auto& h = parser_->get();
     if (beast::iequals(h[http::field::expect], "100-continue") && !parser_->is_done()) {
       static const std::string go_on = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -163,11 +222,36 @@ class connection : public std::enable_shared_from_this<connection> {
     read_body();
   }
 
+  // The body. Parsed here rather than by http::async_read, which keeps reading while the parser
+  // needs more: an unfinished chunk header or trailer would then grow buf_ until max_input_bytes.
+  // Between reads, what the parser leaves in buf_ is only such an unfinished element (eager
+  // parsing takes every complete one, and body bytes go to the body), so the limit applies to it.
   void read_body() {
-    http::async_read(stream_, buf_, *parser_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
+    parser_->eager(true);
+    while (!parser_->is_done() && buf_.size() != 0) {
+      beast::error_code ec;
+      const std::size_t used = parser_->put(buf_.data(), ec);
+      buf_.consume(used);
+      if (ec == http::error::need_more) break;
+      if (ec) return on_read_error(ec);
+      if (used == 0) break;
+    }
+    if (parser_->is_done()) return on_request();
+    if (buf_.size() > max_chunk_header_bytes) {
+      const std::string_view rest(static_cast<const char*>(buf_.data().data()), buf_.size());
+      if (is_trailer(rest)) {
+        return refuse(431, "the request trailers are larger than " + std::to_string(max_chunk_header_bytes) + " bytes",
+                      "headers_too_large");
+      }
+      return refuse(400, "a chunk header (size and extensions) is longer than " + std::to_string(max_chunk_header_bytes) +
+                             " bytes", "bad_request");
+    }
+    stream_.async_read_some(buf_.prepare(read_chunk_bytes), [self = shared_from_this()](beast::error_code ec, std::size_t n) {
       if (self->gone_) return;
+      if (ec == asio::error::eof) return self->shut("closed by the client mid-request");
       if (ec) return self->on_read_error(ec);
-      self->on_request();
+      self->buf_.commit(n);
+      self->read_body();
     });
   }
 
@@ -180,6 +264,9 @@ class connection : public std::enable_shared_from_this<connection> {
     if (ec == http::error::body_limit) {
       return refuse(413, "the request body is larger than " + std::to_string(st_->opt.max_body_bytes) + " bytes",
                     "request_too_large");
+    }
+    if (ec == http::error::buffer_overflow) {  // max_input_bytes: unreachable behind the limits above
+      return refuse(400, "the request is larger than the server can buffer", "bad_request");
     }
     if (ec.category() == http::make_error_code(http::error::bad_method).category()) {
       return refuse(400, "malformed HTTP request: " + ec.message(), "bad_request");
@@ -346,7 +433,7 @@ class connection : public std::enable_shared_from_this<connection> {
   std::shared_ptr<const shared_state> st_;
   std::function<void(connection*)> on_gone_;
   std::shared_ptr<http_session> session_;
-  beast::flat_buffer buf_;
+  beast::flat_buffer buf_{max_input_bytes};
   std::optional<http::request_parser<http::string_body>> parser_;
   bool keep_alive_ = true;
   bool chunked_ = true;          // HTTP/1.1: streams use chunked transfer

@@ -270,4 +270,135 @@ TEST(HttpAbuse, SeededMalformedRequestsGetTheirStatusAndAWellBehavedClientIsUnaf
   EXPECT_TRUE(s.no_connections());
 }
 
+// The status and the error code of a refused request, and that the connection is closed after
+// it with nothing more said: whatever followed the head is never run as a request.
+struct refused {
+  unsigned status = 0;
+  std::string code;
+  bool closed = false;
+  std::string after;  // what came after the answer (must be nothing)
+};
+
+refused send_refused(std::uint16_t port, const std::string& bytes) {
+  line_client c(port);
+  c.try_send(bytes);
+  refused out;
+  const auto r = read_http_reply(c, 30s);
+  if (!r) return out;
+  out.status = r->status;
+  out.code = r->error_code();
+  out.after = c.read_to_close(30s);
+  out.closed = c.eof();
+  return out;
+}
+
+proto::http_server_options quick_timeouts() {
+  proto::http_server_options o;
+  o.idle_timeout = std::chrono::seconds(10);  // before the fixes these cases hung until it
+  return o;
+}
+
+// RFC 9112 6.1: a request body is framed by a final "chunked" or by Content-Length, nothing else.
+// Any other Transfer-Encoding is 400 and the connection closed, so the body (here a smuggled
+// request) is never read as the next request.
+TEST(HttpAbuse, TransferEncodingThatDoesNotEndInChunkedIs400AndCloses) {
+  both_servers s(abuse_engine_config(), {}, quick_timeouts());
+  const std::string smuggled = "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n";
+  struct te_case {
+    std::string headers;
+    unsigned status;
+  };
+  const std::vector<te_case> cases = {
+      {"Transfer-Encoding: gzip", 400},
+      {"Transfer-Encoding: identity", 400},
+      {"Transfer-Encoding: xchunked", 400},
+      {"Transfer-Encoding: chunked, identity", 400},
+      {"Transfer-Encoding: chunked, chunked", 400},
+      {"Transfer-Encoding:", 400},
+      {"Transfer-Encoding: gzip\r\nTransfer-Encoding: identity", 400},
+      {"Transfer-Encoding: gzip, chunked", 501},  // framed, but a coding anvil does not decode
+      {"Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked", 501},
+  };
+  for (const te_case& k : cases) {
+    const std::string head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + k.headers + "\r\n\r\n";
+    const refused r = send_refused(s.http_port(), head + smuggled);
+    EXPECT_EQ(r.status, k.status) << k.headers;
+    EXPECT_EQ(r.code, k.status == 400 ? "bad_request" : "not_implemented") << k.headers;
+    EXPECT_TRUE(r.closed) << k.headers;
+    EXPECT_EQ(r.after, "") << k.headers;
+  }
+  // HTTP/1.0 has no Transfer-Encoding (RFC 9112 6.1).
+  const refused old = send_refused(s.http_port(), "POST /tokenize HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n");
+  EXPECT_EQ(old.status, 400u);
+  EXPECT_TRUE(old.closed);
+  // Plain chunked still works, and so does a body split into many tiny chunks in one write.
+  std::string body = R"({"prompt":")" + std::string(6000, 'a') + R"("})", chunks;
+  for (char ch : body) chunks += std::string("1;ext=v\r\n") + ch + "\r\n";
+  const auto ok = http_exchange(s.http_port(), "POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks +
+                                                   "0\r\nX-Trailer: t\r\n\r\n");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200u) << ok->body.substr(0, 300);
+  EXPECT_TRUE(s.no_connections());
+}
+
+// A chunk header or a trailer section that never ends is bounded like the headers (16 KiB):
+// 400 for a chunk header (endless extensions or size digits), 431 for trailers, then closed —
+// instead of being buffered without bound until the idle timeout.
+TEST(HttpAbuse, EndlessChunkExtensionsAndTrailersAreRefused) {
+  both_servers s(abuse_engine_config(), {}, quick_timeouts());
+  const std::string head = "POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+  const std::string endless(1u << 20, 'a');
+  struct chunk_case {
+    std::string what, bytes, code;
+    unsigned status;
+  };
+  const std::vector<chunk_case> cases = {
+      {"extension", head + "1;" + endless, "bad_request", 400},
+      {"extension after a chunk", head + "1\r\n{\r\n2;x=" + endless, "bad_request", 400},
+      {"size digits", head + std::string(1u << 20, '0'), "bad_request", 400},
+      {"last chunk extension", head + "0;" + endless, "bad_request", 400},
+      {"trailer", head + "1\r\n{\r\n0\r\nX-T: " + endless, "headers_too_large", 431},
+      {"many trailers", head + "0\r\n" + [] {
+         std::string t;
+         for (int i = 0; i < 40000; ++i) t += "X-" + std::to_string(i) + ": v\r\n";
+         return t;
+       }(), "headers_too_large", 431},
+  };
+  for (const chunk_case& k : cases) {
+    const refused r = send_refused(s.http_port(), k.bytes);
+    EXPECT_EQ(r.status, k.status) << k.what;
+    EXPECT_EQ(r.code, k.code) << k.what;
+    EXPECT_TRUE(r.closed) << k.what;
+  }
+  EXPECT_TRUE(s.no_connections());
+}
+
+// RFC 9112 3.2: an HTTP/1.1 request has exactly one Host. RFC 9110 10.1.1: an expectation the
+// server does not understand is 417 (only 100-continue is).
+TEST(HttpAbuse, MissingHostIs400AndUnknownExpectationIs417) {
+  both_servers s(abuse_engine_config(), {}, quick_timeouts());
+  const refused no_host = send_refused(s.http_port(), "GET /health HTTP/1.1\r\n\r\n");
+  EXPECT_EQ(no_host.status, 400u);
+  EXPECT_EQ(no_host.code, "bad_request");
+  EXPECT_TRUE(no_host.closed);
+  const refused two_hosts = send_refused(s.http_port(), "GET /health HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n");
+  EXPECT_EQ(two_hosts.status, 400u);
+  EXPECT_TRUE(two_hosts.closed);
+  // HTTP/1.0 needs none.
+  const auto old = http_exchange(s.http_port(), "GET /health HTTP/1.0\r\n\r\n");
+  ASSERT_TRUE(old);
+  EXPECT_EQ(old->status, 200u);
+
+  for (const std::string expect : {"999-foo", "100-continue, 999-foo", "100-continuex"}) {
+    const refused r = send_refused(s.http_port(), http_request_bytes("POST", "/tokenize", R"({"prompt":"a"})", {"Expect: " + expect}));
+    EXPECT_EQ(r.status, 417u) << expect;
+    EXPECT_EQ(r.code, "expectation_failed") << expect;
+    EXPECT_TRUE(r.closed) << expect;
+    EXPECT_EQ(r.after, "") << expect;
+  }
+  const auto cont = http_exchange(s.http_port(), http_request_bytes("POST", "/tokenize", R"({"prompt":"a"})", {"Expect: 100-Continue"}));
+  ASSERT_TRUE(cont);
+  EXPECT_EQ(cont->status, 200u);
+}
+
 }  // namespace

@@ -296,7 +296,7 @@ class soak_client {
   void http_malformed() {
     static const char* bad[] = {"GARBAGE\r\n\r\n", "POST /v1/completions HTTP/1.1\r\nContent-Length: x\r\n\r\n",
                                 "POST /v1/completions HTTP/1.1\r\nContent-Length: 9\r\n\r\n{not json",
-                                "GET /nowhere HTTP/1.1\r\n\r\n", "POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"};
+                                "GET /nowhere HTTP/1.1\r\nHost: x\r\n\r\n", "POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"};
     const int k = pick(5);
     const auto r = http_exchange(http_port_, bad[k], 60s);
     const unsigned want = k == 3 ? 404 : 400;
