@@ -336,21 +336,33 @@ class connection : public std::enable_shared_from_this<connection> {
     exchange_over();
   }
 
+  // The bound is on what piles up behind the piece being written (a stream's events for a client
+  // that does not read them), not on one answer however large: that answer is already built, its
+  // size follows from the request (which max_body_bytes bounds) and it drains in pieces.
   void queue(std::string bytes) {
     if (gone_) return;
+    if (!out_.empty() && queued_bytes_ - out_.front().size() + bytes.size() > st_->opt.max_queued_bytes) {
+      return shut("the client does not read its answers");
+    }
     queued_bytes_ += bytes.size();
-    if (queued_bytes_ > st_->opt.max_queued_bytes) return shut("the client does not read its answers");
     out_.push_back(std::move(bytes));
     if (!writing_) write();
   }
 
+  // The front piece from written_ on, at most write_piece_bytes at a time: each write that makes
+  // progress re-arms the deadline, so a large answer to a slow but live reader is not cut off.
   void write() {
     writing_ = true;
     stream_.expires_after(st_->opt.idle_timeout);
-    asio::async_write(stream_, asio::buffer(out_.front()), [self = shared_from_this()](beast::error_code ec, std::size_t) {
+    const std::string& front = out_.front();
+    const std::size_t n = std::min(write_piece_bytes, front.size() - written_);
+    asio::async_write(stream_, asio::buffer(front.data() + written_, n), [self = shared_from_this()](beast::error_code ec, std::size_t wrote) {
       self->writing_ = false;
       if (self->gone_) return;
       if (ec) return self->shut(ec == beast::error::timeout ? "write timed out" : ec.message());
+      self->written_ += wrote;
+      if (self->written_ < self->out_.front().size()) return self->write();
+      self->written_ = 0;
       self->queued_bytes_ -= self->out_.front().size();
       self->out_.pop_front();
       if (!self->out_.empty()) return self->write();
@@ -426,6 +438,7 @@ class connection : public std::enable_shared_from_this<connection> {
     stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
     stream_.close();  // the socket and its timer
     out_.clear();
+    queued_bytes_ = written_ = 0;
     on_gone_(this);
   }
 
@@ -447,7 +460,8 @@ class connection : public std::enable_shared_from_this<connection> {
   bool stopping_ = false;        // the server is stopping: close after the current answer
   bool lingering_ = false;       // sending is shut; reading what the client still sends
   std::deque<std::string> out_;
-  std::size_t queued_bytes_ = 0;
+  std::size_t queued_bytes_ = 0;  // in out_, the front included
+  std::size_t written_ = 0;       // of out_.front()
   bool writing_ = false;
   bool gone_ = false;
 };

@@ -120,10 +120,15 @@ class connection : public std::enable_shared_from_this<connection> {
     }
   }
 
+  // The bound is on the lines piling up behind the one being written, not on one line however
+  // large: a non-streamed answer is built whole before it is queued (its size follows from the
+  // request, which max_line_bytes and the context bound), so refusing it would only lose it.
   void queue(std::string line) {
     if (gone_) return;
+    if (!out_.empty() && queued_bytes_ - out_.front().size() + line.size() > opt_.max_queued_bytes) {
+      return shut("answers not read (slow client)");
+    }
     queued_bytes_ += line.size();
-    if (queued_bytes_ > opt_.max_queued_bytes) return shut("answers not read (slow client)");
     last_active_ = clock::now();
     out_.push_back(std::move(line));
     if (out_.size() == 1) write();
@@ -170,7 +175,7 @@ class connection : public std::enable_shared_from_this<connection> {
   std::optional<clock::time_point> line_started_;  // the first byte of the line being read
   clock::time_point last_active_;                  // the last complete line or answer (or a request running)
   std::deque<std::string> out_;
-  std::size_t queued_bytes_ = 0;
+  std::size_t queued_bytes_ = 0;  // in out_, the front (being written) included
   bool closing_after_write_ = false;
   bool gone_ = false;
 };

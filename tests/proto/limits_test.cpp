@@ -217,4 +217,51 @@ TEST(Limits, LogitBiasIdsAndValuesOutOfRange) {
   EXPECT_EQ(st.live_requests, 0);
 }
 
+// Answers larger than max_queued_bytes (the bound on output a slow reader leaves behind) are still
+// sent whole: the bound is on what piles up behind the answer being written, not on one answer.
+// A 64 KiB bound here stands for the default 4 MiB, which a 2.4 MB prompt's /tokenize, 800k ids'
+// /detokenize or n=16 × logprobs=20 × 600 tokens pass just the same.
+TEST(Limits, AnswersLargerThanTheQueuedOutputBoundAreSentWhole) {
+  constexpr std::size_t bound = 64 * 1024;
+  proto::line_server_options lopt;
+  lopt.max_queued_bytes = bound;
+  proto::http_server_options hopt;
+  hopt.max_queued_bytes = bound;
+  both_servers s(abuse_engine_config(), lopt, hopt);
+
+  const std::string text(300 * 1024, 'a');
+  const auto tok = http_exchange(s.http_port(), http_request_bytes("POST", "/tokenize", R"({"prompt":")" + text + R"("})"), 120s);
+  ASSERT_TRUE(tok) << "no answer to /tokenize";
+  ASSERT_EQ(tok->status, 200u) << tok->body.substr(0, 300);
+  EXPECT_GT(tok->body.size(), bound);
+  const json::value tv = tok->json();
+  EXPECT_EQ(tv.at("count").to_number<std::size_t>(), tv.at("tokens").as_array().size());
+
+  std::string ids = "[1";
+  for (int i = 0; i < 60000; ++i) ids += ",7";
+  ids += "]";
+  const auto detok = http_exchange(s.http_port(), http_request_bytes("POST", "/detokenize", R"({"tokens":)" + ids + "}"), 120s);
+  ASSERT_TRUE(detok) << "no answer to /detokenize";
+  EXPECT_EQ(detok->status, 200u) << detok->body.substr(0, 300);
+  EXPECT_GT(detok->body.size(), bound);
+
+  const std::string many = R"({"prompt":[1,2,3],"max_tokens":200,"ignore_eos":true,"n":8,"logprobs":5})";
+  const auto comp = http_exchange(s.http_port(), http_request_bytes("POST", "/v1/completions", many), 300s);
+  ASSERT_TRUE(comp) << "no answer to the completion";
+  ASSERT_EQ(comp->status, 200u) << comp->body.substr(0, 300);
+  EXPECT_GT(comp->body.size(), bound);
+  EXPECT_EQ(comp->json().at("choices").as_array().size(), 8u);
+
+  // The line protocol: one done line larger than the bound, on a connection that keeps working.
+  line_client c(s.line_port());
+  c.send_line(R"({"id":"big","prompt":[1,2,3],"max_tokens":400,"ignore_eos":true,"stream":false,"logprobs":5})");
+  const auto line = c.read_line(300s);
+  ASSERT_TRUE(line) << "no done line";
+  EXPECT_GT(line->size(), bound);
+  const json::object o = json::parse(*line).as_object();
+  EXPECT_EQ(o.at("usage").at("completion_tokens"), 400);
+  EXPECT_EQ(line_outcome(c, "after", R"("prompt":[1],"max_tokens":2,"ignore_eos":true)"), "");
+  EXPECT_EQ(s.settled().live_requests, 0);
+}
+
 }  // namespace
