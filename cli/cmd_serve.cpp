@@ -58,6 +58,7 @@ struct serve_args {
   std::string api_key;
   int threads = 0;             // engine threads; 0: 2
   int net_threads = 2;
+  int max_connections = 0;     // per server; 0: from the descriptor limit
   double status_interval = 10;
 };
 
@@ -142,6 +143,7 @@ int run_serve(serve_args a) {
   hopt.host = a.host;
   hopt.port = std::uint16_t(a.port);
   hopt.api_key = a.api_key;
+  hopt.max_connections = std::size_t(a.max_connections);
   proto::http_server http(io, hopt);
   std::vector<std::thread> net;
   for (int i = 0; i < std::max(1, a.net_threads); ++i) net.emplace_back([&io] { io.run(); });
@@ -157,6 +159,7 @@ int run_serve(serve_args a) {
       lopt.host = a.host;
       lopt.port = std::uint16_t(a.line_port);
       lopt.api_key = a.api_key;
+      lopt.max_connections = std::size_t(a.max_connections);
       line = std::make_unique<proto::line_server>(io, eng, lopt);
     }
   } catch (...) {
@@ -265,6 +268,9 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--no-prefix-caching", a->no_prefix_caching, "turn automatic prefix caching off");
   cmd->add_option("--api-key", a->api_key, "require this key (HTTP: Authorization: Bearer KEY; line: {\"auth\": KEY}); or set ANVIL_API_KEY");
   cmd->add_option("--threads", a->threads, "engine threads (default 2)")->check(CLI::Range(0, 256));
+  cmd->add_option("--max-connections", a->max_connections,
+                  "open connections per server; past it: 503 / an overloaded line (0: from the descriptor limit)")
+      ->capture_default_str()->check(CLI::Range(0, 1 << 24));
   cmd->add_option("--net-threads", a->net_threads, "network threads")->capture_default_str()->check(CLI::Range(1, 64));
   cmd->add_option("--status-interval", a->status_interval, "seconds between status lines (0: none)")->capture_default_str()
       ->check(CLI::Range(0.0, 86400.0));

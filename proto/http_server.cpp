@@ -480,7 +480,11 @@ http_server::http_server(asio::io_context& io, http_server_options opt) : impl_(
                                                                        std::function<void(connection*)> on_gone) {
     return std::make_shared<connection>(std::move(sock), st, std::move(on_gone));
   };
-  impl_->listener = std::make_shared<tcp_listener<connection>>(io, "http server", o.host, o.port, std::move(make));
+  const std::size_t max = o.max_connections ? o.max_connections : default_max_connections();
+  const std::string refusal =
+      openai_error_body(503, fmt::format("the server has the most connections it takes open ({}); retry later", max), "overloaded");
+  tcp_listener<connection>::limits lim{max, response_head(503, "application/json", refusal.size(), true, true, {}) + refusal};
+  impl_->listener = std::make_shared<tcp_listener<connection>>(io, "http server", o.host, o.port, std::move(make), std::move(lim));
   impl_->listener->start();
   add_connection_gauge("http", [weak = std::weak_ptr(impl_->listener)] {
     const auto l = weak.lock();

@@ -191,7 +191,11 @@ line_server::line_server(asio::io_context& io, std::shared_ptr<engine> eng, line
   auto make = [eng = std::move(eng), opt](tcp::socket sock, std::function<void(connection*)> on_gone) {
     return std::make_shared<connection>(std::move(sock), opt, eng, std::move(on_gone));
   };
-  impl_->listener = std::make_shared<tcp_listener<connection>>(io, "line protocol server", opt.host, opt.port, std::move(make));
+  const std::size_t max = opt.max_connections ? opt.max_connections : default_max_connections();
+  tcp_listener<connection>::limits lim{max, R"({"id":null,"error":{"code":"overloaded","message":"the server has the most )"
+                                                "connections it takes open (" + std::to_string(max) + R"(); retry later"}})" "\n"};
+  impl_->listener = std::make_shared<tcp_listener<connection>>(io, "line protocol server", opt.host, opt.port, std::move(make),
+                                                               std::move(lim));
   impl_->listener->start();
 }
 

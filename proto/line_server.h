@@ -28,6 +28,8 @@ struct line_server_options {
   std::string api_key;                     // non-empty: connections must send {"auth": KEY} first
   std::chrono::seconds idle_timeout{60};   // a line must end this soon after its first byte; a connection with
                                            // nothing in flight and no line or answer for this long is closed; 0: never
+  std::size_t max_connections = 0;         // open connections; past it: an `overloaded` error line, closed. 0: from
+                                           // the descriptor limit (tcp_listener.h, default_max_connections)
 };
 
 class line_server {

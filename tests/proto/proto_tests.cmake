@@ -26,6 +26,7 @@ anvil_add_test(proto_abuse_test LABELS "proto;fault" TIMEOUT 600
     proto/limits_test.cpp
     proto/disconnect_test.cpp
     proto/auth_test.cpp
+    proto/connection_limit_test.cpp
   LIBS anvil_proto anvil_model)
 
 # The soak (label soak): mixed traffic against a real `anvil serve` for ANVIL_SOAK_SECONDS (default

@@ -9,9 +9,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <boost/json.hpp>
 #include <gtest/gtest.h>
@@ -125,6 +128,47 @@ TEST(Serve, RefusesAMissingModelWithAClearError) {
   EXPECT_EQ(srv.wait_exit(std::chrono::seconds(30)), 1);
   srv.wait_for(std::regex("$^"), std::chrono::seconds(1));
   EXPECT_NE(srv.output().find("anvil: "), std::string::npos) << srv.output();
+}
+
+// The process's CPU time so far (user + system), from /proc.
+double cpu_seconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  const std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::istringstream rest(stat.substr(stat.rfind(')') + 2));  // after "pid (comm) "
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14 || i == 15) ticks += std::stod(field);
+  }
+  return ticks / double(::sysconf(_SC_CLK_TCK));
+}
+
+// Out of file descriptors (ulimit -n 64, 60 idle clients, a cap that does not stop them): accept
+// fails at once while they are gone, and the accept loop must pause (logging it once) instead of
+// retrying at full speed; once clients leave, the waiting connections are served.
+TEST(Serve, OutOfDescriptorsPausesTheAcceptLoopAndSaysSo) {
+  const std::string model = anvil::model::testing::synth_fixture("tiny", anvil::model::synth_mix::f32);
+  child srv({"/bin/sh", "-c",
+             "ulimit -n 64 && exec \"$0\" serve -m \"$1\" --port 0 --line-port -1 --status-interval 0 --kv-cache-mib 16 "
+             "--ctx 256 --idle-spin-us 0 --net-threads 1 --max-connections 1000",
+             ANVIL_EXE, model});
+  const std::smatch ready = srv.wait_for(std::regex(R"(ready: model .*http://127\.0\.0\.1:(\d+))"));
+  ASSERT_FALSE(ready.empty()) << srv.output();
+  const auto port = std::uint16_t(std::stoi(ready[1]));
+
+  std::vector<std::unique_ptr<line_client>> idle;
+  for (int i = 0; i < 60; ++i) idle.push_back(std::make_unique<line_client>(port));
+  EXPECT_FALSE(srv.wait_for(std::regex("cannot accept connections"), std::chrono::seconds(30)).empty()) << srv.output();
+  // A loop retrying at once would keep a core busy; paused, the process is nearly idle. (Only a
+  // bound that a spinning loop cannot meet on any machine: a slow one makes it pass, never fail.)
+  const double before = cpu_seconds(srv.pid());
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  EXPECT_LT(cpu_seconds(srv.pid()) - before, 1.0) << "the accept loop spins while out of descriptors";
+
+  idle.clear();
+  EXPECT_NE(http_get(port, "/health").find("200 OK"), std::string::npos);
+  srv.signal(SIGTERM);
+  EXPECT_EQ(srv.wait_exit(std::chrono::seconds(60)), 0) << srv.output();
 }
 
 }  // namespace
