@@ -196,18 +196,23 @@ void http_session::detokenize(const http_request& r, const engine& eng) {
 // ---- completions -----------------------------------------------------------------------------
 
 void http_session::completions(const http_request& r, const std::shared_ptr<engine>& eng, bool chat) {
+  // A refusal before submit counts in the engine's rejected requests, as submit's own do.
+  const auto refuse = [&](const std::string& why, std::string_view code) {
+    eng->note_rejected();
+    respond_error(400, why, code);
+  };
   json::value v;
-  if (std::string why = parse_body(r.body, v); !why.empty()) return respond_error(400, why, "invalid_request");
+  if (std::string why = parse_body(r.body, v); !why.empty()) return refuse(why, "invalid_request");
   const json::object& o = v.get_object();
   parsed_request p;
   if (std::string why = read_request(o, chat ? dialect::chat : dialect::completions, p); !why.empty()) {
-    return respond_error(400, why, "invalid_request");
+    return refuse(why, "invalid_request");
   }
   if (!has_key(o, "seed")) p.req.sampling.seed = random_seed();
   // Check once, before anything is queued, so a bad request gets its reason and no choice runs.
   if (std::string why = eng->explain(p.req); !why.empty()) {
     const bool too_long = why.find("context holds") != std::string::npos;
-    return respond_error(400, why, too_long ? "context_overflow" : "invalid_request");
+    return refuse(why, too_long ? "context_overflow" : "invalid_request");
   }
 
   exchange& ex = ex_.emplace(exchange{});  // not emplace(): clang 14 rejects it for a nested struct with initialisers

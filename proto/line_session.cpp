@@ -1,5 +1,8 @@
 #include "proto/line_session.h"
 
+#include <cmath>
+#include <optional>
+
 #include <boost/json.hpp>
 
 #include "proto/errors.h"
@@ -13,8 +16,16 @@ namespace {
 
 constexpr std::size_t max_id_bytes = 256;
 
-bool valid_id(const json::value& id) {
-  return (id.is_string() && id.get_string().size() <= max_id_bytes) || id.is_int64() || id.is_uint64();
+// The request id as the session keeps and echoes it, or nullopt when it is not one: a string of
+// at most max_id_bytes, or an integer — written as one or, as integer fields accept, as a number
+// with no fraction (1.0 is the id 1: the same request, echoed as 1).
+std::optional<json::value> id_of(const json::value& id) {
+  if ((id.is_string() && id.get_string().size() <= max_id_bytes) || id.is_int64() || id.is_uint64()) return id;
+  if (id.is_double()) {
+    const double d = id.get_double();
+    if (std::isfinite(d) && std::trunc(d) == d && d >= -9.2e18 && d <= 9.2e18) return json::value(std::int64_t(d));
+  }
+  return std::nullopt;
 }
 
 json::array top_logprobs_json(const engine& eng, const std::vector<std::vector<sampler::token_logprob>>& top) {
@@ -72,8 +83,9 @@ void line_session::on_line(std::string_view line) {
     if (hooks_.close) hooks_.close();
     return;
   }
-  if (const json::value* id = o.if_contains("cancel")) {
-    if (!valid_id(*id)) return error(nullptr, "invalid_request", "`cancel` must name a request id");
+  if (const json::value* named = o.if_contains("cancel")) {
+    const std::optional<json::value> id = id_of(*named);
+    if (!id) return error(nullptr, "invalid_request", "`cancel` must name a request id");
     if (!authed_) return error(*id, "unauthorized", "send {\"auth\": KEY} first");
     return cancel(*id);
   }
@@ -83,14 +95,18 @@ void line_session::on_line(std::string_view line) {
 void line_session::submit(json::object& o) {
   const json::value* idp = o.if_contains("id");
   if (!idp) return error(nullptr, "invalid_request", "`id` is required (a string or an integer)");
-  if (!valid_id(*idp)) return error(nullptr, "invalid_request", "`id` must be a string of at most 256 bytes or an integer");
-  const json::value id = *idp;
+  const std::optional<json::value> parsed_id = id_of(*idp);
+  if (!parsed_id) return error(nullptr, "invalid_request", "`id` must be a string of at most 256 bytes or an integer");
+  const json::value id = *parsed_id;
   if (!authed_) return error(id, "unauthorized", "an API key is required: send {\"auth\": KEY} first");
   std::string key = json::serialize(id);
   if (flights_.contains(key)) return error(id, "duplicate_id", "a request with this id is still in flight");
 
   parsed_request p;
-  if (std::string why = read_request(o, dialect::line, p); !why.empty()) return error(id, "invalid_request", why);
+  if (std::string why = read_request(o, dialect::line, p); !why.empty()) {
+    eng_->note_rejected();
+    return error(id, "invalid_request", why);
+  }
 
   flight f{0, id, p.stream, p.want_logprobs, {}, {}, {}, {}};
   std::weak_ptr<line_session> weak = weak_from_this();

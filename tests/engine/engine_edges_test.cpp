@@ -34,6 +34,7 @@ engine_config edge_config() {
   c.max_seqs = 32;
   c.max_prefill_chunk = 64;
   c.max_model_len = 512;
+  c.max_queue = 4096;  // every request of the property test waits its turn
   return c;
 }
 

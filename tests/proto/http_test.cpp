@@ -383,11 +383,18 @@ TEST(HttpApi, MetricsMoveWithRequests) {
   EXPECT_EQ(before.content_type.rfind("text/plain; version=0.0.4", 0), 0u);
   const auto m0 = parse_metrics(before.body);
   for (int i = 0; i < 3; ++i) ASSERT_EQ(s.post("/v1/completions", greedy_completion(4)).status, 200u);
-  s.post("/v1/completions", json::object{{"prompt", "x"}, {"top_p", 5}});
+  // Three refusals made before submit (a range, a body that is no object, a token id): each counts as rejected.
+  EXPECT_EQ(s.post("/v1/completions", json::object{{"prompt", "x"}, {"top_p", 5}}).status, 400u);
+  EXPECT_EQ(s.post("/v1/completions", "{not json").status, 400u);
+  const reply bad_id = s.post("/v1/completions", json::object{{"prompt", json::array{1, 999999}}});
+  EXPECT_EQ(bad_id.status, 400u);
+  EXPECT_NE(bad_id.body.find("token id 999999 (at index 1)"), std::string::npos) << bad_id.body;
   const reply after = s.get("/metrics");
   const auto m1 = parse_metrics(after.body);
   const std::string length = "anvil_requests_total{finish_reason=\"length\"}";
   EXPECT_EQ(m1.at(length) - m0.at(length), 3);
+  EXPECT_EQ(m1.at("anvil_requests_rejected_total") - m0.at("anvil_requests_rejected_total"), 3);
+  EXPECT_EQ(m1.at("anvil_requests_total{finish_reason=\"error\"}"), m0.at("anvil_requests_total{finish_reason=\"error\"}"));
   EXPECT_EQ(m1.at("anvil_generation_tokens_total") - m0.at("anvil_generation_tokens_total"), 12);
   EXPECT_GT(m1.at("anvil_prompt_tokens_total"), m0.at("anvil_prompt_tokens_total"));
   EXPECT_EQ(m1.at("anvil_healthy"), 1);
@@ -533,6 +540,10 @@ TEST(HttpApi, AFullQueueAnswers429AndTheRestSucceed) {
   EXPECT_GT(rejected, 0);
   EXPECT_GT(ok, 0);
   EXPECT_EQ(s.settled().kv.counts.in_use, 0);
+  // A 429 is a refusal, not a request that failed (HTTP.md, Metrics).
+  const auto m = parse_metrics(s.get("/metrics").body);
+  EXPECT_EQ(m.at("anvil_requests_rejected_total"), rejected);
+  EXPECT_EQ(m.at("anvil_requests_total{finish_reason=\"error\"}"), 0);
 }
 
 // Sends `request` raw, reads until `until` shows up in the answer (or the server closes).

@@ -170,7 +170,7 @@ class line_abuser {
   }
 
   abuse_line bad_id() {
-    static const char* ids[] = {"1.5", "[1]", R"({"a":1})", "true", "1e3", "18446744073709551616"};
+    static const char* ids[] = {"1.5", "[1]", R"({"a":1})", "true", "1e-3", "18446744073709551616"};
     std::string id = pick(4) ? one_of(ids) : "\"" + std::string(257 + pick(100), 'i') + "\"";
     if (pick(5) == 0) return {"no id", R"({"prompt":[1],"max_tokens":1})", nullptr, "invalid_request"};
     return {"bad id", R"({"id":)" + id + R"(,"prompt":[1],"max_tokens":1})", nullptr, "invalid_request"};

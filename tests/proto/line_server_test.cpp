@@ -167,6 +167,21 @@ TEST_F(LineServer, CancelEndsTheRequestAndUnknownIdsAreErrors) {
   EXPECT_EQ(settled().kv.counts.in_use, 0);
 }
 
+TEST_F(LineServer, AnIdWrittenWithAZeroFractionIsThatInteger) {
+  // Integer fields accept 1.0; so does `id`, as the integer it is (echoed as 8, cancelled as 8).
+  start();
+  line_client c(port());
+  c.send_line(R"({"id":8.0,"prompt":[1,2,3],"max_tokens":200,"ignore_eos":true})");
+  const json::object first = c.read_json();
+  ASSERT_FALSE(first.contains("error")) << json::serialize(first);
+  EXPECT_TRUE(first.at("id").is_int64());
+  EXPECT_EQ(first.at("id"), 8);
+  c.send_line(R"({"cancel":8})");
+  EXPECT_EQ(until_end(c, 8).back().at("finish_reason"), "cancelled");
+  c.send_line(R"({"id":9,"prompt":[1],"max_tokens":1})");
+  EXPECT_EQ(until_end(c, 9).back().at("finish_reason"), "length");
+}
+
 TEST_F(LineServer, DisconnectMidStreamCancelsAndFreesTheKvCache) {
   start();
   const engine_stats before = settled();
@@ -209,6 +224,7 @@ TEST_F(LineServer, MalformedLinesGetErrorsAndTheConnectionKeepsWorking) {
       {R"({"id":"c","prompt":"x","max_tokens":0})", "c", "invalid_request"},
       {R"({"id":"d","prompt":"x","max_tokens":-5})", "d", "invalid_request"},
       {R"({"id":"e","prompt":[1,2,999999]})", "e", "invalid_request"},
+      {R"({"id":2.5e0,"prompt":"x"})", nullptr, "invalid_request"},
       {R"({"id":"f","prompt":"x","logit_bias":{"999999":1}})", "f", "invalid_request"},
       {R"({"id":"g","prompt":"x","logprobs":50})", "g", "invalid_request"},
       {R"({"id":"h","prompt":"x","temperature":-1})", "h", "invalid_request"},
