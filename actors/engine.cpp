@@ -4,7 +4,9 @@
 #include <chrono>
 #include <filesystem>
 #include <optional>
+#include <thread>
 #include <unordered_map>
+#include <utility>
 
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/post.hpp>
@@ -53,7 +55,10 @@ struct engine::impl {
     std::int64_t prompt_tokens = 0;
     bool finished = false;  // a stop string ended it; later scheduler events are ignored
     std::optional<request_stream::clock::time_point> last_token;  // for the inter-token histogram
+    bool cancel_sent = false;  // the scheduler has its cancel: one per request bounds them (tell_urgent)
   };
+  // Sends the scheduler one cancel for a live request (streams strand); later ones are no-ops.
+  void cancel_once(std::uint64_t id, live_stream& s);
 
   engine_config cfg;
   model::llm model;
@@ -160,7 +165,13 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
                                                 });
   p->log->info("engine ready: {} ({}, {} layers) on {}, {} KV blocks of {} tokens, context {}", cfg.model_path,
                p->model.hp.arch_name, p->model.hp.n_layer, mem.device, mem.n_blocks, mem.block_size, p->max_model_len);
-  return std::shared_ptr<engine>(new engine(std::move(p)));
+  // The last handle may be dropped anywhere, also in a completion handler on one of the engine's
+  // own threads: there, stopping would wait for work that needs that very thread, and the pool
+  // cannot join itself. Another thread then does the stopping and the joining.
+  return std::shared_ptr<engine>(new engine(std::move(p)), [](engine* e) {
+    if (!e->impl_->pool.running_in_this_thread()) return delete e;
+    std::thread([e] { delete e; }).detach();
+  });
 }
 
 engine::engine(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
@@ -267,7 +278,7 @@ boost::system::result<std::uint64_t, error_code> engine::submit(generate_request
   // Register the stream first, on its strand; only then may the scheduler produce events for it.
   asio::post(m.streams, [&m, id, req = std::move(req), opt, n_prompt, stop = std::move(r.stop),
                          cb = std::move(on_event), t0 = request_stream::clock::now()]() mutable {
-    m.live.emplace(id, impl::live_stream{request_stream(m.tok, std::move(stop), t0), std::move(cb), n_prompt, false, {}});
+    m.live.emplace(id, impl::live_stream{request_stream(m.tok, std::move(stop), t0), std::move(cb), n_prompt, false, {}, false});
     ++m.metrics.submitted;
     m.sched->async_submit(std::move(req), opt, asio::bind_executor(m.streams, [&m, id](error_code ec) {
       auto it = m.live.find(id);
@@ -333,7 +344,7 @@ void engine::impl::on_step_events(std::vector<sched::step_event> events) {
       e.logprobs = {ev.logprob};
       e.top_logprobs = {std::move(ev.top_logprobs)};
       if (p.stopped) {
-        sched->cancel(ev.id);
+        cancel_once(ev.id, s);
         finish(ev.id, s, "stop", {}, std::move(e));
         continue;
       }
@@ -348,11 +359,19 @@ void engine::impl::on_step_events(std::vector<sched::step_event> events) {
 
 void engine::note_rejected() { ++impl_->rejected; }
 
+void engine::impl::cancel_once(std::uint64_t id, live_stream& s) {
+  if (std::exchange(s.cancel_sent, true)) return;
+  // Refused only once the scheduler has stopped, and then it holds nothing to cancel.
+  if (const error_code ec = sched->cancel(id)) log->debug("req={} cancel not delivered: {}", id, ec.message());
+}
+
 void engine::cancel(std::uint64_t request_id) {
   // Through the streams strand, so a cancel can never overtake its own submit on the way to the
-  // scheduler (submit forwards from that strand too).
+  // scheduler (submit forwards from that strand too). A request that has ended needs none.
   impl& m = *impl_;
-  asio::post(m.streams, [&m, request_id] { m.sched->cancel(request_id); });
+  asio::post(m.streams, [&m, request_id] {
+    if (const auto it = m.live.find(request_id); it != m.live.end()) m.cancel_once(request_id, it->second);
+  });
 }
 
 void engine::start_generate(generate_request r, actors::reply<completion> done, asio::cancellation_slot slot) {

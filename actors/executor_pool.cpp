@@ -81,6 +81,7 @@ executor_pool::~executor_pool() { join(); }
 
 asio::any_io_executor executor_pool::get_executor() const { return impl_->ctx.get_executor(); }
 std::size_t executor_pool::size() const noexcept { return impl_->threads.size(); }
+bool executor_pool::running_in_this_thread() const noexcept { return impl_->ctx.get_executor().running_in_this_thread(); }
 const std::string& executor_pool::name() const noexcept { return impl_->name; }
 
 void executor_pool::join() {

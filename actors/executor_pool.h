@@ -31,6 +31,8 @@ class executor_pool {
 
   boost::asio::any_io_executor get_executor() const;
   std::size_t size() const noexcept;
+  // True on one of the pool's own threads (where joining the pool would wait for itself).
+  bool running_in_this_thread() const noexcept;
   const std::string& name() const noexcept;
 
   // Lets the pool run out of work (every queued handler runs), then joins the threads.

@@ -16,13 +16,13 @@ strand_actor::~strand_actor() {
   assert(gate_.in_flight() == 0 && "stop an actor and wait for async_stop before destroying it");
 }
 
-in_flight strand_actor::admit(error_code& refused) noexcept {
+in_flight strand_actor::admit(error_code& refused, admission a) noexcept {
   if (!gate_.try_enter()) {
     refused = make_error_code(errc::stopped);
     return {};
   }
   in_flight pass(this);
-  if (queued_.fetch_add(1, std::memory_order_relaxed) >= opts_.mailbox_capacity) {
+  if (queued_.fetch_add(1, std::memory_order_relaxed) >= opts_.mailbox_capacity && a == admission::bounded) {
     queued_.fetch_sub(1, std::memory_order_relaxed);
     refused = make_error_code(errc::busy);
     return {};  // `pass` leaves the gate on the way out

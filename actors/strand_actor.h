@@ -59,6 +59,12 @@ using reply_signature = typename reply_sig<R>::type;
 template <class R>
 using outcome = boost::system::result<R, error_code>;
 
+// How a message is admitted: `bounded` takes a mailbox slot (errc::busy when none is left);
+// `exempt` is for messages whose sender bounds them itself — the scheduler's step loop has one
+// KV batch or sample batch in flight at a time, and opens and closes one per request — so that
+// other senders filling the mailbox can never refuse them. Both are refused by a stopping actor.
+enum class admission { bounded, exempt };
+
 struct actor_options {
   std::string name = "actor";           // logger name; also tags the actor's log lines
   std::size_t mailbox_capacity = 4096;  // accepted-but-not-yet-run messages; beyond it, errc::busy
@@ -190,9 +196,9 @@ class strand_actor {
 
   // One request/response message: fn() runs on the strand and returns R, or outcome<R> to fail
   // with an expected error; the token completes with (error_code, R).
-  template <class R, class Token, class Fn>
+  template <class R, admission A = admission::bounded, class Token, class Fn>
   auto ask(Token&& token, Fn&& fn) {
-    return ask_later<R>(std::forward<Token>(token), [f = std::forward<Fn>(fn)](reply<R> r) mutable {
+    return ask_later<R, A>(std::forward<Token>(token), [f = std::forward<Fn>(fn)](reply<R> r) mutable {
       using ret = std::invoke_result_t<Fn&>;
       if constexpr (std::is_same_v<ret, outcome<R>>) {
         outcome<R> o = f();
@@ -214,12 +220,12 @@ class strand_actor {
 
   // A message answered now or later: fn(reply<R>) runs on the strand and may keep the reply
   // (e.g. until a step completes). The actor counts it in flight until it is answered.
-  template <class R, class Token, class Fn>
+  template <class R, admission A = admission::bounded, class Token, class Fn>
   auto ask_later(Token&& token, Fn&& fn) {
     return asio::async_initiate<Token, reply_signature<R>>(
         [this](auto handler, auto f) {
           error_code refused;
-          in_flight pass = admit(refused);
+          in_flight pass = admit(refused, A);
           reply<R> r(std::move(handler), strand_.get_inner_executor(), std::move(pass));
           if (refused) {
             r.fail(refused);
@@ -246,6 +252,17 @@ class strand_actor {
     return {};
   }
 
+  // A one-way message that only ends work the actor holds (a cancel). Unlike tell(), it is taken
+  // past a full mailbox and while a stop is still draining, so the work it would end never runs on
+  // for want of a slot; it is refused (errc::stopped) only once the actor has stopped. It takes no
+  // mailbox slot: the caller bounds how many it sends (the engine sends one per request at most).
+  template <class Fn>
+  error_code tell_urgent(Fn&& fn) {
+    if (!gate_.try_enter_undrained()) return make_error_code(errc::stopped);
+    asio::post(strand_, [f = std::forward<Fn>(fn), pass = in_flight(this)]() mutable { f(); });
+    return {};
+  }
+
   // Holds the gate open without a message: for work the actor drives itself (a step loop), so
   // that async_stop waits for it. While a stop is draining, work that an accepted message starts
   // is held too (the stop waits for it); empty only once the actor has stopped.
@@ -256,8 +273,9 @@ class strand_actor {
  private:
   friend class in_flight;
 
-  // Enters the gate and takes a mailbox slot; on refusal sets `refused` and returns an empty pass.
-  in_flight admit(error_code& refused) noexcept;
+  // Enters the gate and takes a mailbox slot (counted, but not bounded, for an exempt message); on
+  // refusal sets `refused` and returns an empty pass.
+  in_flight admit(error_code& refused, admission a = admission::bounded) noexcept;
   // Called by in_flight::release(); wakes the stop waiters when the last pass of a closed gate goes.
   void leave() noexcept;
 

@@ -25,10 +25,12 @@ class kv_manager : public actors::strand_actor {
   kv_manager(actors::asio::any_io_executor ex, const kv_config& config, std::size_t mailbox_capacity = 4096);
   ~kv_manager() = default;
 
-  // Applies one step's ops in order; completes with (error_code, kv_batch_result).
+  // Applies one step's ops in order; completes with (error_code, kv_batch_result). The scheduler's
+  // step loop sends one batch at a time: exempt from the mailbox bound (actors::admission), so
+  // other senders filling the mailbox never refuse a step.
   template <class Token>
   auto async_apply(kv_batch batch, Token&& token) {
-    return ask<kv_batch_result>(std::forward<Token>(token),
+    return ask<kv_batch_result, actors::admission::exempt>(std::forward<Token>(token),
                                 [this, b = std::move(batch)]() -> actors::outcome<kv_batch_result> { return run(b); });
   }
 

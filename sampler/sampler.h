@@ -27,11 +27,14 @@ class sampler_actor : public actors::strand_actor {
   explicit sampler_actor(actors::asio::any_io_executor ex, std::size_t mailbox_capacity = 4096)
       : strand_actor(std::move(ex), {"sampler", mailbox_capacity}) {}
 
+  // open, sample and close are the scheduler's, which bounds them (one per request, one batch per
+  // step): exempt from the mailbox bound (actors::admission), so a full mailbox never refuses them.
+
   // Starts a request's sampling state. Errors: invalid_params (logged with the reason),
   // already_open.
   template <class Token>
   auto async_open(std::uint64_t request_id, sampling_params params, Token&& token) {
-    return ask<void>(std::forward<Token>(token), [this, request_id, p = std::move(params)]() -> actors::outcome<void> {
+    return ask<void, actors::admission::exempt>(std::forward<Token>(token), [this, request_id, p = std::move(params)]() -> actors::outcome<void> {
       if (const error_code ec = core_.open(request_id, p)) {
         const auto why = validate(p);
         log().warn("req={} not opened: {}", request_id, why ? *why : ec.message());
@@ -46,7 +49,7 @@ class sampler_actor : public actors::strand_actor {
   // Chooses one token per entry, in order.
   template <class Token>
   auto async_sample(std::vector<sample_request> batch, Token&& token) {
-    return ask<std::vector<sample_outcome>>(std::forward<Token>(token), [this, b = std::move(batch)] {
+    return ask<std::vector<sample_outcome>, actors::admission::exempt>(std::forward<Token>(token), [this, b = std::move(batch)] {
       std::vector<sample_outcome> out = core_.sample(b);
       for (std::size_t i = 0; i < out.size(); ++i) {
         if (!out[i]) log().warn("req={} not sampled: {}", b[i].request_id, out[i].error().message());
@@ -59,7 +62,7 @@ class sampler_actor : public actors::strand_actor {
   // Ends a request's sampling state. Errors: unknown_request.
   template <class Token>
   auto async_close(std::uint64_t request_id, Token&& token) {
-    return ask<void>(std::forward<Token>(token), [this, request_id]() -> actors::outcome<void> {
+    return ask<void, actors::admission::exempt>(std::forward<Token>(token), [this, request_id]() -> actors::outcome<void> {
       if (const error_code ec = core_.close(request_id)) return ec;
       log().debug("req={} closed", request_id);
       return {};

@@ -5,8 +5,8 @@
 namespace anvil::sched {
 
 scheduler::scheduler(boost::asio::any_io_executor ex, sched_config cfg, kv::kv_manager& kv, gpu_worker::worker& worker,
-                     sampler::sampler_actor& sampler, event_sink sink)
-    : strand_actor(std::move(ex), {"sched", 1u << 16}), core_(std::move(cfg)), kv_(kv), worker_(worker),
+                     sampler::sampler_actor& sampler, event_sink sink, std::size_t mailbox_capacity)
+    : strand_actor(std::move(ex), {"sched", mailbox_capacity}), core_(std::move(cfg)), kv_(kv), worker_(worker),
       sampler_(sampler), sink_(std::move(sink)) {}
 
 scheduler::~scheduler() = default;
@@ -19,9 +19,9 @@ actors::outcome<void> scheduler::submit(request r, const submit_options& opt) {
   n_logprobs_[id] = opt.n_logprobs;
   // FIFO on the sampler's strand: the open is handled before any sample for this id.
   sampler_.async_open(id, opt.sampling, on_strand([this, id](error_code ec) {
-    if (ec) {
+    if (ec) {  // invalid parameters (the engine validates them first) or a stopped sampler
       log().error("req={} sampler refused the request: {}", id, ec.message());
-      core_.cancel(id);
+      core_.fail(id, ec);
       kick();
     }
   }));

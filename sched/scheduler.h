@@ -39,7 +39,7 @@ struct submit_options {
 class scheduler : public actors::strand_actor {
  public:
   scheduler(boost::asio::any_io_executor ex, sched_config cfg, kv::kv_manager& kv, gpu_worker::worker& worker,
-            sampler::sampler_actor& sampler, event_sink sink);
+            sampler::sampler_actor& sampler, event_sink sink, std::size_t mailbox_capacity = 1u << 16);
   ~scheduler();
 
   // Queues a request; completes with its admission error (invalid_argument, context_overflow,
@@ -52,8 +52,10 @@ class scheduler : public actors::strand_actor {
   }
 
   // Cancels a request: its blocks are free within one step; the sink gets a cancelled event.
+  // Taken even when the mailbox is full or a stop is draining (tell_urgent): errc::stopped only
+  // once the scheduler has stopped, when nothing it held is left to cancel.
   error_code cancel(std::uint64_t id) {
-    return tell([this, id] {
+    return tell_urgent([this, id] {
       core_.cancel(id);
       kick();
     });

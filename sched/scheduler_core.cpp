@@ -9,7 +9,8 @@ namespace anvil::sched {
 scheduler_core::scheduler_core(sched_config cfg) : cfg_(std::move(cfg)) {}
 
 error_code scheduler_core::submit(request r) {
-  if (r.prompt.empty() || r.max_tokens < 1 || seqs_.count(r.id)) return make_error_code(errc::invalid_argument);
+  // Id 0 is never a request: in_step_ marks a sequence ended mid-step with it.
+  if (r.id == 0 || r.prompt.empty() || r.max_tokens < 1 || seqs_.count(r.id)) return make_error_code(errc::invalid_argument);
   if (std::int64_t(r.prompt.size()) >= cfg_.max_model_len) return make_error_code(errc::context_overflow);
   if (std::int64_t(waiting_.size()) >= cfg_.max_queue) return make_error_code(errc::overloaded);
   seq_state s;

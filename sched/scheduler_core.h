@@ -69,7 +69,7 @@ class scheduler_core {
  public:
   explicit scheduler_core(sched_config cfg);
 
-  // errc::invalid_argument (empty prompt, duplicate id, max_tokens < 1), errc::context_overflow
+  // errc::invalid_argument (id 0, empty prompt, duplicate id, max_tokens < 1), errc::context_overflow
   // (the prompt leaves no room to generate), errc::overloaded (the queue is full).
   error_code submit(request r);
   // Cancels a waiting or running request: its blocks are released in the next KV batch and a

@@ -37,6 +37,18 @@ class recorder_actor : public strand_actor {
     });
   }
 
+  // async_record, exempt from the mailbox bound (admission::exempt).
+  template <class Token>
+  auto async_record_exempt(int v, Token&& token) {
+    return ask<std::size_t, admission::exempt>(std::forward<Token>(token), [this, v] {
+      seen_.push_back(v);
+      return seen_.size();
+    });
+  }
+  // record, as an urgent message (tell_urgent).
+  error_code record_urgent(int v) {
+    return tell_urgent([this, v] { seen_.push_back(v); });
+  }
   template <class Token>
   auto async_seen(Token&& token) {
     return ask<std::vector<int>>(std::forward<Token>(token), [this] { return seen_; });

@@ -111,6 +111,42 @@ TEST(StrandActor, AnswersBusyWhenMailboxIsFull) {
   ctx.run();
 }
 
+TEST(StrandActor, ExemptAndUrgentMessagesPassAFullMailbox) {
+  asio::io_context ctx;  // not running yet: accepted messages stay in the mailbox
+  recorder_actor actor(ctx.get_executor(), 2);
+  actor.async_record(1, [](error_code, std::size_t) {});
+  actor.async_record(2, [](error_code, std::size_t) {});
+  EXPECT_EQ(actor.record(3), make_error_code(errc::busy));
+  error_code exempt = make_error_code(errc::dropped);
+  actor.async_record_exempt(4, [&](error_code ec, std::size_t) { exempt = ec; });
+  EXPECT_FALSE(actor.record_urgent(5));
+  ctx.run();
+  EXPECT_FALSE(exempt);
+  std::vector<int> seen;
+  ctx.restart();
+  actor.async_seen([&](error_code, std::vector<int> s) { seen = std::move(s); });
+  ctx.run();
+  EXPECT_EQ(seen, (std::vector<int>{1, 2, 4, 5}));  // in the order accepted
+  ctx.restart();
+  actor.async_stop([](error_code) {});
+  ctx.run();
+}
+
+TEST(StrandActor, AnUrgentMessageIsTakenWhileAStopDrainsAndRefusedOnceStopped) {
+  executor_pool pool("t", 2);
+  recorder_actor actor(pool.get_executor());
+  auto held = actor.async_hold(asio::use_future);  // keeps the stop draining
+  std::promise<void> stopped;
+  actor.async_stop([&](error_code) { stopped.set_value(); });
+  while (!actor.stopping()) std::this_thread::yield();
+  EXPECT_EQ(actor.record(1), make_error_code(errc::stopped));
+  EXPECT_FALSE(actor.record_urgent(2));  // e.g. a cancel of the work the stop waits for
+  actor.event_answer_held(7);
+  EXPECT_EQ(held.get(), 7);
+  stopped.get_future().wait();
+  EXPECT_EQ(actor.record_urgent(3), make_error_code(errc::stopped));
+}
+
 TEST(StrandActor, ExpectedFailuresTravelAsValues) {
   executor_pool pool("t", 2);
   recorder_actor actor(pool.get_executor());

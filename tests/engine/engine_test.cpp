@@ -257,6 +257,23 @@ TEST(Engine, AsyncGenerateWorksFromACoroutine) {
   eng->async_stop(asio::use_future).get();
 }
 
+TEST(Engine, DroppingTheLastHandleOnAnEngineThreadIsSafe) {
+  // The completion runs on one of the engine's own threads and drops the last handle there: the
+  // engine must stop and join its threads elsewhere instead of waiting for itself.
+  std::promise<completion> got;
+  {
+    auto eng = engine::create(tiny_config());
+    engine* raw = eng.get();
+    raw->async_generate(greedy_request(random_prompt(5, 1), 3), [keep = std::move(eng), &got](error_code, completion c) mutable {
+      keep.reset();
+      got.set_value(std::move(c));
+    });
+  }
+  std::future<completion> f = got.get_future();
+  ASSERT_EQ(f.wait_for(std::chrono::seconds(60)), std::future_status::ready) << "the engine's destructor waited for itself";
+  EXPECT_EQ(f.get().tokens.size(), 3u);
+}
+
 TEST(Engine, RefusesBadRequestsWithClearErrors) {
   engine_config cfg = tiny_config();
   cfg.max_model_len = 64;

@@ -1,9 +1,11 @@
 // The scheduler actor against a GoogleMock worker: the test answers each step itself — with
 // fabricated candidates, or with an error mid-run — and checks what reaches the request streams.
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <future>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include <boost/asio/use_future.hpp>
@@ -43,8 +45,8 @@ gpu_worker::seq_output certain(std::uint64_t seq, std::int32_t t) {
 struct harness {
   actors::executor_pool pool{"t", 2};
   mock_worker worker;
-  kv::kv_manager kv{pool.get_executor(), kv::kv_config{64, 4, true}};
-  sampler::sampler_actor sampler{pool.get_executor()};
+  kv::kv_manager kv;
+  sampler::sampler_actor sampler;
   std::mutex mu;
   std::vector<sched::step_event> events;
   std::promise<void> all_done;
@@ -52,7 +54,11 @@ struct harness {
   int finishes = 0;
   std::unique_ptr<sched::scheduler> sched;
 
-  explicit harness(int finishes_expected) : expected_finishes(finishes_expected) {
+  explicit harness(int finishes_expected, std::size_t mailbox = 1u << 16, std::size_t kv_mailbox = 4096,
+                   std::size_t sampler_mailbox = 4096)
+      : kv(pool.get_executor(), kv::kv_config{64, 4, true}, kv_mailbox),
+        sampler(pool.get_executor(), sampler_mailbox),
+        expected_finishes(finishes_expected) {
     sched::sched_config cfg;
     cfg.max_num_batched_tokens = 64;
     cfg.max_num_seqs = 8;
@@ -67,7 +73,8 @@ struct harness {
                                                    events.push_back(std::move(e));
                                                    if (last) all_done.set_value();
                                                  }
-                                               });
+                                               },
+                                               mailbox);
   }
   ~harness() {
     sched->async_stop(asio::use_future).get();
@@ -183,6 +190,76 @@ TEST(SchedulerActor, UnusableCandidatesFailTheirRequestAloneAndTheEngineStaysHea
     }
   }
   EXPECT_EQ(tokens_of_2, 4);
+  EXPECT_TRUE(h.sched->healthy());
+}
+
+// Blocks an actor's strand until released, so that what is sent meanwhile waits in its mailbox.
+struct strand_blocker {
+  std::promise<void> running, release;
+  explicit strand_blocker(const actors::strand_actor& a) {
+    asio::post(a.get_executor(), [this] {
+      running.set_value();
+      release.get_future().wait();
+    });
+    running.get_future().wait();
+  }
+  void open() { release.set_value(); }
+};
+
+TEST(SchedulerActor, ACancelGetsThroughAFullMailbox) {
+  harness h(1, /*mailbox=*/2);
+  EXPECT_CALL(h.worker, do_execute(_, _)).WillRepeatedly(Invoke([&](gpu_worker::step_plan p, auto handler) {
+    gpu_worker::step_result r;
+    r.step = p.step;
+    for (const auto& s : p.seqs) {
+      if (s.want_candidates) r.outputs.push_back(certain(s.seq_id, 30));
+    }
+    std::move(handler)(error_code{}, std::move(r));
+  }));
+  ASSERT_FALSE(h.submit(h.req(1, {1, 2, 3}, 4000)));
+  strand_blocker block(*h.sched);
+  std::vector<std::future<sched::sched_stats>> stats;
+  for (int i = 0; i < 3; ++i) stats.push_back(h.sched->async_stats(asio::use_future));
+  EXPECT_EQ(h.sched->mailbox_depth(), 2u);  // full: the third was refused busy
+  EXPECT_FALSE(h.sched->cancel(1));          // a stop string found now must still end the request
+  block.open();
+  h.all_done.get_future().wait();
+  EXPECT_EQ(h.events.back().finish, sched::finish_reason::cancelled);
+  int tokens = 0;
+  for (const auto& e : h.events) tokens += e.token >= 0;
+  EXPECT_LT(tokens, 4000);
+  EXPECT_THROW(stats[2].get(), boost::system::system_error);
+}
+
+TEST(SchedulerActor, AFullKvMailboxNeverMakesItUnhealthy) {
+  // The KV manager's mailbox holds one message and other senders' stats requests keep it full
+  // while the step loop runs: the loop's batches are exempt (as the sampler's open, sample and
+  // close are), so every request finishes normally.
+  harness h(3, 1u << 16, /*kv_mailbox=*/1, /*sampler_mailbox=*/1);
+  EXPECT_CALL(h.worker, do_execute(_, _)).WillRepeatedly(Invoke([&](gpu_worker::step_plan p, auto handler) {
+    gpu_worker::step_result r;
+    r.step = p.step;
+    for (const auto& s : p.seqs) {
+      if (s.want_candidates) r.outputs.push_back(certain(s.seq_id, 30));
+    }
+    std::move(handler)(error_code{}, std::move(r));
+  }));
+  std::atomic<bool> done{false};
+  std::thread flood([&] {
+    while (!done) {
+      h.kv.async_stats([](error_code, kv::kv_stats) {});
+      std::this_thread::yield();
+    }
+  });
+  for (std::uint64_t id = 1; id <= 3; ++id) ASSERT_FALSE(h.submit(h.req(id, {1, 2, 3}, 40)));
+  h.all_done.get_future().wait();
+  done = true;
+  flood.join();
+  for (const auto& e : h.events) {
+    if (e.finish != sched::finish_reason::none) {
+      EXPECT_EQ(e.finish, sched::finish_reason::length) << e.id << " " << e.error.message();
+    }
+  }
   EXPECT_TRUE(h.sched->healthy());
 }
 

@@ -186,6 +186,7 @@ TEST(SchedulerCore, RefusesWhatItCannotServe) {
   c.max_model_len = 20;
   scheduler_core core(c);
   EXPECT_EQ(core.submit(driver::req(1, 0, 4)), make_error_code(errc::invalid_argument));
+  EXPECT_EQ(core.submit(driver::req(0, 5, 4)), make_error_code(errc::invalid_argument));  // 0 marks "ended mid-step"
   EXPECT_EQ(core.submit(driver::req(1, 20, 4)), make_error_code(errc::context_overflow));
   EXPECT_FALSE(core.submit(driver::req(1, 5, 4)));
   EXPECT_EQ(core.submit(driver::req(1, 5, 4)), make_error_code(errc::invalid_argument));  // duplicate id
