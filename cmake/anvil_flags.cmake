@@ -37,6 +37,7 @@ if(ANVIL_SANITIZE)
   add_link_options(${_san_flags})
 endif()
 
+# Build-only: the installed libraries (cmake/anvil_install.cmake) impose no flags on their users.
 function(anvil_target_defaults target)
-  target_link_libraries(${target} PRIVATE anvil_defaults)
+  target_link_libraries(${target} PRIVATE $<BUILD_INTERFACE:anvil_defaults>)
 endfunction()
