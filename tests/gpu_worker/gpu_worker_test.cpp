@@ -30,6 +30,7 @@
 #include "gpu_worker/worker_perplexity.h"
 #include "model/cpu_forward.h"
 #include "model/perplexity.h"
+#include "tests/gpu_worker/device_alloc_counter.h"
 #include "tests/gpu_worker/gpu_engine_util.h"
 #include "tests/model/fixtures.h"
 #include "tests/sampler/edge_params.h"
@@ -463,15 +464,33 @@ INSTANTIATE_TEST_SUITE_P(Models, GpuEngine,
                            return n;
                          });
 
-TEST(GpuEngineLoad, DeviceAllocationsStayFlatThrough200MixedRequestsWithCancels) {
+// The one rule, against the runtime itself: after start-up no CUDA runtime call of anvil's
+// allocates device or pinned memory (each is interposed and counted, device_alloc_counter.h) and
+// the device's free memory does not move (what cuBLAS or the driver might allocate inside
+// themselves) through 1,000 mixed requests — prefills of every length, decodes, sampled and
+// greedy, logprobs — with cancels at every stage. The worker's own count must agree.
+TEST(GpuEngineLoad, NoDeviceOrPinnedAllocationAfterStartUpThrough1000MixedRequestsWithCancels) {
   REQUIRE_GPU();
+  const anvil::testing::runtime_allocations before_engine = anvil::testing::runtime_allocations_made();  // other tests' too
   auto eng = engine::create(engine_cfg(worker_backend::gpu, synth_fixture("tiny", synth_mix::q8_0)));
   const std::uint64_t at_start = eng->stats().device_allocations;
   ASSERT_GT(at_start, 0u);
+  const anvil::testing::runtime_allocations runtime_at_start = anvil::testing::runtime_allocations_made();
+  const std::size_t free_at_start = anvil::testing::device_free_bytes();
+  if (anvil::testing::counted()) {
+    // The interposition sees the worker's buffers (its count also holds the BLAS handle, whose
+    // memory cuBLAS allocates inside itself: the free-memory check covers that kind).
+    const std::uint64_t device = runtime_at_start.device - before_engine.device;
+    const std::uint64_t pinned = runtime_at_start.pinned - before_engine.pinned;
+    EXPECT_GT(device, 0u);
+    EXPECT_GT(pinned, 0u);
+    EXPECT_LE(device + pinned, at_start);
+    EXPECT_GT(free_at_start, 0u);
+  }
   std::mt19937 rng(7);
   std::vector<std::future<completion>> done;
   std::vector<std::uint64_t> ids;
-  for (int i = 0; i < 200; ++i) {
+  for (int i = 0; i < 1000; ++i) {
     generate_request r = greedy_request(random_tokens(1 + rng() % 120, std::uint32_t(i)), 1 + std::int64_t(rng() % 24));
     if (i % 3 == 1) {
       r.sampling.temperature = 0.8f;
@@ -502,17 +521,29 @@ TEST(GpuEngineLoad, DeviceAllocationsStayFlatThrough200MixedRequestsWithCancels)
     (c.finish_reason == "cancelled" ? cancelled : finished)++;
     EXPECT_NE(c.finish_reason, "error");
   }
-  std::printf("200 requests: %d finished, %d cancelled; %llu device allocations\n", finished, cancelled,
-              static_cast<unsigned long long>(at_start));
   engine_stats s = eng->stats();
   for (int i = 0; i < 200 && s.kv.counts.in_use != 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     s = eng->stats();
   }
+  const anvil::testing::runtime_allocations runtime_after = anvil::testing::runtime_allocations_made();
+  const std::size_t free_after = anvil::testing::device_free_bytes();
+  std::printf("1000 requests: %d finished, %d cancelled; worker allocations %llu; runtime calls so far in this process "
+              "at start-up: %llu device, %llu pinned; after: %llu device, %llu pinned; free device memory %zu -> %zu bytes\n",
+              finished, cancelled, static_cast<unsigned long long>(at_start),
+              static_cast<unsigned long long>(runtime_at_start.device), static_cast<unsigned long long>(runtime_at_start.pinned),
+              static_cast<unsigned long long>(runtime_after.device), static_cast<unsigned long long>(runtime_after.pinned),
+              free_at_start, free_after);
   EXPECT_TRUE(s.healthy);
   EXPECT_EQ(s.device_allocations, at_start);
+  EXPECT_EQ(runtime_after, runtime_at_start);
+  EXPECT_EQ(free_after, free_at_start);
   EXPECT_EQ(s.kv.counts.in_use, 0);
   eng->async_stop(boost::asio::use_future).get();
+  if (anvil::testing::counted()) {  // and the interposition is live: one stray call is seen
+    ASSERT_TRUE(anvil::testing::allocate_and_free_once());
+    EXPECT_EQ(anvil::testing::runtime_allocations_made().device, runtime_after.device + 1);
+  }
 }
 
 // The sampling-edge property test (tests/sampler/edge_params.h) through the GPU engine: the
