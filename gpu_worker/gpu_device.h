@@ -1,6 +1,7 @@
 // The GPU worker's device side, below its actor shell (gpu_worker.cpp): the start-up (device,
-// stream, BLAS handle, weight upload, memory plan) and the forward pass of one step. Host code
-// compiled by the C++ compiler; it only enqueues the kernels of kernels/ through their launchers.
+// stream, BLAS handle, weight upload, memory plan, warm-up, graphs: gpu_device_setup.cpp) and the
+// forward pass of one step (gpu_device_step.cpp). Host code compiled by the C++ compiler; it only
+// enqueues the kernels of kernels/ through their launchers.
 // Every device and pinned-host allocation goes through alloc_*(), which counts it; nothing after
 // the constructor calls them. Errors: the constructor throws std::runtime_error; execute() throws
 // device_failure for a failed launch or copy (the shell turns it into errc::device_fault) and
@@ -11,6 +12,7 @@
 #include <cstdint>
 #include <span>
 #include <stdexcept>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -27,6 +29,13 @@ namespace anvil::gpu_worker {
 struct device_failure : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+// Throws device_failure naming `what` for a runtime call that failed.
+inline void ok(hipError_t e, const char* what) {
+  if (e != hipSuccess) {
+    throw device_failure(std::string(what) + ": " + hipGetErrorName(e) + " (" + hipGetErrorString(e) + ")");
+  }
+}
 
 class gpu_device {
  public:
@@ -71,7 +80,7 @@ class gpu_device {
   void warm_up();
   void capture_graphs(std::int64_t max_batch);
 
-  // The forward pass, stage by stage (gpu_device.cpp).
+  // The forward pass, stage by stage (gpu_device_step.cpp).
   void copy_blocks(const step_plan& plan);
   void lay_out(const step_plan& plan, bool for_graph);
   void run_body();  // embedding, the layers, the final norm: step_ says the shape

@@ -67,7 +67,7 @@ inline hipError_t hipStreamCreateWithFlags(hipStream_t* s, unsigned f) { return 
 inline hipError_t hipStreamDestroy(hipStream_t s) { return cudaStreamDestroy(s); }
 inline hipError_t hipStreamSynchronize(hipStream_t s) { return cudaStreamSynchronize(s); }
 
-// Graphs: decode steps captured once at start-up and replayed (gpu_worker/gpu_device.cpp).
+// Graphs: decode steps captured once at start-up and replayed (gpu_worker/gpu_device_setup.cpp).
 using hipGraph_t = cudaGraph_t;
 using hipGraphExec_t = cudaGraphExec_t;
 using hipStreamCaptureMode = cudaStreamCaptureMode;

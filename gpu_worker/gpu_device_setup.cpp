@@ -1,0 +1,394 @@
+// The GPU device's start-up (gpu_device.h): device, stream and BLAS handle, the weight upload, the
+// memory plan (scratch, workspaces, upload buffers, the KV pool), the warm-up step and the decode
+// graphs' capture. Every allocation happens here, through alloc_*(); the step (gpu_device_step.cpp)
+// only uses what this file carved.
+#include "gpu_worker/gpu_device.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "kernels/attention_decode.h"
+
+namespace anvil::gpu_worker {
+namespace {
+
+constexpr std::size_t staging_bytes = std::size_t(8) << 20;  // pinned buffer the weights pass through
+constexpr std::size_t weight_align = 16;                     // the kernels' requirement for matrix bases
+constexpr std::size_t scratch_align = 256;
+
+constexpr std::size_t align_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
+
+// Hands out aligned offsets inside one allocation (sizes first, pointers once it exists).
+class carver {
+ public:
+  std::size_t take(std::size_t bytes, std::size_t align = scratch_align) {
+    off_ = align_up(off_, align);
+    const std::size_t at = off_;
+    off_ += bytes;
+    return at;
+  }
+  std::size_t size() const { return off_; }
+
+ private:
+  std::size_t off_ = 0;
+};
+
+std::size_t matrix_bytes(const model::weight& w) {
+  const auto row = model::row_bytes(w.type, w.in);
+  if (!row) throw std::runtime_error("gpu worker: a weight's rows do not divide into blocks of its type");
+  return *row * std::size_t(w.out);
+}
+
+}  // namespace
+
+
+void* gpu_device::alloc_device(std::size_t bytes, const char* what) {
+  void* p = nullptr;
+  if (const hipError_t e = hipMalloc(&p, std::max<std::size_t>(bytes, 256)); e != hipSuccess) {
+    throw std::runtime_error(std::string("gpu worker: allocating ") + std::to_string(bytes >> 20) + " MiB for " + what +
+                             ": " + hipGetErrorString(e));
+  }
+  device_allocs_.push_back(p);
+  ++allocations_;
+  return p;
+}
+
+void* gpu_device::alloc_pinned(std::size_t bytes, const char* what) {
+  void* p = nullptr;
+  if (const hipError_t e = hipHostMalloc(&p, std::max<std::size_t>(bytes, 256), hipHostMallocDefault); e != hipSuccess) {
+    throw std::runtime_error(std::string("gpu worker: allocating pinned host memory for ") + what + ": " +
+                             hipGetErrorString(e));
+  }
+  pinned_allocs_.push_back(p);
+  ++allocations_;
+  return p;
+}
+
+gpu_device::gpu_device(const model::llm& m, const gpu_worker_config& cfg, memory_plan& mem)
+    : m_(m), device_(cfg.device), block_size_(cfg.block_size), max_tokens_(cfg.max_batch_tokens),
+      max_seqs_(cfg.max_seqs), max_pairs_(std::max<std::int64_t>(cfg.max_logit_pairs, 2 * m.hp.n_vocab)),
+      gemv_activations_(cfg.float_activations ? kernels::gemv_activations::f32 : kernels::gemv_activations::int8) {
+  const model::hparams& hp = m.hp;
+  if (cfg.block_size < 1 || cfg.max_batch_tokens < 1 || cfg.max_seqs < 1 || cfg.max_context < 1 ||
+      cfg.memory_fraction <= 0 || cfg.memory_fraction > 1) {
+    throw std::runtime_error("gpu worker: block size, step limits and context must be positive, memory_fraction in (0, 1]");
+  }
+  if (cfg.max_batch_tokens > 65535 || cfg.max_seqs > 65535) throw std::runtime_error("gpu worker: step limits above 65535");
+  if (hp.head_dim != 64 && hp.head_dim != 128) {
+    throw std::runtime_error("gpu worker: attention kernels need head_dim 64 or 128, the model has " +
+                             std::to_string(hp.head_dim));
+  }
+  if (hp.n_vocab > kernels::candidates_max_vocab) {
+    throw std::runtime_error("gpu worker: the model's vocabulary has " + std::to_string(hp.n_vocab) +
+                             " tokens; the candidates kernels take at most " +
+                             std::to_string(kernels::candidates_max_vocab));
+  }
+  max_blocks_per_seq_ = (cfg.max_context + cfg.block_size - 1) / cfg.block_size;
+  attn_split_ = kernels::attention_decode_split_for(max_context());
+  gpu::dependent_launch_enabled.store(cfg.overlap_kernels, std::memory_order_relaxed);
+  try {
+    ok(hipSetDevice(device_), "select the device");
+    hipDeviceProp_t prop{};
+    ok(hipGetDeviceProperties(&prop, device_), "read the device's properties");
+    mem.device = prop.name;
+    ok(hipStreamCreateWithFlags(&stream_, hipStreamNonBlocking), "create the stream");
+    gemm_.algo = kernels::default_gemm_algo();
+    if (gemm_.algo == kernels::gemm_algo::vendor_blas) {
+      if (blas::create(&gemm_.blas) != blas::ok) throw std::runtime_error("gpu worker: the BLAS handle could not be created");
+      have_blas_ = true;
+      ++allocations_;  // the handle holds device memory of its own
+    }
+  } catch (const device_failure& e) {
+    throw std::runtime_error(std::string("gpu worker: ") + e.what());
+  }
+  mem.block_size = cfg.block_size;
+  mem.max_batch_tokens = cfg.max_batch_tokens;
+  mem.max_seqs = cfg.max_seqs;
+  mem.n_vocab = hp.n_vocab;
+  upload_weights(cfg, mem);
+  plan_scratch(mem);
+  plan_kv(cfg, mem);
+  try {
+    warm_up();
+    capture_graphs(std::min(cfg.graph_max_batch, max_seqs_));
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string("gpu worker: the warm-up step failed: ") + e.what());
+  }
+  mem.decode_graphs = graphs();
+}
+
+gpu_device::~gpu_device() {
+  if (stream_) (void)hipStreamSynchronize(stream_);
+  for (hipGraphExec_t g : graphs_) {
+    if (g) (void)hipGraphExecDestroy(g);
+  }
+  if (have_blas_) (void)blas::destroy(gemm_.blas);
+  for (void* p : device_allocs_) (void)hipFree(p);
+  for (void* p : pinned_allocs_) (void)hipHostFree(p);
+  if (stream_) (void)hipStreamDestroy(stream_);
+}
+
+// Every tensor into ONE allocation at 16-byte aligned offsets: matrices as the GGUF bytes,
+// norms / biases / rope factors as the f32 vectors the loader made. Through a pinned staging
+// buffer, chunk by chunk; a tied head shares the embedding's bytes.
+void gpu_device::upload_weights(const gpu_worker_config& cfg, memory_plan& mem) {
+  const model::hparams& hp = m_.hp;
+  struct piece {
+    const void* host;
+    std::size_t bytes;
+    std::size_t offset;
+  };
+  std::vector<piece> pieces;
+  std::unordered_map<const void*, std::size_t> index;
+  carver c;
+  const auto add = [&](const void* host, std::size_t bytes) {
+    if (host == nullptr || bytes == 0 || index.count(host)) return;
+    index[host] = pieces.size();
+    pieces.push_back({host, bytes, c.take(bytes, weight_align)});
+  };
+  const auto add_matrix = [&](const model::weight& w) {
+    if (!kernels::gemv_supports(w.type) || w.in % 8 != 0) {
+      throw std::runtime_error("gpu worker: weight type " + std::string(model::info(w.type).name) +
+                               " (rows of " + std::to_string(w.in) + ") is not supported by the GPU kernels");
+    }
+    add(w.data, matrix_bytes(w));
+  };
+  const auto add_vec = [&](const std::vector<float>& v) { add(v.data(), v.size() * sizeof(float)); };
+  add_matrix(m_.tok_embd);
+  add_matrix(m_.output);
+  add_vec(m_.output_norm);
+  add_vec(m_.rope_freqs);
+  for (const model::layer_weights& l : m_.layers) {
+    for (const auto* v : {&l.attn_norm, &l.ffn_norm, &l.q_norm, &l.k_norm, &l.bq, &l.bk, &l.bv}) add_vec(*v);
+    for (const auto* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) add_matrix(*w);
+  }
+  const std::size_t total = c.size();
+  weights_ = static_cast<unsigned char*>(alloc_device(total, "the weights"));
+  mem.weight_bytes = total;
+  auto* staging = static_cast<unsigned char*>(alloc_pinned(staging_bytes, "the weight staging buffer"));
+  std::size_t done = 0;
+  try {
+    for (const piece& p : pieces) {
+      for (std::size_t at = 0; at < p.bytes; at += staging_bytes) {
+        const std::size_t n = std::min(staging_bytes, p.bytes - at);
+        std::memcpy(staging, static_cast<const unsigned char*>(p.host) + at, n);
+        ok(hipMemcpyAsync(weights_ + p.offset + at, staging, n, hipMemcpyHostToDevice, stream_), "upload a weight");
+        ok(hipStreamSynchronize(stream_), "upload a weight");
+        done += n;
+        if (cfg.progress) cfg.progress(done, total);
+      }
+      dev_of_[p.host] = weights_ + p.offset;
+    }
+  } catch (const device_failure& e) {
+    throw std::runtime_error(std::string("gpu worker: ") + e.what());
+  }
+
+  const auto dev_vec = [&](const std::vector<float>& v) -> const float* {
+    return v.empty() ? nullptr : static_cast<const float*>(dev_of_.at(v.data()));
+  };
+  const auto dev_matrix = [&](const model::weight& w) { return matrix{dev_of_.at(w.data), w.type, w.in, w.out}; };
+  tok_embd_ = dev_of_.at(m_.tok_embd.data);
+  output_ = dev_matrix(m_.output);
+  output_norm_ = dev_vec(m_.output_norm);
+  rope_freqs_ = dev_vec(m_.rope_freqs);
+  for (const model::layer_weights& l : m_.layers) {
+    layer d;
+    d.attn_norm = dev_vec(l.attn_norm);
+    d.ffn_norm = dev_vec(l.ffn_norm);
+    d.q_norm = hp.qk_norm ? dev_vec(l.q_norm) : nullptr;
+    d.k_norm = hp.qk_norm ? dev_vec(l.k_norm) : nullptr;
+    d.bq = dev_vec(l.bq);
+    d.bk = dev_vec(l.bk);
+    d.bv = dev_vec(l.bv);
+    d.wq = dev_matrix(l.wq);
+    d.wk = dev_matrix(l.wk);
+    d.wv = dev_matrix(l.wv);
+    d.wo = dev_matrix(l.wo);
+    d.gate = dev_matrix(l.gate);
+    d.up = dev_matrix(l.up);
+    d.down = dev_matrix(l.down);
+    layers_.push_back(d);
+  }
+}
+
+// Scratch for the step limits, GEMM / BLAS / attention workspaces and the upload mirror: one
+// device allocation; the pinned upload and record buffers: two host ones.
+void gpu_device::plan_scratch(memory_plan& mem) {
+  const model::hparams& hp = m_.hp;
+  const auto T = std::size_t(max_tokens_), S = std::size_t(max_seqs_), P = std::size_t(max_pairs_);
+  const std::size_t f = sizeof(float);
+  const std::size_t q_w = std::size_t(hp.n_head * hp.head_dim), kv_w = std::size_t(hp.n_head_kv * hp.head_dim);
+
+  carver u;  // the upload sections
+  up_off_.ids = u.take(T * 4, 16);
+  up_off_.positions = u.take(T * 4, 16);
+  up_off_.slots = u.take(T * 8, 16);
+  up_off_.tables = u.take(S * std::size_t(max_blocks_per_seq_) * 4, 16);
+  up_off_.context_lens = u.take(S * 4, 16);
+  up_off_.prefill_seqs = u.take(S * sizeof(kernels::attention_prefill_seq), 16);
+  up_off_.logit_rows = u.take(S * 4, 16);
+  up_off_.cand_seqs = u.take(S * sizeof(kernels::candidates_seq), 16);
+  up_off_.score_rows = u.take(T * 4, 16);
+  up_off_.score_targets = u.take(T * 4, 16);
+  up_off_.fixed_end = u.size();
+  up_off_.bias_ids = u.take(P * 4, 16);
+  up_off_.bias_values = u.take(P * 4, 16);
+  up_off_.count_ids = u.take(P * 4, 16);
+  up_off_.count_values = u.take(P * 4, 16);
+  up_off_.total = u.size();
+
+  std::size_t gemm_ws = 0, gemv_ws = 0;
+  const auto fit = [&](const matrix& w, std::int64_t tokens) {
+    gemm_ws = std::max(gemm_ws, kernels::gemm_workspace_bytes(gemm_.algo, w.type, w.in, w.out, tokens));
+    gemv_ws = std::max(gemv_ws, kernels::gemv_workspace_bytes(w.type, w.in, std::min(tokens, kernels::gemv_max_tokens)));
+  };
+  fit(output_, max_seqs_);
+  for (const layer& l : layers_) {
+    for (const matrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) fit(*w, max_tokens_);
+  }
+  // When the norms, SwiGLU and decode attention write the 8-bit activations (x8_fused), they
+  // write them for every layer input, whatever its weight's type: room for the three widths.
+  if (gemv_ws > 0) {
+    const std::int64_t t8 = std::min(max_tokens_, kernels::gemv_max_tokens);
+    for (const std::int64_t in : {hp.n_embd, hp.n_ff, hp.n_head * hp.head_dim}) {
+      gemv_ws = std::max(gemv_ws, kernels::gemv_workspace_bytes(model::ggml_type::Q8_0, in, t8));
+    }
+  }
+  const std::size_t blas_ws = have_blas_ ? blas::recommended_workspace_bytes : 0;
+  attn_ws_bytes_ = kernels::attention_decode_workspace_bytes(max_seqs_, hp.n_head, hp.head_dim, max_context(),
+                                                             attn_split_);
+  const std::size_t record_bytes = kernels::candidates_record_bytes(kernels::candidates_max_k);
+  cand_ws_bytes_ = kernels::candidates_workspace(max_seqs_, hp.n_vocab, kernels::candidates_max_k).bytes;
+
+  carver c;
+  const std::size_t x = c.take(T * std::size_t(hp.n_embd) * f), h = c.take(T * std::size_t(hp.n_embd) * f);
+  const std::size_t q = c.take(T * q_w * f), k = c.take(T * kv_w * f), v = c.take(T * kv_w * f);
+  const std::size_t attn = c.take(T * q_w * f), o = c.take(T * std::size_t(hp.n_embd) * f);
+  const std::size_t gate = c.take(T * std::size_t(hp.n_ff) * f), up = c.take(T * std::size_t(hp.n_ff) * f);
+  const std::size_t rows = c.take(S * std::size_t(hp.n_embd) * f), logits = c.take(S * std::size_t(hp.n_vocab) * f);
+  const std::size_t records = c.take(S * record_bytes), attn_ws = c.take(attn_ws_bytes_);
+  const std::size_t gemm_at = c.take(gemm_ws), blas_at = c.take(blas_ws), upload = c.take(up_off_.total);
+  const std::size_t gemv_at = c.take(gemv_ws), scores = c.take(T * f), cand_ws = c.take(cand_ws_bytes_);
+  auto* base = static_cast<unsigned char*>(alloc_device(c.size(), "activation scratch and workspaces"));
+  mem.scratch_bytes = c.size();
+  const auto fp = [base](std::size_t off) { return reinterpret_cast<float*>(base + off); };
+  x_ = fp(x), h_ = fp(h), q_ = fp(q), k_ = fp(k), v_ = fp(v), attn_ = fp(attn), o_ = fp(o);
+  gate_ = fp(gate), up_ = fp(up), rows_ = fp(rows), logits_ = fp(logits);
+  records_dev_ = base + records;
+  attn_ws_ = attn_ws_bytes_ ? base + attn_ws : nullptr;
+  gemm_.workspace = gemm_ws ? base + gemm_at : nullptr;
+  gemm_.workspace_bytes = gemm_ws;
+  gemm_.blas_workspace = blas_ws ? base + blas_at : nullptr;
+  gemm_.blas_workspace_bytes = blas_ws;
+  gemv_ws_ = gemv_ws ? base + gemv_at : nullptr;
+  gemv_ws_bytes_ = gemv_ws;
+  upload_dev_ = base + upload;
+  scores_dev_ = fp(scores);
+  cand_ws_ = base + cand_ws;
+
+  upload_host_ = static_cast<unsigned char*>(alloc_pinned(up_off_.total, "the step upload buffer"));
+  const std::size_t scores_at = align_up(S * record_bytes, 16);
+  records_host_ = static_cast<unsigned char*>(alloc_pinned(scores_at + T * f, "the candidate records and scores"));
+  scores_host_ = reinterpret_cast<float*>(records_host_ + scores_at);
+  first_token_.reserve(S);
+  order_.reserve(S);
+  lp_.reserve(S);
+  lp_positions_.reserve(S);
+  lp_seq_ids_.reserve(S);
+}
+
+// The KV pool: memory_fraction of what is free now (capped by kv_budget_bytes), in whole blocks.
+void gpu_device::plan_kv(const gpu_worker_config& cfg, memory_plan& mem) {
+  const model::hparams& hp = m_.hp;
+  std::size_t free_b = 0, total_b = 0;
+  ok(hipMemGetInfo(&free_b, &total_b), "read free device memory");
+  std::size_t budget = std::size_t(double(free_b) * cfg.memory_fraction);
+  if (cfg.kv_budget_bytes > 0) budget = std::min(budget, cfg.kv_budget_bytes);
+  const std::size_t block_elems = std::size_t(block_size_ * hp.n_head_kv * hp.head_dim);
+  const std::size_t per_block = block_elems * 2 /* K, V */ * std::size_t(hp.n_layer) * sizeof(std::uint16_t);
+  n_blocks_ = std::int64_t(budget / per_block);
+  if (n_blocks_ < 1) {
+    throw std::runtime_error("gpu worker: no room for one KV block (" + std::to_string(free_b >> 20) +
+                             " MiB free after weights and scratch)");
+  }
+  kv_layer_elems_ = block_elems * std::size_t(n_blocks_);
+  kv_ = static_cast<std::uint16_t*>(alloc_device(per_block * std::size_t(n_blocks_), "the KV pool"));
+  mem.n_blocks = n_blocks_;
+  mem.kv_bytes = per_block * std::size_t(n_blocks_);
+}
+
+// One step through every path (decode attention, prefill attention, GEMV, GEMM when the limits
+// allow one, candidates) before ready: kernels load now, and a broken device fails start-up. It
+// writes only into block 0, which nobody reads before writing it.
+void gpu_device::warm_up() {
+  step_plan plan;
+  seq_step dec;
+  dec.tokens = {0};
+  dec.block_table = {0};
+  dec.want_candidates = true;
+  dec.logits.top_k = 4;
+  plan.seqs.push_back(dec);
+  const std::int64_t chunk = std::min<std::int64_t>(max_tokens_ - 1, std::min<std::int64_t>(block_size_ * max_blocks_per_seq_, 16));
+  if (chunk >= 1 && max_seqs_ >= 2) {
+    seq_step pre;
+    pre.tokens.assign(std::size_t(chunk), 0);
+    pre.block_table.assign(std::size_t((chunk + block_size_ - 1) / block_size_), 0);
+    pre.want_candidates = true;
+    plan.seqs.push_back(pre);
+  }
+  step_result r;
+  execute(plan, r);
+}
+
+// One graph per decode batch size b in [1, max_batch]: run_body() for b sequences of one token,
+// captured with the shape every replay has — block tables of the full stride, decode attention
+// sized for the full context (splits past a sequence's length do nothing) — and reading its
+// inputs (ids, positions, slots, tables, context lengths) from the upload mirror, which each
+// step fills before the replay. Captured here, at start-up, so that no step instantiates one.
+// A batch size whose capture the runtime refuses runs eagerly.
+void gpu_device::capture_graphs(std::int64_t max_batch) {
+  graphs_.assign(std::size_t(std::max<std::int64_t>(max_batch, 0)), nullptr);
+  for (std::int64_t b = 1; b <= max_batch; ++b) {
+    step_ = {};
+    step_.tokens = step_.n_dec = b;
+    step_.stride = max_blocks_per_seq_;
+    step_.max_dec_context = max_context();
+    hipGraph_t graph = nullptr;
+    ok(hipStreamBeginCapture(stream_, hipStreamCaptureModeThreadLocal), "begin a graph capture");
+    try {
+      run_body();
+    } catch (const device_failure&) {
+      (void)hipStreamEndCapture(stream_, &graph);
+      if (graph) (void)hipGraphDestroy(graph);
+      (void)hipGetLastError();
+      continue;
+    }
+    ok(hipStreamEndCapture(stream_, &graph), "end a graph capture");
+    hipGraphExec_t exec = nullptr;
+    const hipError_t e = hipGraphInstantiateWithFlags(&exec, graph, 0);
+    (void)hipGraphDestroy(graph);
+    if (e != hipSuccess) {
+      (void)hipGetLastError();
+      continue;
+    }
+    graphs_[std::size_t(b - 1)] = exec;
+  }
+  // One replay of each, so that the first real steps do not pay for uploading the graphs. Their
+  // inputs first: every row token 0 at position 0, written to slot 0 of block 0 (where the
+  // warm-up wrote), block tables all block 0, contexts of one position — nothing out of range.
+  std::memset(upload_host_, 0, up_off_.fixed_end);
+  std::fill_n(host_at<std::int32_t>(up_off_.context_lens), max_seqs_, 1);
+  ok(hipMemcpyAsync(upload_dev_, upload_host_, up_off_.fixed_end, hipMemcpyHostToDevice, stream_), "upload the step");
+  for (hipGraphExec_t g : graphs_) {
+    if (g) ok(hipGraphLaunch(g, stream_), "decode graph");
+  }
+  ok(hipStreamSynchronize(stream_), "decode graphs");
+}
+
+std::int64_t gpu_device::graphs() const {
+  return std::int64_t(std::count_if(graphs_.begin(), graphs_.end(), [](hipGraphExec_t g) { return g != nullptr; }));
+}
+
+
+}  // namespace anvil::gpu_worker
