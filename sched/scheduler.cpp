@@ -15,8 +15,8 @@ actors::outcome<void> scheduler::submit(request r, const submit_options& opt) {
   const std::uint64_t id = r.id;
   // After a device fault nothing new is taken: the engine is unhealthy and says so.
   if (!healthy_) return make_error_code(errc::device_fault);
+  r.n_logprobs = opt.n_logprobs;
   if (const error_code ec = core_.submit(std::move(r))) return ec;
-  n_logprobs_[id] = opt.n_logprobs;
   // FIFO on the sampler's strand: the open is handled before any sample for this id.
   sampler_.async_open(id, opt.sampling, on_strand([this, id](error_code ec) {
     if (ec) {  // invalid parameters (the engine validates them first) or a stopped sampler
@@ -76,8 +76,8 @@ void scheduler::on_executed(error_code ec, gpu_worker::step_result r) {
   batch.reserve(r.outputs.size());
   for (gpu_worker::seq_output& out : r.outputs) {
     ids.push_back(out.seq_id);
-    const auto it = n_logprobs_.find(out.seq_id);
-    batch.push_back({out.seq_id, std::move(out), it == n_logprobs_.end() ? 0 : it->second});
+    const std::int32_t n_logprobs = core_.n_logprobs(out.seq_id);
+    batch.push_back({out.seq_id, std::move(out), n_logprobs});
   }
   sampler_.async_sample(std::move(batch), on_strand([this, ids = std::move(ids)](error_code ec2, std::vector<sampler::sample_outcome> o) mutable {
     on_sampled(ec2, std::move(o), std::move(ids));
@@ -90,54 +90,34 @@ void scheduler::on_sampled(error_code ec, std::vector<sampler::sample_outcome> o
     fail_everything(ec ? ec : make_error_code(errc::dropped), true);
     return core_.has_work() ? step() : idle();
   }
-  std::vector<std::int32_t> tokens;
-  tokens.reserve(outcomes.size());
-  for (const auto& o : outcomes) tokens.push_back(o ? o->token : -1);
-  // A sampler error for one sequence (its candidates were unusable) fails that sequence only.
+  std::vector<sched::sampled_token> sampled(outcomes.size());
   for (std::size_t i = 0; i < outcomes.size(); ++i) {
-    if (!outcomes[i]) {
+    if (outcomes[i]) {
+      sampled[i] = {outcomes[i]->token, outcomes[i]->logprob, std::move(outcomes[i]->top_logprobs)};
+    } else {  // the sequence's candidates were unusable: it fails alone
       log().error("req={} sampling failed: {}", ids[i], outcomes[i].error().message());
       core_.fail(ids[i], outcomes[i].error());
     }
   }
-  emit(core_.complete_step(tokens), &outcomes, &ids);
+  emit(core_.complete_step(std::span<sched::sampled_token>(sampled)));
   core_.has_work() ? step() : idle();
 }
 
 void scheduler::fail_everything(error_code ec, bool step_in_flight) {
   healthy_ = false;
-  std::vector<seq_event> failed = step_in_flight ? core_.fail_step() : std::vector<seq_event>{};
+  std::vector<seq_event> failed = step_in_flight ? core_.fail_step(ec) : std::vector<seq_event>{};
   std::vector<seq_event> rest = core_.fail_all(ec);
-  failed.insert(failed.end(), rest.begin(), rest.end());
+  failed.insert(failed.end(), std::make_move_iterator(rest.begin()), std::make_move_iterator(rest.end()));
   log().error("unhealthy: {} requests failed, new ones are refused", failed.size());
-  emit(failed, nullptr, nullptr, ec);
+  emit(std::move(failed));
 }
 
-void scheduler::emit(const std::vector<seq_event>& events, std::vector<sampler::sample_outcome>* outcomes,
-                     const std::vector<std::uint64_t>* ids, error_code failure) {
+void scheduler::emit(std::vector<seq_event> events) {
   if (events.empty()) return;
-  // Which sample answer belongs to which sequence (one lookup per event, not a scan).
-  std::unordered_map<std::uint64_t, std::size_t> answer_of;
-  if (outcomes) {
-    answer_of.reserve(ids->size());
-    for (std::size_t i = 0; i < ids->size(); ++i) answer_of.emplace((*ids)[i], i);
-  }
-  std::vector<step_event> out;
-  out.reserve(events.size());
   for (const seq_event& e : events) {
-    step_event se{e.id, e.token, e.finish, e.error, 0.f, {}};
-    if (e.finish == finish_reason::failed && failure) se.error = failure;
-    if (const auto it = answer_of.find(e.id); e.token >= 0 && it != answer_of.end() && (*outcomes)[it->second]) {
-      se.logprob = (*outcomes)[it->second]->logprob;
-      se.top_logprobs = std::move((*outcomes)[it->second]->top_logprobs);
-    }
-    if (e.finish != finish_reason::none) {
-      n_logprobs_.erase(e.id);
-      sampler_.async_close(e.id, [](error_code) {});
-    }
-    out.push_back(std::move(se));
+    if (e.finish != finish_reason::none) sampler_.async_close(e.id, [](error_code) {});
   }
-  sink_(std::move(out));
+  sink_(std::move(events));
 }
 
 }  // namespace anvil::sched

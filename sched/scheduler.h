@@ -8,7 +8,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <unordered_map>
 #include <vector>
 
 #include <boost/asio/bind_executor.hpp>
@@ -21,14 +20,8 @@
 
 namespace anvil::sched {
 
-struct step_event {
-  std::uint64_t id = 0;
-  std::int32_t token = -1;                          // -1: none (a cancellation or a failure)
-  finish_reason finish = finish_reason::none;
-  error_code error;                                 // why a request failed (finish_reason::failed)
-  float logprob = 0.f;                              // of token, under the processed distribution
-  std::vector<sampler::token_logprob> top_logprobs; // when the request asked for them
-};
+// What the request streams hear after each step: the core's events as they are.
+using step_event = seq_event;
 using event_sink = std::function<void(std::vector<step_event>)>;
 
 struct submit_options {
@@ -77,8 +70,7 @@ class scheduler : public actors::strand_actor {
   void on_kv(error_code ec, kv::kv_batch_result r);
   void on_executed(error_code ec, gpu_worker::step_result r);
   void on_sampled(error_code ec, std::vector<sampler::sample_outcome> outcomes, std::vector<std::uint64_t> ids);
-  void emit(const std::vector<seq_event>& events, std::vector<sampler::sample_outcome>* outcomes = nullptr,
-            const std::vector<std::uint64_t>* ids = nullptr, error_code failure = {});
+  void emit(std::vector<seq_event> events);  // to the sink; finished requests' sampler state is closed
   void idle();
   // A step, KV batch or sampling failed: the scheduler turns unhealthy and fails every request
   // it holds with `ec`, so none waits for a device that cannot answer; later submits are refused.
@@ -94,7 +86,6 @@ class scheduler : public actors::strand_actor {
   gpu_worker::worker& worker_;
   sampler::sampler_actor& sampler_;
   event_sink sink_;
-  std::unordered_map<std::uint64_t, std::int32_t> n_logprobs_;
   actors::in_flight loop_;      // held while the step loop runs
   bool looping_ = false;
   std::atomic<bool> healthy_{true};

@@ -46,7 +46,11 @@ void scheduler_core::finish(std::uint64_t id, finish_reason why, std::int32_t to
   for (scheduled& sc : in_step_) {
     if (sc.id == id) sc.id = 0;
   }
-  out.push_back({id, token, why, error});
+  seq_event& e = out.emplace_back();
+  e.id = id;
+  e.token = token;
+  e.finish = why;
+  e.error = error;
   seqs_.erase(it);
   stats_.waiting = std::int64_t(waiting_.size());
   stats_.running = std::int64_t(running_.size());
@@ -176,7 +180,7 @@ std::optional<gpu_worker::step_plan> scheduler_core::plan_step(kv::kv_batch_resu
         running_.insert(key(s));
         stats_.prompt_tokens += s.n_prompt;
         stats_.cached_prompt_tokens += s.n_computed;
-        events_.push_back({p.id, -1, finish_reason::none, {}});  // admitted: queue time ends
+        events_.emplace_back().id = p.id;  // admitted (no token, no finish): queue time ends
         if (p.n_tokens > s.n_computed) {
           in_step_.push_back({p.id, p.n_tokens - s.n_computed, p.n_tokens == std::int64_t(s.tokens.size())});
           plan.seqs.push_back(make_step(s, p.n_tokens - s.n_computed, std::move(r.block_table)));
@@ -207,13 +211,25 @@ std::optional<finish_reason> scheduler_core::finished(const seq_state& s) const 
   return std::nullopt;
 }
 
-std::vector<seq_event> scheduler_core::complete_step(std::span<const std::int32_t> sampled) {
+std::int32_t scheduler_core::n_logprobs(std::uint64_t id) const {
+  const auto it = seqs_.find(id);
+  return it == seqs_.end() ? 0 : it->second.req.n_logprobs;
+}
+
+std::vector<seq_event> scheduler_core::complete_step(std::span<const std::int32_t> tokens) {
+  std::vector<sampled_token> sampled(tokens.size());
+  for (std::size_t i = 0; i < tokens.size(); ++i) sampled[i].token = tokens[i];
+  return complete_step(std::span<sampled_token>(sampled));
+}
+
+std::vector<seq_event> scheduler_core::complete_step(std::span<sampled_token> sampled) {
   std::vector<seq_event> out;
   out.reserve(in_step_.size());
   std::size_t k = 0;
   ++stats_.steps;
   for (const scheduled& sc : in_step_) {
-    const std::int32_t token = sc.samples ? sampled[k++] : -1;
+    sampled_token* answer = sc.samples ? &sampled[k++] : nullptr;
+    const std::int32_t token = answer ? answer->token : -1;
     if (sc.id == 0) continue;  // cancelled while the step ran
     seq_state& s = seqs_.at(sc.id);
     const std::int64_t blocks_before = s.n_computed / cfg_.block_size;
@@ -229,19 +245,23 @@ std::vector<seq_event> scheduler_core::complete_step(std::span<const std::int32_
     if (const auto why = finished(s)) {
       finish(sc.id, *why, token, out);
     } else {
-      out.push_back({sc.id, token, finish_reason::none, {}});
+      out.emplace_back();
+      out.back().id = sc.id;
+      out.back().token = token;
     }
+    out.back().logprob = answer->logprob;
+    out.back().top_logprobs = std::move(answer->top_logprobs);
   }
   assert(k == sampled.size() && "one sampled token per sequence that asked");
   in_step_.clear();
   return out;
 }
 
-std::vector<seq_event> scheduler_core::fail_step() {
+std::vector<seq_event> scheduler_core::fail_step(error_code why) {
   std::vector<seq_event> out;
   ++stats_.steps;
   for (const scheduled& sc : in_step_) {
-    if (sc.id != 0 && seqs_.count(sc.id)) finish(sc.id, finish_reason::failed, -1, out, make_error_code(errc::device_fault));
+    if (sc.id != 0 && seqs_.count(sc.id)) finish(sc.id, finish_reason::failed, -1, out, why);
   }
   in_step_.clear();
   return out;

@@ -23,6 +23,7 @@
 #include "actors/error.h"
 #include "gpu_worker/step.h"
 #include "kv/kv_messages.h"
+#include "sampler/sampler_core.h"
 
 namespace anvil::sched {
 
@@ -43,6 +44,7 @@ struct request {
   std::int64_t max_tokens = 16;               // tokens to generate at most (>= 1)
   std::int32_t priority = 0;                  // lower runs first; FCFS among equals
   bool ignore_eos = false;                    // keep going past end-of-generation tokens
+  std::int32_t n_logprobs = 0;                // alternatives the sampler reports with each token, [0, 20]
   gpu_worker::logit_params logits;            // the worker's logit processing (counts are filled per step)
 };
 
@@ -53,6 +55,16 @@ struct seq_event {
   std::int32_t token = -1;                    // the token appended this step, -1 for none
   finish_reason finish = finish_reason::none; // set on the sequence's last event
   error_code error;                           // with finish_reason::failed: why
+  float logprob = 0.f;                        // of token, under the processed distribution
+  std::vector<sampler::token_logprob> top_logprobs;  // the request's n_logprobs alternatives, with token
+};
+
+// The sampler's answer for one sequence that asked for candidates: its token and what to report
+// with it (token -1: the sampler failed this entry, and the sequence has been failed or cancelled).
+struct sampled_token {
+  std::int32_t token = -1;
+  float logprob = 0.f;
+  std::vector<sampler::token_logprob> top_logprobs;
 };
 
 struct sched_stats {
@@ -82,10 +94,14 @@ class scheduler_core {
 
   kv::kv_batch plan_kv();
   std::optional<gpu_worker::step_plan> plan_step(kv::kv_batch_result kv);  // consumes the tables
-  // `sampled`: one token per sequence that asked for candidates, in plan order.
-  std::vector<seq_event> complete_step(std::span<const std::int32_t> sampled);
-  // The step failed on the worker: its sequences finish with finish_reason::failed.
-  std::vector<seq_event> fail_step();
+  // `sampled`: one entry per sequence that asked for candidates, in plan order; each appended
+  // token's event carries its logprob and alternatives.
+  std::vector<seq_event> complete_step(std::span<sampled_token> sampled);
+  std::vector<seq_event> complete_step(std::span<const std::int32_t> tokens);  // tokens alone
+  // The step failed on the worker: its sequences finish with finish_reason::failed and `why`.
+  std::vector<seq_event> fail_step(error_code why = make_error_code(errc::device_fault));
+  // The alternatives a request asked to have reported with each token (0 for unknown ids).
+  std::int32_t n_logprobs(std::uint64_t id) const;
   // Every sequence still held (running, then waiting, each in queue order) finishes with
   // finish_reason::failed and `why`: after a device fault nothing the device holds can be trusted.
   // Their blocks are released in the next KV batch.

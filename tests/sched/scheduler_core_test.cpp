@@ -194,6 +194,39 @@ TEST(SchedulerCore, RefusesWhatItCannotServe) {
   EXPECT_EQ(core.submit(driver::req(3, 5, 4)), make_error_code(errc::overloaded));
 }
 
+TEST(SchedulerCore, EachTokensEventCarriesItsLogprobAndTheAlternativesItsRequestAskedFor) {
+  driver d(small_config(), 64);
+  request r = driver::req(1, 3, 2);
+  r.n_logprobs = 2;
+  ASSERT_FALSE(d.core.submit(r));
+  EXPECT_EQ(d.core.n_logprobs(1), 2);
+  EXPECT_EQ(d.core.n_logprobs(99), 0);
+  std::vector<seq_event> events;
+  for (int step = 0; step < 10 && d.core.has_work(); ++step) {
+    const kv::kv_batch_result res = d.kv.apply(d.core.plan_kv());
+    const auto plan = d.core.plan_step(res);
+    d.core.take_events();
+    if (!plan) continue;
+    std::vector<sampled_token> sampled;
+    for (const auto& s : plan->seqs) {
+      if (!s.want_candidates) continue;
+      const std::int32_t t = std::int32_t(10 + step);
+      sampled.push_back({t, -0.5f * float(step), {{t, -0.5f * float(step)}, {t + 1, -3.f}}});
+    }
+    for (seq_event& e : d.core.complete_step(std::span<sampled_token>(sampled))) events.push_back(std::move(e));
+  }
+  ASSERT_EQ(events.size(), 2u);
+  for (const seq_event& e : events) {
+    ASSERT_GE(e.token, 0);
+    EXPECT_EQ(e.logprob, -0.5f * float(e.token - 10));
+    ASSERT_EQ(e.top_logprobs.size(), 2u);
+    EXPECT_EQ(e.top_logprobs[0].token, e.token);
+    EXPECT_EQ(e.top_logprobs[1].token, e.token + 1);
+  }
+  EXPECT_EQ(events.back().finish, finish_reason::length);
+  EXPECT_EQ(d.core.n_logprobs(1), 0);  // finished: forgotten
+}
+
 TEST(SchedulerCore, FinishesOnEndOfGenerationUnlessTold) {
   sched_config c = small_config();
   c.eog_tokens = {1, 2, 3, 4, 5, 6, 7, 8};  // the fake sampler soon picks one of these
