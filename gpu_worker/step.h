@@ -30,6 +30,14 @@ inline float keep_finite(float before, float after) {
   return std::isfinite(before) ? std::clamp(after, -big, big) : after;
 }
 
+// The penalties on the logit of a token seen n > 0 times: repetition first (positive logits
+// divided, negative multiplied), then presence + frequency * n subtracted, through keep_finite.
+inline float penalised(float x, float repetition, float presence, float frequency, std::int32_t n) {
+  float y = x > 0 ? x / repetition : x * repetition;
+  y -= presence + frequency * float(n);
+  return keep_finite(x, y);
+}
+
 // Logit processing that needs the whole vocabulary; the worker applies it before the top-K cut,
 // in this order: logit bias, penalties, temperature (each step through keep_finite).
 struct logit_params {

@@ -50,9 +50,7 @@ std::vector<float> process(std::span<const float> logits, const logit_params& p)
   for (const auto& [id, n] : p.token_counts) {
     if (n == 0) continue;
     float& x = l[std::size_t(id)];
-    float y = x > 0 ? x / p.repetition_penalty : x * p.repetition_penalty;
-    y -= p.presence_penalty + p.frequency_penalty * float(n);
-    x = gpu_worker::keep_finite(x, y);
+    x = gpu_worker::penalised(x, p.repetition_penalty, p.presence_penalty, p.frequency_penalty, n);
   }
 
   if (!gpu_worker::is_greedy(p.temperature)) {

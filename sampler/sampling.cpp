@@ -23,9 +23,7 @@ void apply_penalties(std::vector<candidate>& c, const sampling_params& p, std::s
   for (const auto& [id, n] : counts) {
     if (id < 0 || std::size_t(id) >= c.size()) continue;
     float& l = c[std::size_t(id)].logit;
-    float y = l > 0 ? l / p.repetition_penalty : l * p.repetition_penalty;
-    y -= p.presence_penalty + p.frequency_penalty * float(n);
-    l = gpu_worker::keep_finite(l, y);
+    l = gpu_worker::penalised(l, p.repetition_penalty, p.presence_penalty, p.frequency_penalty, n);
   }
 }
 
