@@ -18,7 +18,8 @@ void BM_rms_norm_ref(benchmark::State& state) {
   for (auto& v : x) v = nd(rng);
   for (auto& v : w) v = nd(rng);
   for (auto _ : state) {
-    anvil::kernels::rms_norm_ref({x.data(), w.data(), y.data(), rows, cols, 1e-6f});
+    anvil::kernels::rms_norm_ref(
+        {.x = x.data(), .weight = w.data(), .y = y.data(), .rows = rows, .cols = cols, .eps = 1e-6f});
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }

@@ -22,7 +22,12 @@ namespace anvil::gpu_worker {
 kernels::paged_kv_f16 gpu_device::kv_layer(std::int64_t l) const {
   const model::hparams& hp = m_.hp;
   std::uint16_t* k = kv_ + std::size_t(2 * l) * kv_layer_elems_;
-  return {k, k + kv_layer_elems_, n_blocks_, block_size_, hp.n_head_kv, hp.head_dim};
+  return {.k = k,
+          .v = k + kv_layer_elems_,
+          .n_blocks = n_blocks_,
+          .block_size = block_size_,
+          .n_kv_heads = hp.n_head_kv,
+          .head_dim = hp.head_dim};
 }
 
 void gpu_device::matmul(const matrix& w, const float* bias, const float* x, float* y, std::int64_t n_tokens, bool x8_ready) {
@@ -34,7 +39,16 @@ void gpu_device::project(std::span<const projection> ps, const float* x, std::in
   if (n_tokens > kernels::gemv_max_tokens) {
     for (const projection& p : ps) {
       const matrix& w = *p.w;
-      ok(kernels::launch_gemm({w.w, w.type, w.in, w.out, p.bias, x, p.y, n_tokens}, gemm_, stream_), "gemm");
+      ok(kernels::launch_gemm({.w = w.w,
+                               .w_type = w.type,
+                               .in = w.in,
+                               .out = w.out,
+                               .bias = p.bias,
+                               .x = x,
+                               .y = p.y,
+                               .n_tokens = n_tokens},
+                              gemm_, stream_),
+         "gemm");
     }
     return;
   }
@@ -46,7 +60,14 @@ void gpu_device::project(std::span<const projection> ps, const float* x, std::in
     const model::ggml_type type = ps[i].w->type;
     for (; i < ps.size() && n < std::size(group) && ps[i].w->type == type; ++i, ++n) {
       const matrix& w = *ps[i].w;
-      group[n] = {w.w, w.type, w.in, w.out, ps[i].bias, x, ps[i].y, n_tokens};
+      group[n] = {.w = w.w,
+                  .w_type = w.type,
+                  .in = w.in,
+                  .out = w.out,
+                  .bias = ps[i].bias,
+                  .x = x,
+                  .y = ps[i].y,
+                  .n_tokens = n_tokens};
     }
     const auto source = x8_ready ? kernels::gemv_x8_source::workspace : kernels::gemv_x8_source::quantize;
     ok(kernels::launch_gemv_group(std::span<const kernels::matmul_params>(group, n), gemv_ws_, gemv_ws_bytes_, stream_,
@@ -64,7 +85,8 @@ bool gpu_device::x8_fused(std::int64_t width) const {
 
 kernels::rms_norm_residual_params gpu_device::norm_params(const float* delta, const float* weight) const {
   const model::hparams& hp = m_.hp;
-  kernels::rms_norm_residual_params p{x_, delta, weight, h_, step_.tokens, hp.n_embd, hp.rms_eps};
+  kernels::rms_norm_residual_params p{
+      .h = x_, .delta = delta, .weight = weight, .y = h_, .rows = step_.tokens, .cols = hp.n_embd, .eps = hp.rms_eps};
   if (x8_fused(hp.n_embd)) {
     const kernels::gemv_x8_rows x8 = kernels::gemv_x8_view(gemv_ws_, hp.n_embd, step_.tokens);
     p.yq = x8.q;
@@ -92,7 +114,13 @@ void gpu_device::execute(const step_plan& plan, step_result& result) {
 void gpu_device::run_body() {
   const model::hparams& hp = m_.hp;
   const std::int64_t T = step_.tokens;
-  ok(kernels::launch_embedding({tok_embd_, m_.tok_embd.type, hp.n_embd, hp.n_vocab, dev_at<std::int32_t>(up_off_.ids), T, x_},
+  ok(kernels::launch_embedding({.table = tok_embd_,
+                                .type = m_.tok_embd.type,
+                                .n_embd = hp.n_embd,
+                                .n_vocab = hp.n_vocab,
+                                .ids = dev_at<std::int32_t>(up_off_.ids),
+                                .n_tokens = T,
+                                .out = x_},
                                stream_),
      "embedding");
   ok(kernels::launch_rms_norm_residual(norm_params(nullptr, layers_[0].attn_norm), stream_), "attention norm");
@@ -195,23 +223,28 @@ void gpu_device::run_layer(std::int64_t l) {
   const projection qkv[] = {{&w.wq, w.bq, q_}, {&w.wk, w.bk, k_}, {&w.wv, w.bv, v_}};
   project(qkv, h_, T, x8_embd);
   if (hp.qk_norm) {
-    ok(kernels::launch_rms_norm({q_, w.q_norm, q_, T * hp.n_head, hp.head_dim, hp.rms_eps}, stream_), "q norm");
-    ok(kernels::launch_rms_norm({k_, w.k_norm, k_, T * hp.n_head_kv, hp.head_dim, hp.rms_eps}, stream_), "k norm");
+    ok(kernels::launch_rms_norm(
+           {.x = q_, .weight = w.q_norm, .y = q_, .rows = T * hp.n_head, .cols = hp.head_dim, .eps = hp.rms_eps},
+           stream_),
+       "q norm");
+    ok(kernels::launch_rms_norm(
+           {.x = k_, .weight = w.k_norm, .y = k_, .rows = T * hp.n_head_kv, .cols = hp.head_dim, .eps = hp.rms_eps},
+           stream_),
+       "k norm");
   }
-  kernels::rope_kv_write_params rp;
-  rp.q = q_;
-  rp.k = k_;
-  rp.v = v_;
-  rp.cache = kv_layer(l);
-  rp.n_tokens = T;
-  rp.n_heads = hp.n_head;
-  rp.rot_dim = hp.rope_dim;
-  rp.positions = dev_at<std::int32_t>(up_off_.positions);
-  rp.slots = dev_at<std::int64_t>(up_off_.slots);
-  rp.freq_base = hp.rope_base;
-  rp.freq_scale = hp.rope_freq_scale;
-  rp.freq_factors = rope_freqs_;
-  rp.style = hp.rope;
+  kernels::rope_kv_write_params rp{.q = q_,
+                                   .k = k_,
+                                   .v = v_,
+                                   .cache = kv_layer(l),
+                                   .n_tokens = T,
+                                   .n_heads = hp.n_head,
+                                   .rot_dim = hp.rope_dim,
+                                   .positions = dev_at<std::int32_t>(up_off_.positions),
+                                   .slots = dev_at<std::int64_t>(up_off_.slots),
+                                   .freq_base = hp.rope_base,
+                                   .freq_scale = hp.rope_freq_scale,
+                                   .freq_factors = rope_freqs_,
+                                   .style = hp.rope};
   ok(kernels::launch_rope_kv_write(rp, stream_), "rope + kv write");
   // Decode-only steps: attention writes the o projection's 8-bit input itself.
   const bool x8_attn = step_.n_pre == 0 && x8_fused(hp.n_head * hp.head_dim);
@@ -220,7 +253,14 @@ void gpu_device::run_layer(std::int64_t l) {
   ok(kernels::launch_rms_norm_residual(norm_params(o_, w.ffn_norm), stream_), "ffn norm");
   const projection gate_up[] = {{&w.gate, nullptr, gate_}, {&w.up, nullptr, up_}};
   project(gate_up, h_, T, x8_embd);
-  kernels::swiglu_rows_params sw{gate_, up_, gate_, T, hp.n_ff, hp.n_ff, hp.n_ff, hp.n_ff};
+  kernels::swiglu_rows_params sw{.gate = gate_,
+                                 .up = up_,
+                                 .out = gate_,
+                                 .rows = T,
+                                 .cols = hp.n_ff,
+                                 .gate_stride = hp.n_ff,
+                                 .up_stride = hp.n_ff,
+                                 .out_stride = hp.n_ff};
   const bool x8_ff = x8_fused(hp.n_ff);
   if (x8_ff) {
     const kernels::gemv_x8_rows x8 = kernels::gemv_x8_view(gemv_ws_, hp.n_ff, T);
@@ -234,7 +274,10 @@ void gpu_device::run_layer(std::int64_t l) {
   if (l + 1 < hp.n_layer) {
     ok(kernels::launch_rms_norm_residual(norm_params(o_, layers_[std::size_t(l + 1)].attn_norm), stream_), "residual norm");
   } else {
-    ok(kernels::launch_rms_norm_residual({x_, o_, output_norm_, h_, T, hp.n_embd, hp.rms_eps}, stream_), "final norm");
+    ok(kernels::launch_rms_norm_residual(
+           {.h = x_, .delta = o_, .weight = output_norm_, .y = h_, .rows = T, .cols = hp.n_embd, .eps = hp.rms_eps},
+           stream_),
+       "final norm");
   }
 }
 
@@ -243,20 +286,19 @@ void gpu_device::run_attention(std::int64_t l, bool x8_out) {
   const float scale = 1.f / std::sqrt(float(hp.head_dim));
   const auto* tables = dev_at<std::int32_t>(up_off_.tables);
   if (step_.n_dec > 0) {
-    kernels::attention_decode_params p;
-    p.q = q_;
-    p.out = attn_;
-    p.cache = kv_layer(l);
-    p.n_heads = hp.n_head;
-    p.block_tables = tables;
-    p.block_table_stride = step_.stride;
-    p.context_lens = dev_at<std::int32_t>(up_off_.context_lens);
-    p.n_seqs = step_.n_dec;
-    p.max_context = step_.max_dec_context;
-    p.scale = scale;
-    p.workspace = attn_ws_;
-    p.workspace_bytes = attn_ws_bytes_;
-    p.split = attn_split_;
+    kernels::attention_decode_params p{.q = q_,
+                                       .out = attn_,
+                                       .cache = kv_layer(l),
+                                       .n_heads = hp.n_head,
+                                       .block_tables = tables,
+                                       .block_table_stride = step_.stride,
+                                       .context_lens = dev_at<std::int32_t>(up_off_.context_lens),
+                                       .n_seqs = step_.n_dec,
+                                       .max_context = step_.max_dec_context,
+                                       .scale = scale,
+                                       .split = attn_split_,
+                                       .workspace = attn_ws_,
+                                       .workspace_bytes = attn_ws_bytes_};
     if (x8_out) {
       const kernels::gemv_x8_rows x8 = kernels::gemv_x8_view(gemv_ws_, hp.n_head * hp.head_dim, step_.tokens);
       p.yq = x8.q;
@@ -265,17 +307,16 @@ void gpu_device::run_attention(std::int64_t l, bool x8_out) {
     ok(kernels::launch_attention_decode(p, stream_), "decode attention");
   }
   if (step_.n_pre > 0) {
-    kernels::attention_prefill_params p;
-    p.q = q_;
-    p.out = attn_;
-    p.cache = kv_layer(l);
-    p.n_heads = hp.n_head;
-    p.seqs = dev_at<kernels::attention_prefill_seq>(up_off_.prefill_seqs);
-    p.n_seqs = step_.n_pre;
-    p.max_seq_tokens = step_.max_pre_tokens;
-    p.block_tables = tables + step_.n_dec * step_.stride;
-    p.block_table_stride = step_.stride;
-    p.scale = scale;
+    const kernels::attention_prefill_params p{.q = q_,
+                                              .out = attn_,
+                                              .cache = kv_layer(l),
+                                              .n_heads = hp.n_head,
+                                              .seqs = dev_at<kernels::attention_prefill_seq>(up_off_.prefill_seqs),
+                                              .n_seqs = step_.n_pre,
+                                              .max_seq_tokens = step_.max_pre_tokens,
+                                              .block_tables = tables + step_.n_dec * step_.stride,
+                                              .block_table_stride = step_.stride,
+                                              .scale = scale};
     ok(kernels::launch_attention_prefill(p, stream_), "prefill attention");
   }
 }
@@ -298,8 +339,13 @@ void gpu_device::run_head_and_candidates(const step_plan& plan, step_result& res
     return;
   }
   // A row gather is the embedding op on an F32 table: the final hidden state [tokens, n_embd].
-  ok(kernels::launch_embedding({h_, model::ggml_type::F32, hp.n_embd, step_.tokens,
-                                dev_at<std::int32_t>(up_off_.logit_rows), rows, rows_},
+  ok(kernels::launch_embedding({.table = h_,
+                                .type = model::ggml_type::F32,
+                                .n_embd = hp.n_embd,
+                                .n_vocab = step_.tokens,
+                                .ids = dev_at<std::int32_t>(up_off_.logit_rows),
+                                .n_tokens = rows,
+                                .out = rows_},
                                stream_),
      "gather the logit rows");
   matmul(output_, nullptr, rows_, logits_, rows);
@@ -344,19 +390,18 @@ void gpu_device::run_head_and_candidates(const step_plan& plan, step_result& res
     put(up_off_.bias_values, batch.bias_values.data(), batch.bias_values.size() * 4);
     put(up_off_.count_ids, batch.count_ids.data(), batch.count_ids.size() * 4);
     put(up_off_.count_values, batch.count_values.data(), batch.count_values.size() * 4);
-    kernels::candidates_params cp;
-    cp.logits = logits_ + r0 * std::size_t(hp.n_vocab);
-    cp.vocab = hp.n_vocab;
-    cp.n_seqs = std::int64_t(r1 - r0);
-    cp.seqs = dev_at<kernels::candidates_seq>(up_off_.cand_seqs);
-    cp.bias_ids = dev_at<std::int32_t>(up_off_.bias_ids);
-    cp.bias_values = dev_at<float>(up_off_.bias_values);
-    cp.count_ids = dev_at<std::int32_t>(up_off_.count_ids);
-    cp.count_values = dev_at<std::int32_t>(up_off_.count_values);
-    cp.max_k = max_k;
-    cp.out = static_cast<unsigned char*>(records_dev_) + r0 * record_bytes;
-    cp.workspace = cand_ws_;
-    cp.workspace_bytes = cand_ws_bytes_;
+    const kernels::candidates_params cp{.logits = logits_ + r0 * std::size_t(hp.n_vocab),
+                                        .vocab = hp.n_vocab,
+                                        .n_seqs = std::int64_t(r1 - r0),
+                                        .seqs = dev_at<kernels::candidates_seq>(up_off_.cand_seqs),
+                                        .bias_ids = dev_at<std::int32_t>(up_off_.bias_ids),
+                                        .bias_values = dev_at<float>(up_off_.bias_values),
+                                        .count_ids = dev_at<std::int32_t>(up_off_.count_ids),
+                                        .count_values = dev_at<std::int32_t>(up_off_.count_values),
+                                        .max_k = max_k,
+                                        .out = static_cast<unsigned char*>(records_dev_) + r0 * record_bytes,
+                                        .workspace = cand_ws_,
+                                        .workspace_bytes = cand_ws_bytes_};
     ok(kernels::launch_candidates(cp, stream_), "candidates");
     r0 = r1;
   }
@@ -391,13 +436,21 @@ void gpu_device::run_scores() {
   const model::hparams& hp = m_.hp;
   for (std::int64_t r0 = 0; r0 < step_.n_scores; r0 += max_seqs_) {
     const std::int64_t rows = std::min(max_seqs_, step_.n_scores - r0);
-    ok(kernels::launch_embedding({h_, model::ggml_type::F32, hp.n_embd, step_.tokens,
-                                  dev_at<std::int32_t>(up_off_.score_rows) + r0, rows, rows_},
+    ok(kernels::launch_embedding({.table = h_,
+                                  .type = model::ggml_type::F32,
+                                  .n_embd = hp.n_embd,
+                                  .n_vocab = step_.tokens,
+                                  .ids = dev_at<std::int32_t>(up_off_.score_rows) + r0,
+                                  .n_tokens = rows,
+                                  .out = rows_},
                                  stream_),
        "gather the scored rows");
     matmul(output_, nullptr, rows_, logits_, rows);
-    ok(kernels::launch_token_logprob({logits_, hp.n_vocab, rows, dev_at<std::int32_t>(up_off_.score_targets) + r0,
-                                      scores_dev_ + r0},
+    ok(kernels::launch_token_logprob({.logits = logits_,
+                                      .vocab = hp.n_vocab,
+                                      .rows = rows,
+                                      .targets = dev_at<std::int32_t>(up_off_.score_targets) + r0,
+                                      .out = scores_dev_ + r0},
                                      stream_),
        "score the targets");
   }

@@ -13,7 +13,10 @@ void swiglu_ref(const swiglu_params& p) {
 
 void swiglu_rows_ref(const swiglu_rows_params& p) {
   for (std::int64_t r = 0; r < p.rows; ++r) {
-    swiglu_ref({p.gate + r * p.gate_stride, p.up + r * p.up_stride, p.out + r * p.out_stride, p.cols});
+    swiglu_ref({.gate = p.gate + r * p.gate_stride,
+                .up = p.up + r * p.up_stride,
+                .out = p.out + r * p.out_stride,
+                .n = p.cols});
   }
 }
 

@@ -15,11 +15,18 @@ namespace {
 
 void matmul(const weight& w, const std::vector<float>& bias, const std::vector<float>& x, std::int64_t n_tokens,
             float* y) {
-  kernels::matmul_ref({w.data, w.type, w.in, w.out, bias.empty() ? nullptr : bias.data(), x.data(), y, n_tokens});
+  kernels::matmul_ref({.w = w.data,
+                       .w_type = w.type,
+                       .in = w.in,
+                       .out = w.out,
+                       .bias = bias.empty() ? nullptr : bias.data(),
+                       .x = x.data(),
+                       .y = y,
+                       .n_tokens = n_tokens});
 }
 
 void rms_norm(const float* x, const std::vector<float>& w, float* y, std::int64_t rows, std::int64_t cols, float eps) {
-  kernels::rms_norm_ref({x, w.data(), y, rows, cols, eps});
+  kernels::rms_norm_ref({.x = x, .weight = w.data(), .y = y, .rows = rows, .cols = cols, .eps = eps});
 }
 
 }  // namespace
@@ -61,7 +68,12 @@ void kv_cache_storage::copy_block(std::int64_t src, std::int64_t dst) {
 
 kernels::paged_kv_view kv_cache_storage::layer(std::int64_t l) {
   const std::int64_t per_layer = n_blocks_ * block_size_ * n_kv_heads_ * head_dim_;
-  return {k_.data() + l * per_layer, v_.data() + l * per_layer, n_blocks_, block_size_, n_kv_heads_, head_dim_};
+  return {.k = k_.data() + l * per_layer,
+          .v = v_.data() + l * per_layer,
+          .n_blocks = n_blocks_,
+          .block_size = block_size_,
+          .n_kv_heads = n_kv_heads_,
+          .head_dim = head_dim_};
 }
 
 void cpu_forward::check(std::span<const forward_seq> batch, const kv_cache_storage& cache) const {
@@ -115,7 +127,13 @@ void cpu_forward::run(std::span<const forward_seq> batch, kv_cache_storage& cach
   }
 
   fit(x_, n_tokens * std::size_t(hp.n_embd));
-  kernels::embedding_ref({m_.tok_embd.data, m_.tok_embd.type, hp.n_embd, hp.n_vocab, ids_.data(), std::int64_t(n_tokens), x_.data()});
+  kernels::embedding_ref({.table = m_.tok_embd.data,
+                          .type = m_.tok_embd.type,
+                          .n_embd = hp.n_embd,
+                          .n_vocab = hp.n_vocab,
+                          .ids = ids_.data(),
+                          .n_tokens = std::int64_t(n_tokens),
+                          .out = x_.data()});
   for (std::int64_t l = 0; l < hp.n_layer; ++l) layer(l, cache);
 
   // Final norm on the rows that need logits only, then the head.
@@ -148,12 +166,35 @@ void cpu_forward::layer(std::int64_t l, kv_cache_storage& cache) {
     rms_norm(k_.data(), w.k_norm, k_.data(), n * hp.n_head_kv, hp.head_dim, hp.rms_eps);
   }
   const float* factors = m_.rope_freqs.empty() ? nullptr : m_.rope_freqs.data();
-  kernels::rope_ref({q_.data(), n, hp.n_head, hp.head_dim, hp.rope_dim, positions_.data(), hp.rope_base, hp.rope_freq_scale, factors, hp.rope});
-  kernels::rope_ref({k_.data(), n, hp.n_head_kv, hp.head_dim, hp.rope_dim, positions_.data(), hp.rope_base, hp.rope_freq_scale, factors, hp.rope});
+  kernels::rope_ref({.x = q_.data(),
+                     .n_tokens = n,
+                     .n_heads = hp.n_head,
+                     .head_dim = hp.head_dim,
+                     .rot_dim = hp.rope_dim,
+                     .positions = positions_.data(),
+                     .freq_base = hp.rope_base,
+                     .freq_scale = hp.rope_freq_scale,
+                     .freq_factors = factors,
+                     .style = hp.rope});
+  kernels::rope_ref({.x = k_.data(),
+                     .n_tokens = n,
+                     .n_heads = hp.n_head_kv,
+                     .head_dim = hp.head_dim,
+                     .rot_dim = hp.rope_dim,
+                     .positions = positions_.data(),
+                     .freq_base = hp.rope_base,
+                     .freq_scale = hp.rope_freq_scale,
+                     .freq_factors = factors,
+                     .style = hp.rope});
   const kernels::paged_kv_view kv = cache.layer(l);
-  kernels::kv_write_ref({kv, k_.data(), v_.data(), slots_.data(), n});
+  kernels::kv_write_ref({.cache = kv, .k = k_.data(), .v = v_.data(), .slots = slots_.data(), .n_tokens = n});
   fit(attn_, q_.size());
-  kernels::attention_ref({q_.data(), attn_.data(), hp.n_head, kv, 1.f / std::sqrt(float(hp.head_dim)), seqs_});
+  kernels::attention_ref({.q = q_.data(),
+                          .out = attn_.data(),
+                          .n_heads = hp.n_head,
+                          .cache = kv,
+                          .scale = 1.f / std::sqrt(float(hp.head_dim)),
+                          .seqs = seqs_});
   fit(o_, x_.size());
   matmul(w.wo, {}, attn_, n, o_.data());
   for (std::size_t i = 0; i < x_.size(); ++i) x_[i] += o_[i];
@@ -164,7 +205,7 @@ void cpu_forward::layer(std::int64_t l, kv_cache_storage& cache) {
   fit(up_, rows(hp.n_ff));
   matmul(w.gate, {}, h_, n, gate_.data());
   matmul(w.up, {}, h_, n, up_.data());
-  kernels::swiglu_ref({gate_.data(), up_.data(), gate_.data(), std::int64_t(gate_.size())});
+  kernels::swiglu_ref({.gate = gate_.data(), .up = up_.data(), .out = gate_.data(), .n = std::int64_t(gate_.size())});
   matmul(w.down, {}, gate_, n, o_.data());
   for (std::size_t i = 0; i < x_.size(); ++i) x_[i] += o_[i];
 }

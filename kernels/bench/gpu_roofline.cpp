@@ -201,8 +201,15 @@ int main(int argc, char** argv) {
           const double ms = time_ms(
               [&](int i) {
                 const void* w = pool.as<char>() + std::size_t(i % copies) * stride;
-                CHECK(kernels::launch_gemv({w, t, s.in, s.out, nullptr, x.as<float>(), y.as<float>(), nt}, gemv_ws.p,
-                                           gemv_ws.n, nullptr, act));
+                CHECK(kernels::launch_gemv({.w = w,
+                                            .w_type = t,
+                                            .in = s.in,
+                                            .out = s.out,
+                                            .bias = nullptr,
+                                            .x = x.as<float>(),
+                                            .y = y.as<float>(),
+                                            .n_tokens = nt},
+                                           gemv_ws.p, gemv_ws.n, nullptr, act));
               },
               std::max(copies, 8), reps);
           us[k] = ms * 1e3;
@@ -229,7 +236,15 @@ int main(int argc, char** argv) {
       const std::size_t bytes = *model::row_bytes(t, s.in) * std::size_t(s.out);
       const std::size_t stride = (bytes + 255) / 256 * 256;
       const int copies = int(std::max<std::size_t>(1, std::min(pool_bytes / stride, (4 * l2 + bytes - 1) / bytes)));
-      CHECK(kernels::launch_gemv({pool.p, t, s.in, s.out, nullptr, x.as<float>(), y.as<float>(), 1}, gemv_ws.p, gemv_ws.n,
+      CHECK(kernels::launch_gemv({.w = pool.p,
+                                  .w_type = t,
+                                  .in = s.in,
+                                  .out = s.out,
+                                  .bias = nullptr,
+                                  .x = x.as<float>(),
+                                  .y = y.as<float>(),
+                                  .n_tokens = 1},
+                                 gemv_ws.p, gemv_ws.n,
                                  nullptr));  // leaves x in 8 bits in the workspace
       auto rate = [&](const std::function<void(const void*)>& launch) {
         const double ms = time_ms([&](int i) { launch(pool.as<char>() + std::size_t(i % copies) * stride); },
@@ -240,14 +255,30 @@ int main(int argc, char** argv) {
                   static_cast<long long>(s.in));
       for (const auto& tile : tiles) {
         std::printf(" %5.1f", rate([&](const void* w) {
-          CHECK(kernels::launch_gemv_b1_tile({w, t, s.in, s.out, nullptr, x.as<float>(), y.as<float>(), 1}, gemv_ws.p,
-                                             gemv_ws.n, nullptr, tile[0], tile[1], kernels::gemv_x8_source::workspace));
-        }));
+                      CHECK(kernels::launch_gemv_b1_tile({.w = w,
+                                                          .w_type = t,
+                                                          .in = s.in,
+                                                          .out = s.out,
+                                                          .bias = nullptr,
+                                                          .x = x.as<float>(),
+                                                          .y = y.as<float>(),
+                                                          .n_tokens = 1},
+                                                         gemv_ws.p, gemv_ws.n, nullptr, tile[0], tile[1],
+                                                         kernels::gemv_x8_source::workspace));
+                    }));
       }
       std::printf("  | %5.1f\n", rate([&](const void* w) {
-        CHECK(kernels::launch_gemv({w, t, s.in, s.out, nullptr, x.as<float>(), y.as<float>(), 1}, gemv_ws.p, gemv_ws.n,
-                                   nullptr, kernels::gemv_activations::int8, kernels::gemv_x8_source::workspace));
-      }));
+                    CHECK(kernels::launch_gemv({.w = w,
+                                                .w_type = t,
+                                                .in = s.in,
+                                                .out = s.out,
+                                                .bias = nullptr,
+                                                .x = x.as<float>(),
+                                                .y = y.as<float>(),
+                                                .n_tokens = 1},
+                                               gemv_ws.p, gemv_ws.n, nullptr, kernels::gemv_activations::int8,
+                                               kernels::gemv_x8_source::workspace));
+                  }));
     }
   }
 
@@ -286,8 +317,15 @@ int main(int argc, char** argv) {
           const kernels::gemm_context ctx{algo, ws.p, ws.n, handle, blas_ws.p, blas_ws.n};
           const double ms = time_ms(
               [&](int) {
-                CHECK(kernels::launch_gemm({pool.p, t, s.in, s.out, nullptr, x.as<float>(), y.as<float>(), nt}, ctx,
-                                           nullptr));
+                CHECK(kernels::launch_gemm({.w = pool.p,
+                                            .w_type = t,
+                                            .in = s.in,
+                                            .out = s.out,
+                                            .bias = nullptr,
+                                            .x = x.as<float>(),
+                                            .y = y.as<float>(),
+                                            .n_tokens = nt},
+                                           ctx, nullptr));
               },
               3, reps);
           const double tflops = 2.0 * double(nt) * double(s.out) * double(s.in) / (ms * 1e-3) / 1e12;

@@ -108,8 +108,26 @@ TEST_P(RopeKvWriteGpu, MatchesRopeThenKvWrite) {
   // Reference: rope on q and k (float), then the write rounded to f16.
   std::vector<float> q_ref = q, k_ref = k;
   const float* fp = c.factors ? factors.data() : nullptr;
-  rope_ref({q_ref.data(), c.n_tokens, c.n_heads, c.head_dim, c.rot_dim, positions.data(), 500000.f, 0.5f, fp, c.style});
-  rope_ref({k_ref.data(), c.n_tokens, c.n_kv_heads, c.head_dim, c.rot_dim, positions.data(), 500000.f, 0.5f, fp, c.style});
+  rope_ref({.x = q_ref.data(),
+            .n_tokens = c.n_tokens,
+            .n_heads = c.n_heads,
+            .head_dim = c.head_dim,
+            .rot_dim = c.rot_dim,
+            .positions = positions.data(),
+            .freq_base = 500000.f,
+            .freq_scale = 0.5f,
+            .freq_factors = fp,
+            .style = c.style});
+  rope_ref({.x = k_ref.data(),
+            .n_tokens = c.n_tokens,
+            .n_heads = c.n_kv_heads,
+            .head_dim = c.head_dim,
+            .rot_dim = c.rot_dim,
+            .positions = positions.data(),
+            .freq_base = 500000.f,
+            .freq_scale = 0.5f,
+            .freq_factors = fp,
+            .style = c.style});
   std::vector<std::uint16_t> k_cache_ref = cache0, v_cache_ref = cache0;
   for (std::int64_t t = 0; t < c.n_tokens; ++t) {
     if (slots[std::size_t(t)] < 0) continue;
@@ -123,20 +141,24 @@ TEST_P(RopeKvWriteGpu, MatchesRopeThenKvWrite) {
   guarded_array<std::int32_t> dpos(positions);
   guarded_array<std::int64_t> dslots(slots);
   guarded_array<std::uint16_t> dkc(cache0), dvc(cache0);
-  rope_kv_write_params p;
-  p.q = dq.data();
-  p.k = dk.data();
-  p.v = dv.data();
-  p.cache = {dkc.data(), dvc.data(), n_blocks, bs, c.n_kv_heads, c.head_dim};
-  p.n_tokens = c.n_tokens;
-  p.n_heads = c.n_heads;
-  p.rot_dim = c.rot_dim;
-  p.positions = dpos.data();
-  p.slots = dslots.data();
-  p.freq_base = 500000.f;
-  p.freq_scale = 0.5f;
-  p.freq_factors = c.factors ? dfactors.data() : nullptr;
-  p.style = c.style;
+  rope_kv_write_params p{.q = dq.data(),
+                         .k = dk.data(),
+                         .v = dv.data(),
+                         .cache = {.k = dkc.data(),
+                                   .v = dvc.data(),
+                                   .n_blocks = n_blocks,
+                                   .block_size = bs,
+                                   .n_kv_heads = c.n_kv_heads,
+                                   .head_dim = c.head_dim},
+                         .n_tokens = c.n_tokens,
+                         .n_heads = c.n_heads,
+                         .rot_dim = c.rot_dim,
+                         .positions = dpos.data(),
+                         .slots = dslots.data(),
+                         .freq_base = 500000.f,
+                         .freq_scale = 0.5f,
+                         .freq_factors = c.factors ? dfactors.data() : nullptr,
+                         .style = c.style};
   ANVIL_GPU_CHECK(launch_rope_kv_write(p, nullptr));
   ANVIL_GPU_CHECK(hipDeviceSynchronize());
 
@@ -227,8 +249,17 @@ struct attn_setup {
       first += c.seqs[i].n_tokens;
     }
     ref.assign(q.size(), 0.f);
-    attention_ref({q.data(), ref.data(), n_heads, {kf.data(), vf.data(), n_blocks, bs, c.n_kv_heads, c.head_dim},
-                   1.f / std::sqrt(float(c.head_dim)), ref_seqs});
+    attention_ref({.q = q.data(),
+                   .out = ref.data(),
+                   .n_heads = n_heads,
+                   .cache = {.k = kf.data(),
+                             .v = vf.data(),
+                             .n_blocks = n_blocks,
+                             .block_size = bs,
+                             .n_kv_heads = c.n_kv_heads,
+                             .head_dim = c.head_dim},
+                   .scale = 1.f / std::sqrt(float(c.head_dim)),
+                   .seqs = ref_seqs});
   }
 };
 
@@ -261,22 +292,26 @@ TEST_P(AttentionDecodeGpu, MatchesReferenceOnF16Cache) {
     dyq.poison();
     dyds.poison();
 
-    attention_decode_params p;
-    p.q = dq.data();
-    p.out = dout.data();
-    p.cache = {dk.data(), dv.data(), s.n_blocks, s.bs, c.n_kv_heads, c.head_dim};
-    p.n_heads = s.n_heads;
-    p.block_tables = dtables.data();
-    p.block_table_stride = s.stride;
-    p.context_lens = dlens.data();
-    p.n_seqs = std::int64_t(c.seqs.size());
-    p.max_context = s.max_context;
-    p.scale = 1.f / std::sqrt(float(c.head_dim));
-    p.workspace = dws.data();
-    p.workspace_bytes = ws_bytes;
-    p.split = split;
-    p.yq = dyq.data();
-    p.yq_scales = dyds.data();
+    attention_decode_params p{.q = dq.data(),
+                              .out = dout.data(),
+                              .cache = {.k = dk.data(),
+                                        .v = dv.data(),
+                                        .n_blocks = s.n_blocks,
+                                        .block_size = s.bs,
+                                        .n_kv_heads = c.n_kv_heads,
+                                        .head_dim = c.head_dim},
+                              .n_heads = s.n_heads,
+                              .block_tables = dtables.data(),
+                              .block_table_stride = s.stride,
+                              .context_lens = dlens.data(),
+                              .n_seqs = std::int64_t(c.seqs.size()),
+                              .max_context = s.max_context,
+                              .scale = 1.f / std::sqrt(float(c.head_dim)),
+                              .split = split,
+                              .yq = dyq.data(),
+                              .yq_scales = dyds.data(),
+                              .workspace = dws.data(),
+                              .workspace_bytes = ws_bytes};
     ANVIL_GPU_CHECK(launch_attention_decode(p, nullptr));
     ANVIL_GPU_CHECK(hipDeviceSynchronize());
     const std::vector<float> out = dout.download();
@@ -345,17 +380,21 @@ TEST_P(AttentionPrefillGpu, MatchesReferenceOnF16Cache) {
   guarded_array<attention_prefill_seq> dseqs(seqs);
   dout.poison();
 
-  attention_prefill_params p;
-  p.q = dq.data();
-  p.out = dout.data();
-  p.cache = {dk.data(), dv.data(), s.n_blocks, s.bs, c.n_kv_heads, c.head_dim};
-  p.n_heads = s.n_heads;
-  p.seqs = dseqs.data();
-  p.n_seqs = std::int64_t(seqs.size());
-  p.max_seq_tokens = s.max_tokens;
-  p.block_tables = dtables.data();
-  p.block_table_stride = s.stride;
-  p.scale = 1.f / std::sqrt(float(c.head_dim));
+  attention_prefill_params p{.q = dq.data(),
+                             .out = dout.data(),
+                             .cache = {.k = dk.data(),
+                                       .v = dv.data(),
+                                       .n_blocks = s.n_blocks,
+                                       .block_size = s.bs,
+                                       .n_kv_heads = c.n_kv_heads,
+                                       .head_dim = c.head_dim},
+                             .n_heads = s.n_heads,
+                             .seqs = dseqs.data(),
+                             .n_seqs = std::int64_t(seqs.size()),
+                             .max_seq_tokens = s.max_tokens,
+                             .block_tables = dtables.data(),
+                             .block_table_stride = s.stride,
+                             .scale = 1.f / std::sqrt(float(c.head_dim))};
   ANVIL_GPU_CHECK(launch_attention_prefill(p, nullptr));
   ANVIL_GPU_CHECK(hipDeviceSynchronize());
   const double err = nmse(dout.download(), s.ref);
@@ -389,12 +428,11 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionPrefillGpu, ::testing::ValuesIn(prefil
 
 TEST(AttentionGpuLaunch, RejectsBadShapesWithoutLaunching) {
   require_device();
-  attention_decode_params d;
-  d.n_seqs = 1;
-  d.n_heads = 8;
-  d.cache = {nullptr, nullptr, 1, 16, 2, 96, };  // head_dim 96 unsupported
-  d.max_context = 1;
-  d.block_table_stride = 1;
+  attention_decode_params d{.cache = {.n_blocks = 1, .block_size = 16, .n_kv_heads = 2, .head_dim = 96},  // unsupported
+                            .n_heads = 8,
+                            .block_table_stride = 1,
+                            .n_seqs = 1,
+                            .max_context = 1};
   EXPECT_EQ(launch_attention_decode(d, nullptr), hipErrorInvalidValue);
   d.cache.head_dim = 128;
   d.max_context = 1000;  // needs a workspace
@@ -407,18 +445,12 @@ TEST(AttentionGpuLaunch, RejectsBadShapesWithoutLaunching) {
   std::int8_t yq[8];
   d.yq = yq;  // an 8-bit output without its scales
   EXPECT_EQ(launch_attention_decode(d, nullptr), hipErrorInvalidValue);
-  attention_prefill_params pf;
-  pf.n_seqs = 1;
-  pf.max_seq_tokens = 1;
-  pf.n_heads = 6;
-  pf.cache = {nullptr, nullptr, 1, 16, 4, 64};  // 6 heads over 4 kv heads
+  const attention_prefill_params pf{.cache = {.n_blocks = 1, .block_size = 16, .n_kv_heads = 4, .head_dim = 64},
+                                    .n_heads = 6,  // 6 heads over 4 kv heads
+                                    .n_seqs = 1,
+                                    .max_seq_tokens = 1};
   EXPECT_EQ(launch_attention_prefill(pf, nullptr), hipErrorInvalidValue);
-  rope_kv_write_params r;
-  r.n_tokens = 1;
-  r.n_heads = 1;
-  r.cache.n_kv_heads = 1;
-  r.cache.head_dim = 64;
-  r.rot_dim = 65;
+  const rope_kv_write_params r{.cache = {.n_kv_heads = 1, .head_dim = 64}, .n_tokens = 1, .n_heads = 1, .rot_dim = 65};
   EXPECT_EQ(launch_rope_kv_write(r, nullptr), hipErrorInvalidValue);
   EXPECT_EQ(hipGetLastError(), hipSuccess);
 }

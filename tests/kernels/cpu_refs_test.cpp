@@ -24,7 +24,14 @@ TEST(MatmulRef, MatchesANaiveProductWithBias) {
   const std::int64_t in = 96, out = 7, tokens = 3;
   const auto w = randn(in * out, 1), x = randn(in * tokens, 2), b = randn(out, 3);
   std::vector<float> y(out * tokens);
-  matmul_ref({w.data(), ggml_type::F32, in, out, b.data(), x.data(), y.data(), tokens});
+  matmul_ref({.w = w.data(),
+              .w_type = ggml_type::F32,
+              .in = in,
+              .out = out,
+              .bias = b.data(),
+              .x = x.data(),
+              .y = y.data(),
+              .n_tokens = tokens});
   for (std::int64_t t = 0; t < tokens; ++t) {
     for (std::int64_t o = 0; o < out; ++o) {
       double ref = b[o];
@@ -43,7 +50,14 @@ TEST(MatmulRef, ReadsQuantizedWeightsThroughDequantization) {
     std::vector<std::byte> wq(row * out);
     for (std::int64_t o = 0; o < out; ++o) anvil::model::quantize_row(t, wf.data() + o * in, wq.data() + o * row, in);
     std::vector<float> y(out), deq(in);
-    matmul_ref({wq.data(), t, in, out, nullptr, x.data(), y.data(), 1});
+    matmul_ref({.w = wq.data(),
+                .w_type = t,
+                .in = in,
+                .out = out,
+                .bias = nullptr,
+                .x = x.data(),
+                .y = y.data(),
+                .n_tokens = 1});
     for (std::int64_t o = 0; o < out; ++o) {
       anvil::model::dequantize_row(t, wq.data() + o * row, deq.data(), in);
       double ref = 0;
@@ -59,7 +73,16 @@ TEST(RopeRef, PositionZeroIsTheIdentityAndNormsArePreserved) {
   for (rope_style style : {rope_style::normal, rope_style::neox}) {
     std::vector<float> y = x;
     const std::int32_t pos[] = {0, 37};
-    rope_ref({y.data(), 2, heads, dim, dim, pos, 10000.f, 1.f, nullptr, style});
+    rope_ref({.x = y.data(),
+              .n_tokens = 2,
+              .n_heads = heads,
+              .head_dim = dim,
+              .rot_dim = dim,
+              .positions = pos,
+              .freq_base = 10000.f,
+              .freq_scale = 1.f,
+              .freq_factors = nullptr,
+              .style = style});
     for (std::int64_t i = 0; i < heads * dim; ++i) EXPECT_FLOAT_EQ(y[i], x[i]);
     for (std::int64_t h = 0; h < heads; ++h) {
       double n0 = 0, n1 = 0;
@@ -78,18 +101,45 @@ TEST(RopeRef, RotatesThePairsEachStyleNames) {
   const float a0 = p, a1 = p / 10.f;
   std::vector<float> normal = {1, 2, 3, 4}, neox = {1, 2, 3, 4};
   const std::int32_t pos[] = {3};
-  rope_ref({normal.data(), 1, 1, 4, 4, pos, base, 1.f, nullptr, rope_style::normal});
+  rope_ref({.x = normal.data(),
+            .n_tokens = 1,
+            .n_heads = 1,
+            .head_dim = 4,
+            .rot_dim = 4,
+            .positions = pos,
+            .freq_base = base,
+            .freq_scale = 1.f,
+            .freq_factors = nullptr,
+            .style = rope_style::normal});
   EXPECT_NEAR(normal[0], 1 * std::cos(a0) - 2 * std::sin(a0), 1e-6);
   EXPECT_NEAR(normal[1], 1 * std::sin(a0) + 2 * std::cos(a0), 1e-6);
   EXPECT_NEAR(normal[2], 3 * std::cos(a1) - 4 * std::sin(a1), 1e-6);
-  rope_ref({neox.data(), 1, 1, 4, 4, pos, base, 1.f, nullptr, rope_style::neox});
+  rope_ref({.x = neox.data(),
+            .n_tokens = 1,
+            .n_heads = 1,
+            .head_dim = 4,
+            .rot_dim = 4,
+            .positions = pos,
+            .freq_base = base,
+            .freq_scale = 1.f,
+            .freq_factors = nullptr,
+            .style = rope_style::neox});
   EXPECT_NEAR(neox[0], 1 * std::cos(a0) - 3 * std::sin(a0), 1e-6);
   EXPECT_NEAR(neox[2], 1 * std::sin(a0) + 3 * std::cos(a0), 1e-6);
   EXPECT_NEAR(neox[1], 2 * std::cos(a1) - 4 * std::sin(a1), 1e-6);
   // Linear scaling and frequency factors slow the rotation.
   std::vector<float> scaled = {1, 2, 3, 4};
   const float factors[] = {2.f, 1.f};
-  rope_ref({scaled.data(), 1, 1, 4, 4, pos, base, 0.5f, factors, rope_style::normal});
+  rope_ref({.x = scaled.data(),
+            .n_tokens = 1,
+            .n_heads = 1,
+            .head_dim = 4,
+            .rot_dim = 4,
+            .positions = pos,
+            .freq_base = base,
+            .freq_scale = 0.5f,
+            .freq_factors = factors,
+            .style = rope_style::normal});
   EXPECT_NEAR(scaled[0], 1 * std::cos(a0 / 4) - 2 * std::sin(a0 / 4), 1e-6);
   EXPECT_NEAR(scaled[2], 3 * std::cos(a1 / 2) - 4 * std::sin(a1 / 2), 1e-6);
 }
@@ -99,16 +149,18 @@ TEST(AttentionRef, ReadsThePagedCacheThroughTheBlockTable) {
   // blocks 3, 0, 2 (out of order on purpose).
   const std::int64_t kvh = 2, heads = 4, dim = 4, bs = 2, nblocks = 4, n = 5;
   std::vector<float> kc(nblocks * bs * kvh * dim, NAN), vc(kc.size(), NAN);
-  paged_kv_view cache{kc.data(), vc.data(), nblocks, bs, kvh, dim};
+  paged_kv_view cache{
+      .k = kc.data(), .v = vc.data(), .n_blocks = nblocks, .block_size = bs, .n_kv_heads = kvh, .head_dim = dim};
   const std::int32_t table[] = {3, 0, 2};
   const auto k = randn(n * kvh * dim, 7), v = randn(n * kvh * dim, 8), q = randn(n * heads * dim, 9);
   std::vector<std::int64_t> slots;
   for (std::int64_t p = 0; p < n; ++p) slots.push_back(table[p / bs] * bs + p % bs);
-  kv_write_ref({cache, k.data(), v.data(), slots.data(), n});
+  kv_write_ref({.cache = cache, .k = k.data(), .v = v.data(), .slots = slots.data(), .n_tokens = n});
 
   std::vector<float> out(q.size());
   const attention_seq seq{0, n, 0, table};
-  attention_ref({q.data(), out.data(), heads, cache, 0.5f, std::span(&seq, 1)});
+  attention_ref(
+      {.q = q.data(), .out = out.data(), .n_heads = heads, .cache = cache, .scale = 0.5f, .seqs = std::span(&seq, 1)});
   for (std::int64_t t = 0; t < n; ++t) {
     for (std::int64_t h = 0; h < heads; ++h) {
       const std::int64_t g = h / 2;
@@ -135,7 +187,7 @@ TEST(AttentionRef, ReadsThePagedCacheThroughTheBlockTable) {
 TEST(SwigluRef, IsSiluOfTheGateTimesUp) {
   const std::vector<float> g = {0.f, 1.f, -2.f}, u = {5.f, 2.f, 3.f};
   std::vector<float> y(3);
-  swiglu_ref({g.data(), u.data(), y.data(), 3});
+  swiglu_ref({.gate = g.data(), .up = u.data(), .out = y.data(), .n = 3});
   EXPECT_FLOAT_EQ(y[0], 0.f);
   EXPECT_NEAR(y[1], 1.f / (1.f + std::exp(-1.f)) * 2.f, 1e-6);
   EXPECT_NEAR(y[2], -2.f / (1.f + std::exp(2.f)) * 3.f, 1e-6);
@@ -145,10 +197,23 @@ TEST(EmbeddingRef, GathersRowsAndRejectsIdsOutsideTheVocabulary) {
   const std::vector<float> table = {0, 1, 10, 11, 20, 21};
   const std::int32_t ids[] = {2, 0};
   std::vector<float> out(4);
-  embedding_ref({table.data(), ggml_type::F32, 2, 3, ids, 2, out.data()});
+  embedding_ref({.table = table.data(),
+                 .type = ggml_type::F32,
+                 .n_embd = 2,
+                 .n_vocab = 3,
+                 .ids = ids,
+                 .n_tokens = 2,
+                 .out = out.data()});
   EXPECT_EQ(out, (std::vector<float>{20, 21, 0, 1}));
   const std::int32_t bad[] = {3};
-  EXPECT_THROW(embedding_ref({table.data(), ggml_type::F32, 2, 3, bad, 1, out.data()}), std::out_of_range);
+  EXPECT_THROW(embedding_ref({.table = table.data(),
+                              .type = ggml_type::F32,
+                              .n_embd = 2,
+                              .n_vocab = 3,
+                              .ids = bad,
+                              .n_tokens = 1,
+                              .out = out.data()}),
+               std::out_of_range);
 }
 
 }  // namespace

@@ -35,13 +35,26 @@ TEST_P(EmbeddingGpu, MatchesCpuReference) {
     ids.front() = std::int32_t(n_vocab - 1);
     if (n_tokens > 2) ids[1] = 0, ids[2] = ids[1];
     std::vector<float> ref(std::size_t(n_tokens * n_embd));
-    embedding_ref({table.bytes.data(), t, n_embd, n_vocab, ids.data(), n_tokens, ref.data()});
+    embedding_ref({.table = table.bytes.data(),
+                   .type = t,
+                   .n_embd = n_embd,
+                   .n_vocab = n_vocab,
+                   .ids = ids.data(),
+                   .n_tokens = n_tokens,
+                   .out = ref.data()});
 
     device_bytes did(ids.size() * sizeof(std::int32_t));
     did.upload(ids.data(), ids.size() * sizeof(std::int32_t));
     guarded_buffer dout(ref.size());
     dout.poison();
-    ANVIL_GPU_CHECK(launch_embedding({dt.data(), t, n_embd, n_vocab, did.as<std::int32_t>(), n_tokens, dout.data()}, nullptr));
+    ANVIL_GPU_CHECK(launch_embedding({.table = dt.data(),
+                                      .type = t,
+                                      .n_embd = n_embd,
+                                      .n_vocab = n_vocab,
+                                      .ids = did.as<std::int32_t>(),
+                                      .n_tokens = n_tokens,
+                                      .out = dout.data()},
+                                     nullptr));
     ANVIL_GPU_CHECK(hipDeviceSynchronize());
     const std::vector<float> out = dout.download();
     double worst = 0;
@@ -71,7 +84,13 @@ TEST(EmbeddingGpuLaunch, OutOfVocabularyIdGivesZerosAndBadShapesAreRejected) {
   did.upload(ids.data(), ids.size() * sizeof(std::int32_t));
   guarded_buffer dout(4 * 64);
   dout.poison();
-  const embedding_params p{dt.data(), ggml_type::Q8_0, 64, 4, did.as<std::int32_t>(), 4, dout.data()};
+  const embedding_params p{.table = dt.data(),
+                           .type = ggml_type::Q8_0,
+                           .n_embd = 64,
+                           .n_vocab = 4,
+                           .ids = did.as<std::int32_t>(),
+                           .n_tokens = 4,
+                           .out = dout.data()};
   ANVIL_GPU_CHECK(launch_embedding(p, nullptr));
   ANVIL_GPU_CHECK(hipDeviceSynchronize());
   const std::vector<float> out = dout.download();

@@ -88,10 +88,24 @@ TEST_P(GemmGpu, MatchesCpuReference) {
       SCOPED_TRACE(std::string(algo_name(algo)) + " n_tokens=" + std::to_string(nt));
       std::vector<float> ref(std::size_t(nt * c.out));
       const float* bp = with_bias ? bias.data() : nullptr;
-      matmul_ref({w.bytes.data(), c.type, c.in, c.out, bp, x.data(), ref.data(), nt});
+      matmul_ref({.w = w.bytes.data(),
+                  .w_type = c.type,
+                  .in = c.in,
+                  .out = c.out,
+                  .bias = bp,
+                  .x = x.data(),
+                  .y = ref.data(),
+                  .n_tokens = nt});
       guarded_buffer dy(ref.size());
       dy.poison();
-      ANVIL_GPU_CHECK(launch_gemm({dw.data(), c.type, c.in, c.out, with_bias ? db.data() : nullptr, dx.data(), dy.data(), nt},
+      ANVIL_GPU_CHECK(launch_gemm({.w = dw.data(),
+                                   .w_type = c.type,
+                                   .in = c.in,
+                                   .out = c.out,
+                                   .bias = with_bias ? db.data() : nullptr,
+                                   .x = dx.data(),
+                                   .y = dy.data(),
+                                   .n_tokens = nt},
                                   ctx, nullptr));
       ANVIL_GPU_CHECK(hipDeviceSynchronize());
       const double err = max_scaled_error(dy.download(), ref, w, x, bp, nt);
@@ -169,10 +183,46 @@ TEST(GemmGpuLaunch, RejectsTooSmallWorkspaceAndBadShapes) {
   float* p = buf.data();
   const gemm_context none{gemm_algo::tiled_f16, nullptr, 0, nullptr, nullptr, 0};
   // Q8_0 needs an f16 scratch for tiled_f16: none given.
-  EXPECT_EQ(launch_gemm({p, ggml_type::Q8_0, 64, 4, nullptr, p + 2048, p + 4096, 16}, none, nullptr), hipErrorInvalidValue);
-  EXPECT_EQ(launch_gemm({p, ggml_type::F32, 60, 4, nullptr, p + 2048, p + 4096, 16}, none, nullptr), hipErrorInvalidValue);
-  EXPECT_EQ(launch_gemm({p, ggml_type::Q3_K, 256, 4, nullptr, p + 2048, p + 4096, 16}, none, nullptr), hipErrorInvalidValue);
-  EXPECT_EQ(launch_gemm({p, ggml_type::F16, 64, 4, nullptr, p + 2048, p + 4096, 0}, none, nullptr), hipSuccess);
+  EXPECT_EQ(launch_gemm({.w = p,
+                         .w_type = ggml_type::Q8_0,
+                         .in = 64,
+                         .out = 4,
+                         .bias = nullptr,
+                         .x = p + 2048,
+                         .y = p + 4096,
+                         .n_tokens = 16},
+                        none, nullptr),
+            hipErrorInvalidValue);
+  EXPECT_EQ(launch_gemm({.w = p,
+                         .w_type = ggml_type::F32,
+                         .in = 60,
+                         .out = 4,
+                         .bias = nullptr,
+                         .x = p + 2048,
+                         .y = p + 4096,
+                         .n_tokens = 16},
+                        none, nullptr),
+            hipErrorInvalidValue);
+  EXPECT_EQ(launch_gemm({.w = p,
+                         .w_type = ggml_type::Q3_K,
+                         .in = 256,
+                         .out = 4,
+                         .bias = nullptr,
+                         .x = p + 2048,
+                         .y = p + 4096,
+                         .n_tokens = 16},
+                        none, nullptr),
+            hipErrorInvalidValue);
+  EXPECT_EQ(launch_gemm({.w = p,
+                         .w_type = ggml_type::F16,
+                         .in = 64,
+                         .out = 4,
+                         .bias = nullptr,
+                         .x = p + 2048,
+                         .y = p + 4096,
+                         .n_tokens = 0},
+                        none, nullptr),
+            hipSuccess);
   EXPECT_EQ(hipGetLastError(), hipSuccess);
   EXPECT_TRUE(buf.guards_intact());
 }

@@ -117,12 +117,33 @@ TEST_P(GemvGpu, MatchesCpuReferenceForEveryBatchSize) {
     const bool with_bias = nt % 2 == 1;
     SCOPED_TRACE("n_tokens=" + std::to_string(nt) + (with_bias ? " bias" : ""));
     std::vector<float> ref(std::size_t(nt * c.out)), ref8(ref.size());
-    matmul_ref({w.bytes.data(), c.type, c.in, c.out, with_bias ? bias.data() : nullptr, x.data(), ref.data(), nt});
-    matmul_ref({w.bytes.data(), c.type, c.in, c.out, with_bias ? bias.data() : nullptr, x8.data(), ref8.data(), nt});
+    matmul_ref({.w = w.bytes.data(),
+                .w_type = c.type,
+                .in = c.in,
+                .out = c.out,
+                .bias = with_bias ? bias.data() : nullptr,
+                .x = x.data(),
+                .y = ref.data(),
+                .n_tokens = nt});
+    matmul_ref({.w = w.bytes.data(),
+                .w_type = c.type,
+                .in = c.in,
+                .out = c.out,
+                .bias = with_bias ? bias.data() : nullptr,
+                .x = x8.data(),
+                .y = ref8.data(),
+                .n_tokens = nt});
 
     guarded_buffer dy(ref.size());
     dy.poison();
-    ANVIL_GPU_CHECK(launch_gemv({dw.data(), c.type, c.in, c.out, with_bias ? db.data() : nullptr, dx.data(), dy.data(), nt},
+    ANVIL_GPU_CHECK(launch_gemv({.w = dw.data(),
+                                 .w_type = c.type,
+                                 .in = c.in,
+                                 .out = c.out,
+                                 .bias = with_bias ? db.data() : nullptr,
+                                 .x = dx.data(),
+                                 .y = dy.data(),
+                                 .n_tokens = nt},
                                 ws.data(), ws.size(), nullptr));
     ANVIL_GPU_CHECK(hipDeviceSynchronize());
     const std::vector<float> out = dy.download();
@@ -142,7 +163,14 @@ TEST_P(GemvGpu, MatchesCpuReferenceForEveryBatchSize) {
       // The float path for the quantized types: matmul_ref but for summation order, no workspace.
       guarded_buffer dyf(ref.size());
       dyf.poison();
-      ANVIL_GPU_CHECK(launch_gemv({dw.data(), c.type, c.in, c.out, with_bias ? db.data() : nullptr, dx.data(), dyf.data(), nt},
+      ANVIL_GPU_CHECK(launch_gemv({.w = dw.data(),
+                                   .w_type = c.type,
+                                   .in = c.in,
+                                   .out = c.out,
+                                   .bias = with_bias ? db.data() : nullptr,
+                                   .x = dx.data(),
+                                   .y = dyf.data(),
+                                   .n_tokens = nt},
                                   nullptr, 0, nullptr, gemv_activations::f32));
       ANVIL_GPU_CHECK(hipDeviceSynchronize());
       const double errf = max_scaled_error(dyf.download(), ref, w, x, with_bias ? bias.data() : nullptr, nt);
@@ -193,7 +221,14 @@ TEST_P(GemvGroupGpu, EqualsOneLaunchPerMatrixAndReadsPreparedActivations) {
     std::vector<std::vector<float>> alone;
     for (int g = 0; g < 3; ++g) {
       guarded_buffer dy(std::size_t(nt * outs[g]));
-      ANVIL_GPU_CHECK(launch_gemv({dws[g]->data(), type, in, outs[g], g == 0 ? db.data() : nullptr, dx.data(), dy.data(), nt},
+      ANVIL_GPU_CHECK(launch_gemv({.w = dws[g]->data(),
+                                   .w_type = type,
+                                   .in = in,
+                                   .out = outs[g],
+                                   .bias = g == 0 ? db.data() : nullptr,
+                                   .x = dx.data(),
+                                   .y = dy.data(),
+                                   .n_tokens = nt},
                                   work.data(), work.size(), nullptr));
       ANVIL_GPU_CHECK(hipDeviceSynchronize());
       alone.push_back(dy.download());
@@ -203,7 +238,14 @@ TEST_P(GemvGroupGpu, EqualsOneLaunchPerMatrixAndReadsPreparedActivations) {
     for (int g = 0; g < 3; ++g) {
       dys.push_back(std::make_unique<guarded_buffer>(std::size_t(nt * outs[g])));
       dys.back()->poison();
-      ps.push_back({dws[g]->data(), type, in, outs[g], g == 0 ? db.data() : nullptr, dx.data(), dys.back()->data(), nt});
+      ps.push_back({.w = dws[g]->data(),
+                    .w_type = type,
+                    .in = in,
+                    .out = outs[g],
+                    .bias = g == 0 ? db.data() : nullptr,
+                    .x = dx.data(),
+                    .y = dys.back()->data(),
+                    .n_tokens = nt});
     }
     ANVIL_GPU_CHECK(launch_gemv_group(ps, work.data(), work.size(), nullptr));
     ANVIL_GPU_CHECK(hipDeviceSynchronize());
@@ -250,7 +292,14 @@ TEST(GemvGpuLaunch, RefusesAGroupThatDoesNotShareItsInput) {
   if (HasFatalFailure()) return;
   guarded_buffer buf(8192);
   float* p = buf.data();
-  const matmul_params a{p, ggml_type::F32, 64, 8, nullptr, p + 1024, p + 2048, 1};
+  const matmul_params a{.w = p,
+                        .w_type = ggml_type::F32,
+                        .in = 64,
+                        .out = 8,
+                        .bias = nullptr,
+                        .x = p + 1024,
+                        .y = p + 2048,
+                        .n_tokens = 1};
   matmul_params b = a;
   b.y = p + 3072;
   auto group = [&](matmul_params second) {
@@ -283,7 +332,14 @@ TEST(GemvGpuLaunch, RejectsWhatItCannotDoWithoutLaunching) {
   if (HasFatalFailure()) return;  // no GPU: require_device has said so
   guarded_buffer buf(4096);
   float* p = buf.data();
-  const matmul_params ok{p, ggml_type::F32, 64, 8, nullptr, p + 1024, p + 2048, 1};
+  const matmul_params ok{.w = p,
+                         .w_type = ggml_type::F32,
+                         .in = 64,
+                         .out = 8,
+                         .bias = nullptr,
+                         .x = p + 1024,
+                         .y = p + 2048,
+                         .n_tokens = 1};
   auto with = [&](auto edit) {
     matmul_params q = ok;
     edit(q);

@@ -53,13 +53,23 @@ TEST_P(RmsNormResidualGpu, MatchesCpuReference) {
   const std::vector<float> h = random_vector(n, rng, -3.f, 3.f), d = random_vector(n, rng, -1.f, 1.f);
   const std::vector<float> w = random_vector(std::size_t(c.cols), rng, 0.5f, 1.5f);
   std::vector<float> h_ref = h, y_ref(n, 0.f);
-  rms_norm_residual_ref({h_ref.data() + c.skew, c.delta ? d.data() + c.skew : nullptr, w.data(), y_ref.data() + c.skew,
-                         c.rows, c.cols, 1e-6f});
+  rms_norm_residual_ref({.h = h_ref.data() + c.skew,
+                         .delta = c.delta ? d.data() + c.skew : nullptr,
+                         .weight = w.data(),
+                         .y = y_ref.data() + c.skew,
+                         .rows = c.rows,
+                         .cols = c.cols,
+                         .eps = 1e-6f});
 
   guarded_array<float> dh(h), dd(d), dw(w), dy(n);
   dy.poison();
-  ANVIL_GPU_CHECK(launch_rms_norm_residual({dh.data() + c.skew, c.delta ? dd.data() + c.skew : nullptr, dw.data(),
-                                            dy.data() + c.skew, c.rows, c.cols, 1e-6f},
+  ANVIL_GPU_CHECK(launch_rms_norm_residual({.h = dh.data() + c.skew,
+                                            .delta = c.delta ? dd.data() + c.skew : nullptr,
+                                            .weight = dw.data(),
+                                            .y = dy.data() + c.skew,
+                                            .rows = c.rows,
+                                            .cols = c.cols,
+                                            .eps = 1e-6f},
                                            nullptr));
   ANVIL_GPU_CHECK(hipDeviceSynchronize());
   std::vector<float> h_out = dh.download(), y_out = dy.download();
@@ -88,14 +98,26 @@ TEST_P(RmsNormResidualX8Gpu, AlsoWritesYInEightBitsForTheGemv) {
   const std::vector<float> h = random_vector(n, rng, -3.f, 3.f), d = random_vector(n, rng, -1.f, 1.f);
   const std::vector<float> w = random_vector(std::size_t(c.cols), rng, 0.5f, 1.5f);
   std::vector<float> h_ref = h, y_ref(n, 0.f);
-  rms_norm_residual_ref({h_ref.data(), c.delta ? d.data() : nullptr, w.data(), y_ref.data(), c.rows, c.cols, 1e-6f});
+  rms_norm_residual_ref({.h = h_ref.data(),
+                         .delta = c.delta ? d.data() : nullptr,
+                         .weight = w.data(),
+                         .y = y_ref.data(),
+                         .rows = c.rows,
+                         .cols = c.cols,
+                         .eps = 1e-6f});
 
   guarded_array<float> dh(h), dd(d), dw(w), dy(n), dds(n / 8);
   guarded_array<std::int8_t> dq(n);
   dy.poison();
   dq.poison();
   dds.poison();
-  rms_norm_residual_params p{dh.data(), c.delta ? dd.data() : nullptr, dw.data(), dy.data(), c.rows, c.cols, 1e-6f};
+  rms_norm_residual_params p{.h = dh.data(),
+                             .delta = c.delta ? dd.data() : nullptr,
+                             .weight = dw.data(),
+                             .y = dy.data(),
+                             .rows = c.rows,
+                             .cols = c.cols,
+                             .eps = 1e-6f};
   p.yq = dq.data();
   p.yq_scales = dds.data();
   ANVIL_GPU_CHECK(launch_rms_norm_residual(p, nullptr));
@@ -132,7 +154,8 @@ TEST(RmsNormResidualGpuLaunch, RefusesAnEightBitOutputItCannotWrite) {
   float* b = buf.data();
   float* scales = b + 60000;
   auto with = [&](std::int64_t cols, std::int64_t h_off, std::int8_t* yq, float* yq_scales) {
-    rms_norm_residual_params p{b + h_off, nullptr, b + 20000, b + 40000, 1, cols, 1e-6f};
+    rms_norm_residual_params p{
+        .h = b + h_off, .delta = nullptr, .weight = b + 20000, .y = b + 40000, .rows = 1, .cols = cols, .eps = 1e-6f};
     p.yq = yq;
     p.yq_scales = yq_scales;
     return launch_rms_norm_residual(p, nullptr);
@@ -156,9 +179,10 @@ TEST_P(QkNormGpu, MatchesCpuReferenceInPlace) {
   const std::vector<float> x = random_vector(std::size_t(rows * cols), rng, -3.f, 3.f);
   const std::vector<float> w = random_vector(std::size_t(cols), rng, 0.5f, 1.5f);
   std::vector<float> ref = x;
-  rms_norm_ref({ref.data(), w.data(), ref.data(), rows, cols, 1e-6f});
+  rms_norm_ref({.x = ref.data(), .weight = w.data(), .y = ref.data(), .rows = rows, .cols = cols, .eps = 1e-6f});
   guarded_array<float> dx(x), dw(w);
-  ANVIL_GPU_CHECK(launch_rms_norm({dx.data(), dw.data(), dx.data(), rows, cols, 1e-6f}, nullptr));
+  ANVIL_GPU_CHECK(launch_rms_norm(
+      {.x = dx.data(), .weight = dw.data(), .y = dx.data(), .rows = rows, .cols = cols, .eps = 1e-6f}, nullptr));
   ANVIL_GPU_CHECK(hipDeviceSynchronize());
   const double err = nmse(dx.download(), ref);
   std::printf("  qk_norm(rows=%lld, head_dim=%lld) nmse=%.3g\n", static_cast<long long>(rows),
@@ -204,11 +228,25 @@ TEST_P(SwigluGpu, MatchesCpuReference) {
   const std::size_t n_out = std::size_t(c.rows * c.cols);
 
   std::vector<float> ref(n_out);
-  swiglu_rows_ref({in.data() + c.skew, in.data() + up_off, ref.data(), c.rows, c.cols, in_stride, in_stride, c.cols});
+  swiglu_rows_ref({.gate = in.data() + c.skew,
+                   .up = in.data() + up_off,
+                   .out = ref.data(),
+                   .rows = c.rows,
+                   .cols = c.cols,
+                   .gate_stride = in_stride,
+                   .up_stride = in_stride,
+                   .out_stride = c.cols});
 
   guarded_array<float> din(in), dout(n_out);
   dout.poison();
-  swiglu_rows_params p{din.data() + c.skew, din.data() + up_off, dout.data(), c.rows, c.cols, in_stride, in_stride, c.cols};
+  swiglu_rows_params p{.gate = din.data() + c.skew,
+                       .up = din.data() + up_off,
+                       .out = dout.data(),
+                       .rows = c.rows,
+                       .cols = c.cols,
+                       .gate_stride = in_stride,
+                       .up_stride = in_stride,
+                       .out_stride = c.cols};
   if (c.in_place) {
     p.out = din.data() + c.skew;
     p.out_stride = in_stride;
@@ -244,13 +282,27 @@ TEST_P(SwigluX8Gpu, AlsoWritesOutInEightBitsForTheGemv) {
   const std::size_t n = std::size_t(c.rows * c.cols);
   const std::vector<float> gate = random_vector(n, rng, -6.f, 6.f), up = random_vector(n, rng, -2.f, 2.f);
   std::vector<float> ref(n);
-  swiglu_rows_ref({gate.data(), up.data(), ref.data(), c.rows, c.cols, c.cols, c.cols, c.cols});
+  swiglu_rows_ref({.gate = gate.data(),
+                   .up = up.data(),
+                   .out = ref.data(),
+                   .rows = c.rows,
+                   .cols = c.cols,
+                   .gate_stride = c.cols,
+                   .up_stride = c.cols,
+                   .out_stride = c.cols});
   guarded_array<float> dg(gate), du(up), dout(n), dds(n / 8);
   guarded_array<std::int8_t> dq(n);
   dout.poison();
   dq.poison();
   dds.poison();
-  swiglu_rows_params p{dg.data(), du.data(), dout.data(), c.rows, c.cols, c.cols, c.cols, c.cols};
+  swiglu_rows_params p{.gate = dg.data(),
+                       .up = du.data(),
+                       .out = dout.data(),
+                       .rows = c.rows,
+                       .cols = c.cols,
+                       .gate_stride = c.cols,
+                       .up_stride = c.cols,
+                       .out_stride = c.cols};
   p.yq = dq.data();
   p.yq_scales = dds.data();
   ANVIL_GPU_CHECK(launch_swiglu(p, nullptr));
@@ -488,9 +540,7 @@ TEST(CandidatesGpuEdges, AcceptedParameterSetsGiveFiniteRecordsEqualToTheReferen
 
 TEST(CandidatesGpuLaunch, RejectsBadShapesWithoutLaunching) {
   require_device();
-  candidates_params p;
-  p.n_seqs = 1;
-  p.vocab = 0;
+  candidates_params p{.vocab = 0, .n_seqs = 1};
   EXPECT_EQ(launch_candidates(p, nullptr), hipErrorInvalidValue);
   p.vocab = 10;
   p.max_k = candidates_max_k + 1;

@@ -42,14 +42,16 @@ TEST_P(RmsNormGpu, MatchesCpuReference) {
   const std::vector<float> w = random_vector(std::size_t(c.cols), rng, 0.5f, 1.5f);
 
   std::vector<float> ref(n);
-  rms_norm_ref({x.data() + c.skew, w.data(), ref.data(), c.rows, c.cols, c.eps});
+  rms_norm_ref(
+      {.x = x.data() + c.skew, .weight = w.data(), .y = ref.data(), .rows = c.rows, .cols = c.cols, .eps = c.eps});
 
   guarded_buffer dx(n + c.skew), dw(std::size_t(c.cols)), dy(n + c.skew);
   dx.upload(x);
   dw.upload(w);
   dy.poison();
   float* y = c.in_place ? dx.data() + c.skew : dy.data() + c.skew;
-  ANVIL_GPU_CHECK(launch_rms_norm({dx.data() + c.skew, dw.data(), y, c.rows, c.cols, c.eps}, nullptr));
+  ANVIL_GPU_CHECK(launch_rms_norm(
+      {.x = dx.data() + c.skew, .weight = dw.data(), .y = y, .rows = c.rows, .cols = c.cols, .eps = c.eps}, nullptr));
   ANVIL_GPU_CHECK(hipDeviceSynchronize());
 
   std::vector<float> out = c.in_place ? dx.download() : dy.download();
@@ -77,9 +79,13 @@ INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormGpu,
 TEST(RmsNormGpuLaunch, RejectsBadShapesWithoutLaunching) {
   require_device();
   const float dummy = 0;
-  EXPECT_EQ(launch_rms_norm({&dummy, &dummy, nullptr, 1, 0, 1e-6f}, nullptr), hipErrorInvalidValue);
-  EXPECT_EQ(launch_rms_norm({&dummy, &dummy, nullptr, -1, 4, 1e-6f}, nullptr), hipErrorInvalidValue);
-  EXPECT_EQ(launch_rms_norm({&dummy, &dummy, nullptr, 0, 4, 1e-6f}, nullptr), hipSuccess);
+  EXPECT_EQ(launch_rms_norm({.x = &dummy, .weight = &dummy, .y = nullptr, .rows = 1, .cols = 0, .eps = 1e-6f}, nullptr),
+            hipErrorInvalidValue);
+  EXPECT_EQ(
+      launch_rms_norm({.x = &dummy, .weight = &dummy, .y = nullptr, .rows = -1, .cols = 4, .eps = 1e-6f}, nullptr),
+      hipErrorInvalidValue);
+  EXPECT_EQ(launch_rms_norm({.x = &dummy, .weight = &dummy, .y = nullptr, .rows = 0, .cols = 4, .eps = 1e-6f}, nullptr),
+            hipSuccess);
   EXPECT_EQ(hipGetLastError(), hipSuccess);
 }
 

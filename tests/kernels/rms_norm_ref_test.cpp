@@ -15,7 +15,8 @@ using anvil::kernels::rms_norm_ref;
 
 std::vector<float> run(const std::vector<float>& x, const std::vector<float>& w, std::int64_t rows, float eps) {
   std::vector<float> y(x.size(), NAN);
-  rms_norm_ref({x.data(), w.data(), y.data(), rows, std::int64_t(w.size()), eps});
+  rms_norm_ref(
+      {.x = x.data(), .weight = w.data(), .y = y.data(), .rows = rows, .cols = std::int64_t(w.size()), .eps = eps});
   return y;
 }
 
@@ -53,7 +54,7 @@ TEST(RmsNormRef, RowsAreIndependentAndScaleInvariant) {
 
 TEST(RmsNormRef, WorksInPlace) {
   std::vector<float> x = {3, 4}, w = {1, 1};
-  rms_norm_ref({x.data(), w.data(), x.data(), 1, 2, 0.f});
+  rms_norm_ref({.x = x.data(), .weight = w.data(), .y = x.data(), .rows = 1, .cols = 2, .eps = 0.f});
   // rms = sqrt(12.5)
   EXPECT_NEAR(x[0], 3 / std::sqrt(12.5f), 1e-6);
   EXPECT_NEAR(x[1], 4 / std::sqrt(12.5f), 1e-6);
@@ -62,7 +63,7 @@ TEST(RmsNormRef, WorksInPlace) {
 TEST(RmsNormRef, ZeroRowsWritesNothing) {
   std::vector<float> y = {42.f};
   const float x = 1.f, w = 1.f;
-  rms_norm_ref({&x, &w, y.data(), 0, 1, 0.f});
+  rms_norm_ref({.x = &x, .weight = &w, .y = y.data(), .rows = 0, .cols = 1, .eps = 0.f});
   EXPECT_EQ(y[0], 42.f);
 }
 
