@@ -1,18 +1,18 @@
 #include "gpu_worker/cpu_worker.h"
 
-#include <atomic>
-#include <chrono>
-#include <exception>
+#include <cstdint>
+#include <limits>
+#include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <boost/asio/use_future.hpp>
-#include <spdlog/logger.h>
+#include <spdlog/fmt/fmt.h>
 
 #include "actors/executor_pool.h"
-#include "actors/strand_actor.h"
-#include "gpu_worker/plan_check.h"
+#include "gpu_worker/worker_shell.h"
 #include "kernels/candidates.h"
 #include "kernels/token_logprob.h"
 #include "model/cpu_forward.h"
@@ -20,11 +20,10 @@
 namespace anvil::gpu_worker {
 namespace {
 
-// The execution shell: steps run one at a time on the worker's own thread.
-class cpu_executor : public actors::strand_actor {
+// The device of the CPU worker: the reference forward pass, its KV arena and logits buffer.
+class cpu_device final : public worker_device {
  public:
-  cpu_executor(boost::asio::any_io_executor ex, const model::llm& m, const cpu_worker_config& cfg, memory_plan& mem)
-      : strand_actor(std::move(ex), {"gpu", 1024}), m_(m), mem_(mem) {
+  cpu_device(const model::llm& m, const cpu_worker_config& cfg, memory_plan& mem) : mem_(mem) {
     const std::size_t per_block = model::kv_cache_storage::bytes_per_block(m.hp, cfg.block_size);
     mem.device = "cpu";
     mem.block_size = cfg.block_size;
@@ -43,81 +42,70 @@ class cpu_executor : public actors::strand_actor {
     arena_allocations_ = 3;
     mem.kv_bytes = cache_->bytes();
     mem.scratch_bytes = logits_.capacity() * sizeof(float);
-    log().info("memory plan: {} KV blocks of {} tokens ({:.1f} MB), weights {:.1f} MB, step limits {} tokens / {} seqs",
-               mem.n_blocks, mem.block_size, double(mem.kv_bytes) / 1e6, double(mem.weight_bytes) / 1e6,
-               mem.max_batch_tokens, mem.max_seqs);
-  }
-  ~cpu_executor() = default;
-
-  std::uint64_t allocations() const {
-    return arena_allocations_ + growths_.load(std::memory_order_relaxed);
   }
 
-  void execute(step_plan plan, boost::asio::any_completion_handler<worker::execute_signature> handler) {
-    ask<step_result>(std::move(handler), [this, p = std::move(plan)]() -> actors::outcome<step_result> { return run(p); });
+  std::uint64_t allocations() const override { return arena_allocations_ + fwd_->scratch_growths(); }
+  // The reference pass has no context limit of its own: the KV pool bounds it.
+  std::int64_t max_context() const override { return std::numeric_limits<std::int64_t>::max(); }
+
+  std::string describe(const memory_plan& mem) const override {
+    return fmt::format("memory plan: {} KV blocks of {} tokens ({:.1f} MB), weights {:.1f} MB, step limits {} tokens / {} seqs",
+                       mem.n_blocks, mem.block_size, double(mem.kv_bytes) / 1e6, double(mem.weight_bytes) / 1e6,
+                       mem.max_batch_tokens, mem.max_seqs);
+  }
+
+  std::string unusable(std::uint64_t seq_id) const override {
+    for (const auto& [id, why] : unusable_) {
+      if (id == seq_id) return why + "; the request fails alone";
+    }
+    return "no candidates; the request fails alone";
+  }
+
+  void execute(const step_plan& plan, step_result& result) override {
+    unusable_.clear();
+    for (const block_copy& c : plan.copies) cache_->copy_block(c.src, c.dst);
+    batch_.clear();
+    for (const seq_step& s : plan.seqs) batch_.push_back({s.tokens, s.start_pos, s.block_table, !s.score_targets.empty()});
+    fwd_->run(batch_, *cache_, logits_);  // a scoring step may grow logits_ (counted as a scratch growth)
+    const auto V = std::size_t(mem_.n_vocab);
+    std::size_t row = 0;  // the first logits row of sequence i: all its fed tokens when scored, else its last
+    for (std::size_t i = 0; i < plan.seqs.size(); ++i) {
+      const seq_step& s = plan.seqs[i];
+      const std::size_t rows = s.score_targets.empty() ? 1 : s.tokens.size();
+      if (!s.score_targets.empty()) {
+        seq_scores sc{s.seq_id, std::vector<float>(s.tokens.size(), 0.f)};
+        for (std::size_t j = 0; j < rows; ++j) {
+          if (s.score_targets[j] < 0) continue;
+          sc.logprobs[j] = kernels::token_logprob_ref(std::span<const float>(logits_.data() + (row + j) * V, V),
+                                                      s.score_targets[j]);
+        }
+        result.scores.push_back(std::move(sc));
+      }
+      if (s.want_candidates) {
+        const std::span<const float> last(logits_.data() + (row + rows - 1) * V, V);
+        if (std::string why = kernels::unusable_logits(last); !why.empty()) {
+          unusable_.emplace_back(s.seq_id, std::move(why));  // the shell logs it
+          seq_output none;  // no candidates (step.h)
+          none.seq_id = s.seq_id;
+          result.outputs.push_back(std::move(none));
+        } else {
+          seq_output out = kernels::candidates_ref(last, s.logits, s.start_pos + std::int64_t(s.tokens.size()));
+          out.seq_id = s.seq_id;
+          result.outputs.push_back(std::move(out));
+        }
+      }
+      row += rows;
+    }
   }
 
  private:
-  actors::outcome<step_result> run(const step_plan& plan) {
-    if (const std::string why = check_plan(plan, mem_); !why.empty()) {
-      log().error("step={} rejected: {}", plan.step, why);
-      return make_error_code(errc::invalid_argument);
-    }
-    const auto t0 = std::chrono::steady_clock::now();
-    step_result result;
-    result.step = plan.step;
-    try {
-      for (const block_copy& c : plan.copies) cache_->copy_block(c.src, c.dst);
-      batch_.clear();
-      for (const seq_step& s : plan.seqs) batch_.push_back({s.tokens, s.start_pos, s.block_table, !s.score_targets.empty()});
-      fwd_->run(batch_, *cache_, logits_);  // a scoring step may grow logits_ (counted as a scratch growth)
-      const auto V = std::size_t(mem_.n_vocab);
-      std::size_t row = 0;  // the first logits row of sequence i: all its fed tokens when scored, else its last
-      for (std::size_t i = 0; i < plan.seqs.size(); ++i) {
-        const seq_step& s = plan.seqs[i];
-        const std::size_t rows = s.score_targets.empty() ? 1 : s.tokens.size();
-        if (!s.score_targets.empty()) {
-          seq_scores sc{s.seq_id, std::vector<float>(s.tokens.size(), 0.f)};
-          for (std::size_t j = 0; j < rows; ++j) {
-            if (s.score_targets[j] < 0) continue;
-            sc.logprobs[j] = kernels::token_logprob_ref(std::span<const float>(logits_.data() + (row + j) * V, V),
-                                                        s.score_targets[j]);
-          }
-          result.scores.push_back(std::move(sc));
-        }
-        if (s.want_candidates) {
-          const std::span<const float> last(logits_.data() + (row + rows - 1) * V, V);
-          if (const std::string why = kernels::unusable_logits(last); !why.empty()) {
-            log().error("step={} req={}: {}; the request fails alone", plan.step, s.seq_id, why);
-            seq_output none;  // no candidates (step.h)
-            none.seq_id = s.seq_id;
-            result.outputs.push_back(std::move(none));
-          } else {
-            seq_output out = kernels::candidates_ref(last, s.logits, s.start_pos + std::int64_t(s.tokens.size()));
-            out.seq_id = s.seq_id;
-            result.outputs.push_back(std::move(out));
-          }
-        }
-        row += rows;
-      }
-    } catch (const std::exception& e) {
-      log().error("step={} failed: {}", plan.step, e.what());
-      return make_error_code(errc::device_fault);
-    }
-    growths_.store(fwd_->scratch_growths(), std::memory_order_relaxed);
-    result.execute_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    log().debug("step={} seqs={} ms={:.2f}", plan.step, plan.seqs.size(), result.execute_ms);
-    return result;
-  }
-
-  const model::llm& m_;
-  memory_plan& mem_;
+  const memory_plan& mem_;
   std::unique_ptr<model::kv_cache_storage> cache_;
   std::unique_ptr<model::cpu_forward> fwd_;
   std::vector<float> logits_;
   std::vector<model::forward_seq> batch_;
   std::uint64_t arena_allocations_ = 0;
-  std::atomic<std::uint64_t> growths_{0};
+  std::vector<std::pair<std::uint64_t, std::string>> unusable_;  // the last step's sequences without candidates
 };
 
 }  // namespace
@@ -125,11 +113,12 @@ class cpu_executor : public actors::strand_actor {
 struct cpu_worker::impl {
   memory_plan mem;
   actors::executor_pool pool{"gpu", 1};
-  std::unique_ptr<cpu_executor> exec;
+  std::unique_ptr<worker_shell> exec;
 };
 
 cpu_worker::cpu_worker(const model::llm& model, const cpu_worker_config& config) : impl_(std::make_unique<impl>()) {
-  impl_->exec = std::make_unique<cpu_executor>(impl_->pool.get_executor(), model, config, impl_->mem);
+  auto dev = std::make_unique<cpu_device>(model, config, impl_->mem);
+  impl_->exec = std::make_unique<worker_shell>(impl_->pool.get_executor(), std::move(dev), impl_->mem);
 }
 
 cpu_worker::~cpu_worker() {

@@ -1,0 +1,56 @@
+// The actor shell both workers share (cpu_worker.cpp, gpu_worker.cpp): a strand actor that runs
+// one step at a time on the worker's own thread around a device — the CPU reference forward pass
+// or gpu_device. It checks each plan (check_plan, then the device's max_context), times the step,
+// turns any exception out of the device into errc::device_fault (the process lives), logs each
+// sequence the step left without candidates, and publishes the device's allocation count for
+// device_allocations(). The device does the work and owns the memory; the shell only sequences.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/any_io_executor.hpp>
+
+#include "actors/strand_actor.h"
+#include "gpu_worker/worker.h"
+
+namespace anvil::gpu_worker {
+
+// What the shell needs of a device. Every call but the constructor's comes from the worker's
+// thread, one at a time.
+class worker_device {
+ public:
+  virtual ~worker_device() = default;
+  // Runs one checked plan and fills result.outputs / result.scores; throws for a failed step.
+  virtual void execute(const step_plan& plan, step_result& result) = 0;
+  // Device (arena) allocations since construction.
+  virtual std::uint64_t allocations() const = 0;
+  // Positions one sequence may reach; a plan past it is refused before it runs.
+  virtual std::int64_t max_context() const = 0;
+  // The start-up line describing the memory plan (logged at info).
+  virtual std::string describe(const memory_plan& mem) const = 0;
+  // Why the last step gave sequence `seq_id` no candidates, and what follows ("...; it fails alone").
+  virtual std::string unusable(std::uint64_t seq_id) const = 0;
+};
+
+class worker_shell : public actors::strand_actor {
+ public:
+  // `dev` was built against `mem` (which it filled); both outlive nothing of the shell's.
+  worker_shell(boost::asio::any_io_executor ex, std::unique_ptr<worker_device> dev, const memory_plan& mem);
+
+  std::uint64_t allocations() const { return allocations_.load(std::memory_order_relaxed); }
+
+  void execute(step_plan plan, boost::asio::any_completion_handler<worker::execute_signature> handler);
+
+ private:
+  actors::outcome<step_result> run(const step_plan& plan);
+
+  std::unique_ptr<worker_device> dev_;
+  const memory_plan& mem_;
+  std::atomic<std::uint64_t> allocations_{0};
+};
+
+}  // namespace anvil::gpu_worker
