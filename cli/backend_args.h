@@ -7,7 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "actors/engine.h"
+#include "engine/engine.h"
 
 namespace anvil::cli {
 

@@ -7,11 +7,11 @@
 
 #include <boost/asio/use_future.hpp>
 
-#include "actors/engine.h"
+#include "engine/engine.h"
 #include "cli/backend_args.h"
 #include "cli/commands.h"
 #include "cli/model_arg.h"
-#include "model/cpu_forward.h"
+#include "model/arch/cpu_forward.h"
 
 namespace anvil::cli {
 namespace {

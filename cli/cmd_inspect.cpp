@@ -7,7 +7,7 @@
 #include <boost/json.hpp>
 
 #include "cli/commands.h"
-#include "model/gguf.h"
+#include "model/gguf/gguf.h"
 
 namespace anvil::cli {
 namespace {

@@ -1,5 +1,5 @@
 // `anvil perplexity -m FILE TEXT_FILE`: the model's perplexity over a text file by sliding windows
-// (model/perplexity.h has the algorithm, the same as tools/train/make_goldens.py's), scored by a
+// (model/arch/perplexity.h has the algorithm, the same as tools/train/make_goldens.py's), scored by a
 // worker — the CPU reference or the GPU (gpu_worker/worker_perplexity.h) — as `--backend` says.
 // The text is tokenised as the model tokenises a prompt (BOS first if it adds one).
 #include <chrono>
@@ -15,13 +15,13 @@
 #include "cli/commands.h"
 #include "cli/model_arg.h"
 #include "cli/progress.h"
-#include "actors/engine.h"
+#include "engine/engine.h"
 #include "gpu_worker/cpu_worker.h"
 #include "gpu_worker/gpu_worker.h"
 #include "gpu_worker/worker_perplexity.h"
-#include "model/gguf_tokenizer.h"
-#include "model/cpu_forward.h"
-#include "model/perplexity.h"
+#include "model/gguf/gguf_tokenizer.h"
+#include "model/arch/cpu_forward.h"
+#include "model/arch/perplexity.h"
 
 namespace anvil::cli {
 namespace {

@@ -26,13 +26,13 @@
 #include <boost/asio/strand.hpp>
 #include <spdlog/logger.h>
 
-#include "actors/engine.h"
+#include "engine/engine.h"
 #include "actors/log.h"
 #include "cli/backend_args.h"
 #include "cli/commands.h"
 #include "cli/model_arg.h"
 #include "cli/progress.h"
-#include "model/cpu_forward.h"
+#include "model/arch/cpu_forward.h"
 #include "proto/http_server.h"
 #include "proto/line_server.h"
 

@@ -6,8 +6,8 @@
 
 #include "cli/commands.h"
 #include "cli/progress.h"
-#include "model/synth.h"
-#include "model/tokenizer_json.h"
+#include "model/arch/synth.h"
+#include "model/tokenizer/tokenizer_json.h"
 
 namespace anvil::cli {
 namespace {

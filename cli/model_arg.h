@@ -1,4 +1,4 @@
-// The model a command runs: the -m it was given, else the shipped model (model/default_model.h),
+// The model a command runs: the -m it was given, else the shipped model (model/arch/default_model.h),
 // announced on one log line so it is never a surprise which file answered.
 #pragma once
 
@@ -7,7 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/log.h"
-#include "model/default_model.h"
+#include "model/arch/default_model.h"
 
 namespace anvil::cli {
 

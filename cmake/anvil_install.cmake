@@ -12,7 +12,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(ANVIL_INSTALL_INCLUDEDIR ${CMAKE_INSTALL_INCLUDEDIR}/anvil)   # keeps the tree's paths: "actors/engine.h"
+set(ANVIL_INSTALL_INCLUDEDIR ${CMAKE_INSTALL_INCLUDEDIR}/anvil)   # keeps the tree's paths: "engine/engine.h"
 set(ANVIL_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/anvil)
 
 # The anvil targets `target` links, directly or not, private links included (a static library
@@ -53,9 +53,10 @@ foreach(t IN LISTS ANVIL_LIBRARY_TARGETS)
   endif()
   string(REGEX REPLACE "^anvil_" "" export_name ${t})
   set_target_properties(${t} PROPERTIES EXPORT_NAME ${export_name})
-  get_target_property(type ${t} TYPE)
-  if(NOT type STREQUAL "INTERFACE_LIBRARY")
-    get_target_property(dir ${t} SOURCE_DIR)
+  # Every target defined in a folder of its own (the static libraries, anvil_messages); not those
+  # of the top-level CMakeLists (anvil_defaults, the GPU runtime's interface targets).
+  get_target_property(dir ${t} SOURCE_DIR)
+  if(NOT dir STREQUAL PROJECT_SOURCE_DIR)
     list(APPEND _anvil_header_dirs ${dir})
   endif()
 endforeach()
@@ -101,7 +102,7 @@ install(FILES ${PROJECT_BINARY_DIR}/packaging/anvilConfig.cmake ${PROJECT_BINARY
   DESTINATION ${ANVIL_INSTALL_CMAKEDIR} COMPONENT dev)
 
 # The programs, the shipped model where an installed `anvil` looks for it
-# (model/default_model.cpp: <prefix>/share/anvil/models/), and the systemd unit.
+# (model/arch/default_model.cpp: <prefix>/share/anvil/models/), and the systemd unit.
 install(TARGETS anvil anvil-bench RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
 install(FILES ${PROJECT_SOURCE_DIR}/models/anvil-kjv-q8_0.gguf DESTINATION ${CMAKE_INSTALL_DATADIR}/anvil/models
   COMPONENT runtime)

@@ -15,7 +15,7 @@
 #include "gpu_worker/worker_shell.h"
 #include "kernels/candidates.h"
 #include "kernels/token_logprob.h"
-#include "model/cpu_forward.h"
+#include "model/arch/cpu_forward.h"
 
 namespace anvil::gpu_worker {
 namespace {

@@ -9,7 +9,7 @@
 #include <memory>
 
 #include "gpu_worker/worker.h"
-#include "model/llm.h"
+#include "model/arch/llm.h"
 
 namespace anvil::gpu_worker {
 

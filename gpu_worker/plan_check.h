@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "gpu_worker/step.h"
+#include "messages/step.h"
 #include "gpu_worker/worker.h"
 
 namespace anvil::gpu_worker {

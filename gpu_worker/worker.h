@@ -13,7 +13,7 @@
 #include <boost/asio/async_result.hpp>
 
 #include "actors/error.h"
-#include "gpu_worker/step.h"
+#include "messages/step.h"
 
 namespace anvil::gpu_worker {
 

@@ -1,4 +1,4 @@
-// Perplexity through a worker (model/perplexity.h has the window plan and the definition): each
+// Perplexity through a worker (model/arch/perplexity.h has the window plan and the definition): each
 // window runs from position 0 as one sequence, in chunks of at most `batch` tokens, in KV blocks
 // 0, 1, 2, ... of the worker's pool, and the worker returns the log-probability of every scored
 // token (step_plan score_targets) instead of logits. The same code scores on the CPU worker and
@@ -9,7 +9,7 @@
 #include <span>
 
 #include "gpu_worker/worker.h"
-#include "model/perplexity.h"
+#include "model/arch/perplexity.h"
 
 namespace anvil::gpu_worker {
 

@@ -15,7 +15,7 @@
 //     (l > 0 ? l / r : l * r), then l -= presence + frequency * n — the order sampling.cpp uses.
 //     Temperature t >= min_temperature: l /= t; a smaller t leaves the logits alone (greedy). All
 //     in float; each bias term, each token's penalties and the temperature go through keep_finite
-//     (gpu_worker/step.h), so a finite raw logit stays finite whatever the parameters.
+//     (messages/step.h), so a finite raw logit stays finite whatever the parameters.
 //   - top: min(top_k, vocab) tokens, logit descending, ties to the lower token id.
 //   - log_normalizer = log sum_t exp(l_t), in double around the maximum (stable for |l| ~ 1e4
 //     and -inf), rounded to float. Note: a float log_normalizer near 1e4 carries ~1e-3 absolute
@@ -36,7 +36,7 @@
 #include <string>
 #include <vector>
 
-#include "gpu_worker/step.h"
+#include "messages/step.h"
 
 namespace anvil::kernels {
 

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "model/quant.h"
+#include "model/quant/quant.h"
 
 namespace anvil::kernels {
 

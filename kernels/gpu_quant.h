@@ -1,5 +1,5 @@
 // Device-side decoding of GGUF weight rows, shared by the GEMV, dequantize and embedding kernels.
-// Included only by .hip files. The block layouts are model/quant_blocks.h's, bit for bit; the
+// Included only by .hip files. The block layouts are model/quant/quant_blocks.h's, bit for bit; the
 // values are the ones model::dequantize_row produces (same float operations, one rounding each).
 //
 // A row is cut into *chunks*: the piece of a row one thread decodes in one step, into registers.
@@ -22,7 +22,7 @@
 #include <cstdint>
 
 #include "kernels/gpu_runtime.h"
-#include "model/quant.h"
+#include "model/quant/quant.h"
 
 namespace anvil::kernels::gpu_quant {
 

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "model/quant.h"
+#include "model/quant/quant.h"
 
 namespace anvil::kernels {
 

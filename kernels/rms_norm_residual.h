@@ -30,7 +30,7 @@ struct rms_norm_residual_params {
 // The widest row the 8-bit output (yq) takes: the register path's 1024 threads x 4 float4s.
 inline constexpr std::int64_t rms_norm_residual_max_x8_cols = 16384;
 
-// CPU reference: the float add (as model/cpu_forward.cpp does it), then rms_norm_ref.
+// CPU reference: the float add (as model/arch/cpu_forward.cpp does it), then rms_norm_ref.
 void rms_norm_residual_ref(const rms_norm_residual_params& p);
 
 }  // namespace anvil::kernels

@@ -1,6 +1,6 @@
 // Scoring: the log-probability of a given token under a row of raw logits,
 //   logprob = logits[target] - log sum_t exp(logits[t]),
-// what perplexity and prompt log-probabilities need (gpu_worker/step.h score_targets). No logit
+// what perplexity and prompt log-probabilities need (messages/step.h score_targets). No logit
 // processing: the model's own distribution. The reference accumulates in double around the row's
 // maximum; the kernel in float around the maximum, one block per row (agreement ~1e-6 relative
 // to the normaliser for real vocabularies).

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "kv/block_pool.h"
-#include "kv/kv_messages.h"
+#include "messages/kv_messages.h"
 #include "kv/prefix_cache.h"
 
 namespace anvil::kv {

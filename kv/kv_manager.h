@@ -15,7 +15,7 @@
 
 #include "actors/strand_actor.h"
 #include "kv/kv_core.h"
-#include "kv/kv_messages.h"
+#include "messages/kv_messages.h"
 
 namespace anvil::kv {
 

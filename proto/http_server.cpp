@@ -18,7 +18,7 @@
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/logger.h>
 
-#include "actors/engine.h"
+#include "engine/engine.h"
 #include "actors/log.h"
 #include "proto/http_session.h"
 #include "proto/metrics_text.h"

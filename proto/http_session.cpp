@@ -6,7 +6,7 @@
 
 #include <boost/json.hpp>
 
-#include "model/chat_template.h"
+#include "model/chat/chat_template.h"
 #include "model/model_error.h"
 #include "proto/errors.h"
 #include "proto/metrics_text.h"

@@ -18,7 +18,7 @@
 
 #include <boost/json/fwd.hpp>
 
-#include "actors/engine.h"
+#include "engine/engine.h"
 
 namespace anvil::proto {
 

@@ -15,7 +15,7 @@
 #include <boost/asio/write.hpp>
 #include <spdlog/logger.h>
 
-#include "actors/engine.h"
+#include "engine/engine.h"
 #include "actors/log.h"
 #include "proto/line_session.h"
 #include "proto/tcp_listener.h"

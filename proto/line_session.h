@@ -13,7 +13,7 @@
 
 #include <boost/json/value.hpp>
 
-#include "actors/engine.h"
+#include "engine/engine.h"
 
 namespace anvil::proto {
 

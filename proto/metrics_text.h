@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "actors/engine.h"
+#include "engine/engine.h"
 
 namespace anvil::proto {
 

@@ -35,7 +35,7 @@
 
 #include <boost/system/result.hpp>
 
-#include "gpu_worker/step.h"
+#include "messages/step.h"
 #include "sampler/sampler_error.h"
 #include "sampler/sampling.h"
 

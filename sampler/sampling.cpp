@@ -6,7 +6,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "gpu_worker/step.h"
+#include "messages/step.h"
 
 namespace anvil::sampler {
 namespace {

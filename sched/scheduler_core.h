@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "actors/error.h"
-#include "gpu_worker/step.h"
-#include "kv/kv_messages.h"
+#include "messages/step.h"
+#include "messages/kv_messages.h"
 #include "sampler/sampler_core.h"
 
 namespace anvil::sched {

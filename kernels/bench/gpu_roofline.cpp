@@ -26,7 +26,7 @@
 #include "kernels/gemm.h"
 #include "kernels/gemv.h"
 #include "kernels/gpu_runtime.h"
-#include "model/quant.h"
+#include "model/quant/quant.h"
 
 namespace {
 

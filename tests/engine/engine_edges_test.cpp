@@ -12,7 +12,7 @@
 #include <boost/asio/use_future.hpp>
 #include <gtest/gtest.h>
 
-#include "actors/engine.h"
+#include "engine/engine.h"
 #include "tests/engine/requests.h"
 #include "tests/model/fixtures.h"
 #include "tests/model/reference_greedy.h"

@@ -1,9 +1,9 @@
 // request_stream: stop strings across token boundaries, held-back prefixes, UTF-8 safety.
-#include "actors/request_stream.h"
+#include "engine/request_stream.h"
 
 #include <gtest/gtest.h>
 
-#include "model/synth.h"
+#include "model/arch/synth.h"
 
 namespace {
 

@@ -13,8 +13,8 @@
 #include <boost/asio/use_future.hpp>
 #include <gtest/gtest.h>
 
-#include "actors/engine.h"
-#include "model/cpu_forward.h"
+#include "engine/engine.h"
+#include "model/arch/cpu_forward.h"
 #include "tests/engine/requests.h"
 #include "tests/model/fixtures.h"
 #include "tests/model/reference_greedy.h"

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "model/cpu_forward.h"
+#include "model/arch/cpu_forward.h"
 #include "tests/fuzz/load_model.h"
 
 namespace {

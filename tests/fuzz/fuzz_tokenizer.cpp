@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "model/gguf_tokenizer.h"
+#include "model/gguf/gguf_tokenizer.h"
 #include "tests/fuzz/gguf_image.h"
 
 namespace {

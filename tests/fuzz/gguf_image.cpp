@@ -3,8 +3,8 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "model/quant.h"
-#include "model/tokenizer_impl.h"  // byte_level_encode: the byte-level vocabulary's token texts
+#include "model/quant/quant.h"
+#include "model/tokenizer/tokenizer_impl.h"  // byte_level_encode: the byte-level vocabulary's token texts
 
 namespace anvil::fuzz {
 

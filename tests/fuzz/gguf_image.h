@@ -1,6 +1,6 @@
 // A GGUF file as editable parts, serialised field by field: the hostile-file suite starts from a
 // small valid model (micro_model) and breaks one thing at a time — a count, a length, a type, a
-// dimension, an offset — including what the writer (model/gguf_writer.cpp) would never produce.
+// dimension, an offset — including what the writer (model/gguf/gguf_writer.cpp) would never produce.
 // micro_model is also what the fuzz targets that need a model (line and HTTP sessions) load, and
 // the seed of the GGUF fuzz corpus.
 #pragma once
@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "model/gguf.h"
+#include "model/gguf/gguf.h"
 
 namespace anvil::fuzz {
 

@@ -20,8 +20,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "actors/engine.h"
-#include "model/cpu_forward.h"
+#include "engine/engine.h"
+#include "model/arch/cpu_forward.h"
 #include "tests/fuzz/alloc_counter.h"
 #include "tests/fuzz/gguf_image.h"
 

@@ -1,7 +1,7 @@
 #include "tests/fuzz/load_model.h"
 
-#include "model/cpu_forward.h"
-#include "model/gguf_tokenizer.h"
+#include "model/arch/cpu_forward.h"
+#include "model/gguf/gguf_tokenizer.h"
 
 namespace anvil::fuzz {
 
@@ -10,7 +10,7 @@ loaded_model load_model(std::span<const std::byte> bytes) {
   // cli/cmd_generate.cpp sizes the KV pool from the hyper-parameters before the engine loads.
   const model::hparams hp = model::read_hparams(file);
   (void)model::kv_cache_storage::bytes_per_block(hp, 16);
-  // actors/engine.cpp: weights, tokenizer, chat template.
+  // engine/engine.cpp: weights, tokenizer, chat template.
   model::llm llm = model::load_llm(std::move(file));
   model::tokenizer tok(model::tokenizer_spec_from_gguf(llm.file));
   std::optional<model::chat_template> chat;

@@ -8,9 +8,9 @@
 #include <optional>
 #include <span>
 
-#include "model/chat_template.h"
-#include "model/llm.h"
-#include "model/tokenizer.h"
+#include "model/chat/chat_template.h"
+#include "model/arch/llm.h"
+#include "model/tokenizer/tokenizer.h"
 
 namespace anvil::fuzz {
 

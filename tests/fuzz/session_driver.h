@@ -10,7 +10,7 @@
 #include <memory>
 #include <mutex>
 
-#include "actors/engine.h"
+#include "engine/engine.h"
 
 namespace anvil::fuzz {
 

@@ -10,7 +10,7 @@
 #include <boost/asio/use_future.hpp>
 #include <gtest/gtest.h>
 
-#include "actors/engine.h"
+#include "engine/engine.h"
 #include "gpu_worker/gpu_worker.h"
 #include "tests/engine/requests.h"
 

@@ -24,12 +24,12 @@
 #include <boost/json.hpp>
 #include <gtest/gtest.h>
 
-#include "actors/engine.h"
+#include "engine/engine.h"
 #include "gpu_worker/cpu_worker.h"
 #include "gpu_worker/gpu_worker.h"
 #include "gpu_worker/worker_perplexity.h"
-#include "model/cpu_forward.h"
-#include "model/perplexity.h"
+#include "model/arch/cpu_forward.h"
+#include "model/arch/perplexity.h"
 #include "tests/gpu_worker/device_alloc_counter.h"
 #include "tests/gpu_worker/gpu_engine_util.h"
 #include "tests/model/fixtures.h"

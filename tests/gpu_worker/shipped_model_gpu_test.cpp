@@ -17,10 +17,10 @@
 #include <boost/json.hpp>
 #include <gtest/gtest.h>
 
-#include "actors/engine.h"
+#include "engine/engine.h"
 #include "gpu_worker/gpu_worker.h"
 #include "gpu_worker/worker_perplexity.h"
-#include "model/perplexity.h"
+#include "model/arch/perplexity.h"
 #include "tests/gpu_worker/gpu_engine_util.h"
 
 namespace {

@@ -15,8 +15,8 @@
 
 #include "gpu_worker/cpu_worker.h"
 #include "gpu_worker/worker_perplexity.h"
-#include "model/cpu_forward.h"
-#include "model/perplexity.h"
+#include "model/arch/cpu_forward.h"
+#include "model/arch/perplexity.h"
 #include "tests/model/fixtures.h"
 
 namespace {

@@ -5,7 +5,7 @@
 
 #include <boost/asio/use_future.hpp>
 
-#include "actors/engine.h"
+#include "engine/engine.h"
 
 int main(int argc, char** argv) {
   if (argc > 2) {

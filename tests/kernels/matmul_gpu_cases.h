@@ -1,5 +1,5 @@
 // Shared by the GEMV, GEMM and embedding GPU tests: random GGUF weights quantized with the
-// reference quantizers (model/quant.h), a device byte buffer for them, and the per-output
+// reference quantizers (model/quant/quant.h), a device byte buffer for them, and the per-output
 // comparison "error relative to the row's |W|.|x| scale" the matmul tolerances are stated in.
 #pragma once
 
@@ -13,7 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "kernels/gpu_runtime.h"
-#include "model/quant.h"
+#include "model/quant/quant.h"
 #include "tests/kernels/op_check.h"
 
 namespace anvil::kernels::testing {

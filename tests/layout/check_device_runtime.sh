@@ -7,7 +7,7 @@ root=${1:?usage: check_device_runtime.sh SOURCE_ROOT}
 cd "$root"
 status=0
 
-src_dirs=(actors sched kv sampler model proto cli bench)
+src_dirs=(actors engine messages sched kv sampler model proto cli bench)
 existing=()
 for d in "${src_dirs[@]}"; do [ -d "$d" ] && existing+=("$d"); done
 

@@ -2,7 +2,7 @@
 // real templates stored beside it with Jinja2 the way transformers does, over a fixed set of
 // conversations. Every C++ rendering must match byte for byte, and must throw wherever the real
 // template raises.
-#include "model/chat_template.h"
+#include "model/chat/chat_template.h"
 
 #include <array>
 #include <ctime>

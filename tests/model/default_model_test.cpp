@@ -1,10 +1,10 @@
-// Finding the shipped model when no -m is given (model/default_model.h).
+// Finding the shipped model when no -m is given (model/arch/default_model.h).
 #include <filesystem>
 #include <fstream>
 
 #include <gtest/gtest.h>
 
-#include "model/default_model.h"
+#include "model/arch/default_model.h"
 #include "model/model_error.h"
 
 namespace {

@@ -7,7 +7,7 @@
 #include <map>
 #include <string>
 
-#include "model/synth.h"
+#include "model/arch/synth.h"
 
 namespace anvil::model::testing {
 

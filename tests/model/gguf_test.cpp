@@ -8,7 +8,7 @@
 
 #include <gtest/gtest.h>
 
-#include "model/gguf.h"
+#include "model/gguf/gguf.h"
 
 namespace {
 

@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include "model/cpu_forward.h"
+#include "model/arch/cpu_forward.h"
 #include "tests/model/fixtures.h"
 
 namespace {

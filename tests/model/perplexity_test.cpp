@@ -1,4 +1,4 @@
-// Perplexity by sliding windows (model/perplexity.h): the window plan scores every token once,
+// Perplexity by sliding windows (model/arch/perplexity.h): the window plan scores every token once,
 // and the CPU-forward result equals a direct log-softmax over each window's full logits.
 #include <cmath>
 #include <numeric>
@@ -8,8 +8,8 @@
 
 #include <gtest/gtest.h>
 
-#include "model/cpu_forward.h"
-#include "model/perplexity.h"
+#include "model/arch/cpu_forward.h"
+#include "model/arch/perplexity.h"
 #include "tests/model/fixtures.h"
 
 namespace {

@@ -9,7 +9,7 @@
 
 #include <gtest/gtest.h>
 
-#include "model/quant.h"
+#include "model/quant/quant.h"
 
 namespace {
 

@@ -11,7 +11,7 @@
 
 #include <gtest/gtest.h>
 
-#include "model/quant.h"
+#include "model/quant/quant.h"
 
 namespace {
 

@@ -13,7 +13,7 @@
 
 #include <gtest/gtest.h>
 
-#include "model/quant.h"
+#include "model/quant/quant.h"
 
 namespace {
 

@@ -7,7 +7,7 @@
 #include <span>
 #include <vector>
 
-#include "model/cpu_forward.h"
+#include "model/arch/cpu_forward.h"
 
 namespace anvil::model::testing {
 

@@ -11,7 +11,7 @@
 #include <boost/json.hpp>
 #include <gtest/gtest.h>
 
-#include "model/cpu_forward.h"
+#include "model/arch/cpu_forward.h"
 
 namespace {
 

@@ -18,9 +18,9 @@
 #include <boost/json.hpp>
 #include <gtest/gtest.h>
 
-#include "model/cpu_forward.h"
-#include "model/gguf_tokenizer.h"
-#include "model/perplexity.h"
+#include "model/arch/cpu_forward.h"
+#include "model/gguf/gguf_tokenizer.h"
+#include "model/arch/perplexity.h"
 
 namespace {
 

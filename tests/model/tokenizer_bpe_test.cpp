@@ -2,8 +2,8 @@
 // read off the text), and the pre-tokenizer regexes piece by piece.
 #include <gtest/gtest.h>
 
-#include "model/pretokenize.h"
-#include "model/tokenizer.h"
+#include "model/tokenizer/pretokenize.h"
+#include "model/tokenizer/tokenizer.h"
 #include "tests/model/tokenizer_test_util.h"
 
 namespace {

@@ -5,8 +5,8 @@
 
 #include <gtest/gtest.h>
 
-#include "model/tokenizer.h"
-#include "model/unicode.h"
+#include "model/tokenizer/tokenizer.h"
+#include "model/tokenizer/unicode.h"
 #include "tests/model/tokenizer_test_util.h"
 
 namespace {

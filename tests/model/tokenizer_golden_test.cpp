@@ -13,10 +13,10 @@
 
 #include <gtest/gtest.h>
 
-#include "model/tokenizer.h"
-#include "model/tokenizer_json.h"
-#include "model/unicode.h"
-#include "model/unicode_nfc.h"
+#include "model/tokenizer/tokenizer.h"
+#include "model/tokenizer/tokenizer_json.h"
+#include "model/tokenizer/unicode.h"
+#include "model/tokenizer/unicode_nfc.h"
 #include "tests/model/tokenizer_test_util.h"
 
 namespace {

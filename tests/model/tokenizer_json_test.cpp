@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "model/model_error.h"
-#include "model/tokenizer_json.h"
+#include "model/tokenizer/tokenizer_json.h"
 #include "tests/model/tokenizer_test_util.h"
 
 namespace {

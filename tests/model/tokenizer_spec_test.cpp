@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "model/model_error.h"
-#include "model/tokenizer.h"
+#include "model/tokenizer/tokenizer.h"
 #include "tests/model/tokenizer_test_util.h"
 
 namespace {

@@ -2,7 +2,7 @@
 // the byte tokens, then the pieces below. Every expected id sequence is derived in a comment.
 #include <gtest/gtest.h>
 
-#include "model/tokenizer.h"
+#include "model/tokenizer/tokenizer.h"
 #include "tests/model/tokenizer_test_util.h"
 
 namespace {

@@ -6,8 +6,8 @@
 
 #include <gtest/gtest.h>
 
-#include "model/unicode.h"
-#include "model/unicode_nfc.h"
+#include "model/tokenizer/unicode.h"
+#include "model/tokenizer/unicode_nfc.h"
 #include "tests/model/tokenizer_test_util.h"
 
 namespace {

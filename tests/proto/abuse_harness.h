@@ -25,8 +25,8 @@
 #include <boost/json.hpp>
 #include <gtest/gtest.h>
 
-#include "actors/engine.h"
-#include "model/synth.h"
+#include "engine/engine.h"
+#include "model/arch/synth.h"
 #include "proto/http_server.h"
 #include "proto/line_server.h"
 #include "tests/proto/line_client.h"

@@ -23,8 +23,8 @@
 #include <boost/json.hpp>
 #include <gtest/gtest.h>
 
-#include "actors/engine.h"
-#include "model/synth.h"
+#include "engine/engine.h"
+#include "model/arch/synth.h"
 #include "proto/http_server.h"
 #include "tests/proto/prometheus_samples.h"
 #include "tests/model/fixtures.h"

@@ -13,7 +13,7 @@
 #include <boost/json.hpp>
 #include <gtest/gtest.h>
 
-#include "actors/engine.h"
+#include "engine/engine.h"
 #include "proto/line_server.h"
 #include "tests/model/fixtures.h"
 #include "tests/proto/line_client.h"

@@ -25,7 +25,7 @@
 #include <boost/json.hpp>
 #include <gtest/gtest.h>
 
-#include "model/synth.h"
+#include "model/arch/synth.h"
 #include "tests/proto/child_process.h"
 #include "tests/proto/line_client.h"
 #include "tests/proto/raw_http.h"

@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "gpu_worker/step.h"
+#include "messages/step.h"
 #include "sampler/sampling.h"
 
 namespace anvil::testing {
@@ -77,7 +77,7 @@ inline std::vector<std::pair<std::int32_t, std::int32_t>> edge_token_counts(std:
   return counts;
 }
 
-// The worker's processing for `p`, as the engine builds it (actors/engine.cpp), with `k` candidates.
+// The worker's processing for `p`, as the engine builds it (engine/engine.cpp), with `k` candidates.
 inline gpu_worker::logit_params logit_params_of(const sampler::sampling_params& p,
                                                 std::vector<std::pair<std::int32_t, std::int32_t>> counts,
                                                 std::int32_t k) {

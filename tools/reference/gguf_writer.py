@@ -1,6 +1,6 @@
 """A small GGUF v3 writer for the reference scripts (numpy only, no `gguf` package on the GPU
 machine). It writes what anvil's C++ reader reads: scalars, strings, arrays, F32/F16 tensors, and
-Q8_0 tensors quantized here exactly as anvil's reference quantizer (model/quant_legacy.cpp) does."""
+Q8_0 tensors quantized here exactly as anvil's reference quantizer (model/quant/quant_legacy.cpp) does."""
 import struct
 
 import numpy as np
@@ -32,7 +32,7 @@ def quantize_q8_0(array):
 
 
 def dequantize_q8_0(data, shape):
-    """The float32 values anvil reads from Q8_0 bytes (model/quant_legacy.cpp's dequantize_q8_0)."""
+    """The float32 values anvil reads from Q8_0 bytes (model/quant/quant_legacy.cpp's dequantize_q8_0)."""
     raw = np.frombuffer(data, dtype=np.uint8).reshape(-1, 2 + QK8_0)
     d = raw[:, :2].copy().view("<f2").astype(np.float32)
     q = raw[:, 2:].copy().view(np.int8).astype(np.float32)

@@ -23,7 +23,7 @@ const sets = [
   { name: "llama2", seed: 3, count: 1500, turn: (role, text) => `<s>[INST] ${role}: ${text} [/INST]</s>` },
 ];
 
-// The same rule as llama.cpp's converter and model/tokenizer_json.cpp: added tokens that are
+// The same rule as llama.cpp's converter and model/tokenizer/tokenizer_json.cpp: added tokens that are
 // special, or look special, become control tokens; the others user-defined tokens.
 function looksSpecial(t) {
   return ["<pad>", "<mask>", "<2mass>", "[@BOS@]"].includes(t) || (t.startsWith("<|") && t.endsWith("|>")) ||

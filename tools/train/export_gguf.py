@@ -4,7 +4,7 @@
 Usage: python3 export_gguf.py MODEL_PT TOKENIZER_JSON OUT_DIR [--name anvil-kjv]
 Writes OUT_DIR/NAME-f16.gguf and OUT_DIR/NAME-q8_0.gguf (Q8_0 is the one anvil ships).
 
-  - metadata: the keys anvil's loader reads for `llama` (model/llm.cpp) as llama.cpp's converter
+  - metadata: the keys anvil's loader reads for `llama` (model/arch/llm.cpp) as llama.cpp's converter
     writes them; tokenizer.ggml.* from tokenizer.json: model "gpt2", pre "llama-bpe", tokens by
     id, token types (3 control for the two special tokens, 1 normal otherwise), merges as "left
     right", BOS/EOS ids, add_bos_token true. No chat template: the model was not trained on chat.

@@ -16,7 +16,7 @@ It writes:
   greedy:     for each prompt, BOS + its tokens, then 64 argmax tokens (EOS does not stop it;
               full recompute per step), with the top-1 minus top-2 logit margin of every step.
   perplexity: over HELDOUT_SMALL_TXT tokenised as BOS + tokens (the model adds BOS), by sliding
-              windows -- the algorithm anvil implements in model/perplexity.h:
+              windows -- the algorithm anvil implements in model/arch/perplexity.h:
                 windows start at 0, stride, 2*stride, ...; window [b, e) with e = min(b + ctx, n);
                 each window is run from position 0 on its own (no cache carried over);
                 it scores the tokens i in [max(prev_e, b + 1), e), prev_e being the end of the

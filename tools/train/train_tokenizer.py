@@ -18,7 +18,7 @@ import os
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 BOS, EOS = "<|begin_of_text|>", "<|end_of_text|>"
-# Llama 3's pre-tokenizer regex, exactly as its tokenizer.json has it (anvil: model/pretokenize.cpp).
+# Llama 3's pre-tokenizer regex, exactly as its tokenizer.json has it (anvil: model/tokenizer/pretokenize.cpp).
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
                   r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 

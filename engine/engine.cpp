@@ -1,0 +1,469 @@
+#include "engine/engine.h"
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_future.hpp>
+#include <spdlog/logger.h>
+
+#include "actors/executor_pool.h"
+#include "actors/log.h"
+#include "gpu_worker/cpu_worker.h"
+#include "gpu_worker/gpu_worker.h"
+#include "kv/kv_manager.h"
+#include "model/gguf/gguf_tokenizer.h"
+#include "sampler/sampler.h"
+#include "sched/scheduler.h"
+
+namespace anvil {
+
+namespace asio = boost::asio;
+
+namespace {
+
+const char* reason_name(sched::finish_reason r) {
+  switch (r) {
+    case sched::finish_reason::stop: return "stop";
+    case sched::finish_reason::length: return "length";
+    case sched::finish_reason::cancelled: return "cancelled";
+    case sched::finish_reason::failed: return "error";
+    case sched::finish_reason::none: break;
+  }
+  return "";
+}
+
+// K candidates per step: enough for the request's top_k and logprobs; the tail draw keeps
+// sampling exact beyond them.
+std::int32_t candidates_for(const generate_request& r) {
+  return std::max({r.sampling.top_k > 0 ? r.sampling.top_k : 64, r.sampling.logprobs, 1});
+}
+
+}  // namespace
+
+struct engine::impl {
+  struct live_stream {
+    request_stream out;
+    event_handler on_event;
+    std::int64_t prompt_tokens = 0;
+    bool finished = false;  // a stop string ended it; later scheduler events are ignored
+    std::optional<request_stream::clock::time_point> last_token;  // for the inter-token histogram
+    bool cancel_sent = false;  // the scheduler has its cancel: one per request bounds them (tell_urgent)
+  };
+  // Sends the scheduler one cancel for a live request (streams strand); later ones are no-ops.
+  void cancel_once(std::uint64_t id, live_stream& s);
+
+  engine_config cfg;
+  model::llm model;
+  model::tokenizer tok;
+  std::optional<model::chat_template> chat;
+  std::int64_t max_model_len = 0;
+  actors::executor_pool pool;
+  worker_backend backend = worker_backend::cpu;
+  std::unique_ptr<gpu_worker::worker> worker;
+  std::unique_ptr<kv::kv_manager> kv;
+  std::unique_ptr<sampler::sampler_actor> sampler;
+  std::unique_ptr<sched::scheduler> sched;
+  asio::strand<asio::any_io_executor> streams;
+  std::unordered_map<std::uint64_t, live_stream> live;  // streams strand only
+  request_metrics metrics;                              // streams strand only
+  std::atomic<std::uint64_t> rejected{0};
+  std::string name;
+  std::atomic<std::uint64_t> next_id{1};
+  std::atomic<bool> accepting{true};
+  std::atomic<bool> stopped{false};
+  std::shared_ptr<spdlog::logger> log = log::get("engine");
+
+  impl(const engine_config& c, model::llm m, worker_backend b, std::chrono::microseconds idle_spin)
+      : cfg(c), model(std::move(m)), tok(model::tokenizer_spec_from_gguf(model.file)), pool("anvil", c.threads, idle_spin),
+        backend(b), streams(asio::make_strand(pool.get_executor())) {}
+
+  void on_step_events(std::vector<sched::step_event> events);
+  void record(const stream_event& last);
+  // The stream's last event. A request the scheduler refused at admission (a full queue) counts
+  // as rejected (refused = true), not as finished.
+  void finish(std::uint64_t id, live_stream& s, const char* reason, error_code ec, stream_event e = {},
+              bool refused = false);
+  error_code check(const generate_request& r, std::string& why) const;
+  // The prompt's tokens; on a refusal, `why` (when given) says what is wrong, naming the field.
+  boost::system::result<std::vector<std::int32_t>, error_code> prompt_of(const generate_request& r,
+                                                                         std::string* why = nullptr) const;
+};
+
+std::shared_ptr<engine> engine::create(const engine_config& cfg) {
+  if (cfg.idle_spin_us < -1) throw std::invalid_argument("idle_spin_us must be -1 (the backend's default) or >= 0");
+  worker_backend backend = cfg.backend;
+  if (backend == worker_backend::automatic) {
+    backend = gpu_worker::gpu_worker::available() ? worker_backend::gpu : worker_backend::cpu;
+  }
+  const std::chrono::microseconds idle_spin(cfg.idle_spin_us >= 0 ? cfg.idle_spin_us
+                                            : backend == worker_backend::gpu ? 5000 : 0);
+  auto p = std::make_unique<impl>(cfg, model::load_llm(model::gguf_file::open(cfg.model_path)), backend, idle_spin);
+  const std::string tmpl = model::chat_template_from_gguf(p->model.file);
+  const auto piece = [&](std::int32_t id) { return id >= 0 ? p->tok.token_piece(id) : std::string(); };
+  if (!tmpl.empty() && model::detect_chat_family(tmpl)) p->chat.emplace(tmpl, piece(p->tok.bos()), piece(p->tok.eos()));
+  p->name = std::string(p->model.file.get_string("general.name").value_or(""));
+  if (p->name.empty()) p->name = std::filesystem::path(cfg.model_path).filename().string();
+  p->max_model_len = cfg.max_model_len > 0 ? cfg.max_model_len : std::min<std::int64_t>(p->model.hp.n_ctx_train, 4096);
+
+  if (p->backend == worker_backend::gpu) {
+    gpu_worker::gpu_worker_config wc;
+    wc.block_size = cfg.block_size;
+    wc.memory_fraction = cfg.gpu_memory_fraction;
+    wc.kv_budget_bytes = cfg.gpu_kv_budget_bytes;
+    wc.max_batch_tokens = cfg.max_batch_tokens;
+    wc.max_seqs = cfg.max_seqs;
+    wc.max_context = p->max_model_len;
+    wc.float_activations = cfg.gpu_float_activations;
+    if (!cfg.gpu_graphs) wc.graph_max_batch = 0;
+    wc.overlap_kernels = cfg.gpu_overlap_kernels;
+    wc.idle_spin = idle_spin;
+    p->worker = std::make_unique<gpu_worker::gpu_worker>(p->model, wc);
+  } else {
+    gpu_worker::cpu_worker_config wc{cfg.block_size, cfg.kv_budget_bytes, cfg.max_batch_tokens, cfg.max_seqs};
+    p->worker = std::make_unique<gpu_worker::cpu_worker>(p->model, wc);
+  }
+  if (cfg.test_faults.any()) {
+    p->worker = std::make_unique<gpu_worker::fault_injecting_worker>(std::move(p->worker), cfg.test_faults,
+                                                                     p->pool.get_executor());
+  }
+  const gpu_worker::memory_plan& mem = p->worker->plan();
+  // A sequence must fit the pool on its own, or one that outgrows it would be preempted and
+  // recompute forever: the context offered is at most what the pool holds.
+  if (const std::int64_t pool_positions = mem.n_blocks * mem.block_size; p->max_model_len > pool_positions) {
+    p->log->warn("the KV pool holds {} positions, fewer than the context of {}: the context is cut to {}",
+                 pool_positions, p->max_model_len, pool_positions);
+    p->max_model_len = pool_positions;
+  }
+  p->kv = std::make_unique<kv::kv_manager>(p->pool.get_executor(), kv::kv_config{mem.n_blocks, mem.block_size, cfg.prefix_caching});
+  p->sampler = std::make_unique<sampler::sampler_actor>(p->pool.get_executor());
+
+  sched::sched_config sc;
+  sc.max_num_batched_tokens = cfg.max_batch_tokens;
+  sc.max_num_seqs = cfg.max_seqs;
+  sc.max_queue = cfg.max_queue;
+  sc.max_model_len = p->max_model_len;
+  sc.max_prefill_chunk = std::min(cfg.max_prefill_chunk, cfg.max_batch_tokens);
+  sc.block_size = mem.block_size;
+  sc.prefix_caching = cfg.prefix_caching;
+  for (std::int32_t id = 0; id < p->tok.n_vocab(); ++id) {
+    if (p->tok.is_eog(id)) sc.eog_tokens.push_back(id);
+  }
+  impl* raw = p.get();
+  p->sched = std::make_unique<sched::scheduler>(p->pool.get_executor(), sc, *p->kv, *p->worker, *p->sampler,
+                                                [raw](std::vector<sched::step_event> ev) {
+                                                  asio::post(raw->streams, [raw, ev = std::move(ev)]() mutable {
+                                                    raw->on_step_events(std::move(ev));
+                                                  });
+                                                });
+  p->log->info("engine ready: {} ({}, {} layers) on {}, {} KV blocks of {} tokens, context {}", cfg.model_path,
+               p->model.hp.arch_name, p->model.hp.n_layer, mem.device, mem.n_blocks, mem.block_size, p->max_model_len);
+  // The last handle may be dropped anywhere, also in a completion handler on one of the engine's
+  // own threads: there, stopping would wait for work that needs that very thread, and the pool
+  // cannot join itself. Another thread then does the stopping and the joining.
+  return std::shared_ptr<engine>(new engine(std::move(p)), [](engine* e) {
+    if (!e->impl_->pool.running_in_this_thread()) return delete e;
+    std::thread([e] { delete e; }).detach();
+  });
+}
+
+engine::engine(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+
+engine::~engine() {
+  if (!impl_->stopped) async_stop(asio::use_future).get();
+  impl_->pool.join();
+}
+
+const model::tokenizer& engine::tokenizer() const { return impl_->tok; }
+std::int64_t engine::max_model_len() const { return impl_->max_model_len; }
+const model::chat_template* engine::chat_template() const { return impl_->chat ? &*impl_->chat : nullptr; }
+
+error_code engine::impl::check(const generate_request& r, std::string& why) const {
+  if (auto bad = sampler::validate(r.sampling, model.hp.n_vocab)) {
+    why = *bad;
+  } else if (r.max_tokens < 1) {
+    why = "max_tokens must be at least 1";
+  } else if (!r.prompt.empty() + !r.messages.empty() + !r.prompt_tokens.empty() != 1) {
+    why = "give exactly one of prompt, messages or prompt_tokens";
+  } else if (!r.messages.empty() && !chat) {
+    why = "the model has no chat template anvil recognises";
+  } else {
+    return {};
+  }
+  return make_error_code(errc::invalid_argument);
+}
+
+std::string engine::explain(const generate_request& r) const {
+  std::string why;
+  if (impl_->check(r, why)) return why;
+  auto prompt = impl_->prompt_of(r, &why);
+  if (!prompt) return why.empty() ? "the prompt is invalid: " + prompt.error().message() : why;
+  if (prompt->empty()) return "the prompt is empty";
+  if (std::int64_t(prompt->size()) >= impl_->max_model_len) {
+    return "the prompt has " + std::to_string(prompt->size()) + " tokens; the context holds " +
+           std::to_string(impl_->max_model_len);
+  }
+  return "";
+}
+
+boost::system::result<std::vector<std::int32_t>, error_code> engine::impl::prompt_of(const generate_request& r,
+                                                                                  std::string* why) const {
+  const auto refuse = [why](std::string message) {
+    if (why) *why = std::move(message);
+    return make_error_code(errc::invalid_argument);
+  };
+  if (!r.prompt_tokens.empty()) {
+    for (std::size_t i = 0; i < r.prompt_tokens.size(); ++i) {
+      const std::int32_t t = r.prompt_tokens[i];
+      if (t < 0 || t >= model.hp.n_vocab) {
+        return refuse("`prompt` token id " + std::to_string(t) + " (at index " + std::to_string(i) +
+                      ") is outside the vocabulary of " + std::to_string(model.hp.n_vocab) + " tokens");
+      }
+    }
+    return r.prompt_tokens;
+  }
+  if (!r.messages.empty()) {
+    if (!chat) return refuse("the model has no chat template anvil recognises");
+    try {
+      return tok.encode(chat->render(r.messages, true), false, true);
+    } catch (const model::model_error& e) {
+      return refuse(std::string("`messages` cannot be rendered: ") + e.what());
+    }
+  }
+  return tok.encode(r.prompt, true, true);
+}
+
+boost::system::result<std::uint64_t, error_code> engine::submit(generate_request r, event_handler on_event) {
+  impl& m = *impl_;
+  if (!m.accepting) return make_error_code(errc::stopped);
+  if (!m.sched->healthy()) return make_error_code(errc::device_fault);
+  std::string why;
+  const auto refuse = [&m](error_code ec) {
+    ++m.rejected;
+    return ec;
+  };
+  if (const error_code ec = m.check(r, why)) {
+    m.log->debug("request refused: {}", why);
+    return refuse(ec);
+  }
+  auto prompt = m.prompt_of(r);
+  if (!prompt) return refuse(prompt.error());
+  if (prompt->empty()) return refuse(make_error_code(errc::invalid_argument));
+  if (std::int64_t(prompt->size()) >= m.max_model_len) return refuse(make_error_code(errc::context_overflow));
+
+  const std::uint64_t id = m.next_id++;
+  sched::request req;
+  req.id = id;
+  req.max_tokens = std::min<std::int64_t>(r.max_tokens, m.max_model_len - std::int64_t(prompt->size()));
+  req.prompt = std::move(*prompt);
+  req.priority = r.priority;
+  req.ignore_eos = r.ignore_eos;
+  req.logits.temperature = r.sampling.temperature;
+  req.logits.repetition_penalty = r.sampling.repetition_penalty;
+  req.logits.presence_penalty = r.sampling.presence_penalty;
+  req.logits.frequency_penalty = r.sampling.frequency_penalty;
+  req.logits.logit_bias = r.sampling.logit_bias;
+  req.logits.top_k = candidates_for(r);
+  req.logits.seed = r.sampling.seed;
+  const std::int64_t n_prompt = std::int64_t(req.prompt.size());
+  sched::submit_options opt{r.sampling, r.sampling.logprobs};
+
+  // Register the stream first, on its strand; only then may the scheduler produce events for it.
+  asio::post(m.streams, [&m, id, req = std::move(req), opt, n_prompt, stop = std::move(r.stop),
+                         cb = std::move(on_event), t0 = request_stream::clock::now()]() mutable {
+    m.live.emplace(id, impl::live_stream{request_stream(m.tok, std::move(stop), t0), std::move(cb), n_prompt, false, {}, false});
+    ++m.metrics.submitted;
+    m.sched->async_submit(std::move(req), opt, asio::bind_executor(m.streams, [&m, id](error_code ec) {
+      auto it = m.live.find(id);
+      if (ec && it != m.live.end()) m.finish(id, it->second, "error", ec, {}, true);
+    }));
+  });
+  return id;
+}
+
+void engine::impl::finish(std::uint64_t id, live_stream& s, const char* reason, error_code ec, stream_event e,
+                          bool refused) {
+  e.request_id = id;
+  e.text += s.out.flush(request_stream::clock::now());
+  e.done = true;
+  e.finish_reason = reason;
+  e.error = ec;
+  e.usage = {s.prompt_tokens, s.out.completion_tokens()};
+  e.timings = s.out.timings();
+  if (refused) {
+    ++rejected;
+  } else {
+    record(e);
+  }
+  event_handler cb = std::move(s.on_event);
+  live.erase(id);
+  if (cb) cb(e);
+}
+
+void engine::impl::record(const stream_event& e) {
+  const std::string_view r = e.finish_reason;
+  ++(r == "stop" ? metrics.finished_stop
+     : r == "length" ? metrics.finished_length
+     : r == "cancelled" ? metrics.finished_cancelled
+                        : metrics.finished_error);
+  metrics.prompt_tokens += std::uint64_t(e.usage.prompt_tokens);
+  metrics.completion_tokens += std::uint64_t(e.usage.completion_tokens);
+  if (e.timings.queue_ms > 0) metrics.queue_ms.observe(e.timings.queue_ms);
+  metrics.e2e_ms.observe(e.timings.total_ms);
+}
+
+void engine::impl::on_step_events(std::vector<sched::step_event> events) {
+  const auto now = request_stream::clock::now();
+  for (sched::step_event& ev : events) {
+    auto it = live.find(ev.id);
+    if (it == live.end()) continue;  // already ended by a stop string
+    live_stream& s = it->second;
+    if (ev.token < 0 && ev.finish == sched::finish_reason::none) {  // admitted: queue time ends
+      s.out.mark_first_step(now);
+      continue;
+    }
+    stream_event e;
+    e.request_id = ev.id;
+    if (ev.token >= 0) {
+      if (!s.last_token) {
+        metrics.ttft_ms.observe(std::chrono::duration<double, std::milli>(now - s.out.submitted()).count());
+      } else {
+        metrics.itl_ms.observe(std::chrono::duration<double, std::milli>(now - *s.last_token).count());
+      }
+      s.last_token = now;
+      request_stream::piece p = s.out.push(ev.token, now);
+      e.text = std::move(p.text);
+      e.tokens = {ev.token};
+      e.logprobs = {ev.logprob};
+      e.top_logprobs = {std::move(ev.top_logprobs)};
+      if (p.stopped) {
+        cancel_once(ev.id, s);
+        finish(ev.id, s, "stop", {}, std::move(e));
+        continue;
+      }
+    }
+    if (ev.finish != sched::finish_reason::none) {
+      finish(ev.id, s, reason_name(ev.finish), ev.error, std::move(e));
+    } else if (s.on_event) {
+      s.on_event(e);
+    }
+  }
+}
+
+void engine::note_rejected() { ++impl_->rejected; }
+
+void engine::impl::cancel_once(std::uint64_t id, live_stream& s) {
+  if (std::exchange(s.cancel_sent, true)) return;
+  // Refused only once the scheduler has stopped, and then it holds nothing to cancel.
+  if (const error_code ec = sched->cancel(id)) log->debug("req={} cancel not delivered: {}", id, ec.message());
+}
+
+void engine::cancel(std::uint64_t request_id) {
+  // Through the streams strand, so a cancel can never overtake its own submit on the way to the
+  // scheduler (submit forwards from that strand too). A request that has ended needs none.
+  impl& m = *impl_;
+  asio::post(m.streams, [&m, request_id] {
+    if (const auto it = m.live.find(request_id); it != m.live.end()) m.cancel_once(request_id, it->second);
+  });
+}
+
+void engine::start_generate(generate_request r, actors::reply<completion> done, asio::cancellation_slot slot) {
+  auto state = std::make_shared<completion>();
+  auto reply = std::make_shared<actors::reply<completion>>(std::move(done));
+  auto submitted = submit(std::move(r), [state, reply](const stream_event& e) {
+    state->text += e.text;
+    state->tokens.insert(state->tokens.end(), e.tokens.begin(), e.tokens.end());
+    if (!e.done) return;
+    state->request_id = e.request_id;
+    state->finish_reason = e.finish_reason;
+    state->usage = e.usage;
+    state->timings = e.timings;
+    (*reply)(e.error, std::move(*state));
+  });
+  if (!submitted) return (*reply)(submitted.error(), completion{});
+  // The slot may fire after the request ended (ids are never reused, so that cancels nothing) or
+  // after the engine is gone (the weak reference sees it).
+  if (slot.is_connected()) {
+    slot.assign([weak = weak_from_this(), id = *submitted](asio::cancellation_type) {
+      if (auto self = weak.lock()) self->cancel(id);
+    });
+  }
+}
+
+void engine::start_stop(actors::reply<void> done) {
+  impl& m = *impl_;
+  m.accepting = false;
+  auto reply = std::make_shared<actors::reply<void>>(std::move(done));
+  const auto stop_actors = [&m, reply] {
+    m.sched->async_stop([&m, reply](error_code) {
+      m.sampler->async_stop([&m, reply](error_code) {
+        m.kv->async_stop([&m, reply](error_code ec) {
+          // Through the streams strand: every event the scheduler produced is delivered first.
+          asio::post(m.streams, [&m, reply, ec] {
+            m.stopped = true;
+            (*reply)(ec);
+          });
+        });
+      });
+    });
+  };
+  // Through the streams strand too, after every accepted submit on its way to the scheduler:
+  // those requests were accepted, so the scheduler must have them before it stops taking work.
+  asio::post(m.streams, stop_actors);
+}
+
+asio::any_io_executor engine::get_executor() const { return impl_->pool.get_executor(); }
+
+engine_stats engine::stats() { return async_stats(asio::use_future).get(); }
+
+void engine::start_stats(actors::reply<engine_stats> done) {
+  impl& m = *impl_;
+  auto st = std::make_shared<engine_stats>();
+  auto reply = std::make_shared<actors::reply<engine_stats>>(std::move(done));
+  // Scheduler, then KV manager, then the request metrics on the streams strand.
+  m.sched->async_stats([&m, st, reply](error_code ec, sched::sched_stats s) {
+    if (ec) return (*reply)(ec, engine_stats{});
+    st->sched = s;
+    m.kv->async_stats([&m, st, reply](error_code kv_ec, kv::kv_stats k) {
+      if (kv_ec) return (*reply)(kv_ec, engine_stats{});
+      st->kv = k;
+      asio::post(m.streams, [&m, st, reply] {
+        st->requests = m.metrics;
+        st->requests.rejected = m.rejected.load();
+        st->live_requests = std::int64_t(m.live.size());
+        st->device_allocations = m.worker->device_allocations();
+        st->healthy = m.sched->healthy();
+        (*reply)({}, std::move(*st));
+      });
+    });
+  });
+}
+
+bool engine::healthy() const { return impl_->sched->healthy(); }
+const std::string& engine::model_name() const { return impl_->name; }
+worker_backend engine::backend() const { return impl_->backend; }
+
+std::optional<worker_backend> parse_worker_backend(std::string_view name) {
+  if (name == "cpu") return worker_backend::cpu;
+  if (name == "gpu") return worker_backend::gpu;
+  if (name == "auto") return worker_backend::automatic;
+  return std::nullopt;
+}
+
+std::string_view worker_backend_name(worker_backend b) {
+  switch (b) {
+    case worker_backend::cpu: return "cpu";
+    case worker_backend::gpu: return "gpu";
+    case worker_backend::automatic: return "auto";
+  }
+  return "";
+}
+
+}  // namespace anvil

@@ -1,0 +1,72 @@
+// Messages between the scheduler and the KV-cache manager: one kv_batch per step, applied in
+// order, answered by one kv_batch_result. Integers only: sequence ids, token ids, block ids.
+//
+// A sequence's life: `begin` (looks up the longest cached prefix of its prompt and takes those
+// blocks), then a `reserve` before every step that grows it (allocates blocks, copy-on-write for
+// shared partial blocks), `commit` after the step (full blocks enter the prefix cache), and
+// `release` when it finishes, is cancelled or is preempted. `fork` makes a sequence share
+// another's blocks (parallel samples). Running out of blocks is an ordinary answer ("no room"):
+// a reserve marked may_preempt may release the batch's victims, in order, until it fits.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "messages/step.h"
+
+namespace anvil::kv {
+
+struct kv_config {
+  std::int64_t n_blocks = 0;       // the pool size the worker's memory plan allows
+  std::int64_t block_size = 16;    // tokens per block
+  bool prefix_caching = true;      // reuse blocks of identical prefixes (by hash chain of their tokens)
+};
+
+// free + cached + in_use == total, always.
+struct ledger {
+  std::int64_t free = 0;     // empty blocks
+  std::int64_t cached = 0;   // blocks no live sequence holds, kept for prefix reuse, evicted LRU
+  std::int64_t in_use = 0;   // blocks held by at least one live sequence
+  std::int64_t total = 0;
+};
+
+struct kv_op {
+  enum class kind { begin, reserve, commit, release, fork };
+  kind op = kind::reserve;
+  std::uint64_t seq_id = 0;
+  std::vector<std::int32_t> tokens;  // begin: the prompt; commit: every token whose KV is now computed
+  std::int64_t n_tokens = 0;         // reserve: positions the sequence must hold after the step
+  bool may_preempt = false;          // reserve: may release the batch's victims to make room
+  std::uint64_t fork_from = 0;       // fork: the sequence whose blocks seq_id shares
+};
+
+struct kv_batch {
+  std::vector<kv_op> ops;              // applied in order
+  std::vector<std::uint64_t> victims;  // lowest priority first: released one by one when a may_preempt reserve has no room
+  std::uint64_t step = 0;              // the scheduler's step number, for logs (step=) only
+};
+
+struct kv_op_result {
+  std::uint64_t seq_id = 0;
+  bool ok = true;                      // reserve: false = no room (nothing was allocated for it)
+  bool preempted = false;              // the sequence was released as a victim earlier in this batch
+  std::int64_t cached_tokens = 0;      // begin: prompt tokens whose KV the prefix cache already holds
+  std::vector<std::int32_t> block_table;           // reserve / begin / fork: the table after the op
+  std::vector<gpu_worker::block_copy> copies;      // reserve: copy-on-write copies the worker must do first
+};
+
+struct kv_batch_result {
+  std::vector<kv_op_result> results;   // one per op, in order
+  std::vector<std::uint64_t> preempted;  // victims released, in order
+  ledger counts;                       // after the batch
+};
+
+struct kv_stats {
+  ledger counts;
+  std::int64_t prefix_queries = 0;     // prompt tokens looked up by begin
+  std::int64_t prefix_hits = 0;        // of those, tokens found cached
+  std::int64_t evictions = 0;          // cached blocks reused for new data
+  std::int64_t preemptions = 0;        // victims released
+};
+
+}  // namespace anvil::kv

@@ -1,0 +1,213 @@
+#include "model/arch/cpu_forward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/embedding.h"
+#include "kernels/matmul.h"
+#include "kernels/rms_norm.h"
+#include "kernels/swiglu.h"
+
+namespace anvil::model {
+namespace {
+
+void matmul(const weight& w, const std::vector<float>& bias, const std::vector<float>& x, std::int64_t n_tokens,
+            float* y) {
+  kernels::matmul_ref({.w = w.data,
+                       .w_type = w.type,
+                       .in = w.in,
+                       .out = w.out,
+                       .bias = bias.empty() ? nullptr : bias.data(),
+                       .x = x.data(),
+                       .y = y,
+                       .n_tokens = n_tokens});
+}
+
+void rms_norm(const float* x, const std::vector<float>& w, float* y, std::int64_t rows, std::int64_t cols, float eps) {
+  kernels::rms_norm_ref({.x = x, .weight = w.data(), .y = y, .rows = rows, .cols = cols, .eps = eps});
+}
+
+}  // namespace
+
+cpu_forward::cpu_forward(const llm& m, std::int64_t max_tokens) : m_(m) {
+  const auto t = static_cast<std::size_t>(std::max<std::int64_t>(max_tokens, 1));
+  const hparams& hp = m.hp;
+  ids_.reserve(t);
+  positions_.reserve(t);
+  slots_.reserve(t);
+  seqs_.reserve(t);
+  logit_rows_.reserve(t);
+  for (auto* v : {&x_, &h_, &o_}) v->reserve(t * std::size_t(hp.n_embd));
+  for (auto* v : {&q_, &attn_}) v->reserve(t * std::size_t(hp.n_head * hp.head_dim));
+  for (auto* v : {&k_, &v_}) v->reserve(t * std::size_t(hp.n_head_kv * hp.head_dim));
+  for (auto* v : {&gate_, &up_}) v->reserve(t * std::size_t(hp.n_ff));
+}
+
+kv_cache_storage::kv_cache_storage(const hparams& hp, std::int64_t n_blocks, std::int64_t block_size)
+    : n_layer_(hp.n_layer), n_blocks_(n_blocks), block_size_(block_size), n_kv_heads_(hp.n_head_kv),
+      head_dim_(hp.head_dim) {
+  if (n_blocks <= 0 || block_size <= 0) throw std::invalid_argument("kv cache needs at least one block of one slot");
+  const auto n = static_cast<std::size_t>(n_layer_ * n_blocks_ * block_size_ * n_kv_heads_ * head_dim_);
+  k_.assign(n, 0.f);
+  v_.assign(n, 0.f);
+}
+
+std::size_t kv_cache_storage::bytes_per_block(const hparams& hp, std::int64_t block_size) {
+  return std::size_t(hp.n_layer * block_size * hp.n_head_kv * hp.head_dim) * 2 * sizeof(float);
+}
+
+void kv_cache_storage::copy_block(std::int64_t src, std::int64_t dst) {
+  const std::int64_t block = block_size_ * n_kv_heads_ * head_dim_, per_layer = n_blocks_ * block;
+  for (std::int64_t l = 0; l < n_layer_; ++l) {
+    std::copy_n(k_.begin() + l * per_layer + src * block, block, k_.begin() + l * per_layer + dst * block);
+    std::copy_n(v_.begin() + l * per_layer + src * block, block, v_.begin() + l * per_layer + dst * block);
+  }
+}
+
+kernels::paged_kv_view kv_cache_storage::layer(std::int64_t l) {
+  const std::int64_t per_layer = n_blocks_ * block_size_ * n_kv_heads_ * head_dim_;
+  return {.k = k_.data() + l * per_layer,
+          .v = v_.data() + l * per_layer,
+          .n_blocks = n_blocks_,
+          .block_size = block_size_,
+          .n_kv_heads = n_kv_heads_,
+          .head_dim = head_dim_};
+}
+
+void cpu_forward::check(std::span<const forward_seq> batch, const kv_cache_storage& cache) const {
+  for (std::size_t s = 0; s < batch.size(); ++s) {
+    const forward_seq& seq = batch[s];
+    const std::string where = "forward: sequence " + std::to_string(s) + ": ";
+    if (seq.tokens.empty()) throw std::invalid_argument(where + "no tokens");
+    if (seq.start_pos < 0) throw std::invalid_argument(where + "negative start position");
+    const std::int64_t end = seq.start_pos + std::int64_t(seq.tokens.size());
+    const std::int64_t blocks_needed = (end + cache.block_size() - 1) / cache.block_size();
+    if (std::int64_t(seq.block_table.size()) < blocks_needed) {
+      throw std::invalid_argument(where + "block table covers " + std::to_string(seq.block_table.size()) + " blocks, " +
+                                  std::to_string(blocks_needed) + " needed");
+    }
+    for (std::int64_t b = 0; b < blocks_needed; ++b) {
+      if (seq.block_table[b] < 0 || seq.block_table[b] >= cache.n_blocks()) {
+        throw std::invalid_argument(where + "block id " + std::to_string(seq.block_table[b]) + " out of range");
+      }
+    }
+    for (std::int32_t id : seq.tokens) {
+      if (id < 0 || id >= m_.hp.n_vocab) throw std::invalid_argument(where + "token id " + std::to_string(id) + " outside the vocabulary");
+    }
+  }
+}
+
+void cpu_forward::run(std::span<const forward_seq> batch, kv_cache_storage& cache, std::vector<float>& logits) {
+  check(batch, cache);
+  const hparams& hp = m_.hp;
+  std::size_t n_tokens = 0;
+  for (const forward_seq& s : batch) n_tokens += s.tokens.size();
+  fit(ids_, n_tokens);
+  fit(positions_, n_tokens);
+  fit(slots_, n_tokens);
+  fit(seqs_, batch.size());
+  logit_rows_.clear();
+  std::size_t t = 0;
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    const forward_seq& s = batch[i];
+    const std::int64_t first = std::int64_t(t), n = std::int64_t(s.tokens.size());
+    seqs_[i] = {first, n, s.start_pos, s.block_table.data()};
+    for (std::int64_t j = 0; j < n; ++j, ++t) {
+      const std::int64_t pos = s.start_pos + j;
+      ids_[t] = s.tokens[std::size_t(j)];
+      positions_[t] = static_cast<std::int32_t>(pos);
+      slots_[t] = std::int64_t(s.block_table[std::size_t(pos / cache.block_size())]) * cache.block_size() + pos % cache.block_size();
+      if (s.all_logits || j == n - 1) {
+        if (logit_rows_.size() == logit_rows_.capacity()) ++growths_;
+        logit_rows_.push_back(first + j);
+      }
+    }
+  }
+
+  fit(x_, n_tokens * std::size_t(hp.n_embd));
+  kernels::embedding_ref({.table = m_.tok_embd.data,
+                          .type = m_.tok_embd.type,
+                          .n_embd = hp.n_embd,
+                          .n_vocab = hp.n_vocab,
+                          .ids = ids_.data(),
+                          .n_tokens = std::int64_t(n_tokens),
+                          .out = x_.data()});
+  for (std::int64_t l = 0; l < hp.n_layer; ++l) layer(l, cache);
+
+  // Final norm on the rows that need logits only, then the head.
+  const std::int64_t rows = std::int64_t(logit_rows_.size());
+  fit(h_, std::size_t(rows * hp.n_embd));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    rms_norm(x_.data() + logit_rows_[std::size_t(r)] * hp.n_embd, m_.output_norm, h_.data() + r * hp.n_embd, 1, hp.n_embd, hp.rms_eps);
+  }
+  fit(logits, std::size_t(rows * hp.n_vocab));
+  matmul(m_.output, {}, h_, rows, logits.data());
+}
+
+void cpu_forward::layer(std::int64_t l, kv_cache_storage& cache) {
+  const hparams& hp = m_.hp;
+  const layer_weights& w = m_.layers[std::size_t(l)];
+  const std::int64_t n = std::int64_t(ids_.size());
+  const auto rows = [n](std::int64_t width) { return std::size_t(n * width); };
+
+  // Attention block.
+  fit(h_, x_.size());
+  rms_norm(x_.data(), w.attn_norm, h_.data(), n, hp.n_embd, hp.rms_eps);
+  fit(q_, rows(w.wq.out));
+  fit(k_, rows(w.wk.out));
+  fit(v_, rows(w.wv.out));
+  matmul(w.wq, w.bq, h_, n, q_.data());
+  matmul(w.wk, w.bk, h_, n, k_.data());
+  matmul(w.wv, w.bv, h_, n, v_.data());
+  if (hp.qk_norm) {
+    rms_norm(q_.data(), w.q_norm, q_.data(), n * hp.n_head, hp.head_dim, hp.rms_eps);
+    rms_norm(k_.data(), w.k_norm, k_.data(), n * hp.n_head_kv, hp.head_dim, hp.rms_eps);
+  }
+  const float* factors = m_.rope_freqs.empty() ? nullptr : m_.rope_freqs.data();
+  kernels::rope_ref({.x = q_.data(),
+                     .n_tokens = n,
+                     .n_heads = hp.n_head,
+                     .head_dim = hp.head_dim,
+                     .rot_dim = hp.rope_dim,
+                     .positions = positions_.data(),
+                     .freq_base = hp.rope_base,
+                     .freq_scale = hp.rope_freq_scale,
+                     .freq_factors = factors,
+                     .style = hp.rope});
+  kernels::rope_ref({.x = k_.data(),
+                     .n_tokens = n,
+                     .n_heads = hp.n_head_kv,
+                     .head_dim = hp.head_dim,
+                     .rot_dim = hp.rope_dim,
+                     .positions = positions_.data(),
+                     .freq_base = hp.rope_base,
+                     .freq_scale = hp.rope_freq_scale,
+                     .freq_factors = factors,
+                     .style = hp.rope});
+  const kernels::paged_kv_view kv = cache.layer(l);
+  kernels::kv_write_ref({.cache = kv, .k = k_.data(), .v = v_.data(), .slots = slots_.data(), .n_tokens = n});
+  fit(attn_, q_.size());
+  kernels::attention_ref({.q = q_.data(),
+                          .out = attn_.data(),
+                          .n_heads = hp.n_head,
+                          .cache = kv,
+                          .scale = 1.f / std::sqrt(float(hp.head_dim)),
+                          .seqs = seqs_});
+  fit(o_, x_.size());
+  matmul(w.wo, {}, attn_, n, o_.data());
+  for (std::size_t i = 0; i < x_.size(); ++i) x_[i] += o_[i];
+
+  // Feed-forward block.
+  rms_norm(x_.data(), w.ffn_norm, h_.data(), n, hp.n_embd, hp.rms_eps);
+  fit(gate_, rows(hp.n_ff));
+  fit(up_, rows(hp.n_ff));
+  matmul(w.gate, {}, h_, n, gate_.data());
+  matmul(w.up, {}, h_, n, up_.data());
+  kernels::swiglu_ref({.gate = gate_.data(), .up = up_.data(), .out = gate_.data(), .n = std::int64_t(gate_.size())});
+  matmul(w.down, {}, gate_, n, o_.data());
+  for (std::size_t i = 0; i < x_.size(); ++i) x_[i] += o_[i];
+}
+
+}  // namespace anvil::model

@@ -1,0 +1,75 @@
+// The CPU reference forward pass: one step for a batch of sequences at different positions,
+// over a KV cache laid out in blocks exactly as the GPU worker lays it out. This is the numerical
+// definition the GPU kernels are tested against; it composes the kernels' CPU references and
+// uses every core through them. Correctness over speed.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kernels/attention.h"
+#include "model/arch/llm.h"
+
+namespace anvil::model {
+
+// K and V for every layer: [n_layer][n_blocks][block_size][n_head_kv][head_dim] floats each.
+class kv_cache_storage {
+ public:
+  kv_cache_storage(const hparams& hp, std::int64_t n_blocks, std::int64_t block_size);
+  kernels::paged_kv_view layer(std::int64_t l);
+  // Copies block `src` into block `dst` in every layer, K and V (copy-on-write).
+  void copy_block(std::int64_t src, std::int64_t dst);
+  std::size_t bytes() const { return (k_.size() + v_.size()) * sizeof(float); }
+  static std::size_t bytes_per_block(const hparams& hp, std::int64_t block_size);
+  std::int64_t n_blocks() const { return n_blocks_; }
+  std::int64_t block_size() const { return block_size_; }
+
+ private:
+  std::int64_t n_layer_, n_blocks_, block_size_, n_kv_heads_, head_dim_;
+  std::vector<float> k_, v_;
+};
+
+// One sequence's part of a step.
+struct forward_seq {
+  std::span<const std::int32_t> tokens;       // fed this step: a prefill chunk or one decode token
+  std::int64_t start_pos = 0;                 // position of tokens[0]; earlier positions are cached
+  std::span<const std::int32_t> block_table;  // covers positions [0, start_pos + tokens.size())
+  bool all_logits = false;                    // logits for every fed token, else for the last only
+};
+
+class cpu_forward {
+ public:
+  // Sizes the scratch for steps of up to `max_tokens` tokens (and as many logit rows) at once, so
+  // such steps never allocate; a larger step grows it (counted by scratch_growths()).
+  explicit cpu_forward(const llm& m, std::int64_t max_tokens = 0);
+
+  // Runs one step and writes logits [rows, n_vocab], rows in batch order (all fed tokens of a
+  // sequence with all_logits, else its last). Throws std::invalid_argument for a malformed batch
+  // (token id outside the vocabulary, a block table too short or naming a block out of range).
+  void run(std::span<const forward_seq> batch, kv_cache_storage& cache, std::vector<float>& logits);
+
+  // How many times a scratch buffer had to grow after construction.
+  std::uint64_t scratch_growths() const { return growths_; }
+
+ private:
+  template <class T>
+  void fit(std::vector<T>& v, std::size_t n) {
+    if (n > v.capacity()) ++growths_;
+    v.resize(n);
+  }
+
+  void check(std::span<const forward_seq> batch, const kv_cache_storage& cache) const;
+  void layer(std::int64_t l, kv_cache_storage& cache);
+
+  const llm& m_;
+  // Scratch, reused across steps: [T, ...] activations of the current step.
+  std::vector<std::int32_t> ids_, positions_;
+  std::vector<std::int64_t> slots_;
+  std::vector<float> x_, h_, q_, k_, v_, attn_, o_, gate_, up_;
+  std::vector<kernels::attention_seq> seqs_;
+  std::vector<std::int64_t> logit_rows_;
+  std::uint64_t growths_ = 0;
+};
+
+}  // namespace anvil::model

@@ -1,0 +1,183 @@
+#include "model/arch/llm.h"
+
+#include <cmath>
+
+namespace anvil::model {
+namespace {
+
+std::string shape_str(const std::vector<std::int64_t>& dims) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+class loader {
+ public:
+  loader(const gguf_file& f) : f_(f) {}
+
+  const gguf_tensor* find(const std::string& name, std::vector<std::int64_t> shape, bool required) const {
+    const gguf_tensor* t = f_.find_tensor(name);
+    if (!t) {
+      if (required) throw model_error("missing tensor '" + name + "'");
+      return nullptr;
+    }
+    if (t->dims != shape) {
+      throw model_error("tensor '" + name + "' has shape " + shape_str(t->dims) + ", expected " + shape_str(shape));
+    }
+    if (!info(t->type).supported) {
+      throw model_error("tensor '" + name + "' has type " + std::string(info(t->type).name) + ", which anvil cannot read yet");
+    }
+    return t;
+  }
+
+  weight matrix(const std::string& name, std::int64_t in, std::int64_t out) const {
+    const gguf_tensor* t = find(name, {in, out}, true);
+    return {t->data, t->type, in, out};
+  }
+
+  std::vector<float> vec(const std::string& name, std::int64_t n, bool required = true) const {
+    const gguf_tensor* t = find(name, {n}, required);
+    if (!t) return {};
+    std::vector<float> v(static_cast<std::size_t>(n));
+    dequantize_row(t->type, t->data, v.data(), n);
+    return v;
+  }
+
+ private:
+  const gguf_file& f_;
+};
+
+std::int64_t required_int(const gguf_file& f, const std::string& key) {
+  const auto v = f.get_int(key);
+  if (!v) throw model_error("missing metadata '" + key + "'");
+  if (*v <= 0) throw model_error("metadata '" + key + "' is " + std::to_string(*v) + ", expected a positive integer");
+  return *v;
+}
+
+}  // namespace
+
+std::string_view arch_name(arch a) {
+  switch (a) {
+    case arch::llama: return "llama";
+    case arch::qwen2: return "qwen2";
+    case arch::qwen3: return "qwen3";
+  }
+  return "?";
+}
+
+hparams read_hparams(const gguf_file& f) {
+  hparams hp;
+  const auto name = f.get_string("general.architecture");
+  if (!name) throw model_error("missing metadata 'general.architecture'");
+  hp.arch_name = std::string(*name);
+  if (hp.arch_name == "llama") {
+    hp.architecture = arch::llama;
+  } else if (hp.arch_name == "qwen2") {
+    hp.architecture = arch::qwen2;
+  } else if (hp.arch_name == "qwen3") {
+    hp.architecture = arch::qwen3;
+  } else {
+    throw model_error("unsupported architecture '" + hp.arch_name + "' (anvil runs llama, qwen2 and qwen3)");
+  }
+  const std::string a = hp.arch_name + ".";
+  hp.n_ctx_train = required_int(f, a + "context_length");
+  hp.n_embd = required_int(f, a + "embedding_length");
+  hp.n_layer = required_int(f, a + "block_count");
+  hp.n_ff = required_int(f, a + "feed_forward_length");
+  hp.n_head = required_int(f, a + "attention.head_count");
+  hp.n_head_kv = f.find(a + "attention.head_count_kv") ? required_int(f, a + "attention.head_count_kv") : hp.n_head;
+  if (hp.n_head % hp.n_head_kv != 0) {
+    throw model_error("attention.head_count " + std::to_string(hp.n_head) + " is not a multiple of head_count_kv " + std::to_string(hp.n_head_kv));
+  }
+  hp.head_dim = f.find(a + "attention.key_length") ? required_int(f, a + "attention.key_length") : hp.n_embd / hp.n_head;
+  if (f.find(a + "attention.value_length") && required_int(f, a + "attention.value_length") != hp.head_dim) {
+    throw model_error("attention.value_length differs from key_length, which anvil does not support");
+  }
+  if (!f.find(a + "attention.key_length") && hp.n_embd % hp.n_head != 0) {
+    throw model_error("embedding_length is not a multiple of head_count and no attention.key_length is given");
+  }
+  // The loader and the KV-cache sizing multiply these out; the limit is far beyond any real model
+  // (Llama 3.1 405B: 126 blocks x 128 heads x 128) and keeps every such product from overflowing.
+  std::int64_t per_token = 0;
+  if (__builtin_mul_overflow(hp.n_layer, hp.n_head, &per_token) || __builtin_mul_overflow(per_token, hp.head_dim, &per_token) ||
+      per_token > (std::int64_t(1) << 32)) {
+    throw model_error("block_count " + std::to_string(hp.n_layer) + " x head_count " + std::to_string(hp.n_head) +
+                      " x head size " + std::to_string(hp.head_dim) + " is too large");
+  }
+  hp.rms_eps = static_cast<float>(f.get_float(a + "attention.layer_norm_rms_epsilon").value_or(1e-5));
+  if (!(hp.rms_eps > 0)) throw model_error("attention.layer_norm_rms_epsilon must be positive");
+  hp.rope_base = static_cast<float>(f.get_float(a + "rope.freq_base").value_or(10000.0));
+  if (!(hp.rope_base > 1)) throw model_error("rope.freq_base must be greater than 1");
+  hp.rope_dim = f.find(a + "rope.dimension_count") ? required_int(f, a + "rope.dimension_count") : hp.head_dim;
+  if (hp.rope_dim > hp.head_dim || hp.rope_dim % 2) throw model_error("rope.dimension_count must be even and at most the head size");
+
+  const std::string scaling(f.get_string(a + "rope.scaling.type").value_or("none"));
+  if (scaling == "linear") {
+    const double factor = f.get_float(a + "rope.scaling.factor").value_or(1.0);
+    if (!(factor > 0)) throw model_error("rope.scaling.factor must be positive");
+    hp.rope_freq_scale = static_cast<float>(1.0 / factor);
+  } else if (scaling != "none") {
+    throw model_error("rope scaling '" + scaling + "' is not supported (anvil supports none and linear)");
+  }
+  hp.rope = hp.architecture == arch::llama ? kernels::rope_style::normal : kernels::rope_style::neox;
+  hp.qkv_bias = hp.architecture == arch::qwen2;
+  hp.qk_norm = hp.architecture == arch::qwen3;
+  return hp;
+}
+
+llm load_llm(gguf_file file) {
+  llm m;
+  m.hp = read_hparams(file);
+  m.file = std::move(file);
+  hparams& hp = m.hp;
+  const loader ld(m.file);
+
+  const gguf_tensor* embd = m.file.find_tensor("token_embd.weight");
+  if (!embd) throw model_error("missing tensor 'token_embd.weight'");
+  if (embd->dims.size() != 2) throw model_error("tensor 'token_embd.weight' must have 2 dimensions");
+  hp.n_vocab = embd->dims[1];
+  // Token ids index the embedding and the head's logits: a vocabulary of another size lets a
+  // prompt token run past token_embd, or a sampled id fall outside the tokenizer.
+  if (const gguf_value* tokens = m.file.find("tokenizer.ggml.tokens");
+      tokens && tokens->type == gguf_type::array && tokens->count != std::uint64_t(hp.n_vocab)) {
+    throw model_error("tokenizer.ggml.tokens has " + std::to_string(tokens->count) + " entries but token_embd.weight has " +
+                      std::to_string(hp.n_vocab) + " rows");
+  }
+  m.tok_embd = ld.matrix("token_embd.weight", hp.n_embd, hp.n_vocab);
+  m.output_norm = ld.vec("output_norm.weight", hp.n_embd);
+  hp.tied_output = m.file.find_tensor("output.weight") == nullptr;
+  m.output = hp.tied_output ? m.tok_embd : ld.matrix("output.weight", hp.n_embd, hp.n_vocab);
+  m.rope_freqs = ld.vec("rope_freqs.weight", hp.rope_dim / 2, false);
+
+  const std::int64_t q_dim = hp.n_head * hp.head_dim, kv_dim = hp.n_head_kv * hp.head_dim;
+  for (std::int64_t i = 0; i < hp.n_layer; ++i) {
+    const std::string b = "blk." + std::to_string(i) + ".";
+    layer_weights l;
+    l.attn_norm = ld.vec(b + "attn_norm.weight", hp.n_embd);
+    l.wq = ld.matrix(b + "attn_q.weight", hp.n_embd, q_dim);
+    l.wk = ld.matrix(b + "attn_k.weight", hp.n_embd, kv_dim);
+    l.wv = ld.matrix(b + "attn_v.weight", hp.n_embd, kv_dim);
+    l.wo = ld.matrix(b + "attn_output.weight", q_dim, hp.n_embd);
+    l.bq = ld.vec(b + "attn_q.bias", q_dim, hp.qkv_bias);
+    l.bk = ld.vec(b + "attn_k.bias", kv_dim, hp.qkv_bias);
+    l.bv = ld.vec(b + "attn_v.bias", kv_dim, hp.qkv_bias);
+    if (hp.qk_norm) {
+      l.q_norm = ld.vec(b + "attn_q_norm.weight", hp.head_dim);
+      l.k_norm = ld.vec(b + "attn_k_norm.weight", hp.head_dim);
+    }
+    l.ffn_norm = ld.vec(b + "ffn_norm.weight", hp.n_embd);
+    l.gate = ld.matrix(b + "ffn_gate.weight", hp.n_embd, hp.n_ff);
+    l.up = ld.matrix(b + "ffn_up.weight", hp.n_embd, hp.n_ff);
+    l.down = ld.matrix(b + "ffn_down.weight", hp.n_ff, hp.n_embd);
+    m.layers.push_back(std::move(l));
+  }
+  return m;
+}
+
+std::size_t llm::weight_bytes() const {
+  std::size_t n = 0;
+  for (const auto& t : file.tensors()) n += t.nbytes;
+  return n;
+}
+
+}  // namespace anvil::model

@@ -1,0 +1,76 @@
+// A decoder-only transformer loaded from GGUF: hyper-parameters from metadata and zero-copy views
+// of the weights in the mapped file. Supported architectures: `llama` (Llama 2/3, Mistral-style),
+// `qwen2` (biases on Q/K/V) and `qwen3` (RMSNorm on each Q/K head). All are pre-norm RMSNorm
+// blocks with grouped-query attention, RoPE and a SwiGLU feed-forward; the output head is its
+// own tensor or tied to the token embedding.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/rope.h"
+#include "model/gguf/gguf.h"
+
+namespace anvil::model {
+
+enum class arch { llama, qwen2, qwen3 };
+
+struct hparams {
+  arch architecture = arch::llama;
+  std::string arch_name;           // general.architecture as written in the file
+  std::int64_t n_vocab = 0;
+  std::int64_t n_ctx_train = 0;    // context length the model was trained for
+  std::int64_t n_embd = 0;
+  std::int64_t n_layer = 0;
+  std::int64_t n_head = 0;
+  std::int64_t n_head_kv = 0;
+  std::int64_t head_dim = 0;       // attention.key_length, else n_embd / n_head
+  std::int64_t n_ff = 0;
+  float rms_eps = 1e-5f;
+  float rope_base = 10000.f;
+  float rope_freq_scale = 1.f;     // 1 / rope.scaling.factor for linear scaling
+  std::int64_t rope_dim = 0;       // rotated dimensions per head (rope.dimension_count)
+  kernels::rope_style rope = kernels::rope_style::normal;
+  bool qkv_bias = false;
+  bool qk_norm = false;
+  bool tied_output = false;
+};
+
+// A matrix weight as stored in the file: `out` rows of `in` elements in `type`.
+struct weight {
+  const std::byte* data = nullptr;
+  ggml_type type = ggml_type::F32;
+  std::int64_t in = 0;
+  std::int64_t out = 0;
+};
+
+struct layer_weights {
+  std::vector<float> attn_norm, ffn_norm;  // [n_embd]
+  std::vector<float> q_norm, k_norm;       // [head_dim], qwen3 only
+  std::vector<float> bq, bk, bv;           // qwen2 only
+  weight wq, wk, wv, wo;
+  weight gate, up, down;
+};
+
+struct llm {
+  hparams hp;
+  gguf_file file;                  // owns the mapping every weight points into
+  weight tok_embd;                 // in = n_embd, out = n_vocab
+  weight output;                   // the head; same as tok_embd when tied
+  std::vector<float> output_norm;
+  std::vector<float> rope_freqs;   // per-pair frequency factors (Llama 3.1), empty if none
+  std::vector<layer_weights> layers;
+
+  std::size_t weight_bytes() const;  // bytes of all tensors (what a decode step streams)
+};
+
+// Reads hyper-parameters and checks every tensor's presence, type and shape; throws model_error
+// naming the first problem ("unsupported architecture 'gemma2'", "tensor 'blk.3.ffn_up.weight'
+// has shape [4096, 11008], expected [4096, 14336]").
+llm load_llm(gguf_file file);
+hparams read_hparams(const gguf_file& f);
+
+std::string_view arch_name(arch a);
+
+}  // namespace anvil::model

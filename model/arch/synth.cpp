@@ -1,0 +1,245 @@
+#include "model/arch/synth.h"
+
+#include <cmath>
+
+#include "model/gguf/gguf_tokenizer.h"
+
+namespace anvil::model {
+namespace {
+
+// splitmix64: seeds one independent stream per (seed, tensor, row), so files are identical
+// whatever the thread count.
+std::uint64_t mix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Roughly normal values (sum of four uniforms) with the given standard deviation.
+void fill_normal(float* out, std::int64_t n, float mean, float stddev, std::uint64_t stream) {
+  std::uint64_t s = mix64(stream);
+  const float k = stddev * std::sqrt(3.f) / float(1ull << 31);
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::int64_t sum = 0;
+    for (int j = 0; j < 4; ++j) {
+      s = mix64(s);
+      sum += std::int64_t(s >> 33) - (std::int64_t(1) << 30);
+    }
+    out[i] = mean + float(sum) * k;
+  }
+}
+
+std::uint64_t name_hash(const std::string& s) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+std::string gpt2_byte_token(int b) {
+  // GPT-2's byte-to-unicode table: printable bytes map to themselves, the rest to U+0100 up.
+  int cp = b;
+  if (!((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255))) {
+    int n = 0;
+    for (int x = 0; x < b; ++x) {
+      if (!((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255))) ++n;
+    }
+    cp = 256 + n;
+  }
+  std::string s;
+  if (cp < 0x80) {
+    s += char(cp);
+  } else {
+    s += char(0xc0 | (cp >> 6));
+    s += char(0x80 | (cp & 0x3f));
+  }
+  return s;
+}
+
+// llama.cpp's general.file_type numbers, so other tools describe the files the same way.
+std::uint32_t file_type(synth_mix m) {
+  switch (m) {
+    case synth_mix::f32: return 0;
+    case synth_mix::f16: return 1;
+    case synth_mix::q4_0: return 2;
+    case synth_mix::q8_0: return 7;
+    case synth_mix::q4_k_m: return 15;
+    case synth_mix::q6_k: return 18;
+    case synth_mix::bf16: return 32;
+  }
+  return 0;
+}
+
+bool fits(ggml_type t, std::int64_t row_len) { return row_bytes(t, row_len).has_value(); }
+
+}  // namespace
+
+const std::vector<synth_shape>& synth_shapes() {
+  static const std::vector<synth_shape> shapes = {
+      {"tiny", arch::llama, 512, 256, 2, 4, 2, 64, 768, 4096, 10000.f, 1e-5f, false},
+      {"tiny-qwen2", arch::qwen2, 512, 256, 2, 4, 2, 64, 768, 4096, 1000000.f, 1e-6f, true},
+      {"tiny-qwen3", arch::qwen3, 512, 256, 2, 8, 2, 64, 768, 4096, 1000000.f, 1e-6f, false},
+      {"qwen2.5-0.5b", arch::qwen2, 151936, 896, 24, 14, 2, 64, 4864, 32768, 1000000.f, 1e-6f, true},
+      {"llama3-8b", arch::llama, 128256, 4096, 32, 32, 8, 128, 14336, 8192, 500000.f, 1e-5f, false},
+      {"qwen3-8b", arch::qwen3, 151936, 4096, 36, 32, 8, 128, 12288, 40960, 1000000.f, 1e-6f, false},
+  };
+  return shapes;
+}
+
+const synth_shape* find_synth_shape(std::string_view name) {
+  for (const auto& s : synth_shapes()) {
+    if (s.name == name) return &s;
+  }
+  return nullptr;
+}
+
+std::optional<synth_mix> parse_synth_mix(std::string_view name) {
+  for (synth_mix m : {synth_mix::f32, synth_mix::f16, synth_mix::bf16, synth_mix::q8_0, synth_mix::q4_0,
+                      synth_mix::q6_k, synth_mix::q4_k_m}) {
+    if (synth_mix_name(m) == name) return m;
+  }
+  return std::nullopt;
+}
+
+std::string_view synth_mix_name(synth_mix m) {
+  switch (m) {
+    case synth_mix::f32: return "F32";
+    case synth_mix::f16: return "F16";
+    case synth_mix::bf16: return "BF16";
+    case synth_mix::q8_0: return "Q8_0";
+    case synth_mix::q4_0: return "Q4_0";
+    case synth_mix::q6_k: return "Q6_K";
+    case synth_mix::q4_k_m: return "Q4_K_M";
+  }
+  return "?";
+}
+
+tokenizer_spec synthetic_tokenizer(std::int64_t n_vocab) {
+  tokenizer_spec s;
+  s.model = "gpt2";
+  s.pre = "qwen2";
+  for (int b = 0; b < 256; ++b) {
+    s.tokens.push_back(gpt2_byte_token(b));
+    s.token_types.push_back(1);
+  }
+  for (const char* special : {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}) {
+    s.tokens.push_back(special);
+    s.token_types.push_back(3);
+  }
+  for (std::int64_t i = std::int64_t(s.tokens.size()); i < n_vocab; ++i) {
+    s.tokens.push_back("<|reserved_" + std::to_string(i) + "|>");
+    s.token_types.push_back(5);
+  }
+  s.eos_id = 256;
+  s.bos_id = 256;
+  s.eot_id = 258;
+  s.add_bos = false;
+  return s;
+}
+
+ggml_type synth_weight_type(synth_mix mix, const std::string& name, std::int64_t row_len, std::int64_t layer,
+                            std::int64_t n_layer) {
+  ggml_type t = ggml_type::F16;
+  switch (mix) {
+    case synth_mix::f32: t = ggml_type::F32; break;
+    case synth_mix::f16: t = ggml_type::F16; break;
+    case synth_mix::bf16: t = ggml_type::BF16; break;
+    case synth_mix::q8_0: t = ggml_type::Q8_0; break;
+    case synth_mix::q4_0: t = ggml_type::Q4_0; break;
+    case synth_mix::q6_k: t = ggml_type::Q6_K; break;
+    case synth_mix::q4_k_m: {
+      // llama.cpp's Q4_K_M: Q6_K for the head and for attn_v / ffn_down in the first and last
+      // eighth of the layers and every third layer between; Q4_K elsewhere.
+      const bool more_bits = layer < n_layer / 8 || layer >= 7 * n_layer / 8 || (layer - n_layer / 8) % 3 == 2;
+      const bool sensitive = name.find("attn_v") != std::string::npos || name.find("ffn_down") != std::string::npos;
+      t = name == "output.weight" || (sensitive && more_bits) ? ggml_type::Q6_K : ggml_type::Q4_K;
+      break;
+    }
+  }
+  if (fits(t, row_len)) return t;
+  return fits(ggml_type::Q8_0, row_len) && t != ggml_type::F32 ? ggml_type::Q8_0 : ggml_type::F16;
+}
+
+void write_synth_model(const synth_options& opt, const std::string& path,
+                       const std::function<void(std::size_t, std::size_t)>& progress) {
+  const synth_shape& sh = opt.shape;
+  tokenizer_spec tok = opt.tokenizer ? *opt.tokenizer : synthetic_tokenizer(sh.n_vocab);
+  // Real converters pad the vocabulary to the embedding's rows with unused [PADn] tokens.
+  const std::int64_t n_vocab = opt.tokenizer && sh.name.rfind("tiny", 0) == 0 ? std::int64_t(tok.tokens.size())
+                                                                               : std::max<std::int64_t>(sh.n_vocab, tok.tokens.size());
+  for (std::int64_t i = std::int64_t(tok.tokens.size()); i < n_vocab; ++i) {
+    tok.tokens.push_back("[PAD" + std::to_string(i) + "]");
+    if (!tok.token_types.empty()) tok.token_types.push_back(5);
+    if (!tok.scores.empty()) tok.scores.push_back(-1e9f);
+  }
+
+  gguf_writer w;
+  const std::string a(arch_name(sh.architecture));
+  w.set_string("general.architecture", a);
+  w.set_string("general.name", "anvil synth " + sh.name + " " + std::string(synth_mix_name(opt.mix)));
+  w.set_u32("general.file_type", file_type(opt.mix));
+  w.set_u32(a + ".context_length", std::uint32_t(sh.n_ctx));
+  w.set_u32(a + ".embedding_length", std::uint32_t(sh.n_embd));
+  w.set_u32(a + ".block_count", std::uint32_t(sh.n_layer));
+  w.set_u32(a + ".feed_forward_length", std::uint32_t(sh.n_ff));
+  w.set_u32(a + ".attention.head_count", std::uint32_t(sh.n_head));
+  w.set_u32(a + ".attention.head_count_kv", std::uint32_t(sh.n_head_kv));
+  w.set_u32(a + ".attention.key_length", std::uint32_t(sh.head_dim));
+  w.set_u32(a + ".attention.value_length", std::uint32_t(sh.head_dim));
+  w.set_u32(a + ".rope.dimension_count", std::uint32_t(sh.head_dim));
+  w.set_f32(a + ".rope.freq_base", sh.rope_base);
+  w.set_f32(a + ".attention.layer_norm_rms_epsilon", sh.rms_eps);
+  w.set_u32(a + ".vocab_size", std::uint32_t(n_vocab));
+  write_tokenizer_metadata(w, tok, opt.chat_template);
+
+  std::uint64_t tensor_index = 0;
+  auto add = [&](const std::string& name, std::int64_t in, std::int64_t out, float mean, float stddev, std::int64_t layer) {
+    const bool vector = out == 1;
+    const ggml_type t = vector ? ggml_type::F32 : synth_weight_type(opt.mix, name, in, layer, sh.n_layer);
+    const std::uint64_t stream = mix64(opt.seed ^ name_hash(name)) + tensor_index++;
+    std::vector<std::int64_t> dims = vector ? std::vector<std::int64_t>{in} : std::vector<std::int64_t>{in, out};
+    w.add_tensor(name, t, dims, [=](std::span<std::byte> dst) {
+      const std::size_t row = *row_bytes(t, in);
+#pragma omp parallel
+      {
+        std::vector<float> values(static_cast<std::size_t>(in));
+#pragma omp for schedule(static)
+        for (std::int64_t r = 0; r < out; ++r) {
+          fill_normal(values.data(), in, mean, stddev, stream * 0x100000001b3ull + std::uint64_t(r));
+          quantize_row(t, values.data(), dst.data() + std::size_t(r) * row, in);
+        }
+      }
+    });
+  };
+
+  const float embd_std = sh.tied_output ? 2.f / std::sqrt(float(sh.n_embd)) : 1.f;
+  add("token_embd.weight", sh.n_embd, n_vocab, 0.f, embd_std, 0);
+  const std::int64_t q_dim = sh.n_head * sh.head_dim, kv_dim = sh.n_head_kv * sh.head_dim;
+  for (std::int64_t l = 0; l < sh.n_layer; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    const float s_embd = 1.f / std::sqrt(float(sh.n_embd));
+    add(b + "attn_norm.weight", sh.n_embd, 1, 1.f, 0.1f, l);
+    add(b + "attn_q.weight", sh.n_embd, q_dim, 0.f, s_embd, l);
+    add(b + "attn_k.weight", sh.n_embd, kv_dim, 0.f, s_embd, l);
+    add(b + "attn_v.weight", sh.n_embd, kv_dim, 0.f, s_embd, l);
+    if (sh.architecture == arch::qwen2) {
+      add(b + "attn_q.bias", q_dim, 1, 0.f, 0.1f, l);
+      add(b + "attn_k.bias", kv_dim, 1, 0.f, 0.1f, l);
+      add(b + "attn_v.bias", kv_dim, 1, 0.f, 0.1f, l);
+    }
+    if (sh.architecture == arch::qwen3) {
+      add(b + "attn_q_norm.weight", sh.head_dim, 1, 1.f, 0.1f, l);
+      add(b + "attn_k_norm.weight", sh.head_dim, 1, 1.f, 0.1f, l);
+    }
+    add(b + "attn_output.weight", q_dim, sh.n_embd, 0.f, 1.f / std::sqrt(float(q_dim)), l);
+    add(b + "ffn_norm.weight", sh.n_embd, 1, 1.f, 0.1f, l);
+    add(b + "ffn_gate.weight", sh.n_embd, sh.n_ff, 0.f, s_embd, l);
+    add(b + "ffn_up.weight", sh.n_embd, sh.n_ff, 0.f, s_embd, l);
+    add(b + "ffn_down.weight", sh.n_ff, sh.n_embd, 0.f, 1.f / std::sqrt(float(sh.n_ff)), l);
+  }
+  add("output_norm.weight", sh.n_embd, 1, 1.f, 0.1f, 0);
+  if (!sh.tied_output) add("output.weight", sh.n_embd, n_vocab, 0.f, 3.f / std::sqrt(float(sh.n_embd)), sh.n_layer - 1);
+  w.write(path, progress);
+}
+
+}  // namespace anvil::model

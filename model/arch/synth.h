@@ -1,0 +1,55 @@
+// Random-weight models of real shapes, written as GGUF: fixtures for tests and benchmarks, and
+// `anvil synth`. Weights are scaled so activations stay finite through every layer (linear
+// weights ~ N(0, 1/in), norms ~ 1), and the files carry the same metadata real converters write.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/arch/llm.h"
+#include "model/tokenizer/tokenizer.h"
+
+namespace anvil::model {
+
+struct synth_shape {
+  std::string name;        // "tiny", "qwen2.5-0.5b", "llama3-8b", "qwen3-8b", ...
+  arch architecture;
+  std::int64_t n_vocab;    // used with the synthetic tokenizer; a real one sets its own size
+  std::int64_t n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx;
+  float rope_base, rms_eps;
+  bool tied_output;
+};
+
+const std::vector<synth_shape>& synth_shapes();
+const synth_shape* find_synth_shape(std::string_view name);
+
+// Weight type mixes, named like llama.cpp's file types.
+enum class synth_mix { f32, f16, bf16, q8_0, q4_0, q6_k, q4_k_m };
+std::optional<synth_mix> parse_synth_mix(std::string_view name);  // "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q6_K", "Q4_K_M"
+std::string_view synth_mix_name(synth_mix m);
+
+struct synth_options {
+  synth_shape shape;
+  synth_mix mix = synth_mix::f16;
+  std::uint64_t seed = 1;
+  std::optional<tokenizer_spec> tokenizer;  // a real tokenizer; else a synthetic byte-level one
+  std::string chat_template;                // written as tokenizer.chat_template when not empty
+};
+
+// A byte-level BPE vocabulary (no merges) of n_vocab tokens: the 256 byte tokens, the control
+// tokens <|endoftext|>, <|im_start|>, <|im_end|>, then reserved filler.
+tokenizer_spec synthetic_tokenizer(std::int64_t n_vocab);
+
+// The type a weight gets under a mix (norms and biases stay F32; rows a block cannot divide
+// fall back to Q8_0, then F16).
+ggml_type synth_weight_type(synth_mix mix, const std::string& tensor_name, std::int64_t row_len, std::int64_t layer,
+                            std::int64_t n_layer);
+
+// Writes the model; `progress(done_bytes, total_bytes)` after each tensor.
+void write_synth_model(const synth_options& opt, const std::string& path,
+                       const std::function<void(std::size_t, std::size_t)>& progress = {});
+
+}  // namespace anvil::model
