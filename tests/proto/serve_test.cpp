@@ -130,6 +130,11 @@ TEST(Serve, RefusesAMissingModelWithAClearError) {
   EXPECT_NE(srv.output().find("anvil: "), std::string::npos) << srv.output();
 }
 
+// Not in the sanitizer builds: their runtimes need descriptors of their own while they check (a
+// pipe to probe memory, /proc files), so a process out of descriptors gets false reports there
+// (UBSan's vptr check: "object has invalid vptr ... memory cannot be printed") and is stopped.
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+
 // The process's CPU time so far (user + system), from /proc.
 double cpu_seconds(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
@@ -170,5 +175,6 @@ TEST(Serve, OutOfDescriptorsPausesTheAcceptLoopAndSaysSo) {
   srv.signal(SIGTERM);
   EXPECT_EQ(srv.wait_exit(std::chrono::seconds(60)), 0) << srv.output();
 }
+#endif
 
 }  // namespace
