@@ -166,26 +166,20 @@ void cpu_forward::layer(std::int64_t l, kv_cache_storage& cache) {
     rms_norm(k_.data(), w.k_norm, k_.data(), n * hp.n_head_kv, hp.head_dim, hp.rms_eps);
   }
   const float* factors = m_.rope_freqs.empty() ? nullptr : m_.rope_freqs.data();
-  kernels::rope_ref({.x = q_.data(),
-                     .n_tokens = n,
-                     .n_heads = hp.n_head,
-                     .head_dim = hp.head_dim,
-                     .rot_dim = hp.rope_dim,
-                     .positions = positions_.data(),
-                     .freq_base = hp.rope_base,
-                     .freq_scale = hp.rope_freq_scale,
-                     .freq_factors = factors,
-                     .style = hp.rope});
-  kernels::rope_ref({.x = k_.data(),
-                     .n_tokens = n,
-                     .n_heads = hp.n_head_kv,
-                     .head_dim = hp.head_dim,
-                     .rot_dim = hp.rope_dim,
-                     .positions = positions_.data(),
-                     .freq_base = hp.rope_base,
-                     .freq_scale = hp.rope_freq_scale,
-                     .freq_factors = factors,
-                     .style = hp.rope});
+  kernels::rope_params rope{.x = q_.data(),
+                            .n_tokens = n,
+                            .n_heads = hp.n_head,
+                            .head_dim = hp.head_dim,
+                            .rot_dim = hp.rope_dim,
+                            .positions = positions_.data(),
+                            .freq_base = hp.rope_base,
+                            .freq_scale = hp.rope_freq_scale,
+                            .freq_factors = factors,
+                            .style = hp.rope};
+  kernels::rope_ref(rope);
+  rope.x = k_.data();  // K: the same rotation over the KV heads
+  rope.n_heads = hp.n_head_kv;
+  kernels::rope_ref(rope);
   const kernels::paged_kv_view kv = cache.layer(l);
   kernels::kv_write_ref({.cache = kv, .k = k_.data(), .v = v_.data(), .slots = slots_.data(), .n_tokens = n});
   fit(attn_, q_.size());
