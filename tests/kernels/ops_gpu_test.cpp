@@ -503,7 +503,7 @@ TEST(CandidatesGpuEdges, AcceptedParameterSetsGiveFiniteRecordsEqualToTheReferen
       ASSERT_FALSE(anvil::sampler::validate(sp, vocab));
       const std::vector<float> l = anvil::testing::edge_logits(rng, std::int32_t(vocab));
       logits.insert(logits.end(), l.begin(), l.end());
-      const std::int32_t k = std::min(std::max({sp.top_k > 0 ? sp.top_k : 64, sp.logprobs, 1}), candidates_max_k);
+      const std::int32_t k = anvil::testing::candidates_k(sp, candidates_max_k);
       params.push_back(anvil::testing::logit_params_of(sp, anvil::testing::edge_token_counts(rng, std::int32_t(vocab)), k));
       sampling.push_back(sp);
       positions.push_back(std::int64_t(launch * 1000 + int(s)));

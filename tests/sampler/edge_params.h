@@ -77,6 +77,12 @@ inline std::vector<std::pair<std::int32_t, std::int32_t>> edge_token_counts(std:
   return counts;
 }
 
+// The candidates the engine asks the worker for (engine/engine.cpp, candidates_for), capped at
+// `cap` as the GPU worker caps them (kernels::candidates_max_k).
+inline std::int32_t candidates_k(const sampler::sampling_params& p, std::int32_t cap = 256) {
+  return std::min(std::max({p.top_k > 0 ? p.top_k : 64, p.logprobs, 1}), cap);
+}
+
 // The worker's processing for `p`, as the engine builds it (engine/engine.cpp), with `k` candidates.
 inline gpu_worker::logit_params logit_params_of(const sampler::sampling_params& p,
                                                 std::vector<std::pair<std::int32_t, std::int32_t>> counts,

@@ -74,7 +74,7 @@ TEST(SamplingEdges, NoAcceptedParameterSetGivesANonFiniteNumber) {
     SCOPED_TRACE("set " + std::to_string(i) + ": vocab=" + std::to_string(vocab) + " " + describe(sp));
     const std::vector<float> logits = edge_logits(rng, vocab);
     const auto counts = edge_token_counts(rng, vocab);
-    const std::int32_t k = std::int32_t(std::min<std::int64_t>(std::max({sp.top_k > 0 ? sp.top_k : 64, sp.logprobs, 1}), 256));
+    const std::int32_t k = anvil::testing::candidates_k(sp);
 
     gpu_worker::seq_output out;
     ASSERT_NO_THROW(out = kernels::candidates_ref(logits, logit_params_of(sp, counts, k), std::int64_t(i)));
