@@ -7,7 +7,7 @@
 #      requests of 512 random token ids) in tok/s and as a % of the GEMM rate at 2 × the layers'
 #      matrix parameters per token (the head runs for the last token only);
 #   4. serving (`anvil-bench` against the same server, 512-token prompts, 128 output tokens) at
-#      concurrency 1, 8, 32 and 64.
+#      concurrency 1, 8, 32, 64, 128 and 256: throughput, mean and p99 TTFT, mean TPOT, p99 ITL.
 # Usage: bench/gpu-figures.sh [BUNDLE_DIR] [MODEL_DIR]
 #   BUNDLE_DIR: anvil, anvil-bench, gpu_roofline and lib/ (scripts/gpu-bundle.sh; default
 #               .device/bundle); MODEL_DIR: where `anvil synth` writes the models (default
@@ -15,12 +15,14 @@
 #   FIGURES_MODELS: the models, "shape:type ..." (default: the four below);
 #   FIGURES_SERVE:  those that also get prefill and serving figures (default: llama3-8b:Q4_K_M);
 #   FIGURES_SERVE_ARGS: more `anvil serve` options (step limits, say), appended to the ones below.
+#   FIGURES_CONCURRENCY: the serving concurrencies (default "1 8 32 64 128 256").
 set -uo pipefail
 dir=${1:-.device/bundle}
 models_dir=${2:-/tmp/anvil-figures}
 models=${FIGURES_MODELS:-llama3-8b:Q4_K_M llama3-8b:Q8_0 llama3-8b:F16 qwen2.5-0.5b:Q8_0}
 serve_models=${FIGURES_SERVE:-llama3-8b:Q4_K_M}
 read -r -a serve_args <<<"${FIGURES_SERVE_ARGS:-}"
+concurrencies=${FIGURES_CONCURRENCY:-1 8 32 64 128 256}
 export LD_LIBRARY_PATH="$dir/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 mkdir -p "$models_dir"
 status=0
@@ -70,8 +72,8 @@ done
 for m in $serve_models; do
   f="$models_dir/${m/:/-}.gguf"
   echo
-  echo "== $m: anvil serve --max-seqs 64 --ctx 1024 --gpu-memory-fraction 0.5 --no-prefix-caching ${serve_args[*]}"
-  "$dir/anvil" serve -m "$f" --port 18080 --line-port 18081 --max-seqs 64 --ctx 1024 --gpu-memory-fraction 0.5 \
+  echo "== $m: anvil serve --ctx 1024 --gpu-memory-fraction 0.5 --no-prefix-caching ${serve_args[*]}"
+  "$dir/anvil" serve -m "$f" --port 18080 --line-port 18081 --ctx 1024 --gpu-memory-fraction 0.5 \
     --no-prefix-caching --status-interval 0 "${serve_args[@]}" > "$models_dir/serve.log" 2>&1 &
   server=$!
   for _ in $(seq 1 300); do grep -q "serve: ready" "$models_dir/serve.log" && break; sleep 1; done
@@ -83,15 +85,18 @@ for m in $serve_models; do
     r = t > 0 ? 512 * 1000 / t : 0
     printf "prefill 512: mean TTFT %.2f ms = %.0f tok/s = %.1f TFLOP/s, %.1f%% of the GEMM rate\n", t, r, r * g / 1000,
            (peak > 0 ? 100 * r * g / 1000 / peak : 0) }'
-  printf '%-11s %10s %14s %13s %10s %10s\n' concurrency requests "output tok/s" "total tok/s" "TTFT ms" "TPOT ms"
-  for c in 1 8 32 64; do
+  grep -m1 "memory plan" "$models_dir/serve.log"
+  printf '%-11s %10s %14s %13s %10s %10s %10s %10s\n' concurrency requests "output tok/s" "total tok/s" "TTFT ms" \
+    "p99 TTFT" "TPOT ms" "p99 ITL"
+  for c in $concurrencies; do
     n=$((c < 8 ? 8 : 2 * c))
-    r=$(bench --concurrency $c --num-prompts $n --output-len 128 --seed $((c + 200)))
+    r=$(bench --concurrency $c --num-prompts $n --output-len 128 --seed $((c + 200)) --percentiles 99)
     get() { sed -n "s/^$1 *\([0-9.]*\)/\1/p" <<<"$r" | head -1; }
     failed=$(get 'Failed requests:')
     [ "${failed:-1}" = 0 ] || status=1
-    printf '%-11s %10s %14s %13s %10s %10s\n' "$c" "$n${failed:+ ($failed failed)}" "$(get 'Output token throughput (tok\/s):')" \
-      "$(get 'Total Token throughput (tok\/s):')" "$(get 'Mean TTFT (ms):')" "$(get 'Mean TPOT (ms):')"
+    printf '%-11s %10s %14s %13s %10s %10s %10s %10s\n' "$c" "$n${failed:+ ($failed failed)}" \
+      "$(get 'Output token throughput (tok\/s):')" "$(get 'Total Token throughput (tok\/s):')" "$(get 'Mean TTFT (ms):')" \
+      "$(get 'P99 TTFT (ms):')" "$(get 'Mean TPOT (ms):')" "$(get 'P99 ITL (ms):')"
   done
   kill -TERM $server 2>/dev/null
   wait $server 2>/dev/null

@@ -51,7 +51,8 @@ std::unique_ptr<gpu_worker::worker> make_worker(const model::llm& m, const model
     wc.float_activations = float_activations;
     return std::make_unique<gpu_worker::gpu_worker>(m, wc);
   }
-  return std::make_unique<gpu_worker::cpu_worker>(m, gpu_worker::cpu_worker_config{block_size, kv_bytes, o.batch, 1});
+  return std::make_unique<gpu_worker::cpu_worker>(m, gpu_worker::cpu_worker_config{
+      .block_size = block_size, .kv_budget_bytes = kv_bytes, .max_batch_tokens = o.batch, .max_seqs = 1});
 }
 
 std::string read_text(const std::string& path) {

@@ -47,7 +47,7 @@ struct serve_args {
   int port = 8080;             // HTTP; 0 picks a free port
   int line_port = 8081;        // TCP line protocol; 0 picks a free port, -1 turns it off
   int ctx = 0;                 // 0: the model's, at most 4096
-  int max_seqs = 64;
+  int max_seqs = 0;             // 0: the backend's (engine.h: default_max_seqs)
   int max_batch_tokens = 2048;  // engine_config's defaults
   int max_prefill_chunk = 512;
   int max_queue = 1024;
@@ -110,8 +110,9 @@ engine_config engine_config_for(const serve_args& a) {
     cfg.kv_budget_bytes = std::size_t(a.kv_cache_mib * 1024 * 1024);
   } else if (a.memory_fraction > 0) {
     cfg.kv_budget_bytes = std::size_t(a.memory_fraction * double(available_memory_bytes()));
-  } else {  // room for a quarter of the sequences at full context, within a quarter of free memory
-    cfg.kv_budget_bytes = std::min(per_context * std::size_t(std::max(1, a.max_seqs / 4)), available_memory_bytes() / 4);
+  } else {  // room for a quarter of the CPU's sequences at full context, within a quarter of free memory
+    const std::int64_t seqs = a.max_seqs > 0 ? a.max_seqs : default_max_seqs(worker_backend::cpu);
+    cfg.kv_budget_bytes = std::min(per_context * std::size_t(std::max<std::int64_t>(1, seqs / 4)), available_memory_bytes() / 4);
   }
   // A testing hook, deliberately not a flag: process-level tests make the worker fail or stall
   // chosen steps (gpu_worker/fault_injection.h has the spec).
@@ -254,7 +255,8 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--port", a->port, "HTTP port (0: any free port)")->capture_default_str();
   cmd->add_option("--line-port", a->line_port, "TCP line protocol port (0: any free port, -1: off)")->capture_default_str();
   cmd->add_option("--ctx", a->ctx, "context length: prompt + output tokens (default: the model's, at most 4096)");
-  cmd->add_option("--max-seqs", a->max_seqs, "sequences per step")->capture_default_str()->check(CLI::Range(1, 4096));
+  cmd->add_option("--max-seqs", a->max_seqs, "sequences per step (default: 256 on the GPU, 64 on the CPU)")
+      ->check(CLI::Range(1, 4096));
   cmd->add_option("--max-batch-tokens", a->max_batch_tokens, "tokens per step")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--max-prefill-chunk", a->max_prefill_chunk, "prompt tokens per sequence per step")
       ->capture_default_str()->check(CLI::Range(1, 1 << 20));

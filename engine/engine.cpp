@@ -97,12 +97,16 @@ struct engine::impl {
                                                                          std::string* why = nullptr) const;
 };
 
+std::int64_t default_max_seqs(worker_backend b) { return b == worker_backend::gpu ? 256 : 64; }
+
 std::shared_ptr<engine> engine::create(const engine_config& cfg) {
   if (cfg.idle_spin_us < -1) throw std::invalid_argument("idle_spin_us must be -1 (the backend's default) or >= 0");
+  if (cfg.max_seqs < 0) throw std::invalid_argument("max_seqs must be 0 (the backend's default) or >= 1");
   worker_backend backend = cfg.backend;
   if (backend == worker_backend::automatic) {
     backend = gpu_worker::gpu_worker::available() ? worker_backend::gpu : worker_backend::cpu;
   }
+  const std::int64_t max_seqs = cfg.max_seqs > 0 ? cfg.max_seqs : default_max_seqs(backend);
   const std::chrono::microseconds idle_spin(cfg.idle_spin_us >= 0 ? cfg.idle_spin_us
                                             : backend == worker_backend::gpu ? 5000 : 0);
   auto p = std::make_unique<impl>(cfg, model::load_llm(model::gguf_file::open(cfg.model_path)), backend, idle_spin);
@@ -119,7 +123,7 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
     wc.memory_fraction = cfg.gpu_memory_fraction;
     wc.kv_budget_bytes = cfg.gpu_kv_budget_bytes;
     wc.max_batch_tokens = cfg.max_batch_tokens;
-    wc.max_seqs = cfg.max_seqs;
+    wc.max_seqs = max_seqs;
     wc.max_context = p->max_model_len;
     wc.float_activations = cfg.gpu_float_activations;
     if (!cfg.gpu_graphs) wc.graph_max_batch = 0;
@@ -127,7 +131,11 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
     wc.idle_spin = idle_spin;
     p->worker = std::make_unique<gpu_worker::gpu_worker>(p->model, wc);
   } else {
-    gpu_worker::cpu_worker_config wc{cfg.block_size, cfg.kv_budget_bytes, cfg.max_batch_tokens, cfg.max_seqs};
+    const gpu_worker::cpu_worker_config wc{.block_size = cfg.block_size,
+                                           .kv_budget_bytes = cfg.kv_budget_bytes,
+                                           .max_batch_tokens = cfg.max_batch_tokens,
+                                           .max_seqs = max_seqs,
+                                           .arena_upstream = cfg.cpu_arena_upstream};
     p->worker = std::make_unique<gpu_worker::cpu_worker>(p->model, wc);
   }
   if (cfg.test_faults.any()) {
@@ -147,7 +155,7 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
 
   sched::sched_config sc;
   sc.max_num_batched_tokens = cfg.max_batch_tokens;
-  sc.max_num_seqs = cfg.max_seqs;
+  sc.max_num_seqs = mem.max_seqs;
   sc.max_queue = cfg.max_queue;
   sc.max_model_len = p->max_model_len;
   sc.max_prefill_chunk = std::min(cfg.max_prefill_chunk, cfg.max_batch_tokens);

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <memory_resource>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -43,12 +44,17 @@ namespace anvil {
 enum class worker_backend { cpu, gpu, automatic };
 std::optional<worker_backend> parse_worker_backend(std::string_view name);  // "cpu", "gpu", "auto"
 std::string_view worker_backend_name(worker_backend b);
+// Sequences per step when engine_config::max_seqs is 0: 256 on the GPU, whose steps grow faster
+// with the batch than their cost does (the KV pool still bounds how many run), 64 on the CPU.
+std::int64_t default_max_seqs(worker_backend b);
 
 struct engine_config {
   std::string model_path;
   worker_backend backend = worker_backend::cpu;
   std::int64_t block_size = 16;              // tokens per KV block
   std::size_t kv_budget_bytes = 64u << 20;   // memory for the KV pool (CPU backend)
+  std::pmr::memory_resource* cpu_arena_upstream = nullptr;  // CPU backend: where the worker's arena comes
+                                                            // from (cpu_worker_config; null: the heap)
   double gpu_memory_fraction = 0.9;          // GPU backend: the KV pool's share of the device memory free after
                                              // weights and scratch
   std::size_t gpu_kv_budget_bytes = 0;       // GPU backend: a cap on the KV pool, 0: none
@@ -57,7 +63,7 @@ struct engine_config {
   bool gpu_graphs = true;                    // GPU backend: replay decode steps from captured graphs
   bool gpu_overlap_kernels = true;           // GPU backend: gpu_worker_config::overlap_kernels
   std::int64_t max_batch_tokens = 2048;      // tokens per step
-  std::int64_t max_seqs = 64;                // sequences per step
+  std::int64_t max_seqs = 0;                 // sequences per step; 0: the backend's (default_max_seqs)
   std::int64_t max_queue = 1024;             // waiting requests before submit answers overloaded
   std::int64_t max_model_len = 0;            // prompt + output tokens; 0: the model's, at most 4096; never
                                              // more than the KV pool holds (a sequence must fit alone)

@@ -12,6 +12,7 @@
 #include <spdlog/fmt/fmt.h>
 
 #include "actors/executor_pool.h"
+#include "gpu_worker/counting_resource.h"
 #include "gpu_worker/worker_shell.h"
 #include "kernels/candidates.h"
 #include "kernels/token_logprob.h"
@@ -23,7 +24,8 @@ namespace {
 // The device of the CPU worker: the reference forward pass, its KV arena and logits buffer.
 class cpu_device final : public worker_device {
  public:
-  cpu_device(const model::llm& m, const cpu_worker_config& cfg, memory_plan& mem) : mem_(mem) {
+  cpu_device(const model::llm& m, const cpu_worker_config& cfg, memory_plan& mem)
+      : mem_(mem), arena_(cfg.arena_upstream ? cfg.arena_upstream : std::pmr::new_delete_resource()), logits_(&arena_) {
     const std::size_t per_block = model::kv_cache_storage::bytes_per_block(m.hp, cfg.block_size);
     mem.device = "cpu";
     mem.block_size = cfg.block_size;
@@ -36,15 +38,14 @@ class cpu_device final : public worker_device {
       throw std::invalid_argument("cpu worker: the KV budget holds no block, or the step limits are zero");
     }
     // Every arena allocation happens here, before the first step.
-    cache_ = std::make_unique<model::kv_cache_storage>(m.hp, mem.n_blocks, mem.block_size);
-    fwd_ = std::make_unique<model::cpu_forward>(m, cfg.max_batch_tokens);
+    cache_ = std::make_unique<model::kv_cache_storage>(m.hp, mem.n_blocks, mem.block_size, &arena_);
+    fwd_ = std::make_unique<model::cpu_forward>(m, cfg.max_batch_tokens, &arena_);
     logits_.reserve(std::size_t(cfg.max_seqs * m.hp.n_vocab));
-    arena_allocations_ = 3;
     mem.kv_bytes = cache_->bytes();
     mem.scratch_bytes = logits_.capacity() * sizeof(float);
   }
 
-  std::uint64_t allocations() const override { return arena_allocations_ + fwd_->scratch_growths(); }
+  std::uint64_t allocations() const override { return arena_.allocations(); }
   // The reference pass has no context limit of its own: the KV pool bounds it.
   std::int64_t max_context() const override { return std::numeric_limits<std::int64_t>::max(); }
 
@@ -100,11 +101,11 @@ class cpu_device final : public worker_device {
 
  private:
   const memory_plan& mem_;
+  counting_resource arena_;  // declared first: destroyed after every buffer allocated from it
   std::unique_ptr<model::kv_cache_storage> cache_;
   std::unique_ptr<model::cpu_forward> fwd_;
-  std::vector<float> logits_;
+  std::pmr::vector<float> logits_;
   std::vector<model::forward_seq> batch_;
-  std::uint64_t arena_allocations_ = 0;
   std::vector<std::pair<std::uint64_t, std::string>> unusable_;  // the last step's sequences without candidates
 };
 

@@ -1,12 +1,14 @@
 // cpu_worker: the worker interface on the CPU reference forward pass. It plans its memory at
 // start-up exactly as the GPU worker will — the KV pool from a byte budget, scratch for the step
-// limits, a logits buffer for max_seqs rows — and allocates it all before the first step; the
-// allocation counter proves nothing grows afterwards (a scoring step wanting more logit rows than
-// max_seqs grows the logits buffer, and the counter says so). Steps run on a thread of its own.
+// limits, a logits buffer for max_seqs rows — and allocates it all, from its arena, before the
+// first step. device_allocations() counts the arena's allocations (counting_resource.h): it stays
+// flat afterwards (a scoring step wanting more logit rows than max_seqs grows the logits buffer,
+// and the count says so). Steps run on a thread of its own.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <memory_resource>
 
 #include "gpu_worker/worker.h"
 #include "model/arch/llm.h"
@@ -18,6 +20,8 @@ struct cpu_worker_config {
   std::size_t kv_budget_bytes = 64u << 20;  // memory for the KV pool
   std::int64_t max_batch_tokens = 512;      // tokens one step may feed
   std::int64_t max_seqs = 64;               // sequences one step may hold
+  // Where the arena's memory comes from (not owned; null: the heap). Tests pass a counting one.
+  std::pmr::memory_resource* arena_upstream = nullptr;
 };
 
 class cpu_worker final : public worker {

@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 
 packages=(
   cmake ninja-build g++ pkg-config git
+  ccache                                   # compiler cache: rebuilds and CI's several build folders
   libboost1.81-dev libboost-json1.81-dev   # Asio (actors), Beast (HTTP), JSON
   libspdlog-dev                            # logging (brings fmt)
   libcli11-dev                             # command line

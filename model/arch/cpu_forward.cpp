@@ -13,7 +13,7 @@
 namespace anvil::model {
 namespace {
 
-void matmul(const weight& w, const std::vector<float>& bias, const std::vector<float>& x, std::int64_t n_tokens,
+void matmul(const weight& w, const std::vector<float>& bias, const std::pmr::vector<float>& x, std::int64_t n_tokens,
             float* y) {
   kernels::matmul_ref({.w = w.data,
                        .w_type = w.type,
@@ -31,7 +31,9 @@ void rms_norm(const float* x, const std::vector<float>& w, float* y, std::int64_
 
 }  // namespace
 
-cpu_forward::cpu_forward(const llm& m, std::int64_t max_tokens) : m_(m) {
+cpu_forward::cpu_forward(const llm& m, std::int64_t max_tokens, std::pmr::memory_resource* arena)
+    : m_(m), ids_(arena), positions_(arena), slots_(arena), x_(arena), h_(arena), q_(arena), k_(arena), v_(arena),
+      attn_(arena), o_(arena), gate_(arena), up_(arena), seqs_(arena), logit_rows_(arena) {
   const auto t = static_cast<std::size_t>(std::max<std::int64_t>(max_tokens, 1));
   const hparams& hp = m.hp;
   ids_.reserve(t);
@@ -45,9 +47,10 @@ cpu_forward::cpu_forward(const llm& m, std::int64_t max_tokens) : m_(m) {
   for (auto* v : {&gate_, &up_}) v->reserve(t * std::size_t(hp.n_ff));
 }
 
-kv_cache_storage::kv_cache_storage(const hparams& hp, std::int64_t n_blocks, std::int64_t block_size)
+kv_cache_storage::kv_cache_storage(const hparams& hp, std::int64_t n_blocks, std::int64_t block_size,
+                                   std::pmr::memory_resource* arena)
     : n_layer_(hp.n_layer), n_blocks_(n_blocks), block_size_(block_size), n_kv_heads_(hp.n_head_kv),
-      head_dim_(hp.head_dim) {
+      head_dim_(hp.head_dim), k_(arena), v_(arena) {
   if (n_blocks <= 0 || block_size <= 0) throw std::invalid_argument("kv cache needs at least one block of one slot");
   const auto n = static_cast<std::size_t>(n_layer_ * n_blocks_ * block_size_ * n_kv_heads_ * head_dim_);
   k_.assign(n, 0.f);
@@ -99,15 +102,15 @@ void cpu_forward::check(std::span<const forward_seq> batch, const kv_cache_stora
   }
 }
 
-void cpu_forward::run(std::span<const forward_seq> batch, kv_cache_storage& cache, std::vector<float>& logits) {
+std::size_t cpu_forward::layers(std::span<const forward_seq> batch, kv_cache_storage& cache) {
   check(batch, cache);
   const hparams& hp = m_.hp;
   std::size_t n_tokens = 0;
   for (const forward_seq& s : batch) n_tokens += s.tokens.size();
-  fit(ids_, n_tokens);
-  fit(positions_, n_tokens);
-  fit(slots_, n_tokens);
-  fit(seqs_, batch.size());
+  ids_.resize(n_tokens);
+  positions_.resize(n_tokens);
+  slots_.resize(n_tokens);
+  seqs_.resize(batch.size());
   logit_rows_.clear();
   std::size_t t = 0;
   for (std::size_t i = 0; i < batch.size(); ++i) {
@@ -119,14 +122,11 @@ void cpu_forward::run(std::span<const forward_seq> batch, kv_cache_storage& cach
       ids_[t] = s.tokens[std::size_t(j)];
       positions_[t] = static_cast<std::int32_t>(pos);
       slots_[t] = std::int64_t(s.block_table[std::size_t(pos / cache.block_size())]) * cache.block_size() + pos % cache.block_size();
-      if (s.all_logits || j == n - 1) {
-        if (logit_rows_.size() == logit_rows_.capacity()) ++growths_;
-        logit_rows_.push_back(first + j);
-      }
+      if (s.all_logits || j == n - 1) logit_rows_.push_back(first + j);
     }
   }
 
-  fit(x_, n_tokens * std::size_t(hp.n_embd));
+  x_.resize(n_tokens * std::size_t(hp.n_embd));
   kernels::embedding_ref({.table = m_.tok_embd.data,
                           .type = m_.tok_embd.type,
                           .n_embd = hp.n_embd,
@@ -135,15 +135,18 @@ void cpu_forward::run(std::span<const forward_seq> batch, kv_cache_storage& cach
                           .n_tokens = std::int64_t(n_tokens),
                           .out = x_.data()});
   for (std::int64_t l = 0; l < hp.n_layer; ++l) layer(l, cache);
+  return logit_rows_.size();
+}
 
+void cpu_forward::head(float* logits) {
   // Final norm on the rows that need logits only, then the head.
+  const hparams& hp = m_.hp;
   const std::int64_t rows = std::int64_t(logit_rows_.size());
-  fit(h_, std::size_t(rows * hp.n_embd));
+  h_.resize(std::size_t(rows * hp.n_embd));
   for (std::int64_t r = 0; r < rows; ++r) {
     rms_norm(x_.data() + logit_rows_[std::size_t(r)] * hp.n_embd, m_.output_norm, h_.data() + r * hp.n_embd, 1, hp.n_embd, hp.rms_eps);
   }
-  fit(logits, std::size_t(rows * hp.n_vocab));
-  matmul(m_.output, {}, h_, rows, logits.data());
+  matmul(m_.output, {}, h_, rows, logits);
 }
 
 void cpu_forward::layer(std::int64_t l, kv_cache_storage& cache) {
@@ -153,11 +156,11 @@ void cpu_forward::layer(std::int64_t l, kv_cache_storage& cache) {
   const auto rows = [n](std::int64_t width) { return std::size_t(n * width); };
 
   // Attention block.
-  fit(h_, x_.size());
+  h_.resize(x_.size());
   rms_norm(x_.data(), w.attn_norm, h_.data(), n, hp.n_embd, hp.rms_eps);
-  fit(q_, rows(w.wq.out));
-  fit(k_, rows(w.wk.out));
-  fit(v_, rows(w.wv.out));
+  q_.resize(rows(w.wq.out));
+  k_.resize(rows(w.wk.out));
+  v_.resize(rows(w.wv.out));
   matmul(w.wq, w.bq, h_, n, q_.data());
   matmul(w.wk, w.bk, h_, n, k_.data());
   matmul(w.wv, w.bv, h_, n, v_.data());
@@ -182,21 +185,21 @@ void cpu_forward::layer(std::int64_t l, kv_cache_storage& cache) {
   kernels::rope_ref(rope);
   const kernels::paged_kv_view kv = cache.layer(l);
   kernels::kv_write_ref({.cache = kv, .k = k_.data(), .v = v_.data(), .slots = slots_.data(), .n_tokens = n});
-  fit(attn_, q_.size());
+  attn_.resize(q_.size());
   kernels::attention_ref({.q = q_.data(),
                           .out = attn_.data(),
                           .n_heads = hp.n_head,
                           .cache = kv,
                           .scale = 1.f / std::sqrt(float(hp.head_dim)),
                           .seqs = seqs_});
-  fit(o_, x_.size());
+  o_.resize(x_.size());
   matmul(w.wo, {}, attn_, n, o_.data());
   for (std::size_t i = 0; i < x_.size(); ++i) x_[i] += o_[i];
 
   // Feed-forward block.
   rms_norm(x_.data(), w.ffn_norm, h_.data(), n, hp.n_embd, hp.rms_eps);
-  fit(gate_, rows(hp.n_ff));
-  fit(up_, rows(hp.n_ff));
+  gate_.resize(rows(hp.n_ff));
+  up_.resize(rows(hp.n_ff));
   matmul(w.gate, {}, h_, n, gate_.data());
   matmul(w.up, {}, h_, n, up_.data());
   kernels::swiglu_ref({.gate = gate_.data(), .up = up_.data(), .out = gate_.data(), .n = std::int64_t(gate_.size())});

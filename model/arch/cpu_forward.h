@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory_resource>
 #include <span>
 #include <vector>
 
@@ -13,10 +14,12 @@
 
 namespace anvil::model {
 
-// K and V for every layer: [n_layer][n_blocks][block_size][n_head_kv][head_dim] floats each.
+// K and V for every layer: [n_layer][n_blocks][block_size][n_head_kv][head_dim] floats each,
+// allocated from `arena` (the CPU worker's device memory; the heap by default).
 class kv_cache_storage {
  public:
-  kv_cache_storage(const hparams& hp, std::int64_t n_blocks, std::int64_t block_size);
+  kv_cache_storage(const hparams& hp, std::int64_t n_blocks, std::int64_t block_size,
+                   std::pmr::memory_resource* arena = std::pmr::get_default_resource());
   kernels::paged_kv_view layer(std::int64_t l);
   // Copies block `src` into block `dst` in every layer, K and V (copy-on-write).
   void copy_block(std::int64_t src, std::int64_t dst);
@@ -27,7 +30,7 @@ class kv_cache_storage {
 
  private:
   std::int64_t n_layer_, n_blocks_, block_size_, n_kv_heads_, head_dim_;
-  std::vector<float> k_, v_;
+  std::pmr::vector<float> k_, v_;
 };
 
 // One sequence's part of a step.
@@ -40,36 +43,35 @@ struct forward_seq {
 
 class cpu_forward {
  public:
-  // Sizes the scratch for steps of up to `max_tokens` tokens (and as many logit rows) at once, so
-  // such steps never allocate; a larger step grows it (counted by scratch_growths()).
-  explicit cpu_forward(const llm& m, std::int64_t max_tokens = 0);
+  // Sizes the scratch, allocated from `arena`, for steps of up to `max_tokens` tokens (and as many
+  // logit rows) at once, so such steps never allocate; a larger step grows it (from `arena`).
+  explicit cpu_forward(const llm& m, std::int64_t max_tokens = 0,
+                       std::pmr::memory_resource* arena = std::pmr::get_default_resource());
 
   // Runs one step and writes logits [rows, n_vocab], rows in batch order (all fed tokens of a
-  // sequence with all_logits, else its last). Throws std::invalid_argument for a malformed batch
-  // (token id outside the vocabulary, a block table too short or naming a block out of range).
-  void run(std::span<const forward_seq> batch, kv_cache_storage& cache, std::vector<float>& logits);
-
-  // How many times a scratch buffer had to grow after construction.
-  std::uint64_t scratch_growths() const { return growths_; }
-
- private:
-  template <class T>
-  void fit(std::vector<T>& v, std::size_t n) {
-    if (n > v.capacity()) ++growths_;
-    v.resize(n);
+  // sequence with all_logits, else its last), into `logits` (a heap or an arena vector). Throws
+  // std::invalid_argument for a malformed batch (token id outside the vocabulary, a block table
+  // too short or naming a block out of range).
+  template <class Allocator>
+  void run(std::span<const forward_seq> batch, kv_cache_storage& cache, std::vector<float, Allocator>& logits) {
+    logits.resize(layers(batch, cache) * std::size_t(m_.hp.n_vocab));
+    head(logits.data());
   }
 
+ private:
+  // Every layer of the step; returns the number of logit rows.
+  std::size_t layers(std::span<const forward_seq> batch, kv_cache_storage& cache);
+  void head(float* logits);  // the final norm and the output projection of those rows
   void check(std::span<const forward_seq> batch, const kv_cache_storage& cache) const;
   void layer(std::int64_t l, kv_cache_storage& cache);
 
   const llm& m_;
   // Scratch, reused across steps: [T, ...] activations of the current step.
-  std::vector<std::int32_t> ids_, positions_;
-  std::vector<std::int64_t> slots_;
-  std::vector<float> x_, h_, q_, k_, v_, attn_, o_, gate_, up_;
-  std::vector<kernels::attention_seq> seqs_;
-  std::vector<std::int64_t> logit_rows_;
-  std::uint64_t growths_ = 0;
+  std::pmr::vector<std::int32_t> ids_, positions_;
+  std::pmr::vector<std::int64_t> slots_;
+  std::pmr::vector<float> x_, h_, q_, k_, v_, attn_, o_, gate_, up_;
+  std::pmr::vector<kernels::attention_seq> seqs_;
+  std::pmr::vector<std::int64_t> logit_rows_;
 };
 
 }  // namespace anvil::model

@@ -82,7 +82,7 @@ TEST(EngineEdges, TinyTemperatureAndPenaltyEndOnlyTheirOwnRequests) {
 TEST(EngineEdges, RandomAcceptedParameterSetsNeverFailAStep) {
   auto eng = engine::create(edge_config());
   const std::int32_t vocab = std::int32_t(eng->tokenizer().n_vocab());
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(ANVIL_SANITIZED)
   constexpr int n = 300;
 #else
   constexpr int n = 2000;

@@ -1,6 +1,7 @@
 # tests/fuzz/ (label fuzz): the hostile-GGUF suite and the fuzz targets (README.md there).
 # Normal builds: each target links replay_main.cpp and ctest runs it on its seed corpus plus
-# mutations. With -DANVIL_FUZZ=ON (clang): libFuzzer binaries, built by the anvil_fuzz target.
+# mutations. With -DANVIL_FUZZ=ON (clang): libFuzzer binaries, built by the anvil_fuzz target and
+# run by run_libfuzzer.sh; the rest of the tests are built beside them, in the same sanitizer build.
 set(ANVIL_FUZZ_DIR ${CMAKE_CURRENT_LIST_DIR})
 
 add_library(anvil_fuzz_support STATIC
@@ -47,10 +48,8 @@ anvil_add_fuzz_target(fuzz_line_session SOURCES ${ANVIL_FUZZ_DIR}/fuzz_line_sess
 anvil_add_fuzz_target(fuzz_http_session SOURCES ${ANVIL_FUZZ_DIR}/fuzz_http_session.cpp LIBS anvil_fuzz_sessions
                       MUTATIONS 500)
 
-if(NOT ANVIL_FUZZ)
-  # Counting operator new/delete (alloc_counter.cpp) replace the global ones in this executable only.
-  anvil_add_test(hostile_gguf_test LABELS fuzz
-    SOURCES fuzz/hostile_gguf_test.cpp fuzz/alloc_counter.cpp
-    LIBS anvil_fuzz_support anvil_engine)
-  target_compile_definitions(hostile_gguf_test PRIVATE ANVIL_FUZZ_CORPUS="${ANVIL_FUZZ_DIR}/corpus")
-endif()
+# Counting operator new/delete (alloc_counter.cpp) replace the global ones in this executable only.
+anvil_add_test(hostile_gguf_test LABELS fuzz
+  SOURCES fuzz/hostile_gguf_test.cpp fuzz/alloc_counter.cpp
+  LIBS anvil_fuzz_support anvil_engine)
+target_compile_definitions(hostile_gguf_test PRIVATE ANVIL_FUZZ_CORPUS="${ANVIL_FUZZ_DIR}/corpus")

@@ -148,7 +148,7 @@ TEST_F(ShippedModel, GreedyContinuationsMatchPyTorch) {
 // The whole held-out sample in the release build; under the sanitizers (a Debug build, ~50x
 // slower) its first three windows, i.e. the first 1024 tokens, whose window plan is the full
 // run's first three windows. Each window's NLL must match PyTorch's too.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(ANVIL_SANITIZED)
 constexpr std::size_t ppl_windows_checked = 3;
 #else
 constexpr std::size_t ppl_windows_checked = 0;  // all

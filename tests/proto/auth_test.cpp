@@ -133,7 +133,7 @@ TEST(Auth, TheLineProtocolRefusesEveryRequestBeforeTheKeyAndHangsUpOnAWrongOne) 
     c.send_line(R"({"id":"m","messages":[{"role":"user","content":"x"}]})");
     c.send_line(R"({"id":2,"prompt":"x","temperature":"hot"})");  // bad, but the key comes first
     c.send_line(R"({"cancel":1})");
-    for (const json::value id : {json::value(1), json::value("m"), json::value(2), json::value(1)}) {
+    for (const json::value& id : {json::value(1), json::value("m"), json::value(2), json::value(1)}) {
       const json::object o = c.read_json(30s);
       EXPECT_EQ(o.at("id"), id) << json::serialize(o);
       EXPECT_EQ(o.at("error").at("code"), "unauthorized") << json::serialize(o);

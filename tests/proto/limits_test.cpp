@@ -4,6 +4,7 @@
 // the vocabulary, negative, non-integer or huge ids and values out of range. Each answer is the
 // documented one, and the engine is idle and whole afterwards.
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <boost/json.hpp>
@@ -157,8 +158,8 @@ TEST(Limits, InvalidUtf8InPromptStopAndMessages) {
     }
   }
   // Valid but unusual text is fine: NUL, a BOM, a noncharacter, an astral character.
-  for (const std::string& odd : {"\\u0000", "\\ufeff", "\\uffff", "\\ud83d\\ude00"}) {
-    const std::string fields = R"("prompt":"x)" + odd + R"(y","max_tokens":2,"ignore_eos":true)";
+  for (const std::string_view odd : {"\\u0000", "\\ufeff", "\\uffff", "\\ud83d\\ude00"}) {
+    const std::string fields = R"("prompt":"x)" + std::string(odd) + R"(y","max_tokens":2,"ignore_eos":true)";
     EXPECT_EQ(http_outcome(s.http_port(), "/v1/completions", fields), "") << fields;
     EXPECT_EQ(line_outcome(c, "odd", fields), "") << fields;
   }

@@ -133,7 +133,7 @@ TEST(Serve, RefusesAMissingModelWithAClearError) {
 // Not in the sanitizer builds: their runtimes need descriptors of their own while they check (a
 // pipe to probe memory, /proc files), so a process out of descriptors gets false reports there
 // (UBSan's vptr check: "object has invalid vptr ... memory cannot be printed") and is stopped.
-#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#if !defined(ANVIL_SANITIZED)
 
 // The process's CPU time so far (user + system), from /proc.
 double cpu_seconds(pid_t pid) {
