@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "kernels/gpu_runtime.h"
 
@@ -52,6 +53,15 @@ inline status_t gemm(handle_t h, bool trans_a, bool trans_b, int m, int n, int k
                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 }
 
+// Column-major C[m, n] (int32) = A^T * B for int8 A [k, m] and B [k, n], int32 accumulation (the
+// tensor cores' 8-bit rate; what an int8 weight path would run on). m, k, lda, ldb multiples of 4.
+inline status_t gemm_i8(handle_t h, int m, int n, int k, const void* a, int lda, const void* b, int ldb, void* c,
+                        int ldc) {
+  const std::int32_t alpha = 1, beta = 0;
+  return cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, a, CUDA_R_8I, lda, b, CUDA_R_8I, ldb, &beta, c,
+                      CUDA_R_32I, ldc, CUBLAS_COMPUTE_32I, CUBLAS_GEMM_DEFAULT);
+}
+
 }  // namespace anvil::blas
 
 #else
@@ -79,6 +89,7 @@ inline status_t gemm(handle_t, bool, bool, int, int, int, float, const void*, dt
                      void*, dtype, int) {
   return not_supported;
 }
+inline status_t gemm_i8(handle_t, int, int, int, const void*, int, const void*, int, void*, int) { return not_supported; }
 
 }  // namespace anvil::blas
 #endif

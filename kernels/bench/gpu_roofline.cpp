@@ -9,6 +9,8 @@
 //            and written / time, and % of the copy bandwidth.
 //   GEMM:    32 and 512 tokens on 4096x4096 and 14336x4096, dequantization included: TFLOP/s, and % of
 //            the dense f16 rate.
+//   vendor GEMM int8 against f16 at 64-2048 tokens on the 8B shapes: the 8-bit tensor-core rate an
+//            int8 weight path could reach, beside the f16 GEMM the path above feeds.
 // Timing: device events around back-to-back launches, after warm-up, median of repetitions. The
 // GEMV cycles through enough copies of the weight to exceed the L2 cache several times, as a
 // model's layers do, so no figure comes from L2. Weights are random bytes (the kernels' speed
@@ -335,6 +337,49 @@ int main(int argc, char** argv) {
                       static_cast<long long>(nt), algo == kernels::gemm_algo::vendor_blas ? "vendor_blas" : "tiled_f16",
                       ms, tflops, gemm_tflops > 0 ? 100 * tflops / gemm_tflops : 0.0);
         }
+      }
+    }
+  }
+  // ---- the 8-bit tensor-core rate, beside f16, at the shapes a serving step multiplies ----
+  // Vendor BLAS only, no dequantization: what an int8-weight, int8-activation GEMM path could
+  // reach at most, against the f16 GEMM the path above feeds (issue 17's prefill question).
+  if (have_blas) {
+    std::printf("\nVendor GEMM, int8 x int8 -> int32 against f16 x f16 -> f32 (no dequantization); limit: dense f16 GEMM %.0f TFLOP/s\n",
+                gemm_tflops);
+    std::printf("%-13s %6s | %9s %9s | %9s %9s | %6s\n", "out x in", "tokens", "f16 ms", "TFLOP/s", "int8 ms", "TOP/s", "ratio");
+    for (shape s : {shape{4096, 4096}, shape{14336, 4096}, shape{4096, 14336}, shape{8192, 8192}}) {
+      for (const std::int64_t nt : {std::int64_t(64), std::int64_t(256), std::int64_t(512), std::int64_t(2048)}) {
+        const int m = int(s.out), n = int(nt), k = int(s.in);
+        device_mem w16(std::size_t(m) * k * 2), x16(std::size_t(k) * n * 2), y32(std::size_t(m) * n * 4);
+        device_mem w8(std::size_t(m) * k), x8(std::size_t(k) * n);
+        fill_f16(w16.p, std::size_t(m) * k, 3);
+        fill_f16(x16.p, std::size_t(k) * n, 4);
+        CHECK(hipMemset(w8.p, 3, w8.n));
+        CHECK(hipMemset(x8.p, 5, x8.n));
+        const double ms16 = time_ms(
+            [&](int) {
+              if (blas::bind(handle, nullptr, blas_ws.p, blas_ws.n) != blas::ok ||
+                  blas::gemm(handle, true, false, m, n, k, 1.f, w16.p, blas::dtype::f16, k, x16.p, blas::dtype::f16, k, 0.f,
+                             y32.p, blas::dtype::f32, m) != blas::ok) {
+                std::fprintf(stderr, "cuBLAS f16 GEMM failed\n");
+                std::exit(1);
+              }
+            },
+            3, reps);
+        const double ms8 = time_ms(
+            [&](int) {
+              if (blas::bind(handle, nullptr, blas_ws.p, blas_ws.n) != blas::ok ||
+                  blas::gemm_i8(handle, m, n, k, w8.p, k, x8.p, k, y32.p, m) != blas::ok) {
+                std::fprintf(stderr, "cuBLAS int8 GEMM failed\n");
+                std::exit(1);
+              }
+            },
+            3, reps);
+        const double flop = 2.0 * double(m) * double(n) * double(k);
+        char dims[32];
+        std::snprintf(dims, sizeof dims, "%dx%d", m, k);
+        std::printf("%-13s %6d | %9.3f %9.1f | %9.3f %9.1f | %5.2fx\n", dims, n, ms16, flop / (ms16 * 1e-3) / 1e12, ms8,
+                    flop / (ms8 * 1e-3) / 1e12, ms16 / ms8);
       }
     }
   }
