@@ -147,8 +147,8 @@ TEST(Engine, ManyConcurrentRequestsAllCompleteWithUnchangedOutputs) {
 
 // The one rule on the CPU worker, counted from outside as the CUDA test interposes cudaMalloc:
 // the worker's whole arena (KV pool, forward scratch, logits) is allocated from an upstream this
-// test owns and counts. Through 1,000 mixed requests — prefills of every length, decodes, sampled
-// and greedy, logprobs — with cancels at every stage, no allocation reaches it after start-up;
+// test owns and counts. Through 1,000 mixed requests (requests.h: mixed_request) — prefills of
+// every length, decodes, sampled and greedy, logprobs — with cancels at every stage, no allocation reaches it after start-up;
 // the worker's own count agrees, and when the engine is gone every byte has been handed back.
 TEST(Engine, TheCpuArenaCountedFromOutsideStaysFlatThrough1000MixedRequestsWithCancels) {
   gpu_worker::counting_resource upstream;
@@ -168,15 +168,9 @@ TEST(Engine, TheCpuArenaCountedFromOutsideStaysFlatThrough1000MixedRequestsWithC
   std::vector<std::future<stream_event>> done;
   std::vector<std::uint64_t> ids;
   for (int i = 0; i < n; ++i) {
-    generate_request r = greedy_request(random_prompt(1 + rng() % 60, std::uint32_t(i)), 1 + std::int64_t(rng() % 12));
-    if (i % 3 == 1) {
-      r.sampling.temperature = 0.8f;
-      r.sampling.top_p = 0.9f;
-      r.sampling.seed = std::uint64_t(i);
-      r.sampling.repetition_penalty = 1.1f;
-      r.sampling.logit_bias = {{std::int32_t(rng() % 256), 3.f}};
-    }
-    if (i % 7 == 0) r.sampling.logprobs = 5;
+    auto prompt = random_prompt(1 + rng() % 60, std::uint32_t(i));
+    const std::int64_t max_tokens = 1 + std::int64_t(rng() % 12);
+    generate_request r = anvil::testing::mixed_request(std::move(prompt), max_tokens, i, std::int32_t(rng() % 256));
     auto p = std::make_shared<std::promise<stream_event>>();
     done.push_back(p->get_future());
     auto id = eng->submit(std::move(r), [p](const stream_event& e) {

@@ -27,4 +27,22 @@ inline generate_request greedy_request(std::vector<std::int32_t> prompt, std::in
   return r;
 }
 
+// Request `i` of the one-rule tests' mixed traffic (the CPU arena's, engine_test; the GPU
+// runtime's, gpu_worker_test): greedy, but every third sampled with top-p, penalties and a bias on
+// token `biased`, and every seventh asking for logprobs.
+inline generate_request mixed_request(std::vector<std::int32_t> prompt, std::int64_t max_tokens, int i,
+                                      std::int32_t biased) {
+  generate_request r = greedy_request(std::move(prompt), max_tokens);
+  if (i % 3 == 1) {
+    r.sampling.temperature = 0.8f;
+    r.sampling.top_p = 0.9f;
+    r.sampling.seed = std::uint64_t(i);
+    r.sampling.repetition_penalty = 1.1f;
+    r.sampling.frequency_penalty = 0.2f;
+    r.sampling.logit_bias = {{biased, 3.f}};
+  }
+  if (i % 7 == 0) r.sampling.logprobs = 5;
+  return r;
+}
+
 }  // namespace anvil::testing

@@ -491,16 +491,9 @@ TEST(GpuEngineLoad, NoDeviceOrPinnedAllocationAfterStartUpThrough1000MixedReques
   std::vector<std::future<completion>> done;
   std::vector<std::uint64_t> ids;
   for (int i = 0; i < 1000; ++i) {
-    generate_request r = greedy_request(random_tokens(1 + rng() % 120, std::uint32_t(i)), 1 + std::int64_t(rng() % 24));
-    if (i % 3 == 1) {
-      r.sampling.temperature = 0.8f;
-      r.sampling.top_p = 0.9f;
-      r.sampling.seed = std::uint64_t(i);
-      r.sampling.repetition_penalty = 1.1f;
-      r.sampling.frequency_penalty = 0.2f;
-      r.sampling.logit_bias = {{std::int32_t(rng() % 256), 3.f}};
-    }
-    if (i % 7 == 0) r.sampling.logprobs = 5;
+    auto prompt = random_tokens(1 + rng() % 120, std::uint32_t(i));
+    const std::int64_t max_tokens = 1 + std::int64_t(rng() % 24);
+    generate_request r = anvil::testing::mixed_request(std::move(prompt), max_tokens, i, std::int32_t(rng() % 256));
     auto p = std::make_shared<std::promise<completion>>();
     done.push_back(p->get_future());
     auto id = eng->submit(std::move(r), [p, c = completion{}](const stream_event& e) mutable {
