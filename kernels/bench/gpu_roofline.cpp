@@ -109,6 +109,21 @@ struct shape {
   std::int64_t out, in;
 };
 
+// The vendor GEMM on the default stream, column-major C[m, n] = A^T B (A [k, m], B [k, n]): f16
+// in, f32 out (int8 in, int32 out with `int8`). A failure ends the benchmark.
+void vendor_gemm(blas::handle_t h, const device_mem& ws, bool int8, int m, int n, int k, const void* a, const void* b,
+                 void* c) {
+  const blas::status_t s =
+      blas::bind(h, nullptr, ws.p, ws.n) != blas::ok ? blas::not_supported
+      : int8 ? blas::gemm_i8(h, m, n, k, a, k, b, k, c, m)
+             : blas::gemm(h, true, false, m, n, k, 1.f, a, blas::dtype::f16, k, b, blas::dtype::f16, k, 0.f, c,
+                          blas::dtype::f32, m);
+  if (s != blas::ok) {
+    std::fprintf(stderr, "cuBLAS %s GEMM %dx%dx%d failed\n", int8 ? "int8" : "f16", m, n, k);
+    std::exit(1);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -143,16 +158,7 @@ int main(int argc, char** argv) {
     device_mem a(std::size_t(n) * n * 2), b(std::size_t(n) * n * 2), c(std::size_t(n) * n * 4);
     fill_f16(a.p, std::size_t(n) * n, 1);
     fill_f16(b.p, std::size_t(n) * n, 2);
-    const double ms = time_ms(
-        [&](int) {
-          if (blas::bind(handle, nullptr, blas_ws.p, blas_ws.n) != blas::ok ||
-              blas::gemm(handle, true, false, n, n, n, 1.f, a.p, blas::dtype::f16, n, b.p, blas::dtype::f16, n, 0.f, c.p,
-                         blas::dtype::f32, n) != blas::ok) {
-            std::fprintf(stderr, "cuBLAS GEMM failed\n");
-            std::exit(1);
-          }
-        },
-        2, reps);
+    const double ms = time_ms([&](int) { vendor_gemm(handle, blas_ws, false, n, n, n, a.p, b.p, c.p); }, 2, reps);
     gemm_tflops = 2.0 * n * double(n) * n / (ms * 1e-3) / 1e12;
     std::printf("limit: dense f16 GEMM %.0f TFLOP/s (vendor BLAS, %d^3, f32 accumulate and output)\n", gemm_tflops, n);
   } else {
@@ -356,25 +362,8 @@ int main(int argc, char** argv) {
         fill_f16(x16.p, std::size_t(k) * n, 4);
         CHECK(hipMemset(w8.p, 3, w8.n));
         CHECK(hipMemset(x8.p, 5, x8.n));
-        const double ms16 = time_ms(
-            [&](int) {
-              if (blas::bind(handle, nullptr, blas_ws.p, blas_ws.n) != blas::ok ||
-                  blas::gemm(handle, true, false, m, n, k, 1.f, w16.p, blas::dtype::f16, k, x16.p, blas::dtype::f16, k, 0.f,
-                             y32.p, blas::dtype::f32, m) != blas::ok) {
-                std::fprintf(stderr, "cuBLAS f16 GEMM failed\n");
-                std::exit(1);
-              }
-            },
-            3, reps);
-        const double ms8 = time_ms(
-            [&](int) {
-              if (blas::bind(handle, nullptr, blas_ws.p, blas_ws.n) != blas::ok ||
-                  blas::gemm_i8(handle, m, n, k, w8.p, k, x8.p, k, y32.p, m) != blas::ok) {
-                std::fprintf(stderr, "cuBLAS int8 GEMM failed\n");
-                std::exit(1);
-              }
-            },
-            3, reps);
+        const double ms16 = time_ms([&](int) { vendor_gemm(handle, blas_ws, false, m, n, k, w16.p, x16.p, y32.p); }, 3, reps);
+        const double ms8 = time_ms([&](int) { vendor_gemm(handle, blas_ws, true, m, n, k, w8.p, x8.p, y32.p); }, 3, reps);
         const double flop = 2.0 * double(m) * double(n) * double(k);
         char dims[32];
         std::snprintf(dims, sizeof dims, "%dx%d", m, k);

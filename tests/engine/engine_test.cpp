@@ -148,8 +148,9 @@ TEST(Engine, ManyConcurrentRequestsAllCompleteWithUnchangedOutputs) {
 // The one rule on the CPU worker, counted from outside as the CUDA test interposes cudaMalloc:
 // the worker's whole arena (KV pool, forward scratch, logits) is allocated from an upstream this
 // test owns and counts. Through 1,000 mixed requests (requests.h: mixed_request) — prefills of
-// every length, decodes, sampled and greedy, logprobs — with cancels at every stage, no allocation reaches it after start-up;
-// the worker's own count agrees, and when the engine is gone every byte has been handed back.
+// every length, decodes, sampled and greedy, logprobs — with cancels at every stage, no
+// allocation reaches it after start-up; the worker's own count agrees, and when the engine is
+// gone every byte has been handed back.
 TEST(Engine, TheCpuArenaCountedFromOutsideStaysFlatThrough1000MixedRequestsWithCancels) {
   gpu_worker::counting_resource upstream;
   engine_config cfg = tiny_config();
