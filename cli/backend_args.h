@@ -1,13 +1,16 @@
-// The options `generate` and `serve` share for where steps run and how the engine waits: one
-// struct, one registration, one copy into engine_config.
+// The options `generate` and `serve` share for where steps run, how the KV cache stores its
+// elements and how the engine waits: one struct, one registration, one copy into engine_config.
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <stdexcept>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
 #include "engine/engine.h"
+#include "kernels/kv_quant.h"
 
 namespace anvil::cli {
 
@@ -18,7 +21,22 @@ struct backend_args {
   bool no_gpu_graphs = false;         // GPU: no decode graphs
   bool no_gpu_overlap = false;        // GPU: no programmatic dependent launch
   std::int64_t idle_spin_us = -1;     // engine_config::idle_spin_us
+  std::string kv_cache_dtype = "f16"; // engine_config::kv_cache_dtype: f16, int8 or fp8
 };
+
+inline void add_kv_cache_dtype_option(CLI::App* cmd, std::string& dtype) {
+  cmd->add_option("--kv-cache-dtype", dtype,
+                  "the KV cache's elements: f16 (exact), or int8 / fp8 (E4M3) with one scale per token and KV head, "
+                  "half the memory and traffic")
+      ->capture_default_str()->check(CLI::IsMember({"f16", "int8", "fp8"}));
+}
+
+// The parsed --kv-cache-dtype (the option's check admits only the names parse_kv_dtype knows).
+inline kernels::kv_dtype kv_cache_dtype_of(const std::string& name) {
+  const std::optional<kernels::kv_dtype> t = kernels::parse_kv_dtype(name);
+  if (!t) throw std::invalid_argument("--kv-cache-dtype must be f16, int8 or fp8, not '" + name + "'");
+  return *t;
+}
 
 inline void add_backend_options(CLI::App* cmd, backend_args& a) {
   cmd->add_option("--backend", a.backend, "where steps run: cpu, gpu, or auto (the GPU when there is one)")
@@ -35,6 +53,7 @@ inline void add_backend_options(CLI::App* cmd, backend_args& a) {
                   "microseconds an idle engine thread polls for the next message before it sleeps "
                   "(-1: 5000 on the GPU, 0 on the CPU)")
       ->capture_default_str()->check(CLI::Range(std::int64_t(-1), std::int64_t(1000000)));
+  add_kv_cache_dtype_option(cmd, a.kv_cache_dtype);
 }
 
 inline void apply_backend_args(const backend_args& a, engine_config& cfg) {
@@ -44,6 +63,7 @@ inline void apply_backend_args(const backend_args& a, engine_config& cfg) {
   cfg.gpu_graphs = !a.no_gpu_graphs;
   cfg.gpu_overlap_kernels = !a.no_gpu_overlap;
   cfg.idle_spin_us = a.idle_spin_us;
+  cfg.kv_cache_dtype = kv_cache_dtype_of(a.kv_cache_dtype);
 }
 
 }  // namespace anvil::cli

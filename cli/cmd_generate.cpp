@@ -36,9 +36,10 @@ int run_generate(const generate_args& a) {
   engine_config cfg;
   cfg.model_path = model_path;
   cfg.max_model_len = ctx;
-  cfg.kv_budget_bytes = model::kv_cache_storage::bytes_per_block(hp, cfg.block_size) * std::size_t(ctx / cfg.block_size + 2);
   cfg.max_seqs = 1;
   apply_backend_args(a.engine, cfg);
+  cfg.kv_budget_bytes = model::kv_cache_storage::bytes_per_block(hp, cfg.block_size, cfg.kv_cache_dtype) *
+                        std::size_t(ctx / cfg.block_size + 2);
   cfg.gpu_kv_budget_bytes = cfg.kv_budget_bytes;  // one context is all one request needs
   auto eng = engine::create(cfg);
 

@@ -12,6 +12,7 @@
 
 #include <boost/json.hpp>
 
+#include "cli/backend_args.h"
 #include "cli/commands.h"
 #include "cli/model_arg.h"
 #include "cli/progress.h"
@@ -33,13 +34,15 @@ struct perplexity_args {
   bool json = false;
   std::string backend = "auto";
   bool gpu_float_activations = false;
+  std::string kv_cache_dtype = "f16";
 };
 
 // A worker for one window of `ctx` tokens fed `batch` at a time: a KV pool of one context.
 std::unique_ptr<gpu_worker::worker> make_worker(const model::llm& m, const model::perplexity_options& o,
                                                 worker_backend backend, bool float_activations) {
   constexpr std::int64_t block_size = 16;
-  const std::size_t kv_bytes = model::kv_cache_storage::bytes_per_block(m.hp, block_size) * std::size_t(o.ctx / block_size + 2);
+  const std::size_t kv_bytes =
+      model::kv_cache_storage::bytes_per_block(m.hp, block_size, o.kv_cache_dtype) * std::size_t(o.ctx / block_size + 2);
   constexpr std::int64_t score_rows = 64;  // logit rows per head launch on the GPU
   if (backend == worker_backend::gpu) {
     gpu_worker::gpu_worker_config wc;
@@ -49,10 +52,12 @@ std::unique_ptr<gpu_worker::worker> make_worker(const model::llm& m, const model
     wc.max_seqs = score_rows;
     wc.max_context = o.ctx;
     wc.float_activations = float_activations;
+    wc.kv_cache_dtype = o.kv_cache_dtype;
     return std::make_unique<gpu_worker::gpu_worker>(m, wc);
   }
   return std::make_unique<gpu_worker::cpu_worker>(m, gpu_worker::cpu_worker_config{
-      .block_size = block_size, .kv_budget_bytes = kv_bytes, .max_batch_tokens = o.batch, .max_seqs = 1});
+      .block_size = block_size, .kv_budget_bytes = kv_bytes, .max_batch_tokens = o.batch, .max_seqs = 1,
+      .kv_cache_dtype = o.kv_cache_dtype});
 }
 
 std::string read_text(const std::string& path) {
@@ -73,6 +78,7 @@ int run_perplexity(const perplexity_args& a) {
   if (ids.size() < 2) throw std::runtime_error("'" + a.file + "' is a single token: nothing to score");
   model::perplexity_options given = a.opt;
   if (given.batch == 0) given.batch = 512;  // chunks of a long window: the worker's scratch stays small
+  given.kv_cache_dtype = kv_cache_dtype_of(a.kv_cache_dtype);
   const model::perplexity_options opt = model::resolve_perplexity_options(given, m.hp.n_ctx_train);
   worker_backend backend = parse_worker_backend(a.backend).value_or(worker_backend::automatic);
   if (backend == worker_backend::automatic) {
@@ -91,7 +97,8 @@ int run_perplexity(const perplexity_args& a) {
   if (a.json) {
     const boost::json::object o = {
         {"model", path}, {"file", a.file}, {"backend", worker_backend_name(backend)}, {"tokens", ids.size()}, {"scored", r.n_scored},
-        {"windows", r.n_windows}, {"ctx", opt.ctx}, {"stride", opt.stride}, {"nll_sum", r.nll_sum},
+        {"windows", r.n_windows}, {"kv_cache_dtype", kernels::kv_dtype_name(opt.kv_cache_dtype)}, {"ctx", opt.ctx},
+        {"stride", opt.stride}, {"nll_sum", r.nll_sum},
         {"mean_nll", r.mean_nll()}, {"perplexity", r.perplexity()}, {"seconds", seconds}};
     std::printf("%s\n", boost::json::serialize(o).c_str());
   } else {
@@ -118,6 +125,7 @@ void add_perplexity_command(CLI::App& app, int& exit_code) {
       ->capture_default_str()->check(CLI::IsMember({"cpu", "gpu", "auto"}));
   cmd->add_flag("--gpu-float-activations", a->gpu_float_activations,
                 "GPU: f32 activations in the quantized GEMVs (as the CPU computes) instead of 8-bit");
+  add_kv_cache_dtype_option(cmd, a->kv_cache_dtype);
   cmd->callback([&exit_code, a] { exit_code = run_perplexity(*a); });
 }
 

@@ -104,7 +104,7 @@ engine_config engine_config_for(const serve_args& a) {
   cfg.threads = a.threads > 0 ? std::size_t(a.threads) : 2;
   apply_backend_args(a.engine, cfg);
   if (a.kv_cache_mib > 0) cfg.gpu_kv_budget_bytes = std::size_t(a.kv_cache_mib * 1024 * 1024);
-  const std::size_t per_block = model::kv_cache_storage::bytes_per_block(hp, cfg.block_size);
+  const std::size_t per_block = model::kv_cache_storage::bytes_per_block(hp, cfg.block_size, cfg.kv_cache_dtype);
   const std::size_t per_context = per_block * std::size_t((cfg.max_model_len + cfg.block_size - 1) / cfg.block_size);
   if (a.kv_cache_mib > 0) {
     cfg.kv_budget_bytes = std::size_t(a.kv_cache_mib * 1024 * 1024);

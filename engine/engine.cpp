@@ -125,6 +125,7 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
     wc.max_batch_tokens = cfg.max_batch_tokens;
     wc.max_seqs = max_seqs;
     wc.max_context = p->max_model_len;
+    wc.kv_cache_dtype = cfg.kv_cache_dtype;
     wc.float_activations = cfg.gpu_float_activations;
     if (!cfg.gpu_graphs) wc.graph_max_batch = 0;
     wc.overlap_kernels = cfg.gpu_overlap_kernels;
@@ -135,6 +136,7 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
                                            .kv_budget_bytes = cfg.kv_budget_bytes,
                                            .max_batch_tokens = cfg.max_batch_tokens,
                                            .max_seqs = max_seqs,
+                                           .kv_cache_dtype = cfg.kv_cache_dtype,
                                            .arena_upstream = cfg.cpu_arena_upstream};
     p->worker = std::make_unique<gpu_worker::cpu_worker>(p->model, wc);
   }

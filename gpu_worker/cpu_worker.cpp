@@ -26,7 +26,7 @@ class cpu_device final : public worker_device {
  public:
   cpu_device(const model::llm& m, const cpu_worker_config& cfg, memory_plan& mem)
       : mem_(mem), arena_(cfg.arena_upstream ? cfg.arena_upstream : std::pmr::new_delete_resource()), logits_(&arena_) {
-    const std::size_t per_block = model::kv_cache_storage::bytes_per_block(m.hp, cfg.block_size);
+    const std::size_t per_block = model::kv_cache_storage::bytes_per_block(m.hp, cfg.block_size, cfg.kv_cache_dtype);
     mem.device = "cpu";
     mem.block_size = cfg.block_size;
     mem.n_blocks = std::int64_t(cfg.kv_budget_bytes / per_block);
@@ -38,10 +38,11 @@ class cpu_device final : public worker_device {
       throw std::invalid_argument("cpu worker: the KV budget holds no block, or the step limits are zero");
     }
     // Every arena allocation happens here, before the first step.
-    cache_ = std::make_unique<model::kv_cache_storage>(m.hp, mem.n_blocks, mem.block_size, &arena_);
+    cache_ = std::make_unique<model::kv_cache_storage>(m.hp, mem.n_blocks, mem.block_size, cfg.kv_cache_dtype, &arena_);
     fwd_ = std::make_unique<model::cpu_forward>(m, cfg.max_batch_tokens, &arena_);
     logits_.reserve(std::size_t(cfg.max_seqs * m.hp.n_vocab));
     mem.kv_bytes = cache_->bytes();
+    mem.kv_cache_dtype = cfg.kv_cache_dtype;
     mem.scratch_bytes = logits_.capacity() * sizeof(float);
   }
 
@@ -50,9 +51,9 @@ class cpu_device final : public worker_device {
   std::int64_t max_context() const override { return std::numeric_limits<std::int64_t>::max(); }
 
   std::string describe(const memory_plan& mem) const override {
-    return fmt::format("memory plan: {} KV blocks of {} tokens ({:.1f} MB), weights {:.1f} MB, step limits {} tokens / {} seqs",
-                       mem.n_blocks, mem.block_size, double(mem.kv_bytes) / 1e6, double(mem.weight_bytes) / 1e6,
-                       mem.max_batch_tokens, mem.max_seqs);
+    return fmt::format("memory plan: {} KV blocks of {} tokens ({:.1f} MB, {}), weights {:.1f} MB, step limits {} tokens / {} seqs",
+                       mem.n_blocks, mem.block_size, double(mem.kv_bytes) / 1e6, kernels::kv_dtype_name(mem.kv_cache_dtype),
+                       double(mem.weight_bytes) / 1e6, mem.max_batch_tokens, mem.max_seqs);
   }
 
   std::string unusable(std::uint64_t seq_id) const override {

@@ -11,6 +11,7 @@
 #include <memory_resource>
 
 #include "gpu_worker/worker.h"
+#include "kernels/kv_quant.h"
 #include "model/arch/llm.h"
 
 namespace anvil::gpu_worker {
@@ -20,6 +21,7 @@ struct cpu_worker_config {
   std::size_t kv_budget_bytes = 64u << 20;  // memory for the KV pool
   std::int64_t max_batch_tokens = 512;      // tokens one step may feed
   std::int64_t max_seqs = 64;               // sequences one step may hold
+  kernels::kv_dtype kv_cache_dtype = kernels::kv_dtype::f16;  // the KV cache's elements (kernels/kv_quant.h)
   // Where the arena's memory comes from (not owned; null: the heap). Tests pass a counting one.
   std::pmr::memory_resource* arena_upstream = nullptr;
 };

@@ -104,7 +104,7 @@ class gpu_device {
   bool x8_fused(std::int64_t width) const;
   // The residual add + norm into h_, with the 8-bit form of h_ when x8_fused(n_embd).
   kernels::rms_norm_residual_params norm_params(const float* delta, const float* weight) const;
-  kernels::paged_kv_f16 kv_layer(std::int64_t l) const;
+  kernels::paged_kv_device kv_layer(std::int64_t l) const;
   template <class T>
   T* host_at(std::size_t off) const { return reinterpret_cast<T*>(upload_host_ + off); }
   template <class T>
@@ -154,9 +154,11 @@ class gpu_device {
   unsigned char* records_host_ = nullptr;
   float* scores_host_ = nullptr;     // [max_tokens], in the records' pinned allocation
 
-  // KV pool (one allocation): layer l's K at kv_ + 2l * layer_elems, V right after.
-  std::uint16_t* kv_ = nullptr;
-  std::size_t kv_layer_elems_ = 0;
+  // KV pool (one allocation), layer after layer: K's elements, V's, then for 8 bits K's row
+  // scales and V's (kernels/kv_quant.h).
+  unsigned char* kv_ = nullptr;
+  kernels::kv_dtype kv_dtype_ = kernels::kv_dtype::f16;
+  std::size_t kv_layer_bytes_ = 0, kv_data_bytes_ = 0, kv_rows_ = 0;  // per layer: all, K's elements, rows
 
   // The current step's shape (lay_out fills it).
   struct step_shape {

@@ -305,17 +305,22 @@ void gpu_device::plan_kv(const gpu_worker_config& cfg, memory_plan& mem) {
   ok(hipMemGetInfo(&free_b, &total_b), "read free device memory");
   std::size_t budget = std::size_t(double(free_b) * cfg.memory_fraction);
   if (cfg.kv_budget_bytes > 0) budget = std::min(budget, cfg.kv_budget_bytes);
-  const std::size_t block_elems = std::size_t(block_size_ * hp.n_head_kv * hp.head_dim);
-  const std::size_t per_block = block_elems * 2 /* K, V */ * std::size_t(hp.n_layer) * sizeof(std::uint16_t);
+  kv_dtype_ = cfg.kv_cache_dtype;
+  const std::size_t block_rows = std::size_t(block_size_ * hp.n_head_kv);
+  const std::size_t row_bytes = std::size_t(kernels::kv_row_bytes_device(kv_dtype_, hp.head_dim));
+  const std::size_t per_block = block_rows * row_bytes * 2 /* K, V */ * std::size_t(hp.n_layer);
   n_blocks_ = std::int64_t(budget / per_block);
   if (n_blocks_ < 1) {
     throw std::runtime_error("gpu worker: no room for one KV block (" + std::to_string(free_b >> 20) +
                              " MiB free after weights and scratch)");
   }
-  kv_layer_elems_ = block_elems * std::size_t(n_blocks_);
-  kv_ = static_cast<std::uint16_t*>(alloc_device(per_block * std::size_t(n_blocks_), "the KV pool"));
+  kv_rows_ = block_rows * std::size_t(n_blocks_);
+  kv_data_bytes_ = kv_rows_ * std::size_t(hp.head_dim) * (kernels::kv_is_8bit(kv_dtype_) ? 1 : 2);
+  kv_layer_bytes_ = kv_rows_ * row_bytes * 2;
+  kv_ = static_cast<unsigned char*>(alloc_device(per_block * std::size_t(n_blocks_), "the KV pool"));
   mem.n_blocks = n_blocks_;
   mem.kv_bytes = per_block * std::size_t(n_blocks_);
+  mem.kv_cache_dtype = kv_dtype_;
 }
 
 // One step through every path (decode attention, prefill attention, GEMV, GEMM when the limits

@@ -19,15 +19,19 @@
 
 namespace anvil::gpu_worker {
 
-kernels::paged_kv_f16 gpu_device::kv_layer(std::int64_t l) const {
+kernels::paged_kv_device gpu_device::kv_layer(std::int64_t l) const {
   const model::hparams& hp = m_.hp;
-  std::uint16_t* k = kv_ + std::size_t(2 * l) * kv_layer_elems_;
+  unsigned char* k = kv_ + std::size_t(l) * kv_layer_bytes_;
+  float* scales = kernels::kv_is_8bit(kv_dtype_) ? reinterpret_cast<float*>(k + 2 * kv_data_bytes_) : nullptr;
   return {.k = k,
-          .v = k + kv_layer_elems_,
+          .v = k + kv_data_bytes_,
           .n_blocks = n_blocks_,
           .block_size = block_size_,
           .n_kv_heads = hp.n_head_kv,
-          .head_dim = hp.head_dim};
+          .head_dim = hp.head_dim,
+          .dtype = kv_dtype_,
+          .k_scales = scales,
+          .v_scales = scales ? scales + kv_rows_ : nullptr};
 }
 
 void gpu_device::matmul(const matrix& w, const float* bias, const float* x, float* y, std::int64_t n_tokens, bool x8_ready) {
@@ -129,15 +133,22 @@ void gpu_device::run_body() {
 
 // Copy-on-write, before anything reads the cache: block src -> dst in every layer, K and V.
 void gpu_device::copy_blocks(const step_plan& plan) {
-  const std::size_t block_bytes = std::size_t(block_size_ * m_.hp.n_head_kv * m_.hp.head_dim) * sizeof(std::uint16_t);
-  const std::size_t block_elems = block_bytes / sizeof(std::uint16_t);
+  const std::size_t block_rows = std::size_t(block_size_ * m_.hp.n_head_kv);
+  const std::size_t data_bytes = kv_data_bytes_ / std::size_t(n_blocks_), scale_bytes = block_rows * sizeof(float);
+  const auto copy = [&](void* base, std::size_t bytes, const block_copy& c) {
+    auto* b = static_cast<unsigned char*>(base);
+    ok(hipMemcpyAsync(b + std::size_t(c.dst) * bytes, b + std::size_t(c.src) * bytes, bytes, hipMemcpyDeviceToDevice,
+                      stream_),
+       "copy a KV block");
+  };
   for (const block_copy& c : plan.copies) {
     for (std::int64_t l = 0; l < m_.hp.n_layer; ++l) {
-      const kernels::paged_kv_f16 kv = kv_layer(l);
-      for (std::uint16_t* base : {kv.k, kv.v}) {
-        ok(hipMemcpyAsync(base + std::size_t(c.dst) * block_elems, base + std::size_t(c.src) * block_elems, block_bytes,
-                          hipMemcpyDeviceToDevice, stream_),
-           "copy a KV block");
+      const kernels::paged_kv_device kv = kv_layer(l);
+      copy(kv.k, data_bytes, c);
+      copy(kv.v, data_bytes, c);
+      if (kv.k_scales != nullptr) {
+        copy(kv.k_scales, scale_bytes, c);
+        copy(kv.v_scales, scale_bytes, c);
       }
     }
   }

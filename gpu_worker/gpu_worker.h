@@ -2,9 +2,10 @@
 // llama / qwen2 / qwen3. It owns the device and ALL device memory (DESIGN.md, the one rule): at
 // start-up it uploads every weight into one allocation, then plans activation scratch, logits,
 // candidate records, GEMM/attention workspaces and per-step upload buffers for the step limits,
-// and gives the KV pool (f16) a fraction of the memory still free. A handful of allocations, all
-// before ready; device_allocations() never moves afterwards. Steps run on a thread of its own, one
-// at a time; a device error fails that step with errc::device_fault and never aborts the process.
+// and gives the KV pool (f16, or 8 bits: kv_cache_dtype) a fraction of the memory still free. A
+// handful of allocations, all before ready; device_allocations() never moves afterwards. Steps
+// run on a thread of its own, one at a time; a device error fails that step with
+// errc::device_fault and never aborts the process.
 //
 // This header has no device types: the engine includes it in every build. Without a GPU backend,
 // create() throws and available() is false.
@@ -17,6 +18,7 @@
 #include <memory>
 
 #include "gpu_worker/worker.h"
+#include "kernels/kv_quant.h"
 #include "model/arch/llm.h"
 
 namespace anvil::gpu_worker {
@@ -28,6 +30,7 @@ struct gpu_worker_config {
   std::int64_t max_batch_tokens = 512;      // tokens one step may feed
   std::int64_t max_seqs = 64;               // sequences one step may hold
   std::int64_t max_context = 4096;          // positions one sequence may reach (sizes block tables and workspaces)
+  kernels::kv_dtype kv_cache_dtype = kernels::kv_dtype::f16;  // the KV cache's elements (kernels/kv_quant.h)
   std::int64_t max_logit_pairs = 1 << 18;   // logit-bias + penalty-count pairs uploaded per candidates launch
   int device = 0;                           // device ordinal
   // GEMVs (steps of up to 8 tokens) of quantized weights multiply f32 activations with the

@@ -13,6 +13,7 @@
 #include <boost/asio/async_result.hpp>
 
 #include "actors/error.h"
+#include "kernels/kv_quant.h"
 #include "messages/step.h"
 
 namespace anvil::gpu_worker {
@@ -28,6 +29,7 @@ struct memory_plan {
   std::int64_t n_vocab = 0;
   std::size_t weight_bytes = 0;
   std::size_t kv_bytes = 0;             // the KV pool, all layers, K and V
+  kernels::kv_dtype kv_cache_dtype = kernels::kv_dtype::f16;  // its elements (kernels/kv_quant.h)
   std::size_t scratch_bytes = 0;        // activations and logits for a full step
   std::int64_t decode_graphs = 0;       // decode batch sizes replayed from a graph (GPU)
 };

@@ -1,7 +1,8 @@
 // Paged KV cache and causal attention over it: the layout the GPU worker uses, defined here.
 //
-// One layer's cache is [n_blocks][block_size][n_kv_heads][head_dim] floats for K and the same
-// for V. A sequence owns a block table: position p lives in block table[p / block_size] at
+// One layer's cache is [n_blocks][block_size][n_kv_heads][head_dim] elements for K and the same
+// for V: floats on the CPU, f16 on the GPU, or 8-bit codes with a scale per row (kernels/kv_quant.h,
+// --kv-cache-dtype). A sequence owns a block table: position p lives in block table[p / block_size] at
 // offset p % block_size. kv_write stores the K/V of new tokens at their slots; attention lets
 // each query token attend to every position up to its own (causal), with grouped-query heads
 // (query head h reads kv head h / (n_heads / n_kv_heads)).
@@ -10,26 +11,42 @@
 #include <cstdint>
 #include <span>
 
+#include "kernels/kv_quant.h"
+
 namespace anvil::kernels {
 
+// The CPU cache: f32 rows (dtype f16: the exact values), or 8-bit codes and their row scales.
 struct paged_kv_view {
-  float* k = nullptr;              // [n_blocks][block_size][n_kv_heads][head_dim]
+  float* k = nullptr;              // [n_blocks][block_size][n_kv_heads][head_dim]; dtype f16 only
   float* v = nullptr;              // same shape as k
   std::int64_t n_blocks = 0;
   std::int64_t block_size = 0;
   std::int64_t n_kv_heads = 0;
   std::int64_t head_dim = 0;
+  kv_dtype dtype = kv_dtype::f16;
+  std::uint8_t* k8 = nullptr;      // 8-bit dtypes: codes, the shape of k
+  std::uint8_t* v8 = nullptr;
+  float* k_scales = nullptr;       // 8-bit dtypes: [n_blocks][block_size][n_kv_heads]
+  float* v_scales = nullptr;
 };
 
-// The device cache: the same layout, stored as IEEE f16 (the bits in a std::uint16_t, so host
-// code needs no vendor half type). Kernels read it into f32 and compute in f32.
-struct paged_kv_f16 {
-  std::uint16_t* k = nullptr;      // [n_blocks][block_size][n_kv_heads][head_dim]
-  std::uint16_t* v = nullptr;      // same shape as k
+// Row `slot` (block_id * block_size + offset), KV head `kvh` of K (or V) as floats: what every
+// reader of the cache sees.
+void kv_read_row(const paged_kv_view& c, bool v, std::int64_t slot, std::int64_t kvh, float* out);
+
+// The device cache: the same layout, stored as IEEE f16 (the bits in std::uint16_t, so host code
+// needs no vendor half type) or as 8-bit codes with the scales beside them. Kernels read it into
+// f32 and compute in f32.
+struct paged_kv_device {
+  void* k = nullptr;               // [n_blocks][block_size][n_kv_heads][head_dim] f16 bits or codes
+  void* v = nullptr;               // same shape as k
   std::int64_t n_blocks = 0;
   std::int64_t block_size = 0;
   std::int64_t n_kv_heads = 0;
   std::int64_t head_dim = 0;
+  kv_dtype dtype = kv_dtype::f16;
+  float* k_scales = nullptr;       // 8-bit dtypes: [n_blocks][block_size][n_kv_heads]
+  float* v_scales = nullptr;
 };
 
 struct kv_write_params {

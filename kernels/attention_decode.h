@@ -1,5 +1,5 @@
-// Paged attention for decode: one query token per sequence, many sequences, over the f16 device
-// cache (kernels/attention.h, paged_kv_f16). The definition is attention_ref with one token per
+// Paged attention for decode: one query token per sequence, many sequences, over the device cache
+// in f16 or 8 bits (kernels/attention.h, paged_kv_device; kernels/kv_quant.h). The definition is attention_ref with one token per
 // sequence whose K/V is already in the cache (rope_kv_write runs first): sequence s attends to
 // positions [0, context_lens[s]).
 //
@@ -34,7 +34,7 @@ inline std::int64_t attention_decode_split_for(std::int64_t max_context) {
 struct attention_decode_params {
   const float* q = nullptr;                  // [n_seqs, n_heads, head_dim]
   float* out = nullptr;                      // [n_seqs, n_heads, head_dim]; must not alias q
-  paged_kv_f16 cache;                        // one layer, read only; head_dim 64 or 128
+  paged_kv_device cache;                        // one layer, read only; head_dim 64 or 128
   std::int64_t n_heads = 0;                  // a multiple of cache.n_kv_heads
   // block_tables and context_lens are read before the kernel waits on the one ahead of it
   // (gpu_runtime.h): no kernel launched just before may write them.

@@ -9,6 +9,12 @@
 //   2. Softmax statistics per head: one warp per head (max, exp, sum), f32.
 //   3. P·V: each thread owns the same 8 dims of V for the same positions, accumulating for every
 //      head in registers; the rows are summed in shared memory in a fixed order (deterministic).
+// An 8-bit cache (kernels/kv_quant.h) is read the same way, eight codes (8 bytes) per thread and
+// key, with each key's row scale applied to its score and to its weight in P·V. It takes about the
+// f16 cache's time, not half: the kernel is bound by its instructions per position more than by
+// the bytes it reads (45-62% of the copy bandwidth in f16). Measured and left out (GPU_NOTES.md):
+// 16 codes per thread, tiles of 128 positions for 8 bits, and reducing the scores of all a
+// thread's keys and heads at once (fewer shuffles, more registers) — each as slow or slower.
 // The context is latency-bound, not bandwidth-bound (a split of 64 positions is 32 KB of K and V
 // per kv head): a thread issues all its K and V loads of a 64-position tile at once, so a split
 // of 64 waits on the cache once rather than once per pass of the block.
@@ -17,6 +23,7 @@
 #include <algorithm>
 
 #include "kernels/gpu_quant_dot.h"
+#include "kernels/kv_cache_read.h"
 
 namespace anvil::kernels {
 namespace {
@@ -39,9 +46,10 @@ struct decode_smem {
   } u;
 };
 
-template <int HeadDim, int MaxG, int Split>
+template <kv_dtype T, int HeadDim, int MaxG, int Split>
 __global__ void __launch_bounds__(threads) decode_kernel(attention_decode_params p) {
   using smem_t = decode_smem<HeadDim, MaxG, Split>;
+  using vec = kv_vec<T, 8>;
   constexpr int tpk = smem_t::tpk, rows = smem_t::rows, tile = smem_t::tile, per_thread = smem_t::per_thread;
   __shared__ smem_t sm;
 
@@ -72,38 +80,49 @@ __global__ void __launch_bounds__(threads) decode_kernel(attention_decode_params
   const int kl = tid % tpk, kg = tid / tpk;
   const std::int64_t dim0 = std::int64_t(kvh) * HeadDim + kl * 8;
   const int n_tiles = (n + tile - 1) / tile;  // uniform: every lane reaches the shuffles
-  const auto load_tile = [&](const std::uint16_t* base, int t0, uint4 (&dst)[per_thread]) {
+  // 8-bit caches: each key's row scale comes with its elements (f16: 1).
+  using raw_t = typename vec::raw;
+  const auto load_tile = [&](const void* base, const float* scales, int t0, raw_t (&dst)[per_thread],
+                             float (&sc)[per_thread]) {
 #pragma unroll
     for (int i = 0; i < per_thread; ++i) {
       const int j = t0 + kg + i * rows;
-      dst[i] = j < n ? *reinterpret_cast<const uint4*>(base + sm.slot[j] * kv_row + dim0) : make_uint4(0u, 0u, 0u, 0u);
+      dst[i] = j < n ? vec::load(base, sm.slot[j] * kv_row + dim0) : vec::zero();
+      sc[i] = j < n ? kv_row_scale<T>(scales, sm.slot[j] * n_kv + kvh) : 0.f;
     }
   };
-  uint4 kr[per_thread], vr[per_thread];
-  load_tile(p.cache.k, 0, kr);
-  load_tile(p.cache.v, 0, vr);
+  raw_t kr[per_thread], vr[per_thread];
+  float ks[per_thread], vs[per_thread];
+  load_tile(p.cache.k, p.cache.k_scales, 0, kr, ks);
+  load_tile(p.cache.v, p.cache.v_scales, 0, vr, vs);
   for (int e = tid; e < MaxG * HeadDim; e += threads) {
     const int g = e / HeadDim, d = e % HeadDim;
     sm.q[g][d] = g < ng ? p.q[(std::int64_t(seq) * p.n_heads + head0 + g) * HeadDim + d] * p.scale : 0.f;
   }
   __syncthreads();
 
-  // 1. Scores, to shared memory.
+  // 1. Scores, to shared memory. The thread's 8 dims of each head's q stay in registers.
+  float qr[MaxG][8];
+#pragma unroll
+  for (int g = 0; g < MaxG; ++g) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) qr[g][e] = sm.q[g][kl * 8 + e];
+  }
   for (int t = 0; t < n_tiles; ++t) {
-    if (t > 0) load_tile(p.cache.k, t * tile, kr);
+    if (t > 0) load_tile(p.cache.k, p.cache.k_scales, t * tile, kr, ks);
 #pragma unroll
     for (int i = 0; i < per_thread; ++i) {
       const int j = t * tile + kg + i * rows;
       float kf[8];
-      gpu::half8_to_float(kr[i], kf);
+      vec::to_float(kr[i], kf);
 #pragma unroll
       for (int g = 0; g < MaxG; ++g) {
         float s = 0.f;
 #pragma unroll
-        for (int e = 0; e < 8; ++e) s += sm.q[g][kl * 8 + e] * kf[e];
+        for (int e = 0; e < 8; ++e) s += qr[g][e] * kf[e];
 #pragma unroll
         for (int m = tpk / 2; m > 0; m /= 2) s += gpu::shfl_xor(s, m);
-        if (kl == 0 && j < n) sm.u.p[g][j] = s;
+        if (kl == 0 && j < n) sm.u.p[g][j] = s * ks[i];
       }
     }
   }
@@ -140,15 +159,15 @@ __global__ void __launch_bounds__(threads) decode_kernel(attention_decode_params
     for (int i = 0; i < 8; ++i) acc[g][i] = 0.f;
   }
   for (int t = 0; t < n_tiles; ++t) {
-    if (t > 0) load_tile(p.cache.v, t * tile, vr);
+    if (t > 0) load_tile(p.cache.v, p.cache.v_scales, t * tile, vr, vs);
 #pragma unroll
     for (int i = 0; i < per_thread; ++i) {
       const int j = t * tile + kg + i * rows;
       float vf[8];
-      gpu::half8_to_float(vr[i], vf);
+      vec::to_float(vr[i], vf);
 #pragma unroll
       for (int g = 0; g < MaxG; ++g) {
-        const float w = g < ng && j < n ? sm.u.p[g][j] : 0.f;
+        const float w = g < ng && j < n ? sm.u.p[g][j] * vs[i] : 0.f;
 #pragma unroll
         for (int e = 0; e < 8; ++e) acc[g][e] += w * vf[e];
       }
@@ -266,7 +285,7 @@ __global__ void __launch_bounds__(HeadDim) decode_merge_kernel(attention_decode_
   }
 }
 
-template <int HeadDim, int MaxG>
+template <kv_dtype T, int HeadDim, int MaxG>
 void launch(const attention_decode_params& p, int group, hipStream_t stream) {
   const int chunks = (group + MaxG - 1) / MaxG;
   const std::int64_t splits = attention_decode_splits(p.max_context, p.split);
@@ -274,9 +293,9 @@ void launch(const attention_decode_params& p, int group, hipStream_t stream) {
                   static_cast<unsigned>(splits));
   if (p.split == attention_decode_short_split) {
     constexpr int short_split = int(attention_decode_short_split);
-    gpu::launch_dependent(decode_kernel<HeadDim, MaxG, short_split>, grid, dim3(threads), stream, p);
+    gpu::launch_dependent(decode_kernel<T, HeadDim, MaxG, short_split>, grid, dim3(threads), stream, p);
   } else {
-    gpu::launch_dependent(decode_kernel<HeadDim, MaxG, int(attention_decode_split)>, grid, dim3(threads), stream, p);
+    gpu::launch_dependent(decode_kernel<T, HeadDim, MaxG, int(attention_decode_split)>, grid, dim3(threads), stream, p);
   }
   if (splits > 1) {
     const dim3 merge_grid(static_cast<unsigned>(p.n_heads), static_cast<unsigned>(p.n_seqs));
@@ -284,14 +303,23 @@ void launch(const attention_decode_params& p, int group, hipStream_t stream) {
   }
 }
 
-template <int HeadDim>
+template <kv_dtype T, int HeadDim>
 void launch_for_group(const attention_decode_params& p, int group, hipStream_t stream) {
   if (group == 1) {
-    launch<HeadDim, 1>(p, group, stream);
+    launch<T, HeadDim, 1>(p, group, stream);
   } else if (group <= 4) {
-    launch<HeadDim, 4>(p, group, stream);
+    launch<T, HeadDim, 4>(p, group, stream);
   } else {
-    launch<HeadDim, 8>(p, group, stream);
+    launch<T, HeadDim, 8>(p, group, stream);
+  }
+}
+
+template <kv_dtype T>
+void launch_for_dims(const attention_decode_params& p, int group, hipStream_t stream) {
+  if (p.cache.head_dim == 64) {
+    launch_for_group<T, 64>(p, group, stream);
+  } else {
+    launch_for_group<T, 128>(p, group, stream);
   }
 }
 
@@ -310,6 +338,7 @@ hipError_t launch_attention_decode(const attention_decode_params& p, hipStream_t
     return hipErrorInvalidValue;
   }
   if (!aligned16(p.cache.k) || !aligned16(p.cache.v)) return hipErrorInvalidValue;
+  if (kv_is_8bit(p.cache.dtype) && (p.cache.k_scales == nullptr || p.cache.v_scales == nullptr)) return hipErrorInvalidValue;
   if (p.yq != nullptr && (p.yq_scales == nullptr || reinterpret_cast<std::uintptr_t>(p.yq) % 4 != 0 ||
                           reinterpret_cast<std::uintptr_t>(p.yq_scales) % 8 != 0)) {
     return hipErrorInvalidValue;
@@ -320,10 +349,10 @@ hipError_t launch_attention_decode(const attention_decode_params& p, hipStream_t
   }
   const int group = int(p.n_heads / n_kv);
   if (std::int64_t(n_kv) * ((group + 7) / 8) > 0x7fffffff) return hipErrorInvalidValue;
-  if (hd == 64) {
-    launch_for_group<64>(p, group, stream);
-  } else {
-    launch_for_group<128>(p, group, stream);
+  switch (p.cache.dtype) {
+    case kv_dtype::f16: launch_for_dims<kv_dtype::f16>(p, group, stream); break;
+    case kv_dtype::int8: launch_for_dims<kv_dtype::int8>(p, group, stream); break;
+    case kv_dtype::fp8: launch_for_dims<kv_dtype::fp8>(p, group, stream); break;
   }
   return hipGetLastError();
 }

@@ -1,7 +1,8 @@
 // Paged attention for prefill and chunked prefill: many query tokens per sequence, causal, over
-// the f16 device cache (kernels/attention.h, paged_kv_f16). The definition is attention_ref: the
-// chunk's tokens sit at positions start_pos.. and attend to every cached position up to their
-// own — the earlier chunks' and their own chunk's K/V, which rope_kv_write stored first.
+// the device cache in f16 or 8 bits (kernels/attention.h, paged_kv_device; kernels/kv_quant.h).
+// The definition is attention_ref: the chunk's tokens sit at positions start_pos.. and attend to
+// every cached position up to their own — the earlier chunks' and their own chunk's K/V, which
+// rope_kv_write stored first.
 //
 // Design (FlashAttention-style, f32 on the CUDA cores; tensor cores are a later step): a block
 // takes 32 query rows of one sequence and one kv head, a row being (token, query head) over the
@@ -28,7 +29,7 @@ struct attention_prefill_seq {
 struct attention_prefill_params {
   const float* q = nullptr;                    // [total tokens, n_heads, head_dim]
   float* out = nullptr;                        // [total tokens, n_heads, head_dim]; must not alias q
-  paged_kv_f16 cache;                          // one layer, read only; head_dim 64 or 128
+  paged_kv_device cache;                          // one layer, read only; head_dim 64 or 128
   std::int64_t n_heads = 0;                    // a multiple of cache.n_kv_heads
   const attention_prefill_seq* seqs = nullptr;  // [n_seqs], device memory
   std::int64_t n_seqs = 0;                     // <= 65535

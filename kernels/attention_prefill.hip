@@ -6,9 +6,12 @@
 //   scores: lane j takes key j and dots it with the warp's rows (K read once for all of them);
 //   online softmax per row: tile max and sum by warp reductions, f32;
 //   P·V: lane d owns dims d, d + warp_size, ...; p_j is broadcast by a shuffle.
+// An 8-bit cache is decoded and scaled as it is staged (kernels/kv_cache_read.h).
 // Masked keys (past the row's own position) weigh exactly 0, and rows past the sequence's tokens
 // are computed but never stored.
 #include "kernels/attention_prefill.h"
+
+#include "kernels/kv_cache_read.h"
 
 namespace anvil::kernels {
 namespace {
@@ -18,7 +21,23 @@ namespace {
 constexpr int threads = 256;
 constexpr int tile_rows = 32;
 
-template <int HeadDim>
+// Eight elements of a cache row as halves in shared memory: f16 rows as they are, 8-bit rows
+// decoded and scaled (rounded to f16 once more).
+template <kv_dtype T>
+__device__ __forceinline__ uint4 staged8(const void* base, const float* scales, std::int64_t elem, std::int64_t row) {
+  using vec = kv_vec<T, 8>;
+  if constexpr (T == kv_dtype::f16) {
+    return vec::load(base, elem);
+  } else {
+    float f[8];
+    vec::to_float(vec::load(base, elem), f);
+    const float sc = kv_row_scale<T>(scales, row);
+    return make_uint4(gpu::floats_to_half2_bits(f[0] * sc, f[1] * sc), gpu::floats_to_half2_bits(f[2] * sc, f[3] * sc),
+                      gpu::floats_to_half2_bits(f[4] * sc, f[5] * sc), gpu::floats_to_half2_bits(f[6] * sc, f[7] * sc));
+  }
+}
+
+template <kv_dtype T, int HeadDim>
 __global__ void __launch_bounds__(threads) prefill_kernel(attention_prefill_params p) {
   constexpr int ws = gpu::warp_size, keys = ws, dpl = HeadDim / ws;
   constexpr int warps = threads / ws, rows_per_warp = tile_rows / warps;
@@ -71,8 +90,9 @@ __global__ void __launch_bounds__(threads) prefill_kernel(attention_prefill_para
       if (pos < kv_end) {
         const std::int64_t slot = std::int64_t(table[pos / bs]) * bs + pos % bs;
         const std::int64_t off = slot * kv_row + std::int64_t(kvh) * HeadDim + c * 8;
-        kr = *reinterpret_cast<const uint4*>(p.cache.k + off);
-        vr = *reinterpret_cast<const uint4*>(p.cache.v + off);
+        const std::int64_t row = slot * p.cache.n_kv_heads + kvh;
+        kr = staged8<T>(p.cache.k, p.cache.k_scales, off, row);
+        vr = staged8<T>(p.cache.v, p.cache.v_scales, off, row);
       }
       *reinterpret_cast<uint4*>(&k_s[j][c * 8]) = kr;
       *reinterpret_cast<uint4*>(&v_s[j][c * 8]) = vr;
@@ -137,6 +157,15 @@ __global__ void __launch_bounds__(threads) prefill_kernel(attention_prefill_para
   }
 }
 
+template <kv_dtype T>
+void launch(const attention_prefill_params& p, dim3 grid, hipStream_t stream) {
+  if (p.cache.head_dim == 64) {
+    prefill_kernel<T, 64><<<grid, threads, 0, stream>>>(p);
+  } else {
+    prefill_kernel<T, 128><<<grid, threads, 0, stream>>>(p);
+  }
+}
+
 using gpu::aligned16;
 
 }  // namespace
@@ -149,13 +178,14 @@ hipError_t launch_attention_prefill(const attention_prefill_params& p, hipStream
     return hipErrorInvalidValue;
   }
   if (!aligned16(p.cache.k) || !aligned16(p.cache.v)) return hipErrorInvalidValue;
+  if (kv_is_8bit(p.cache.dtype) && (p.cache.k_scales == nullptr || p.cache.v_scales == nullptr)) return hipErrorInvalidValue;
   const std::int64_t tiles = (p.max_seq_tokens * (p.n_heads / n_kv) + tile_rows - 1) / tile_rows;
   if (tiles > 0x7fffffff) return hipErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(n_kv), static_cast<unsigned>(p.n_seqs));
-  if (hd == 64) {
-    prefill_kernel<64><<<grid, threads, 0, stream>>>(p);
-  } else {
-    prefill_kernel<128><<<grid, threads, 0, stream>>>(p);
+  switch (p.cache.dtype) {
+    case kv_dtype::f16: launch<kv_dtype::f16>(p, grid, stream); break;
+    case kv_dtype::int8: launch<kv_dtype::int8>(p, grid, stream); break;
+    case kv_dtype::fp8: launch<kv_dtype::fp8>(p, grid, stream); break;
   }
   return hipGetLastError();
 }

@@ -4,7 +4,8 @@
 // Each thread takes (head, pair) elements and computes its pair's angle itself — in double, like
 // rope_ref, so a position of 100k does not lose the angle to float rounding — then rotates q in
 // place, or rotates k into the f16 cache. A block holding kv heads also stores their dimensions
-// past rot_dim and copies their v into the cache.
+// past rot_dim and copies their v into the cache. With an 8-bit cache a kv head takes a block of
+// its own, which needs the whole rotated row before it can scale it.
 #include "kernels/rope_kv_write.h"
 
 namespace anvil::kernels {
@@ -17,32 +18,35 @@ __device__ __forceinline__ void pair_index(rope_style style, int i, int half, in
   b = style == rope_style::normal ? 2 * i + 1 : i + half;
 }
 
+// The pair's angle, in double like rope_ref.
+__device__ __forceinline__ void angle(const rope_kv_write_params& p, double pos, int i, double& s, double& c) {
+  double theta = pos * pow(double(p.freq_base), -2.0 * double(i) / double(p.rot_dim));
+  if (p.freq_factors) theta /= double(p.freq_factors[i]);
+  sincos(theta, &s, &c);
+}
+
 // Heads per block: enough pairs to give every thread one (at least one head).
 int heads_per_block(std::int64_t half) { return half > 0 && half < block_size ? int(block_size / half) : 1; }
 
-__global__ void __launch_bounds__(block_size) rope_kv_write_kernel(rope_kv_write_params p, int group) {
-  gpu::dependency_wait();  // launched with gpu::launch_dependent
-  gpu::allow_dependents();
-  const std::int64_t t = blockIdx.x;
+// Rotates heads [h0, h1) of token t — q heads, then (f16 cache only) kv heads, whose rotated k
+// and plain v it stores.
+__device__ void rope_heads(const rope_kv_write_params& p, std::int64_t t, int h0, int h1) {
   const int half = int(p.rot_dim / 2), hd = int(p.cache.head_dim);
   const int n_q = int(p.n_heads), n_kv = int(p.cache.n_kv_heads);
-  const int h0 = int(blockIdx.y) * group, h1 = min(h0 + group, n_q + n_kv);
   const std::int64_t slot = p.slots[t];  // < 0: a padding token, q rotated, nothing cached
   const std::int64_t row = std::int64_t(n_kv) * hd;
   const double pos = double(p.positions[t]) * double(p.freq_scale);
   float* q = p.q + t * p.n_heads * hd;
   const float* k = p.k + t * row;
   const float* v = p.v + t * row;
-  gpu::half_bits* kc = p.cache.k + (slot < 0 ? 0 : slot) * row;
-  gpu::half_bits* vc = p.cache.v + (slot < 0 ? 0 : slot) * row;
+  gpu::half_bits* kc = static_cast<gpu::half_bits*>(p.cache.k) + (slot < 0 ? 0 : slot) * row;
+  gpu::half_bits* vc = static_cast<gpu::half_bits*>(p.cache.v) + (slot < 0 ? 0 : slot) * row;
 
   for (int e = threadIdx.x; e < (h1 - h0) * half; e += block_size) {
     const int h = h0 + e / half, i = e % half;
     if (h >= n_q && slot < 0) continue;
-    double theta = pos * pow(double(p.freq_base), -2.0 * double(i) / double(p.rot_dim));
-    if (p.freq_factors) theta /= double(p.freq_factors[i]);
     double s, c;
-    sincos(theta, &s, &c);
+    angle(p, pos, i, s, c);
     int a, b;
     pair_index(p.style, i, half, a, b);
     if (h < n_q) {
@@ -69,6 +73,77 @@ __global__ void __launch_bounds__(block_size) rope_kv_write_kernel(rope_kv_write
   }
 }
 
+__global__ void __launch_bounds__(block_size) rope_kv_write_kernel(rope_kv_write_params p, int group) {
+  gpu::dependency_wait();  // launched with gpu::launch_dependent
+  gpu::allow_dependents();
+  const int h0 = int(blockIdx.y) * group;
+  rope_heads(p, blockIdx.x, h0, min(h0 + group, int(p.n_heads + p.cache.n_kv_heads)));
+}
+
+// Largest magnitude over the block (NaN-propagating, kernels/kv_quant.h); every thread gets it.
+__device__ float block_amax(float a, float* red) {
+  __syncthreads();  // red may still be read by the previous call
+  red[threadIdx.x] = a;
+  __syncthreads();
+  for (int s = block_size / 2; s > 0; s /= 2) {
+    if (threadIdx.x < s) red[threadIdx.x] = kv_amax_step(red[threadIdx.x], red[threadIdx.x + s]);
+    __syncthreads();
+  }
+  return red[0];
+}
+
+// The 8-bit cache: blocks y < q_groups rotate q heads as above; block q_groups + h takes kv head h
+// of the token: its rotated k and its v to shared memory, each row's amax, then the codes and the
+// scales (kernels/kv_quant.h, the same arithmetic as kv_quantize_row).
+template <kv_dtype T>
+__global__ void __launch_bounds__(block_size) rope_kv_write8_kernel(rope_kv_write_params p, int group, int q_groups) {
+  gpu::dependency_wait();  // launched with gpu::launch_dependent
+  gpu::allow_dependents();
+  const std::int64_t t = blockIdx.x;
+  if (int(blockIdx.y) < q_groups) {
+    const int h0 = int(blockIdx.y) * group;
+    rope_heads(p, t, h0, min(h0 + group, int(p.n_heads)));
+    return;
+  }
+  __shared__ float kr[rope_max_rot_dim], vr[rope_max_rot_dim], red[block_size];
+  const std::int64_t slot = p.slots[t];
+  if (slot < 0) return;  // uniform: a padding token caches nothing
+  const int kvh = int(blockIdx.y) - q_groups, half = int(p.rot_dim / 2), hd = int(p.cache.head_dim);
+  const std::int64_t in = (t * p.cache.n_kv_heads + kvh) * hd;
+  const double pos = double(p.positions[t]) * double(p.freq_scale);
+  for (int i = threadIdx.x; i < half; i += block_size) {
+    double s, c;
+    angle(p, pos, i, s, c);
+    int a, b;
+    pair_index(p.style, i, half, a, b);
+    const double x0 = p.k[in + a], x1 = p.k[in + b];
+    kr[a] = float(x0 * c - x1 * s);
+    kr[b] = float(x0 * s + x1 * c);
+  }
+  float ka = 0.f, va = 0.f;
+  for (int e = threadIdx.x; e < hd; e += block_size) {
+    if (e >= p.rot_dim) kr[e] = p.k[in + e];
+    vr[e] = p.v[in + e];
+    va = kv_amax_step(va, vr[e]);
+  }
+  __syncthreads();  // kr complete
+  for (int e = threadIdx.x; e < hd; e += block_size) ka = kv_amax_step(ka, kr[e]);
+  const float k_scale = kv_scale_of(block_amax(ka, red), T);
+  const float v_scale = kv_scale_of(block_amax(va, red), T);
+  const float k_inv = kv_inv_scale(k_scale), v_inv = kv_inv_scale(v_scale);
+  const std::int64_t row = slot * p.cache.n_kv_heads + kvh;
+  auto* kc = static_cast<std::uint8_t*>(p.cache.k) + row * hd;
+  auto* vc = static_cast<std::uint8_t*>(p.cache.v) + row * hd;
+  for (int e = threadIdx.x; e < hd; e += block_size) {
+    kc[e] = kv_encode(kr[e], k_inv, T);
+    vc[e] = kv_encode(vr[e], v_inv, T);
+  }
+  if (threadIdx.x == 0) {
+    p.cache.k_scales[row] = k_scale;
+    p.cache.v_scales[row] = v_scale;
+  }
+}
+
 }  // namespace
 
 hipError_t launch_rope_kv_write(const rope_kv_write_params& p, hipStream_t stream) {
@@ -79,6 +154,18 @@ hipError_t launch_rope_kv_write(const rope_kv_write_params& p, hipStream_t strea
     return hipErrorInvalidValue;
   }
   const int group = heads_per_block(p.rot_dim / 2);
+  if (kv_is_8bit(p.cache.dtype)) {
+    if (hd > rope_max_rot_dim || p.cache.k_scales == nullptr || p.cache.v_scales == nullptr) return hipErrorInvalidValue;
+    const std::int64_t q_groups = (p.n_heads + group - 1) / group, groups = q_groups + p.cache.n_kv_heads;
+    if (groups > 65535) return hipErrorInvalidValue;
+    const dim3 grid(static_cast<unsigned>(p.n_tokens), static_cast<unsigned>(groups));
+    if (p.cache.dtype == kv_dtype::fp8) {
+      gpu::launch_dependent(rope_kv_write8_kernel<kv_dtype::fp8>, grid, dim3(block_size), stream, p, group, int(q_groups));
+    } else {
+      gpu::launch_dependent(rope_kv_write8_kernel<kv_dtype::int8>, grid, dim3(block_size), stream, p, group, int(q_groups));
+    }
+    return hipGetLastError();
+  }
   const std::int64_t groups = (p.n_heads + p.cache.n_kv_heads + group - 1) / group;
   if (groups > 65535 || p.n_heads > 0x7fffffff) return hipErrorInvalidValue;
   gpu::launch_dependent(rope_kv_write_kernel, dim3(static_cast<unsigned>(p.n_tokens), static_cast<unsigned>(groups)),

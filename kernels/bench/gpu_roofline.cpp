@@ -11,6 +11,9 @@
 //            the dense f16 rate.
 //   vendor GEMM int8 against f16 at 64-2048 tokens on the 8B shapes: the 8-bit tensor-core rate an
 //            int8 weight path could reach, beside the f16 GEMM the path above feeds.
+//   decode attention, one llama3-8b layer (32 query heads over 8 KV heads of 128), for each KV
+//            cache element type (f16, int8, fp8: kernels/kv_quant.h) at the batch and context
+//            sizes serving reaches: µs, KV bytes read / time, and % of the copy bandwidth.
 // Timing: device events around back-to-back launches, after warm-up, median of repetitions. The
 // GEMV cycles through enough copies of the weight to exceed the L2 cache several times, as a
 // model's layers do, so no figure comes from L2. Weights are random bytes (the kernels' speed
@@ -24,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/attention_decode.h"
 #include "kernels/blas_runtime.h"
 #include "kernels/gemm.h"
 #include "kernels/gemv.h"
@@ -163,6 +167,71 @@ int main(int argc, char** argv) {
     std::printf("limit: dense f16 GEMM %.0f TFLOP/s (vendor BLAS, %d^3, f32 accumulate and output)\n", gemm_tflops, n);
   } else {
     std::printf("limit: dense f16 GEMM: no vendor BLAS in this build\n");
+  }
+
+  // ---- decode attention over each KV cache element type ----
+  // One layer of llama3-8b; every sequence has the same context, its blocks spread over the pool
+  // in a shuffled order as the KV manager leaves them; the pool is larger than L2 many times.
+  {
+    std::printf("\nDecode attention, one layer of 32 heads over 8 KV heads of 128, blocks of 16; limit: copy bandwidth %.0f GB/s\n",
+                copy_gbs);
+    std::printf("%-6s %8s %8s %6s | %9s %9s %7s\n", "cache", "seqs", "context", "split", "us", "KV GB/s", "% copy");
+    constexpr std::int64_t n_kv = 8, hd = 128, n_heads = 32, bs = 16;
+    struct load {
+      std::int64_t seqs, ctx;
+    };
+    // Each load's cache is 160 MB or more in f16, so it does not sit in L2 between repetitions.
+    for (const load ld : {load{16, 8192}, load{64, 640}, load{256, 640}, load{256, 2000}}) {
+      const std::int64_t per_seq = (ld.ctx + bs - 1) / bs, n_blocks = ld.seqs * per_seq;
+      std::vector<std::int32_t> tables(static_cast<std::size_t>(n_blocks));
+      for (std::int64_t i = 0; i < n_blocks; ++i) {
+        tables[std::size_t(i)] = std::int32_t((i * 7919) % n_blocks);  // a permutation: 7919 is a prime
+      }
+      const std::vector<std::int32_t> lens(std::size_t(ld.seqs), std::int32_t(ld.ctx));
+      device_mem d_tables(tables.size() * 4), d_lens(lens.size() * 4);
+      CHECK(hipMemcpy(d_tables.p, tables.data(), tables.size() * 4, hipMemcpyHostToDevice));
+      CHECK(hipMemcpy(d_lens.p, lens.data(), lens.size() * 4, hipMemcpyHostToDevice));
+      device_mem q(std::size_t(ld.seqs * n_heads * hd) * 4), out(q.n);
+      CHECK(hipMemset(q.p, 0, q.n));  // zeros: finite scores whatever the cache holds
+      for (const kernels::kv_dtype t : {kernels::kv_dtype::f16, kernels::kv_dtype::int8, kernels::kv_dtype::fp8}) {
+        const std::int64_t split = kernels::attention_decode_split_for(ld.ctx);  // as the worker picks it
+        device_mem ws(std::max<std::size_t>(kernels::attention_decode_workspace_bytes(ld.seqs, n_heads, hd, ld.ctx, split), 16));
+        const std::size_t rows = std::size_t(n_blocks * bs * n_kv), elem = kernels::kv_is_8bit(t) ? 1 : 2;
+        device_mem k(rows * hd * elem), v(k.n), ks(rows * 4), vs(rows * 4);
+        CHECK(hipMemset(k.p, 0x11, k.n));  // small finite values in every type
+        CHECK(hipMemset(v.p, 0x11, v.n));
+        CHECK(hipMemset(ks.p, 0, ks.n));
+        CHECK(hipMemset(vs.p, 0, vs.n));
+        const kernels::attention_decode_params p{.q = q.as<float>(),
+                                                 .out = out.as<float>(),
+                                                 .cache = {.k = k.p,
+                                                           .v = v.p,
+                                                           .n_blocks = n_blocks,
+                                                           .block_size = bs,
+                                                           .n_kv_heads = n_kv,
+                                                           .head_dim = hd,
+                                                           .dtype = t,
+                                                           .k_scales = ks.as<float>(),
+                                                           .v_scales = vs.as<float>()},
+                                                 .n_heads = n_heads,
+                                                 .block_tables = d_tables.as<std::int32_t>(),
+                                                 .block_table_stride = per_seq,
+                                                 .context_lens = d_lens.as<std::int32_t>(),
+                                                 .n_seqs = ld.seqs,
+                                                 .max_context = ld.ctx,
+                                                 .scale = 0.088f,
+                                                 .split = split,
+                                                 .workspace = ws.p,
+                                                 .workspace_bytes = ws.n};
+        const double ms = time_ms([&](int) { CHECK(kernels::launch_attention_decode(p, nullptr)); }, 10, reps);
+        // Bytes a step must read: every position's K and V row of the layer (and their scales).
+        const double bytes = double(ld.seqs * ld.ctx * n_kv) * 2 * double(kernels::kv_row_bytes_device(t, hd));
+        const double gbs = bytes / (ms * 1e-3) / 1e9;
+        std::printf("%-6s %8lld %8lld %6lld | %9.1f %9.0f %6.1f%%\n", std::string(kernels::kv_dtype_name(t)).c_str(),
+                    static_cast<long long>(ld.seqs), static_cast<long long>(ld.ctx), static_cast<long long>(split), ms * 1e3,
+                    gbs, 100 * gbs / copy_gbs);
+      }
+    }
   }
 
   const std::vector<ggml_type> types = {ggml_type::F32,  ggml_type::F16,  ggml_type::BF16, ggml_type::Q8_0,

@@ -48,35 +48,66 @@ cpu_forward::cpu_forward(const llm& m, std::int64_t max_tokens, std::pmr::memory
 }
 
 kv_cache_storage::kv_cache_storage(const hparams& hp, std::int64_t n_blocks, std::int64_t block_size,
-                                   std::pmr::memory_resource* arena)
+                                   kernels::kv_dtype dtype, std::pmr::memory_resource* arena)
     : n_layer_(hp.n_layer), n_blocks_(n_blocks), block_size_(block_size), n_kv_heads_(hp.n_head_kv),
-      head_dim_(hp.head_dim), k_(arena), v_(arena) {
+      head_dim_(hp.head_dim), dtype_(dtype), k_(arena), v_(arena), k8_(arena), v8_(arena), k_scales_(arena),
+      v_scales_(arena) {
   if (n_blocks <= 0 || block_size <= 0) throw std::invalid_argument("kv cache needs at least one block of one slot");
-  const auto n = static_cast<std::size_t>(n_layer_ * n_blocks_ * block_size_ * n_kv_heads_ * head_dim_);
-  k_.assign(n, 0.f);
-  v_.assign(n, 0.f);
+  const auto rows = static_cast<std::size_t>(n_layer_ * n_blocks_ * block_size_ * n_kv_heads_);
+  const auto n = rows * static_cast<std::size_t>(head_dim_);
+  if (!kernels::kv_is_8bit(dtype)) {
+    k_.assign(n, 0.f);
+    v_.assign(n, 0.f);
+    return;
+  }
+  k8_.assign(n, 0);
+  v8_.assign(n, 0);
+  k_scales_.assign(rows, 0.f);
+  v_scales_.assign(rows, 0.f);
 }
 
-std::size_t kv_cache_storage::bytes_per_block(const hparams& hp, std::int64_t block_size) {
-  return std::size_t(hp.n_layer * block_size * hp.n_head_kv * hp.head_dim) * 2 * sizeof(float);
+std::size_t kv_cache_storage::bytes() const {
+  return (k_.size() + v_.size() + k_scales_.size() + v_scales_.size()) * sizeof(float) + k8_.size() + v8_.size();
+}
+
+std::size_t kv_cache_storage::bytes_per_block(const hparams& hp, std::int64_t block_size, kernels::kv_dtype dtype) {
+  const auto rows = std::size_t(hp.n_layer * block_size * hp.n_head_kv) * 2;  // K and V
+  const auto row_bytes = kernels::kv_is_8bit(dtype) ? std::size_t(hp.head_dim) + sizeof(float)
+                                                    : std::size_t(hp.head_dim) * sizeof(float);
+  return rows * row_bytes;
 }
 
 void kv_cache_storage::copy_block(std::int64_t src, std::int64_t dst) {
-  const std::int64_t block = block_size_ * n_kv_heads_ * head_dim_, per_layer = n_blocks_ * block;
-  for (std::int64_t l = 0; l < n_layer_; ++l) {
-    std::copy_n(k_.begin() + l * per_layer + src * block, block, k_.begin() + l * per_layer + dst * block);
-    std::copy_n(v_.begin() + l * per_layer + src * block, block, v_.begin() + l * per_layer + dst * block);
-  }
+  const std::int64_t rows = block_size_ * n_kv_heads_, block = rows * head_dim_;
+  const auto copy = [&](auto& data, std::int64_t width) {
+    if (data.empty()) return;
+    const std::int64_t per_layer = n_blocks_ * width;
+    for (std::int64_t l = 0; l < n_layer_; ++l) {
+      std::copy_n(data.begin() + l * per_layer + src * width, width, data.begin() + l * per_layer + dst * width);
+    }
+  };
+  copy(k_, block);
+  copy(v_, block);
+  copy(k8_, block);
+  copy(v8_, block);
+  copy(k_scales_, rows);
+  copy(v_scales_, rows);
 }
 
 kernels::paged_kv_view kv_cache_storage::layer(std::int64_t l) {
-  const std::int64_t per_layer = n_blocks_ * block_size_ * n_kv_heads_ * head_dim_;
-  return {.k = k_.data() + l * per_layer,
-          .v = v_.data() + l * per_layer,
+  const std::int64_t rows = n_blocks_ * block_size_ * n_kv_heads_, per_layer = rows * head_dim_;
+  const bool q8 = kernels::kv_is_8bit(dtype_);
+  return {.k = q8 ? nullptr : k_.data() + l * per_layer,
+          .v = q8 ? nullptr : v_.data() + l * per_layer,
           .n_blocks = n_blocks_,
           .block_size = block_size_,
           .n_kv_heads = n_kv_heads_,
-          .head_dim = head_dim_};
+          .head_dim = head_dim_,
+          .dtype = dtype_,
+          .k8 = q8 ? k8_.data() + l * per_layer : nullptr,
+          .v8 = q8 ? v8_.data() + l * per_layer : nullptr,
+          .k_scales = q8 ? k_scales_.data() + l * rows : nullptr,
+          .v_scales = q8 ? v_scales_.data() + l * rows : nullptr};
 }
 
 void cpu_forward::check(std::span<const forward_seq> batch, const kv_cache_storage& cache) const {

@@ -14,23 +14,31 @@
 
 namespace anvil::model {
 
-// K and V for every layer: [n_layer][n_blocks][block_size][n_head_kv][head_dim] floats each,
-// allocated from `arena` (the CPU worker's device memory; the heap by default).
+// K and V for every layer: [n_layer][n_blocks][block_size][n_head_kv][head_dim] floats each (dtype
+// f16: the exact values), or 8-bit codes of that shape with one scale per row
+// [n_layer][n_blocks][block_size][n_head_kv] (int8, fp8: kernels/kv_quant.h), allocated from
+// `arena` (the CPU worker's device memory; the heap by default).
 class kv_cache_storage {
  public:
   kv_cache_storage(const hparams& hp, std::int64_t n_blocks, std::int64_t block_size,
+                   kernels::kv_dtype dtype = kernels::kv_dtype::f16,
                    std::pmr::memory_resource* arena = std::pmr::get_default_resource());
   kernels::paged_kv_view layer(std::int64_t l);
   // Copies block `src` into block `dst` in every layer, K and V (copy-on-write).
   void copy_block(std::int64_t src, std::int64_t dst);
-  std::size_t bytes() const { return (k_.size() + v_.size()) * sizeof(float); }
-  static std::size_t bytes_per_block(const hparams& hp, std::int64_t block_size);
+  std::size_t bytes() const;
+  static std::size_t bytes_per_block(const hparams& hp, std::int64_t block_size,
+                                     kernels::kv_dtype dtype = kernels::kv_dtype::f16);
   std::int64_t n_blocks() const { return n_blocks_; }
   std::int64_t block_size() const { return block_size_; }
+  kernels::kv_dtype dtype() const { return dtype_; }
 
  private:
   std::int64_t n_layer_, n_blocks_, block_size_, n_kv_heads_, head_dim_;
-  std::pmr::vector<float> k_, v_;
+  kernels::kv_dtype dtype_;
+  std::pmr::vector<float> k_, v_;               // f16
+  std::pmr::vector<std::uint8_t> k8_, v8_;      // 8-bit codes
+  std::pmr::vector<float> k_scales_, v_scales_;  // 8-bit row scales
 };
 
 // One sequence's part of a step.

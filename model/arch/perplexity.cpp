@@ -75,6 +75,7 @@ perplexity_options resolve_perplexity_options(const perplexity_options& opt, std
   if (opt.stride < 0 || opt.batch < 0) throw std::invalid_argument("perplexity: stride and batch must not be negative");
   r.stride = opt.stride > 0 ? opt.stride : std::max<std::int64_t>(r.ctx / 2, 1);
   r.batch = opt.batch > 0 ? std::min(opt.batch, r.ctx) : r.ctx;
+  r.kv_cache_dtype = opt.kv_cache_dtype;
   return r;
 }
 
@@ -87,7 +88,7 @@ perplexity_result perplexity(const llm& m, std::span<const std::int32_t> tokens,
   // One sequence's KV cache for a whole window, in blocks of 16 placed in order.
   constexpr std::int64_t block = 16;
   const std::int64_t n_blocks = (ctx + block - 1) / block;
-  kv_cache_storage cache(m.hp, n_blocks, block);
+  kv_cache_storage cache(m.hp, n_blocks, block, o.kv_cache_dtype);
   std::vector<std::int32_t> table(static_cast<std::size_t>(n_blocks));
   std::iota(table.begin(), table.end(), 0);
   cpu_forward fwd(m, batch);

@@ -20,6 +20,7 @@
 #include <span>
 #include <vector>
 
+#include "kernels/kv_quant.h"
 #include "model/arch/llm.h"
 
 namespace anvil::model {
@@ -65,6 +66,7 @@ struct perplexity_options {
   std::int64_t ctx = 0;     // window length; 0: the model's context length
   std::int64_t stride = 0;  // 0: ctx / 2
   std::int64_t batch = 0;   // tokens per forward step (a window runs in chunks); 0: the whole window
+  kernels::kv_dtype kv_cache_dtype = kernels::kv_dtype::f16;  // the KV cache's elements (kernels/kv_quant.h)
 };
 
 // The options with their defaults filled in for a model trained on n_ctx_train positions: ctx,

@@ -56,9 +56,10 @@ engine_stats settled_stats(engine& eng) {
 }
 
 // The same request run alone on the reference forward pass, greedily.
-std::vector<std::int32_t> reference_greedy(const std::vector<std::int32_t>& prompt, std::int64_t n) {
+std::vector<std::int32_t> reference_greedy(const std::vector<std::int32_t>& prompt, std::int64_t n,
+                                           kernels::kv_dtype kv_cache_dtype = kernels::kv_dtype::f16) {
   static const model::llm m = model::load_llm(model::gguf_file::open(synth_fixture("tiny", model::synth_mix::f32)));
-  return model::testing::reference_greedy(m, prompt, n);
+  return model::testing::reference_greedy(m, prompt, n, kv_cache_dtype);
 }
 
 TEST(Engine, GeneratesTheSameGreedyTokensAsTheReferenceForwardPass) {
@@ -214,6 +215,41 @@ TEST(Engine, PreemptsUnderKvPressureAndOutputsStayTheSame) {
   EXPECT_GT(s.sched.preemptions, 0);
   EXPECT_EQ(s.kv.counts.in_use, 0);
   eng->async_stop(asio::use_future).get();
+}
+
+// --kv-cache-dtype int8 / fp8 on the CPU worker: the same byte budget holds about four times the
+// blocks of the f32 rows, and requests that share a prefix, batch and are preempted give exactly
+// the tokens of the reference pass over an 8-bit cache (each row is quantized alone, so neither
+// batching nor chunking nor recompute changes what is stored).
+TEST(Engine, An8BitKvCacheHoldsMoreBlocksAndGivesTheReferenceTokens) {
+  const model::hparams hp = model::load_llm(model::gguf_file::open(synth_fixture("tiny", model::synth_mix::f32))).hp;
+  const std::size_t budget = model::kv_cache_storage::bytes_per_block(hp, 16) * 8;
+  for (const kernels::kv_dtype t : {kernels::kv_dtype::int8, kernels::kv_dtype::fp8}) {
+    SCOPED_TRACE(std::string(kernels::kv_dtype_name(t)));
+    engine_config cfg = tiny_config(budget);
+    cfg.kv_cache_dtype = t;
+    auto eng = engine::create(cfg);
+    const std::int64_t blocks = eng->stats().kv.counts.total;
+    EXPECT_EQ(blocks, std::int64_t(budget / model::kv_cache_storage::bytes_per_block(hp, 16, t)));
+    EXPECT_GE(blocks, 8 * 3);
+    const auto shared = random_prompt(32, 77);  // two full blocks every request shares
+    std::vector<std::vector<std::int32_t>> prompts;
+    std::vector<std::future<completion>> futures;
+    for (int i = 0; i < 12; ++i) {
+      prompts.push_back(shared);
+      const auto tail = random_prompt(10 + i, std::uint32_t(300 + i));
+      prompts.back().insert(prompts.back().end(), tail.begin(), tail.end());
+      futures.push_back(eng->async_generate(greedy_request(prompts.back(), 30), asio::use_future));
+    }
+    for (int i = 0; i < 12; ++i) {
+      EXPECT_EQ(futures[std::size_t(i)].get().tokens, reference_greedy(prompts[std::size_t(i)], 30, t)) << i;
+    }
+    const engine_stats s = settled_stats(*eng);
+    EXPECT_GT(s.sched.preemptions, 0) << "12 sequences of ~70 tokens need more than the pool's blocks at once";
+    EXPECT_GT(s.sched.cached_prompt_tokens, 0);
+    EXPECT_EQ(s.kv.counts.in_use, 0);
+    eng->async_stop(asio::use_future).get();
+  }
 }
 
 TEST(Engine, SharedSystemPromptIsComputedOnce) {

@@ -65,7 +65,7 @@ TEST(FaultInjectionSpec, RefusesWhatItDoesNotKnowWithTheReason) {
 
 struct decorated {
   actors::executor_pool pool{"t", 1};
-  memory_plan mem{"mock", 8, 16, 64, 4, 100, 0, 0, 0};
+  memory_plan mem{.device = "mock", .n_blocks = 8, .block_size = 16, .max_batch_tokens = 64, .max_seqs = 4, .n_vocab = 100};
   mock_worker* inner = nullptr;
   std::unique_ptr<fault_injecting_worker> w;
 

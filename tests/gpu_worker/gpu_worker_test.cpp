@@ -69,7 +69,15 @@ std::vector<std::int32_t> blocks(std::int32_t first, std::int32_t n) {
 struct model_case {
   const char* shape;
   synth_mix mix;
+  kernels::kv_dtype kv = kernels::kv_dtype::f16;  // both workers' KV cache elements
 };
+
+std::string case_name(const model_case& c) {
+  std::string n = std::string(c.shape) + "_" + std::string(model::synth_mix_name(c.mix));
+  if (c.kv != kernels::kv_dtype::f16) n += "_kv_" + std::string(kernels::kv_dtype_name(c.kv));
+  std::replace(n.begin(), n.end(), '-', '_');
+  return n;
+}
 
 class GpuWorkerStep : public ::testing::TestWithParam<model_case> {};
 
@@ -109,13 +117,19 @@ TEST_P(GpuWorkerStep, CandidatesMatchTheCpuWorkerThroughPrefillForkAndDecode) {
   REQUIRE_GPU();
   const model_case mc = GetParam();
   const model::llm m = model::load_llm(model::gguf_file::open(synth_fixture(mc.shape, mc.mix)));
-  cpu_worker cpu(m, {16, 16u << 20, 256, 16});
+  cpu_worker cpu(m, {.block_size = 16, .kv_budget_bytes = 16u << 20, .max_batch_tokens = 256, .max_seqs = 16,
+                     .kv_cache_dtype = mc.kv});
   gpu_worker_config gc;
   gc.block_size = 16;
   gc.max_batch_tokens = 256;
   gc.max_seqs = 16;
   gc.max_context = 512;
   gc.kv_budget_bytes = 16u << 20;
+  gc.kv_cache_dtype = mc.kv;
+  // An 8-bit cache rounds K and V to steps of up to 1/16 of a value (fp8): the GEMVs' 8-bit
+  // activations, whose rounding moves K by ~1e-3, would move some codes by a whole step, so the
+  // comparison of the caches runs on the f32 activations the CPU worker uses.
+  gc.float_activations = mc.kv != kernels::kv_dtype::f16;
   gpu_worker::gpu_worker gpu(m, gc);
   ASSERT_GE(gpu.plan().n_blocks, 64);
   const std::uint64_t allocs = gpu.device_allocations();
@@ -184,12 +198,13 @@ INSTANTIATE_TEST_SUITE_P(
     Models, GpuWorkerStep,
     ::testing::Values(model_case{"tiny", synth_mix::f32}, model_case{"tiny", synth_mix::f16},
                       model_case{"tiny-qwen2", synth_mix::f16}, model_case{"tiny-qwen3", synth_mix::f16},
-                      model_case{"tiny", synth_mix::q8_0}, model_case{"tiny-qwen3", synth_mix::q4_k_m}),
-    [](const auto& param_info) {
-      std::string n = std::string(param_info.param.shape) + "_" + std::string(model::synth_mix_name(param_info.param.mix));
-      std::replace(n.begin(), n.end(), '-', '_');
-      return n;
-    });
+                      model_case{"tiny", synth_mix::q8_0}, model_case{"tiny-qwen3", synth_mix::q4_k_m},
+                      // 8-bit KV caches on both sides (kernels/kv_quant.h): the copy-on-write of step 2
+                      // carries the row scales, and the kernels read the codes as the reference does.
+                      model_case{"tiny", synth_mix::f16, kernels::kv_dtype::int8},
+                      model_case{"tiny-qwen3", synth_mix::f16, kernels::kv_dtype::fp8},
+                      model_case{"tiny-qwen2", synth_mix::q4_k_m, kernels::kv_dtype::fp8}),
+    [](const auto& param_info) { return case_name(param_info.param); });
 
 TEST(GpuWorker, RefusesABrokenPlanWithoutRunningIt) {
   REQUIRE_GPU();
@@ -388,14 +403,28 @@ TEST(GpuWorker, KvPoolFollowsTheMemoryFractionAndTheCap) {
   const auto [n3, b3] = blocks_for(0.5, 100 * per_block + per_block / 2);
   EXPECT_EQ(n3, 100);
   EXPECT_EQ(b3, 100 * per_block);
+  // 8-bit caches: a byte per element and a float scale per row, so the same cap holds about twice
+  // the blocks.
+  for (const kernels::kv_dtype t : {kernels::kv_dtype::int8, kernels::kv_dtype::fp8}) {
+    gpu_worker_config gc;
+    gc.memory_fraction = 0.5;
+    gc.kv_budget_bytes = 100 * per_block;
+    gc.kv_cache_dtype = t;
+    gpu_worker::gpu_worker gpu(m, gc);
+    const std::size_t per_block8 = std::size_t(m.hp.n_layer * 2 * 16 * m.hp.n_head_kv * (m.hp.head_dim + 4));
+    EXPECT_EQ(gpu.plan().n_blocks, std::int64_t(100 * per_block / per_block8)) << kernels::kv_dtype_name(t);
+    EXPECT_EQ(gpu.plan().kv_bytes, std::size_t(gpu.plan().n_blocks) * per_block8);
+    EXPECT_EQ(gpu.plan().kv_cache_dtype, t);
+  }
 }
 
 // ---- (b), (c) the whole engine ----
 
 // The reference forward pass's logits after `tokens`.
-std::vector<float> reference_logits(const model::llm& m, const std::vector<std::int32_t>& tokens) {
+std::vector<float> reference_logits(const model::llm& m, const std::vector<std::int32_t>& tokens,
+                                    kernels::kv_dtype kv = kernels::kv_dtype::f16) {
   const std::int64_t n_blocks = (std::int64_t(tokens.size()) + 15) / 16;
-  model::kv_cache_storage cache(m.hp, n_blocks, 16);
+  model::kv_cache_storage cache(m.hp, n_blocks, 16, kv);
   const std::vector<std::int32_t> table = blocks(0, std::int32_t(n_blocks));
   model::cpu_forward fwd(m);
   std::vector<float> logits;
@@ -414,12 +443,14 @@ TEST_P(GpuEngine, GreedyTokensEqualTheCpuEnginesForManyConcurrentPrompts) {
   for (std::uint32_t i = 0; i < 6; ++i) prompts.push_back(random_tokens(3 + 17 * i, 50 + i));  // 3..88 tokens
   constexpr std::int64_t n = 40;
   std::vector<std::vector<std::int32_t>> on_cpu, on_gpu;
+  engine_config cpu_cfg = engine_cfg(worker_backend::cpu, path), gpu_cfg = engine_cfg(worker_backend::gpu, path);
+  cpu_cfg.kv_cache_dtype = gpu_cfg.kv_cache_dtype = mc.kv;
   {
-    auto eng = engine::create(engine_cfg(worker_backend::cpu, path));
+    auto eng = engine::create(cpu_cfg);
     on_cpu = generate_all(*eng, prompts, n);
   }
   {
-    auto eng = engine::create(engine_cfg(worker_backend::gpu, path));
+    auto eng = engine::create(gpu_cfg);
     ASSERT_EQ(eng->backend(), worker_backend::gpu);
     on_gpu = generate_all(*eng, prompts, n);
     EXPECT_TRUE(eng->healthy());
@@ -442,27 +473,23 @@ TEST_P(GpuEngine, GreedyTokensEqualTheCpuEnginesForManyConcurrentPrompts) {
     const std::size_t at = std::size_t(diff.first - on_cpu[i].begin());
     std::vector<std::int32_t> ctx = prompts[i];
     ctx.insert(ctx.end(), on_cpu[i].begin(), on_cpu[i].begin() + std::ptrdiff_t(at));
-    const std::vector<float> l = reference_logits(m, ctx);
+    const std::vector<float> l = reference_logits(m, ctx, mc.kv);
     const float gap = l[std::size_t(*diff.first)] - l[std::size_t(*diff.second)];
     std::printf("prompt %zu: diverges at token %zu (cpu %d, gpu %d, reference gap %.4f)\n", i, at, *diff.first,
                 *diff.second, gap);
     EXPECT_LT(gap, 2e-2f) << "prompt " << i << " diverges at token " << at << " without a near tie";
   }
   const bool float_weights = mc.mix == synth_mix::f32 || mc.mix == synth_mix::f16;
-  if (float_weights) {
+  if (float_weights && mc.kv == kernels::kv_dtype::f16) {
     EXPECT_GE(identical, int(prompts.size()) - 1);
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, GpuEngine,
                          ::testing::Values(model_case{"tiny", synth_mix::f32}, model_case{"tiny-qwen3", synth_mix::f16},
-                                           model_case{"tiny-qwen2", synth_mix::q4_k_m}),
-                         [](const auto& param_info) {
-                           std::string n = std::string(param_info.param.shape) + "_" +
-                                           std::string(model::synth_mix_name(param_info.param.mix));
-                           std::replace(n.begin(), n.end(), '-', '_');
-                           return n;
-                         });
+                                           model_case{"tiny-qwen2", synth_mix::q4_k_m},
+                                           model_case{"tiny-qwen3", synth_mix::f16, kernels::kv_dtype::fp8}),
+                         [](const auto& param_info) { return case_name(param_info.param); });
 
 // The one rule, against the runtime itself: after start-up no CUDA runtime call of anvil's
 // allocates device or pinned memory (each is interposed and counted, device_alloc_counter.h) and

@@ -2,7 +2,9 @@
 // invariants a paged, batched forward pass must keep (chunking, batching and block placement
 // never change a sequence's logits).
 #include <cmath>
+#include <cstdio>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -14,6 +16,7 @@ namespace {
 
 using namespace anvil::model;
 using anvil::model::testing::synth_fixture;
+namespace kernels = anvil::kernels;
 
 std::string load_error(gguf_writer& w) {
   const std::string path = ::testing::TempDir() + "anvil_llm_bad.gguf";
@@ -146,6 +149,48 @@ TEST(CpuForward, ChunkedPrefillAndDecodeMatchOneShotPrefill) {
     const auto one_shot = run_all(m, tokens, 37, table, a);
     EXPECT_LT(max_rel_diff(run_all(m, tokens, 5, table, b), one_shot), 1e-5) << shape;   // chunks of 5
     EXPECT_LT(max_rel_diff(run_all(m, tokens, 1, table, c), one_shot), 1e-5) << shape;   // decode steps
+  }
+}
+
+// An 8-bit cache (kernels/kv_quant.h): chunking does not change what is stored, so chunked prefill
+// and decode give the one-shot logits; a block copied (copy-on-write) carries its codes and scales;
+// the logits stay near the exact cache's without equalling them.
+TEST(CpuForward, An8BitCacheChunksCopiesAndStaysNearTheExactOne) {
+  for (const kernels::kv_dtype t : {kernels::kv_dtype::int8, kernels::kv_dtype::fp8}) {
+    SCOPED_TRACE(std::string(kernels::kv_dtype_name(t)));
+    const llm m = load_llm(gguf_file::open(synth_fixture("tiny-qwen3", synth_mix::f32)));
+    const auto tokens = some_tokens(37, 5);
+    const std::vector<std::int32_t> table = {0, 1, 2, 3, 4};
+    kv_cache_storage exact(m.hp, 5, 8), a(m.hp, 5, 8, t), b(m.hp, 5, 8, t), c(m.hp, 5, 8, t);
+    EXPECT_EQ(a.dtype(), t);
+    EXPECT_LT(a.bytes() * 3, exact.bytes()) << "8-bit rows take a quarter of the f32 ones, plus a scale each";
+    EXPECT_EQ(a.bytes(), kv_cache_storage::bytes_per_block(m.hp, 8, t) * 5);
+    const auto one_shot = run_all(m, tokens, 37, table, a);
+    EXPECT_LT(max_rel_diff(run_all(m, tokens, 5, table, b), one_shot), 1e-5);
+    EXPECT_LT(max_rel_diff(run_all(m, tokens, 1, table, c), one_shot), 1e-5);
+    const double gap = max_rel_diff(one_shot, run_all(m, tokens, 37, table, exact));
+    EXPECT_GT(gap, 0.);
+    EXPECT_LT(gap, t == kernels::kv_dtype::int8 ? 0.02 : 0.1);
+    std::printf("  %s cache: largest logit difference %.4f of the largest logit\n",
+                std::string(kernels::kv_dtype_name(t)).c_str(), gap);
+
+    // Copy-on-write: positions 0..15 (blocks 0, 1) copied to blocks 3, 4 of a fresh cache's
+    // twin; one more token decoded over the copy gives the same logits as over the original.
+    kv_cache_storage orig(m.hp, 6, 8, t);
+    const auto prefix = std::vector<std::int32_t>(tokens.begin(), tokens.begin() + 16);
+    run_all(m, prefix, 16, {0, 1, 5}, orig);
+    kv_cache_storage twin = orig;
+    twin.copy_block(0, 3);
+    twin.copy_block(1, 4);
+    twin.copy_block(2, 0);  // clobber the originals so only the copies hold the prefix
+    twin.copy_block(2, 1);
+    cpu_forward fwd(m);
+    std::vector<float> want, got;
+    const std::vector<std::int32_t> next = {tokens[16]}, t_orig = {0, 1, 5}, t_copy = {3, 4, 5};
+    const forward_seq s_orig{next, 16, t_orig, false}, s_copy{next, 16, t_copy, false};
+    fwd.run(std::span(&s_orig, 1), orig, want);
+    fwd.run(std::span(&s_copy, 1), twin, got);
+    EXPECT_EQ(got, want);
   }
 }
 

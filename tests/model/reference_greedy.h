@@ -11,9 +11,10 @@
 
 namespace anvil::model::testing {
 
-inline std::vector<std::int32_t> reference_greedy(const llm& m, const std::vector<std::int32_t>& prompt, std::int64_t n) {
+inline std::vector<std::int32_t> reference_greedy(const llm& m, const std::vector<std::int32_t>& prompt, std::int64_t n,
+                                                  kernels::kv_dtype kv_cache_dtype = kernels::kv_dtype::f16) {
   const std::int64_t blocks = (std::int64_t(prompt.size()) + n + 15) / 16;
-  kv_cache_storage cache(m.hp, blocks, 16);
+  kv_cache_storage cache(m.hp, blocks, 16, kv_cache_dtype);
   std::vector<std::int32_t> table(static_cast<std::size_t>(blocks));
   for (std::int64_t i = 0; i < blocks; ++i) table[std::size_t(i)] = std::int32_t(i);
   cpu_forward fwd(m);

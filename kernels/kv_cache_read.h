@@ -1,0 +1,82 @@
+// Device side of the KV cache's element types (kernels/kv_quant.h): consecutive elements of a
+// cache row loaded at once and turned into floats, and the factor each row's values carry. The
+// attention kernels are templates over the element type and read the cache only through these.
+//   value = kv_vec<T, Vec>::to_float(kv_vec<T, Vec>::load(base, e))[i] * kv_row_scale(scales, row)
+// f16 rows have no scale (1); fp8 codes decode exactly as halves worth 2^-8 of their value, so
+// their scale carries the 2^8.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/gpu_runtime.h"
+#include "kernels/kv_quant.h"
+
+namespace anvil::kernels {
+
+// Vec consecutive elements of type T in one load: 8 halves, or 8 or 16 codes (16 bytes at most).
+template <kv_dtype T, int Vec>
+struct kv_vec {
+  static_assert(Vec == 8 || (Vec == 16 && T != kv_dtype::f16), "8 halves, or 8 or 16 codes, per load");
+  static constexpr int bytes = T == kv_dtype::f16 ? 2 * Vec : Vec;
+  using raw = std::conditional_t<bytes == 16, uint4, uint2>;
+
+  // Elements [elem, elem + Vec) of the cache array at `base` (elem a multiple of Vec).
+  static __device__ __forceinline__ raw load(const void* base, std::int64_t elem) {
+    return *reinterpret_cast<const raw*>(static_cast<const unsigned char*>(base) + elem * (bytes / Vec));
+  }
+  static __device__ __forceinline__ raw zero() {
+    if constexpr (bytes == 16) {
+      return make_uint4(0u, 0u, 0u, 0u);
+    } else {
+      return make_uint2(0u, 0u);
+    }
+  }
+  static __device__ __forceinline__ void to_float(raw r, float (&f)[Vec]) {
+    if constexpr (T == kv_dtype::f16) {
+      gpu::half8_to_float(r, f);
+    } else if constexpr (Vec == 16) {
+      float lo[8], hi[8];
+      codes8_to_float(make_uint2(r.x, r.y), lo);
+      codes8_to_float(make_uint2(r.z, r.w), hi);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        f[i] = lo[i];
+        f[8 + i] = hi[i];
+      }
+    } else {
+      codes8_to_float(r, f);
+    }
+  }
+
+ private:
+  static __device__ __forceinline__ void codes8_to_float(uint2 r, float (&f)[8]) {
+    if constexpr (T == kv_dtype::fp8) {
+      std::uint32_t h[4];
+      fp8x4_to_half2x2(r.x, h[0], h[1]);
+      fp8x4_to_half2x2(r.y, h[2], h[3]);
+      gpu::half8_to_float(make_uint4(h[0], h[1], h[2], h[3]), f);
+    } else {
+      // Each code, biased to unsigned (c + 128), as the low byte of the float 2^23 + c + 128 (a
+      // byte permute), minus 2^23 + 128: two integer-and-add instructions instead of a
+      // conversion, whose throughput is a quarter of theirs.
+      const std::uint32_t w[2] = {r.x ^ 0x80808080u, r.y ^ 0x80808080u};
+#pragma unroll
+      for (int i = 0; i < 8; ++i) f[i] = __int_as_float(int(__byte_perm(w[i / 4], 0x4B000000u, 0x7440u | unsigned(i % 4)))) - 8388736.f;
+    }
+  }
+};
+
+// The factor of row `row` (slot * n_kv_heads + kv head).
+template <kv_dtype T>
+__device__ __forceinline__ float kv_row_scale(const float* scales, std::int64_t row) {
+  if constexpr (T == kv_dtype::f16) {
+    return 1.f;
+  } else if constexpr (T == kv_dtype::fp8) {
+    return scales[row] * fp8_half_decode_factor;
+  } else {
+    return scales[row];
+  }
+}
+
+}  // namespace anvil::kernels
