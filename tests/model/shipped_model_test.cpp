@@ -4,6 +4,7 @@
 // within 1% (in practice far closer), and the tokenizer's ids identical to HF `tokenizers`.
 // The model file is committed; ANVIL_SHIPPED_MODEL and ANVIL_SHIPPED_GOLDENS
 // point the test at another model and golden file (a freshly trained one, before committing).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -108,40 +109,80 @@ TEST_F(ShippedModel, TokenizerIdsMatchHuggingFaceTokenizers) {
       << "whole heldout-small.txt with BOS";
 }
 
+// n greedy tokens after `prompt` on the reference forward pass, its blocks placed in reverse order.
+std::vector<std::int32_t> greedy(const llm& m, std::vector<std::int32_t> seq, std::size_t n,
+                                 anvil::kernels::kv_dtype kv = anvil::kernels::kv_dtype::f16) {
+  const std::int64_t block = 16, n_blocks = (std::int64_t(seq.size() + n) + block - 1) / block;
+  kv_cache_storage cache(m.hp, n_blocks, block, kv);
+  std::vector<std::int32_t> table(static_cast<std::size_t>(n_blocks));
+  for (std::int64_t i = 0; i < n_blocks; ++i) table[std::size_t(i)] = std::int32_t(n_blocks - 1 - i);
+  cpu_forward fwd(m);
+  std::vector<float> logits;
+  forward_seq step{seq, 0, table, false};
+  fwd.run(std::span(&step, 1), cache, logits);
+  std::vector<std::int32_t> got;
+  for (std::size_t i = 0; i < n; ++i) {
+    got.push_back(std::int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+    if (i + 1 == n) break;
+    seq.push_back(got.back());
+    step = {std::span(&seq.back(), 1), std::int64_t(seq.size()) - 1, table, false};
+    fwd.run(std::span(&step, 1), cache, logits);
+  }
+  return got;
+}
+
+// The index of the first token where a and b differ, or their size.
+std::size_t first_difference(const std::vector<std::int32_t>& a, const std::vector<std::int32_t>& b) {
+  return std::size_t(std::mismatch(a.begin(), a.end(), b.begin(), b.end()).first - a.begin());
+}
+
 TEST_F(ShippedModel, GreedyContinuationsMatchPyTorch) {
   for (const auto& e : golden_->at("greedy").as_array()) {
     const std::string prompt(e.at("prompt").as_string());
-    std::vector<std::int32_t> seq = tok_->encode(prompt, true, false);
+    const std::vector<std::int32_t> seq = tok_->encode(prompt, true, false);
     ASSERT_EQ(seq, ids_of(e.at("prompt_ids"))) << prompt;
     const auto want = ids_of(e.at("tokens"));
     const auto margins = json::value_to<std::vector<double>>(e.at("margins"));
-
-    const std::int64_t block = 16, n_blocks = (std::int64_t(seq.size() + want.size()) + block - 1) / block;
-    kv_cache_storage cache(model_->hp, n_blocks, block);
-    std::vector<std::int32_t> table(static_cast<std::size_t>(n_blocks));
-    for (std::int64_t i = 0; i < n_blocks; ++i) table[std::size_t(i)] = std::int32_t(n_blocks - 1 - i);
-    cpu_forward fwd(*model_);
-    std::vector<float> logits;
-    forward_seq step{seq, 0, table, false};
-    fwd.run(std::span(&step, 1), cache, logits);
-    std::vector<std::int32_t> got;
-    for (std::size_t i = 0; i < want.size(); ++i) {
-      const auto next = std::int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
-      got.push_back(next);
-      if (next != want[i]) break;
-      seq.push_back(next);
-      step = {std::span(&seq.back(), 1), std::int64_t(seq.size()) - 1, table, false};
-      fwd.run(std::span(&step, 1), cache, logits);
-    }
+    const std::vector<std::int32_t> got = greedy(*model_, seq, want.size());
+    const std::size_t at = first_difference(got, want);
+    if (at == want.size()) continue;
     // A near-tie in PyTorch (top-2 logits within float32 noise) may go either way; nothing else may.
-    const std::size_t n = got.size();
-    if (got.back() != want[n - 1] && margins[n - 1] < 1e-4) {
+    if (margins[at] < 1e-4) {
       std::printf("[ prompt \"%s\": token %zu is a near-tie in PyTorch (margin %.2g); compared up to there ]\n",
-                  prompt.c_str(), n - 1, margins[n - 1]);
+                  prompt.c_str(), at, margins[at]);
       continue;
     }
-    EXPECT_EQ(got, want) << "prompt \"" << prompt << "\": first difference at token " << n - 1 << " (PyTorch margin "
-                         << margins[n - 1] << "); PyTorch says: " << std::string(e.at("text").as_string());
+    ADD_FAILURE() << "prompt \"" << prompt << "\": first difference at token " << at << " (PyTorch margin " << margins[at]
+                  << "); PyTorch says: " << std::string(e.at("text").as_string());
+  }
+}
+
+// The KV cache in 8 bits against the exact one on the same prompts: where greedy decoding first
+// leaves PyTorch's tokens (which the exact cache gives, above), and PyTorch's top-2 margin there.
+// A departure is allowed only at a close call: a margin under 0.05 logit (int8) or 0.2 (fp8), where
+// the model's logits span several units (measured: int8 leaves one of the four prompts, at a margin
+// of 0.007; fp8 three, at 0.007, 0.039 and 0.042).
+TEST_F(ShippedModel, GreedyWithAn8BitKvCacheLeavesTheExactTokensOnlyAtCloseCalls) {
+  for (const anvil::kernels::kv_dtype t : {anvil::kernels::kv_dtype::int8, anvil::kernels::kv_dtype::fp8}) {
+    const double close_call = t == anvil::kernels::kv_dtype::int8 ? 0.05 : 0.2;
+    std::size_t prompts = 0, identical = 0;
+    for (const auto& e : golden_->at("greedy").as_array()) {
+      const std::string prompt(e.at("prompt").as_string());
+      const auto want = ids_of(e.at("tokens"));
+      const auto margins = json::value_to<std::vector<double>>(e.at("margins"));
+      const std::vector<std::int32_t> got = greedy(*model_, tok_->encode(prompt, true, false), want.size(), t);
+      const std::size_t at = first_difference(got, want);
+      ++prompts;
+      if (at == want.size()) {
+        ++identical;
+        continue;
+      }
+      std::printf("[ %s KV, prompt \"%s\": first difference at token %zu of %zu, PyTorch margin there %.4f ]\n",
+                  std::string(anvil::kernels::kv_dtype_name(t)).c_str(), prompt.c_str(), at, want.size(), margins[at]);
+      EXPECT_LT(margins[at], close_call) << anvil::kernels::kv_dtype_name(t) << " prompt \"" << prompt << "\" token " << at;
+    }
+    std::printf("[ %s KV: %zu of %zu prompts give PyTorch's greedy tokens throughout ]\n",
+                std::string(anvil::kernels::kv_dtype_name(t)).c_str(), identical, prompts);
   }
 }
 
