@@ -195,12 +195,18 @@ constexpr std::size_t ppl_windows_checked = 3;
 constexpr std::size_t ppl_windows_checked = 0;  // all
 #endif
 
-TEST_F(ShippedModel, PerplexityMatchesPyTorch) {
-  const json::object& g = golden_->at("perplexity").as_object();
-  auto ids = ids_of(g.at("ids"));
+// The goldens' window plan (ctx, stride) as perplexity options.
+perplexity_options golden_windows(const json::object& g) {
   perplexity_options opt;
   opt.ctx = g.at("ctx").to_number<std::int64_t>();
   opt.stride = g.at("stride").to_number<std::int64_t>();
+  return opt;
+}
+
+TEST_F(ShippedModel, PerplexityMatchesPyTorch) {
+  const json::object& g = golden_->at("perplexity").as_object();
+  auto ids = ids_of(g.at("ids"));
+  const perplexity_options opt = golden_windows(g);
   const auto want_windows = json::value_to<std::vector<double>>(g.at("window_nll"));
   const bool all = ppl_windows_checked == 0 || ppl_windows_checked >= want_windows.size();
   if (!all) {
@@ -233,9 +239,7 @@ TEST_F(ShippedModel, PerplexityMatchesPyTorch) {
 TEST_F(ShippedModel, PerplexityWithAn8BitKvCacheStaysWithinOnePercent) {
   const json::object& g = golden_->at("perplexity").as_object();
   auto ids = ids_of(g.at("ids"));
-  perplexity_options opt;
-  opt.ctx = g.at("ctx").to_number<std::int64_t>();
-  opt.stride = g.at("stride").to_number<std::int64_t>();
+  perplexity_options opt = golden_windows(g);
   const auto want_windows = json::value_to<std::vector<double>>(g.at("window_nll"));
   constexpr std::size_t windows = 1;
   ASSERT_GE(want_windows.size(), windows);
