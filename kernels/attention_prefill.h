@@ -4,11 +4,13 @@
 // every cached position up to their own — the earlier chunks' and their own chunk's K/V, which
 // rope_kv_write stored first.
 //
-// Design (FlashAttention-style, f32 on the CUDA cores; tensor cores are a later step): a block
-// takes 32 query rows of one sequence and one kv head, a row being (token, query head) over the
-// heads that share the kv head (GQA: K/V tiles are loaded once for all of them). It walks the
-// context in tiles of one warp's width of keys, staged in shared memory as f16; each warp keeps
-// its rows' running max, sum and output in registers (online softmax) and updates them per tile.
+// Design, on NVIDIA sm_80+ (attention_prefill_tensor_cores()): FlashAttention-2 on mma.sync
+// tensor-core instructions, 64 query rows per block (attention_prefill.hip has the details).
+// Elsewhere (FlashAttention-style, f32 on the CUDA cores): a block takes 32 query rows of one
+// sequence and one kv head, a row being (token, query head) over the heads that share the kv
+// head (GQA: K/V tiles are loaded once for all of them). It walks the context in tiles of one
+// warp's width of keys, staged in shared memory as f16; each warp keeps its rows' running max,
+// sum and output in registers (online softmax) and updates them per tile.
 #pragma once
 
 #include <cstdint>
@@ -47,5 +49,8 @@ struct attention_prefill_params {
 namespace anvil::kernels {
 // Needs no workspace. Rejects (hipErrorInvalidValue) unsupported shapes or a misaligned cache.
 hipError_t launch_attention_prefill(const attention_prefill_params& p, hipStream_t stream);
+// Whether launch_attention_prefill runs on tensor cores here (NVIDIA, compute capability 8.0 and
+// up): Q and the softmax weights then enter the products as f16, not f32 (nmse ~1e-7).
+bool attention_prefill_tensor_cores();
 }  // namespace anvil::kernels
 #endif

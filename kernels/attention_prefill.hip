@@ -157,8 +157,201 @@ __global__ void __launch_bounds__(threads) prefill_kernel(attention_prefill_para
   }
 }
 
+#if defined(ANVIL_GPU_CUDA)
+// ---- Tensor cores (NVIDIA sm_80+): the same attention, FlashAttention-2 style on mma.sync ----
+// Block: 4 warps, 64 query rows (16 per warp, rows as above), one kv head. Per tile of 64 keys
+// (K and V staged as f16 in shared memory, rows padded by 16 bytes): S = Q K^T on m16n8k16 tensor
+// core instructions (Q in f16 registers, pre-scaled; f32 accumulate), the online softmax on the
+// accumulators (each row's four lanes reduce by shuffles), P rounded to f16 in registers as the
+// A operand of O += P V (V's B operand by ldmatrix.trans). Q and P are rounded to f16 — the
+// CUDA-core kernel above keeps them in f32.
+namespace tc {
+
+constexpr int warps = 4, threads = 32 * warps, rows = 16 * warps, keys = 64;
+
+__device__ __forceinline__ void mma_16816(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// The B operand (16 keys x 8 dims) of P V from V rows in shared memory: two 8x8 matrices,
+// transposed on the way (lanes 0-15 name the 16 key rows).
+__device__ __forceinline__ void ldmatrix_x2_trans(const gpu::half_bits* row, unsigned& b0, unsigned& b1) {
+  const unsigned addr = unsigned(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n" : "=r"(b0), "=r"(b1) : "r"(addr));
+}
+
+}  // namespace tc
+
+template <kv_dtype T, int HeadDim>
+__global__ void __launch_bounds__(tc::threads) prefill_tc_kernel(attention_prefill_params p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  constexpr int ksteps = HeadDim / 16, dtiles = HeadDim / 8, ntiles = tc::keys / 8, stride = HeadDim + 8;
+  __shared__ __align__(16) gpu::half_bits k_s[tc::keys][stride];
+  __shared__ __align__(16) gpu::half_bits v_s[tc::keys][stride];
+
+  const attention_prefill_seq sq = p.seqs[blockIdx.z];
+  const int kvh = blockIdx.y, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int g = lane / 4, c = lane % 4;  // the fragment's row (and row + 8) and column pair
+  const int group = int(p.n_heads / p.cache.n_kv_heads);
+  const std::int64_t rows_total = std::int64_t(sq.n_tokens) * group;
+  const std::int64_t row0 = std::int64_t(blockIdx.x) * tc::rows;
+  if (row0 >= rows_total) return;  // uniform over the block
+  const std::int32_t* table = p.block_tables + std::int64_t(blockIdx.z) * p.block_table_stride;
+  const std::int64_t bs = p.cache.block_size, kv_row = p.cache.n_kv_heads * HeadDim;
+
+  // The lane's two rows (g and g + 8 of the warp's 16): positions (-1: no row) and q, as the
+  // A operand of S = Q K^T for each 16-wide slice of the head.
+  int qpos[2];
+  const float* qrow[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const std::int64_t row = row0 + warp * 16 + g + 8 * h;
+    const bool valid = row < rows_total;
+    const std::int64_t tok = sq.first_token + row / group, head = std::int64_t(kvh) * group + row % group;
+    qpos[h] = valid ? sq.start_pos + int(row / group) : -1;
+    qrow[h] = valid ? p.q + (tok * p.n_heads + head) * HeadDim : nullptr;
+  }
+  const auto q_pair = [&](int h, int col) -> unsigned {
+    if (qrow[h] == nullptr) return 0u;
+    const float2 v = *reinterpret_cast<const float2*>(qrow[h] + col);
+    return gpu::floats_to_half2_bits(v.x * p.scale, v.y * p.scale);
+  };
+  unsigned qa[ksteps][4];
+#pragma unroll
+  for (int ks = 0; ks < ksteps; ++ks) {
+    qa[ks][0] = q_pair(0, ks * 16 + 2 * c);
+    qa[ks][1] = q_pair(1, ks * 16 + 2 * c);
+    qa[ks][2] = q_pair(0, ks * 16 + 8 + 2 * c);
+    qa[ks][3] = q_pair(1, ks * 16 + 8 + 2 * c);
+  }
+  float o[dtiles][4];
+#pragma unroll
+  for (int dt = 0; dt < dtiles; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+
+  const std::int64_t last_row = min(row0 + tc::rows, rows_total) - 1;
+  const int kv_end = sq.start_pos + int(last_row / group) + 1;
+  for (int kt0 = 0; kt0 < kv_end; kt0 += tc::keys) {
+    __syncthreads();  // the previous tile is fully read
+    for (int e = tid; e < tc::keys * (HeadDim / 8); e += tc::threads) {
+      const int j = e / (HeadDim / 8), cc = e % (HeadDim / 8);
+      const int pos = kt0 + j;
+      uint4 kr = make_uint4(0, 0, 0, 0), vr = make_uint4(0, 0, 0, 0);
+      if (pos < kv_end) {
+        const std::int64_t slot = std::int64_t(table[pos / bs]) * bs + pos % bs;
+        const std::int64_t off = slot * kv_row + std::int64_t(kvh) * HeadDim + cc * 8;
+        const std::int64_t row = slot * p.cache.n_kv_heads + kvh;
+        kr = staged8<T>(p.cache.k, p.cache.k_scales, off, row);
+        vr = staged8<T>(p.cache.v, p.cache.v_scales, off, row);
+      }
+      *reinterpret_cast<uint4*>(&k_s[j][cc * 8]) = kr;
+      *reinterpret_cast<uint4*>(&v_s[j][cc * 8]) = vr;
+    }
+    __syncthreads();
+
+    // S = Q K^T for the tile's 8 groups of 8 keys: lane (g, c) holds keys 2c, 2c + 1 of each group
+    // for rows g (s[nt][0..1]) and g + 8 (s[nt][2..3]).
+    float s[ntiles][4];
+#pragma unroll
+    for (int nt = 0; nt < ntiles; ++nt) {
+      s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+#pragma unroll
+      for (int ks = 0; ks < ksteps; ++ks) {
+        const unsigned b0 = *reinterpret_cast<const unsigned*>(&k_s[nt * 8 + g][ks * 16 + 2 * c]);
+        const unsigned b1 = *reinterpret_cast<const unsigned*>(&k_s[nt * 8 + g][ks * 16 + 8 + 2 * c]);
+        tc::mma_16816(s[nt], qa[ks], b0, b1);
+      }
+    }
+    // Online softmax per row; keys past the row's position (and every key of a missing row) weigh 0.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < ntiles; ++nt) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          float& x = s[nt][2 * h + j];
+          if (kt0 + nt * 8 + 2 * c + j > qpos[h]) x = -INFINITY;
+          mx = fmaxf(mx, x);
+        }
+      }
+      mx = fmaxf(mx, gpu::shfl_xor(mx, 1));
+      mx = fmaxf(mx, gpu::shfl_xor(mx, 2));
+      const float m_new = fmaxf(m[h], mx);
+      const bool none = m_new == -INFINITY;
+      const float alpha = none ? 1.f : expf(m[h] - m_new);
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < ntiles; ++nt) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          float& x = s[nt][2 * h + j];
+          x = none || x == -INFINITY ? 0.f : expf(x - m_new);
+          sum += x;
+        }
+      }
+      sum += gpu::shfl_xor(sum, 1);
+      sum += gpu::shfl_xor(sum, 2);
+      l[h] = l[h] * alpha + sum;
+      m[h] = m_new;
+#pragma unroll
+      for (int dt = 0; dt < dtiles; ++dt) {
+        o[dt][2 * h] *= alpha;
+        o[dt][2 * h + 1] *= alpha;
+      }
+    }
+    // O += P V, 16 keys at a time: P's accumulators are already the A operand's layout.
+#pragma unroll
+    for (int kk = 0; kk < tc::keys / 16; ++kk) {
+      const unsigned pa[4] = {gpu::floats_to_half2_bits(s[2 * kk][0], s[2 * kk][1]),
+                              gpu::floats_to_half2_bits(s[2 * kk][2], s[2 * kk][3]),
+                              gpu::floats_to_half2_bits(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                              gpu::floats_to_half2_bits(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+      for (int dt = 0; dt < dtiles; ++dt) {
+        unsigned b0, b1;
+        tc::ldmatrix_x2_trans(&v_s[kk * 16 + lane % 16][dt * 8], b0, b1);
+        tc::mma_16816(o[dt], pa, b0, b1);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (qpos[h] < 0) continue;
+    const std::int64_t row = row0 + warp * 16 + g + 8 * h;
+    const std::int64_t tok = sq.first_token + row / group, head = std::int64_t(kvh) * group + row % group;
+    float* out = p.out + (tok * p.n_heads + head) * HeadDim;
+    const float inv = 1.f / l[h];
+#pragma unroll
+    for (int dt = 0; dt < dtiles; ++dt) {
+      *reinterpret_cast<float2*>(out + dt * 8 + 2 * c) = make_float2(o[dt][2 * h] * inv, o[dt][2 * h + 1] * inv);
+    }
+  }
+#else
+  __trap();  // launched only on devices of compute capability 8.0 and up
+#endif
+}
+
+#endif
+
 template <kv_dtype T>
 void launch(const attention_prefill_params& p, dim3 grid, hipStream_t stream) {
+#if defined(ANVIL_GPU_CUDA)
+  if (attention_prefill_tensor_cores()) {
+    grid.x = static_cast<unsigned>((p.max_seq_tokens * (p.n_heads / p.cache.n_kv_heads) + tc::rows - 1) / tc::rows);
+    if (p.cache.head_dim == 64) {
+      prefill_tc_kernel<T, 64><<<grid, tc::threads, 0, stream>>>(p);
+    } else {
+      prefill_tc_kernel<T, 128><<<grid, tc::threads, 0, stream>>>(p);
+    }
+    return;
+  }
+#endif
   if (p.cache.head_dim == 64) {
     prefill_kernel<T, 64><<<grid, threads, 0, stream>>>(p);
   } else {
@@ -169,6 +362,19 @@ void launch(const attention_prefill_params& p, dim3 grid, hipStream_t stream) {
 using gpu::aligned16;
 
 }  // namespace
+
+bool attention_prefill_tensor_cores() {
+#if defined(ANVIL_GPU_CUDA)
+  static const bool yes = [] {  // the device in use, asked once per process
+    int dev = 0;
+    hipDeviceProp_t prop{};
+    return hipGetDevice(&dev) == hipSuccess && hipGetDeviceProperties(&prop, dev) == hipSuccess && prop.major >= 8;
+  }();
+  return yes;
+#else
+  return false;
+#endif
+}
 
 hipError_t launch_attention_prefill(const attention_prefill_params& p, hipStream_t stream) {
   if (p.n_seqs == 0 || p.max_seq_tokens == 0) return hipSuccess;

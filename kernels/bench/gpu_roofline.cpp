@@ -14,6 +14,8 @@
 //   decode attention, one llama3-8b layer (32 query heads over 8 KV heads of 128), for each KV
 //            cache element type (f16, int8, fp8: kernels/kv_quant.h) at the batch and context
 //            sizes serving reaches: µs, KV bytes read / time, and % of the copy bandwidth.
+//   prefill attention, the same layer shape, chunks of 512-2048 tokens at the start of a prompt
+//            and deep into one: µs, TFLOP/s (QK^T and PV of the causal mask), % of the f16 GEMM rate.
 // Timing: device events around back-to-back launches, after warm-up, median of repetitions. The
 // GEMV cycles through enough copies of the weight to exceed the L2 cache several times, as a
 // model's layers do, so no figure comes from L2. Weights are random bytes (the kernels' speed
@@ -28,6 +30,7 @@
 #include <vector>
 
 #include "kernels/attention_decode.h"
+#include "kernels/attention_prefill.h"
 #include "kernels/blas_runtime.h"
 #include "kernels/gemm.h"
 #include "kernels/gemv.h"
@@ -230,6 +233,65 @@ int main(int argc, char** argv) {
         std::printf("%-6s %8lld %8lld %6lld | %9.1f %9.0f %6.1f%%\n", std::string(kernels::kv_dtype_name(t)).c_str(),
                     static_cast<long long>(ld.seqs), static_cast<long long>(ld.ctx), static_cast<long long>(split), ms * 1e3,
                     gbs, 100 * gbs / copy_gbs);
+      }
+    }
+  }
+
+  // ---- prefill attention ----
+  {
+    std::printf("\nPrefill attention, one layer of 32 heads over 8 KV heads of 128; limit: dense f16 GEMM %.0f TFLOP/s\n",
+                gemm_tflops);
+    std::printf("%-6s %8s %8s %6s | %9s %9s %7s\n", "cache", "tokens", "from", "seqs", "us", "TFLOP/s", "% GEMM");
+    constexpr std::int64_t n_kv = 8, hd = 128, n_heads = 32, bs = 16;
+    struct chunk {
+      std::int64_t tokens, start, seqs;
+    };
+    for (const chunk ch : {chunk{512, 0, 1}, chunk{512, 0, 4}, chunk{2048, 0, 1}, chunk{2048, 6000, 1}}) {
+      const std::int64_t end = ch.start + ch.tokens, per_seq = (end + bs - 1) / bs, n_blocks = ch.seqs * per_seq;
+      std::vector<std::int32_t> tables(static_cast<std::size_t>(n_blocks));
+      for (std::int64_t i = 0; i < n_blocks; ++i) tables[std::size_t(i)] = std::int32_t((i * 7919) % n_blocks);
+      std::vector<kernels::attention_prefill_seq> seqs;
+      for (std::int64_t i = 0; i < ch.seqs; ++i) {
+        seqs.push_back({.first_token = std::int32_t(i * ch.tokens), .n_tokens = std::int32_t(ch.tokens),
+                        .start_pos = std::int32_t(ch.start)});
+      }
+      device_mem d_tables(tables.size() * 4), d_seqs(seqs.size() * sizeof(kernels::attention_prefill_seq));
+      CHECK(hipMemcpy(d_tables.p, tables.data(), tables.size() * 4, hipMemcpyHostToDevice));
+      CHECK(hipMemcpy(d_seqs.p, seqs.data(), d_seqs.n, hipMemcpyHostToDevice));
+      device_mem q(std::size_t(ch.seqs * ch.tokens * n_heads * hd) * 4), out(q.n);
+      CHECK(hipMemset(q.p, 0, q.n));
+      for (const kernels::kv_dtype t : {kernels::kv_dtype::f16, kernels::kv_dtype::int8}) {
+        const std::size_t rows = std::size_t(n_blocks * bs * n_kv), elem = kernels::kv_is_8bit(t) ? 1 : 2;
+        device_mem k(rows * hd * elem), v(k.n), ks(rows * 4), vs(rows * 4);
+        CHECK(hipMemset(k.p, 0x11, k.n));
+        CHECK(hipMemset(v.p, 0x11, v.n));
+        CHECK(hipMemset(ks.p, 0, ks.n));
+        CHECK(hipMemset(vs.p, 0, vs.n));
+        const kernels::attention_prefill_params p{.q = q.as<float>(),
+                                                  .out = out.as<float>(),
+                                                  .cache = {.k = k.p,
+                                                            .v = v.p,
+                                                            .n_blocks = n_blocks,
+                                                            .block_size = bs,
+                                                            .n_kv_heads = n_kv,
+                                                            .head_dim = hd,
+                                                            .dtype = t,
+                                                            .k_scales = ks.as<float>(),
+                                                            .v_scales = vs.as<float>()},
+                                                  .n_heads = n_heads,
+                                                  .seqs = static_cast<const kernels::attention_prefill_seq*>(d_seqs.p),
+                                                  .n_seqs = ch.seqs,
+                                                  .max_seq_tokens = ch.tokens,
+                                                  .block_tables = d_tables.as<std::int32_t>(),
+                                                  .block_table_stride = per_seq,
+                                                  .scale = 0.088f};
+        const double ms = time_ms([&](int) { CHECK(kernels::launch_attention_prefill(p, nullptr)); }, 3, reps);
+        // Each token attends to its position + 1 keys: 4 flops per key and dim (QK^T and PV).
+        const double keys = double(ch.tokens) * double(ch.start) + double(ch.tokens) * double(ch.tokens + 1) / 2;
+        const double tflops = 4.0 * keys * double(n_heads * hd) * double(ch.seqs) / (ms * 1e-3) / 1e12;
+        std::printf("%-6s %8lld %8lld %6lld | %9.1f %9.1f %6.1f%%\n", std::string(kernels::kv_dtype_name(t)).c_str(),
+                    static_cast<long long>(ch.tokens), static_cast<long long>(ch.start), static_cast<long long>(ch.seqs),
+                    ms * 1e3, tflops, gemm_tflops > 0 ? 100 * tflops / gemm_tflops : 0.0);
       }
     }
   }

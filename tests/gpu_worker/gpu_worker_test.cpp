@@ -459,7 +459,9 @@ TEST_P(GpuEngine, GreedyTokensEqualTheCpuEnginesForManyConcurrentPrompts) {
   // conditions and are no longer compared. A flip must be a near tie in the reference's logits.
   // Float weights (f16 KV the only rounding) may flip at most one prompt; quantized weights run
   // their decode GEMVs on 8-bit activations (kernels/gemv.h), whose rounding (~1e-3 of a row's
-  // scale) flips more near ties, so there only the near-tie rule holds.
+  // scale) flips more near ties, so there only the near-tie rule holds. Near: under 0.05 — on
+  // tensor cores prefill attention multiplies q and the softmax weights in f16 as well
+  // (attention_prefill_tensor_cores; a prompt's first token was seen to flip at a gap of 0.044).
   const model::llm m = model::load_llm(model::gguf_file::open(path));
   int identical = 0;
   for (std::size_t i = 0; i < prompts.size(); ++i) {
@@ -477,7 +479,7 @@ TEST_P(GpuEngine, GreedyTokensEqualTheCpuEnginesForManyConcurrentPrompts) {
     const float gap = l[std::size_t(*diff.first)] - l[std::size_t(*diff.second)];
     std::printf("prompt %zu: diverges at token %zu (cpu %d, gpu %d, reference gap %.4f)\n", i, at, *diff.first,
                 *diff.second, gap);
-    EXPECT_LT(gap, 2e-2f) << "prompt " << i << " diverges at token " << at << " without a near tie";
+    EXPECT_LT(gap, 5e-2f) << "prompt " << i << " diverges at token " << at << " without a near tie";
   }
   const bool float_weights = mc.mix == synth_mix::f32 || mc.mix == synth_mix::f16;
   if (float_weights && mc.kv == kernels::kv_dtype::f16) {

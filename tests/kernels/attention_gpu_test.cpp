@@ -532,8 +532,9 @@ TEST_P(AttentionPrefillGpu, MatchesReferenceOnItsCache) {
     ANVIL_GPU_CHECK(hipDeviceSynchronize());
     const double err = nmse(dout.download(), s.ref);
     std::printf("  %-75s %s nmse=%.3g\n", c.str("prefill").c_str(), std::string(kv_dtype_name(t)).c_str(), err);
-    // 8-bit rows are staged as halves of code x scale: one more f16 rounding than the f16 cache.
-    EXPECT_LT(err, kv_is_8bit(t) ? 1e-6 : 1e-9) << "nmse " << err;
+    // 8-bit rows are staged as halves of code x scale: one more f16 rounding than the f16 cache;
+    // on tensor cores q and the softmax weights are f16 too (nmse ~1e-7).
+    EXPECT_LT(err, kv_is_8bit(t) || attention_prefill_tensor_cores() ? 1e-6 : 1e-9) << "nmse " << err;
     EXPECT_TRUE(dc.intact(s)) << "the cache is read only";
     for (auto* g : {&dq, &dout}) EXPECT_TRUE(g->guards_intact());
     EXPECT_TRUE(dtables.guards_intact() && dseqs.guards_intact());
