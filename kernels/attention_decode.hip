@@ -49,7 +49,7 @@ struct decode_smem {
 template <kv_dtype T, int HeadDim, int MaxG, int Split>
 __global__ void __launch_bounds__(threads) decode_kernel(attention_decode_params p) {
   using smem_t = decode_smem<HeadDim, MaxG, Split>;
-  using vec = kv_vec<T, 8>;
+  using vec = kv_vec8<T>;
   constexpr int tpk = smem_t::tpk, rows = smem_t::rows, tile = smem_t::tile, per_thread = smem_t::per_thread;
   __shared__ smem_t sm;
 

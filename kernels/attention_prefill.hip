@@ -25,7 +25,7 @@ constexpr int tile_rows = 32;
 // decoded and scaled (rounded to f16 once more).
 template <kv_dtype T>
 __device__ __forceinline__ uint4 staged8(const void* base, const float* scales, std::int64_t elem, std::int64_t row) {
-  using vec = kv_vec<T, 8>;
+  using vec = kv_vec8<T>;
   if constexpr (T == kv_dtype::f16) {
     return vec::load(base, elem);
   } else {

@@ -1,7 +1,7 @@
 // Device side of the KV cache's element types (kernels/kv_quant.h): consecutive elements of a
 // cache row loaded at once and turned into floats, and the factor each row's values carry. The
 // attention kernels are templates over the element type and read the cache only through these.
-//   value = kv_vec<T, Vec>::to_float(kv_vec<T, Vec>::load(base, e))[i] * kv_row_scale(scales, row)
+//   value = kv_vec8<T>::to_float(kv_vec8<T>::load(base, e))[i] * kv_row_scale<T>(scales, row)
 // f16 rows have no scale (1); fp8 codes decode exactly as halves worth 2^-8 of their value, so
 // their scale carries the 2^8.
 #pragma once
@@ -14,44 +14,26 @@
 
 namespace anvil::kernels {
 
-// Vec consecutive elements of type T in one load: 8 halves, or 8 or 16 codes (16 bytes at most).
-template <kv_dtype T, int Vec>
-struct kv_vec {
-  static_assert(Vec == 8 || (Vec == 16 && T != kv_dtype::f16), "8 halves, or 8 or 16 codes, per load");
-  static constexpr int bytes = T == kv_dtype::f16 ? 2 * Vec : Vec;
-  using raw = std::conditional_t<bytes == 16, uint4, uint2>;
+// Eight consecutive elements of type T in one load: 16 bytes of halves, or 8 bytes of codes.
+template <kv_dtype T>
+struct kv_vec8 {
+  using raw = std::conditional_t<T == kv_dtype::f16, uint4, uint2>;
 
-  // Elements [elem, elem + Vec) of the cache array at `base` (elem a multiple of Vec).
+  // Elements [elem, elem + 8) of the cache array at `base` (elem a multiple of 8).
   static __device__ __forceinline__ raw load(const void* base, std::int64_t elem) {
-    return *reinterpret_cast<const raw*>(static_cast<const unsigned char*>(base) + elem * (bytes / Vec));
+    return *reinterpret_cast<const raw*>(static_cast<const unsigned char*>(base) + elem * std::int64_t(sizeof(raw) / 8));
   }
   static __device__ __forceinline__ raw zero() {
-    if constexpr (bytes == 16) {
+    if constexpr (T == kv_dtype::f16) {
       return make_uint4(0u, 0u, 0u, 0u);
     } else {
       return make_uint2(0u, 0u);
     }
   }
-  static __device__ __forceinline__ void to_float(raw r, float (&f)[Vec]) {
+  static __device__ __forceinline__ void to_float(raw r, float (&f)[8]) {
     if constexpr (T == kv_dtype::f16) {
       gpu::half8_to_float(r, f);
-    } else if constexpr (Vec == 16) {
-      float lo[8], hi[8];
-      codes8_to_float(make_uint2(r.x, r.y), lo);
-      codes8_to_float(make_uint2(r.z, r.w), hi);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        f[i] = lo[i];
-        f[8 + i] = hi[i];
-      }
-    } else {
-      codes8_to_float(r, f);
-    }
-  }
-
- private:
-  static __device__ __forceinline__ void codes8_to_float(uint2 r, float (&f)[8]) {
-    if constexpr (T == kv_dtype::fp8) {
+    } else if constexpr (T == kv_dtype::fp8) {
       std::uint32_t h[4];
       fp8x4_to_half2x2(r.x, h[0], h[1]);
       fp8x4_to_half2x2(r.y, h[2], h[3]);
@@ -62,7 +44,10 @@ struct kv_vec {
       // conversion, whose throughput is a quarter of theirs.
       const std::uint32_t w[2] = {r.x ^ 0x80808080u, r.y ^ 0x80808080u};
 #pragma unroll
-      for (int i = 0; i < 8; ++i) f[i] = __int_as_float(int(__byte_perm(w[i / 4], 0x4B000000u, 0x7440u | unsigned(i % 4)))) - 8388736.f;
+      for (int i = 0; i < 8; ++i) {
+        const unsigned bits = __byte_perm(w[i / 4], 0x4B000000u, 0x7440u | unsigned(i % 4));
+        f[i] = __int_as_float(int(bits)) - 8388736.f;
+      }
     }
   }
 };
