@@ -131,6 +131,45 @@ void vendor_gemm(blas::handle_t h, const device_mem& ws, bool int8, int m, int n
   }
 }
 
+// The attention tables' layer: llama3-8b's 8 KV heads of 128 in blocks of 16.
+constexpr std::int64_t att_kv_heads = 8, att_head_dim = 128, att_heads = 32, att_block = 16;
+
+// Block tables for n_blocks blocks, spread over the pool in a shuffled order as the KV manager
+// leaves them (a permutation: 7919 is a prime), on the device.
+struct bench_tables {
+  device_mem d;
+  explicit bench_tables(std::int64_t n_blocks) : d(std::size_t(n_blocks) * 4) {
+    std::vector<std::int32_t> t(static_cast<std::size_t>(n_blocks));
+    for (std::int64_t i = 0; i < n_blocks; ++i) t[std::size_t(i)] = std::int32_t((i * 7919) % n_blocks);
+    CHECK(hipMemcpy(d.p, t.data(), d.n, hipMemcpyHostToDevice));
+  }
+};
+
+// A KV cache of one layer in element type t: small finite values in every type, zero scales.
+struct bench_cache {
+  device_mem k, v, ks, vs;
+  kernels::paged_kv_device view;
+  bench_cache(kernels::kv_dtype t, std::int64_t n_blocks)
+      : k(std::size_t(n_blocks * att_block * att_kv_heads * att_head_dim) * (kernels::kv_is_8bit(t) ? 1 : 2)),
+        v(k.n),
+        ks(std::size_t(n_blocks * att_block * att_kv_heads) * 4),
+        vs(ks.n) {
+    CHECK(hipMemset(k.p, 0x11, k.n));
+    CHECK(hipMemset(v.p, 0x11, v.n));
+    CHECK(hipMemset(ks.p, 0, ks.n));
+    CHECK(hipMemset(vs.p, 0, vs.n));
+    view = {.k = k.p,
+            .v = v.p,
+            .n_blocks = n_blocks,
+            .block_size = att_block,
+            .n_kv_heads = att_kv_heads,
+            .head_dim = att_head_dim,
+            .dtype = t,
+            .k_scales = ks.as<float>(),
+            .v_scales = vs.as<float>()};
+  }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -179,45 +218,28 @@ int main(int argc, char** argv) {
     std::printf("\nDecode attention, one layer of 32 heads over 8 KV heads of 128, blocks of 16; limit: copy bandwidth %.0f GB/s\n",
                 copy_gbs);
     std::printf("%-6s %8s %8s %6s | %9s %9s %7s\n", "cache", "seqs", "context", "split", "us", "KV GB/s", "% copy");
-    constexpr std::int64_t n_kv = 8, hd = 128, n_heads = 32, bs = 16;
+    constexpr std::int64_t n_kv = att_kv_heads, hd = att_head_dim, n_heads = att_heads, bs = att_block;
     struct load {
       std::int64_t seqs, ctx;
     };
     // Each load's cache is 160 MB or more in f16, so it does not sit in L2 between repetitions.
     for (const load ld : {load{16, 8192}, load{64, 640}, load{256, 640}, load{256, 2000}}) {
       const std::int64_t per_seq = (ld.ctx + bs - 1) / bs, n_blocks = ld.seqs * per_seq;
-      std::vector<std::int32_t> tables(static_cast<std::size_t>(n_blocks));
-      for (std::int64_t i = 0; i < n_blocks; ++i) {
-        tables[std::size_t(i)] = std::int32_t((i * 7919) % n_blocks);  // a permutation: 7919 is a prime
-      }
+      const bench_tables tables(n_blocks);
       const std::vector<std::int32_t> lens(std::size_t(ld.seqs), std::int32_t(ld.ctx));
-      device_mem d_tables(tables.size() * 4), d_lens(lens.size() * 4);
-      CHECK(hipMemcpy(d_tables.p, tables.data(), tables.size() * 4, hipMemcpyHostToDevice));
+      device_mem d_lens(lens.size() * 4);
       CHECK(hipMemcpy(d_lens.p, lens.data(), lens.size() * 4, hipMemcpyHostToDevice));
       device_mem q(std::size_t(ld.seqs * n_heads * hd) * 4), out(q.n);
       CHECK(hipMemset(q.p, 0, q.n));  // zeros: finite scores whatever the cache holds
       for (const kernels::kv_dtype t : {kernels::kv_dtype::f16, kernels::kv_dtype::int8, kernels::kv_dtype::fp8}) {
         const std::int64_t split = kernels::attention_decode_split_for(ld.ctx);  // as the worker picks it
         device_mem ws(std::max<std::size_t>(kernels::attention_decode_workspace_bytes(ld.seqs, n_heads, hd, ld.ctx, split), 16));
-        const std::size_t rows = std::size_t(n_blocks * bs * n_kv), elem = kernels::kv_is_8bit(t) ? 1 : 2;
-        device_mem k(rows * hd * elem), v(k.n), ks(rows * 4), vs(rows * 4);
-        CHECK(hipMemset(k.p, 0x11, k.n));  // small finite values in every type
-        CHECK(hipMemset(v.p, 0x11, v.n));
-        CHECK(hipMemset(ks.p, 0, ks.n));
-        CHECK(hipMemset(vs.p, 0, vs.n));
+        const bench_cache cache(t, n_blocks);
         const kernels::attention_decode_params p{.q = q.as<float>(),
                                                  .out = out.as<float>(),
-                                                 .cache = {.k = k.p,
-                                                           .v = v.p,
-                                                           .n_blocks = n_blocks,
-                                                           .block_size = bs,
-                                                           .n_kv_heads = n_kv,
-                                                           .head_dim = hd,
-                                                           .dtype = t,
-                                                           .k_scales = ks.as<float>(),
-                                                           .v_scales = vs.as<float>()},
+                                                 .cache = cache.view,
                                                  .n_heads = n_heads,
-                                                 .block_tables = d_tables.as<std::int32_t>(),
+                                                 .block_tables = tables.d.as<std::int32_t>(),
                                                  .block_table_stride = per_seq,
                                                  .context_lens = d_lens.as<std::int32_t>(),
                                                  .n_seqs = ld.seqs,
@@ -242,47 +264,32 @@ int main(int argc, char** argv) {
     std::printf("\nPrefill attention, one layer of 32 heads over 8 KV heads of 128; limit: dense f16 GEMM %.0f TFLOP/s\n",
                 gemm_tflops);
     std::printf("%-6s %8s %8s %6s | %9s %9s %7s\n", "cache", "tokens", "from", "seqs", "us", "TFLOP/s", "% GEMM");
-    constexpr std::int64_t n_kv = 8, hd = 128, n_heads = 32, bs = 16;
+    constexpr std::int64_t hd = att_head_dim, n_heads = att_heads, bs = att_block;
     struct chunk {
       std::int64_t tokens, start, seqs;
     };
     for (const chunk ch : {chunk{512, 0, 1}, chunk{512, 0, 4}, chunk{2048, 0, 1}, chunk{2048, 6000, 1}}) {
       const std::int64_t end = ch.start + ch.tokens, per_seq = (end + bs - 1) / bs, n_blocks = ch.seqs * per_seq;
-      std::vector<std::int32_t> tables(static_cast<std::size_t>(n_blocks));
-      for (std::int64_t i = 0; i < n_blocks; ++i) tables[std::size_t(i)] = std::int32_t((i * 7919) % n_blocks);
+      const bench_tables tables(n_blocks);
       std::vector<kernels::attention_prefill_seq> seqs;
       for (std::int64_t i = 0; i < ch.seqs; ++i) {
         seqs.push_back({.first_token = std::int32_t(i * ch.tokens), .n_tokens = std::int32_t(ch.tokens),
                         .start_pos = std::int32_t(ch.start)});
       }
-      device_mem d_tables(tables.size() * 4), d_seqs(seqs.size() * sizeof(kernels::attention_prefill_seq));
-      CHECK(hipMemcpy(d_tables.p, tables.data(), tables.size() * 4, hipMemcpyHostToDevice));
+      device_mem d_seqs(seqs.size() * sizeof(kernels::attention_prefill_seq));
       CHECK(hipMemcpy(d_seqs.p, seqs.data(), d_seqs.n, hipMemcpyHostToDevice));
       device_mem q(std::size_t(ch.seqs * ch.tokens * n_heads * hd) * 4), out(q.n);
       CHECK(hipMemset(q.p, 0, q.n));
       for (const kernels::kv_dtype t : {kernels::kv_dtype::f16, kernels::kv_dtype::int8}) {
-        const std::size_t rows = std::size_t(n_blocks * bs * n_kv), elem = kernels::kv_is_8bit(t) ? 1 : 2;
-        device_mem k(rows * hd * elem), v(k.n), ks(rows * 4), vs(rows * 4);
-        CHECK(hipMemset(k.p, 0x11, k.n));
-        CHECK(hipMemset(v.p, 0x11, v.n));
-        CHECK(hipMemset(ks.p, 0, ks.n));
-        CHECK(hipMemset(vs.p, 0, vs.n));
+        const bench_cache cache(t, n_blocks);
         const kernels::attention_prefill_params p{.q = q.as<float>(),
                                                   .out = out.as<float>(),
-                                                  .cache = {.k = k.p,
-                                                            .v = v.p,
-                                                            .n_blocks = n_blocks,
-                                                            .block_size = bs,
-                                                            .n_kv_heads = n_kv,
-                                                            .head_dim = hd,
-                                                            .dtype = t,
-                                                            .k_scales = ks.as<float>(),
-                                                            .v_scales = vs.as<float>()},
+                                                  .cache = cache.view,
                                                   .n_heads = n_heads,
                                                   .seqs = static_cast<const kernels::attention_prefill_seq*>(d_seqs.p),
                                                   .n_seqs = ch.seqs,
                                                   .max_seq_tokens = ch.tokens,
-                                                  .block_tables = d_tables.as<std::int32_t>(),
+                                                  .block_tables = tables.d.as<std::int32_t>(),
                                                   .block_table_stride = per_seq,
                                                   .scale = 0.088f};
         const double ms = time_ms([&](int) { CHECK(kernels::launch_attention_prefill(p, nullptr)); }, 3, reps);
