@@ -315,7 +315,7 @@ void gpu_device::plan_kv(const gpu_worker_config& cfg, memory_plan& mem) {
                              " MiB free after weights and scratch)");
   }
   kv_rows_ = block_rows * std::size_t(n_blocks_);
-  kv_data_bytes_ = kv_rows_ * std::size_t(hp.head_dim) * (kernels::kv_is_8bit(kv_dtype_) ? 1 : 2);
+  kv_data_bytes_ = kv_rows_ * std::size_t(hp.head_dim * kernels::kv_elem_bytes_device(kv_dtype_));
   kv_layer_bytes_ = kv_rows_ * row_bytes * 2;
   kv_ = static_cast<unsigned char*>(alloc_device(per_block * std::size_t(n_blocks_), "the KV pool"));
   mem.n_blocks = n_blocks_;

@@ -40,9 +40,11 @@ inline std::optional<kv_dtype> parse_kv_dtype(std::string_view name) {  // "f16"
 
 inline constexpr bool kv_is_8bit(kv_dtype t) { return t != kv_dtype::f16; }
 
-// Bytes of one row of K (or V) in the GPU cache: codes plus the scale for 8 bits.
+// Bytes of one element in the GPU cache (a code, or a half), and of one row of K (or V): its
+// elements plus, for 8 bits, its scale.
+inline constexpr std::int64_t kv_elem_bytes_device(kv_dtype t) { return kv_is_8bit(t) ? 1 : 2; }
 inline constexpr std::int64_t kv_row_bytes_device(kv_dtype t, std::int64_t head_dim) {
-  return kv_is_8bit(t) ? head_dim + std::int64_t(sizeof(float)) : head_dim * 2;
+  return head_dim * kv_elem_bytes_device(t) + (kv_is_8bit(t) ? std::int64_t(sizeof(float)) : 0);
 }
 
 // The largest code magnitude: what amax maps to.

@@ -25,6 +25,12 @@ __device__ __forceinline__ void angle(const rope_kv_write_params& p, double pos,
   sincos(theta, &s, &c);
 }
 
+// (x0, x1) rotated by the angle with sine s and cosine c, in double, rounded to float as rope_ref stores.
+__device__ __forceinline__ void rotate(double x0, double x1, double s, double c, float& y0, float& y1) {
+  y0 = float(x0 * c - x1 * s);
+  y1 = float(x0 * s + x1 * c);
+}
+
 // Heads per block: enough pairs to give every thread one (at least one head).
 int heads_per_block(std::int64_t half) { return half > 0 && half < block_size ? int(block_size / half) : 1; }
 
@@ -51,15 +57,13 @@ __device__ void rope_heads(const rope_kv_write_params& p, std::int64_t t, int h0
     pair_index(p.style, i, half, a, b);
     if (h < n_q) {
       float* x = q + std::int64_t(h) * hd;
-      const double x0 = x[a], x1 = x[b];
-      x[a] = float(x0 * c - x1 * s);
-      x[b] = float(x0 * s + x1 * c);
+      rotate(x[a], x[b], s, c, x[a], x[b]);
     } else {
       const std::int64_t base = std::int64_t(h - n_q) * hd;
-      const double x0 = k[base + a], x1 = k[base + b];
-      // Round to float first, as rope_ref stores float, then to f16.
-      kc[base + a] = gpu::float_to_half(float(x0 * c - x1 * s));
-      kc[base + b] = gpu::float_to_half(float(x0 * s + x1 * c));
+      float y0, y1;  // float first, as rope_ref stores float, then f16
+      rotate(k[base + a], k[base + b], s, c, y0, y1);
+      kc[base + a] = gpu::float_to_half(y0);
+      kc[base + b] = gpu::float_to_half(y1);
     }
   }
   if (slot < 0) return;
@@ -116,9 +120,7 @@ __global__ void __launch_bounds__(block_size) rope_kv_write8_kernel(rope_kv_writ
     angle(p, pos, i, s, c);
     int a, b;
     pair_index(p.style, i, half, a, b);
-    const double x0 = p.k[in + a], x1 = p.k[in + b];
-    kr[a] = float(x0 * c - x1 * s);
-    kr[b] = float(x0 * s + x1 * c);
+    rotate(p.k[in + a], p.k[in + b], s, c, kr[a], kr[b]);
   }
   float ka = 0.f, va = 0.f;
   for (int e = threadIdx.x; e < hd; e += block_size) {

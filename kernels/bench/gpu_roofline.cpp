@@ -150,7 +150,7 @@ struct bench_cache {
   device_mem k, v, ks, vs;
   kernels::paged_kv_device view;
   bench_cache(kernels::kv_dtype t, std::int64_t n_blocks)
-      : k(std::size_t(n_blocks * att_block * att_kv_heads * att_head_dim) * (kernels::kv_is_8bit(t) ? 1 : 2)),
+      : k(std::size_t(n_blocks * att_block * att_kv_heads * att_head_dim * kernels::kv_elem_bytes_device(t))),
         v(k.n),
         ks(std::size_t(n_blocks * att_block * att_kv_heads) * 4),
         vs(ks.n) {
