@@ -85,10 +85,10 @@ gpu_device::gpu_device(const model::llm& m, const gpu_worker_config& cfg, memory
                              std::to_string(kernels::candidates_max_vocab));
   }
   max_blocks_per_seq_ = (cfg.max_context + cfg.block_size - 1) / cfg.block_size;
-  attn_split_ = kernels::attention_decode_split_for(max_context());
   gpu::dependent_launch_enabled.store(cfg.overlap_kernels, std::memory_order_relaxed);
   try {
     ok(hipSetDevice(device_), "select the device");
+    attn_split_ = kernels::attention_decode_split_for(max_context(), kernels::attention_decode_tensor_cores());
     hipDeviceProp_t prop{};
     ok(hipGetDeviceProperties(&prop, device_), "read the device's properties");
     mem.device = prop.name;

@@ -5,7 +5,10 @@
 //
 // Design (flash-decoding): a block takes one sequence, one kv head — and all query heads that
 // share it (GQA), so each K/V row is read from memory once — and one split of the context of
-// `split` positions (64 or 256). Scores go to shared memory, softmax in f32. With one split
+// `split` positions (64, 256 or 1024). On NVIDIA sm_80+ (attention_decode_tensor_cores()) the products
+// run on tensor cores with the query heads as rows, K and V read straight from the cache into
+// registers, an online softmax per warp (attention_decode.hip has the details); elsewhere, on the
+// CUDA cores, scores go to shared memory, softmax in f32. With one split
 // the block writes the output; with several it writes its partial output and (max, sum) to the
 // workspace and a second kernel merges them. Splits have a fixed length, so a sequence's result
 // does not depend on the rest of the batch, and a single long sequence still fills the GPU. The
@@ -22,12 +25,17 @@
 
 namespace anvil::kernels {
 
-inline constexpr std::int64_t attention_decode_split = 256;       // context positions per split: the default
-inline constexpr std::int64_t attention_decode_short_split = 64;  // the other length the kernel takes
+inline constexpr std::int64_t attention_decode_split = 256;        // context positions per split: the default
+inline constexpr std::int64_t attention_decode_short_split = 64;   // the other lengths the kernels take
+inline constexpr std::int64_t attention_decode_long_split = 1024;
 
-// The split length for a worker whose sequences reach at most max_context positions: 64 up to
-// 4096 positions (at most 64 splits), 256 beyond.
-inline std::int64_t attention_decode_split_for(std::int64_t max_context) {
+// The split length for a worker whose sequences reach at most max_context positions. The
+// tensor-core kernel streams a split through a pipeline whose start and end cost a few
+// microseconds, so it takes long splits (1024: 88-94% of the copy bandwidth in f16 at 16-256
+// sequences, against 42-45% with splits of 64; bench/GPU_NOTES.md). The CUDA-core kernel keeps
+// 64 up to 4096 positions (at most 64 splits), 256 beyond.
+inline std::int64_t attention_decode_split_for(std::int64_t max_context, bool tensor_cores) {
+  if (tensor_cores) return attention_decode_long_split;
   return max_context <= 4096 ? attention_decode_short_split : attention_decode_split;
 }
 
@@ -44,7 +52,7 @@ struct attention_decode_params {
   std::int64_t n_seqs = 0;                   // <= 65535
   std::int64_t max_context = 0;              // >= every context_lens[s]: sizes the grid and workspace
   float scale = 1.f;                         // usually 1 / sqrt(head_dim)
-  std::int64_t split = attention_decode_split;  // positions per split: attention_decode_split or _short_split
+  std::int64_t split = attention_decode_split;  // positions per split: attention_decode_split, _short_ or _long_split
   // Optional: the output also in the 8-bit form the next GEMV reads from its workspace
   // (kernels/gemv.h, gemv_x8_rows for rows of n_heads * head_dim): yq [n_seqs, n_heads * head_dim],
   // yq_scales [n_seqs, n_heads * head_dim / 16] pairs — what the GEMV's own quantizer makes of
@@ -53,6 +61,9 @@ struct attention_decode_params {
   float* yq_scales = nullptr;
   void* workspace = nullptr;                 // attention_decode_workspace_bytes(...) bytes, 16-byte aligned
   std::size_t workspace_bytes = 0;
+  // Run the portable CUDA-core kernel even where the tensor-core one would (tests and gpu_roofline
+  // measure and check both on one device).
+  bool cuda_cores_only = false;
 };
 
 inline std::int64_t attention_decode_splits(std::int64_t max_context, std::int64_t split = attention_decode_split) {
@@ -77,5 +88,8 @@ inline std::size_t attention_decode_workspace_bytes(std::int64_t n_seqs, std::in
 namespace anvil::kernels {
 // Rejects (hipErrorInvalidValue) unsupported shapes, a short workspace or misaligned pointers.
 hipError_t launch_attention_decode(const attention_decode_params& p, hipStream_t stream);
+// Whether launch_attention_decode runs on tensor cores here (NVIDIA, compute capability 8.0 and
+// up) unless told cuda_cores_only.
+bool attention_decode_tensor_cores();
 }  // namespace anvil::kernels
 #endif

@@ -1,6 +1,8 @@
-// Paged decode attention (flash-decoding); see kernels/attention_decode.h for the design.
+// Paged decode attention (flash-decoding); see kernels/attention_decode.h for the design. Two
+// kernels: on the CUDA cores (below; every device) and on tensor cores (further down; NVIDIA
+// sm_80+). Both write their results through decode_store and share the merge kernel.
 //
-// Block: 128 threads, one (sequence, kv head, chunk of up to MaxG query heads, split).
+// CUDA cores. Block: 128 threads, one (sequence, kv head, chunk of up to MaxG query heads, split).
 //   0. Before waiting on the kernel ahead (programmatic dependent launch): the cache row of each
 //      of the split's positions, from the block table, to shared memory.
 //   1. Scores: threads form groups of HeadDim/8, one group per key; each thread owns 8 f16 of
@@ -24,11 +26,53 @@
 
 #include "kernels/gpu_quant_dot.h"
 #include "kernels/kv_cache_read.h"
+#include "kernels/tensor_core.h"
 
 namespace anvil::kernels {
 namespace {
 
 constexpr int threads = 128;
+
+// What a block of the decode kernels leaves for heads head0 .. head0 + ng of one sequence and
+// split `sp`: with one split, the output (and its 8-bit form when asked); with several, the split's
+// partial output and its heads' softmax (max, sum) for the merge. o(g, d) is head g's normalized
+// output at dim d; m and l the heads' max and sum, in shared memory.
+template <int HeadDim, int MaxG, class Output>
+__device__ __forceinline__ void decode_store(const attention_decode_params& p, int seq, int sp, int split, int head0,
+                                             int ng, const float* m, const float* l, Output o) {
+  const int tid = threadIdx.x;
+  const int ctx = min(p.context_lens[seq], int(p.max_context));
+  const int n_splits = (ctx + split - 1) / split;
+  const std::int64_t max_splits = (p.max_context + split - 1) / split;
+  for (int e = tid; e < ng * HeadDim; e += threads) {
+    const int g = e / HeadDim, d = e % HeadDim;
+    const float v = o(g, d);
+    const std::int64_t qh = std::int64_t(seq) * p.n_heads + head0 + g;
+    if (n_splits == 1) {
+      p.out[qh * HeadDim + d] = v;
+    } else {
+      float* partial = static_cast<float*>(p.workspace);
+      partial[(qh * max_splits + sp) * HeadDim + d] = v;
+    }
+  }
+  // The 8-bit form, four outputs per thread (eight lanes per 32-element block), from the same sums.
+  if (n_splits == 1 && p.yq != nullptr) {
+    for (int base = 0; base < MaxG * HeadDim / 4; base += threads) {  // uniform: every lane shuffles
+      const int e4 = base + tid;
+      const bool valid = e4 < ng * HeadDim / 4;
+      const int g = valid ? 4 * e4 / HeadDim : 0, d0 = valid ? 4 * e4 % HeadDim : 0;
+      const float4 v = make_float4(o(g, d0), o(g, d0 + 1), o(g, d0 + 2), o(g, d0 + 3));
+      const std::int64_t i = (std::int64_t(seq) * p.n_heads + head0 + g) * HeadDim + d0;
+      gpu_quant::quantize_x8(v, i, valid, p.yq, reinterpret_cast<float2*>(p.yq_scales));
+    }
+  }
+  if (n_splits > 1 && tid < ng) {
+    const std::int64_t qh = std::int64_t(seq) * p.n_heads + head0 + tid;
+    float* stats = static_cast<float*>(p.workspace) + p.n_seqs * p.n_heads * max_splits * HeadDim;
+    stats[(qh * max_splits + sp) * 2] = m[tid];
+    stats[(qh * max_splits + sp) * 2 + 1] = l[tid];
+  }
+}
 
 template <int HeadDim, int MaxG, int Split>
 struct decode_smem {
@@ -181,45 +225,303 @@ __global__ void __launch_bounds__(threads) decode_kernel(attention_decode_params
   }
   __syncthreads();
 
-  const std::int64_t max_splits = (p.max_context + Split - 1) / Split;
-  for (int e = tid; e < ng * HeadDim; e += threads) {
-    const int g = e / HeadDim, d = e % HeadDim;
+  decode_store<HeadDim, MaxG>(p, seq, sp, Split, head0, ng, sm.m, sm.l, [&](int g, int d) {
     float o = 0.f;
     for (int rr = 0; rr < rows; ++rr) o += sm.u.red[rr][g][d];
-    o /= sm.l[g];
-    const std::int64_t qh = std::int64_t(seq) * p.n_heads + head0 + g;
-    if (n_splits == 1) {
-      p.out[qh * HeadDim + d] = o;
-    } else {
-      float* partial = static_cast<float*>(p.workspace);
-      partial[(qh * max_splits + sp) * HeadDim + d] = o;
-    }
-  }
-  // The 8-bit form, four outputs per thread (eight lanes per 32-element block), from the same sums.
-  if (n_splits == 1 && p.yq != nullptr) {
-    for (int base = 0; base < MaxG * HeadDim / 4; base += threads) {  // uniform: every lane shuffles
-      const int e4 = base + tid;
-      const bool valid = e4 < ng * HeadDim / 4;
-      const int g = valid ? 4 * e4 / HeadDim : 0, d0 = valid ? 4 * e4 % HeadDim : 0;
-      float o[4];
+    return o / sm.l[g];
+  });
+}
+
+#if defined(ANVIL_GPU_CUDA)
+// ---- Tensor cores (NVIDIA sm_80+): the same attention on mma.sync m16n8k16 ----
+// Block: 4 warps, one (sequence, kv head, up to 8 of its query heads, split), as above. Warp w
+// takes the split's steps of 16 keys w, w + 4, ... Each warp streams its steps' K and V rows
+// (and 8-bit row scales) into its own ring of stages in shared memory with cp.async, several
+// steps ahead of the one it computes, so the bytes in flight do not cost registers — the
+// register-tile version of this kernel was bound by how many it could keep in flight (8 bits
+// then took the f16 time). Per step, with the query heads as rows 0-7 of the products and rows
+// 8-15 carrying what the f16 rounding of rows 0-7 left out (so Q and the softmax weights count
+// to about f32 precision, for no extra instruction), f32 accumulate:
+//   S = Q K^T: Q (pre-scaled) in A registers for the whole split. The reduction index of each
+//     16-dim slice is mapped to dims so that lane (g, c) reads K's B operand as 8 contiguous
+//     elements at dims 8 (4 i + c) of key g; Q's columns follow the same map.
+//   an online softmax per head (a head's four lanes reduce by shuffles);
+//   O += P V: P's accumulators are already the A operand. V's B operand (16 keys x 8 dims) comes
+//     from 8 contiguous elements at dims 64 u + 8 g of keys 2c, 2c+1, 2c+8, 2c+9, paired by one
+//     byte permute per register; column j of dims tile t is dim 64 (t / 8) + 8 j + t % 8.
+// Row strides in the ring are padded so that those fragment reads hit distinct banks. The four
+// warps' (max, sum, output) are combined in shared memory in a fixed order. 8-bit caches: the
+// codes enter the products exactly as halves; K's row scale multiplies the score, V's the
+// softmax weight, divided by the largest V scale seen so far (a running unit, rescaled like the
+// running max) so the weight stays in [0, 1].
+namespace decode_tc {
+
+constexpr int warps = threads / 32, keys = 16, max_heads = 8;
+
+// The eight elements of a cache fragment as four half2 words (elements 2w and 2w + 1 in word w),
+// the 8-bit codes exactly: int8 as the half 1024 + (c + 128) (a byte permute) minus 1152, fp8 as
+// the half worth 2^-8 of the code (kv_row_scale<fp8> carries the 2^8).
+template <kv_dtype T>
+__device__ __forceinline__ void halves(typename kv_vec8<T>::raw r, unsigned (&h)[4]) {
+  if constexpr (T == kv_dtype::f16) {
+    h[0] = r.x, h[1] = r.y, h[2] = r.z, h[3] = r.w;
+  } else if constexpr (T == kv_dtype::fp8) {
+    fp8x4_to_half2x2(r.x, h[0], h[1]);
+    fp8x4_to_half2x2(r.y, h[2], h[3]);
+  } else {
+    const unsigned w[2] = {r.x ^ 0x80808080u, r.y ^ 0x80808080u};
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        o[j] = 0.f;
-        for (int rr = 0; rr < rows; ++rr) o[j] += sm.u.red[rr][g][d0 + j];
-        o[j] /= sm.l[g];
-      }
-      const std::int64_t i = (std::int64_t(seq) * p.n_heads + head0 + g) * HeadDim + d0;
-      gpu_quant::quantize_x8(make_float4(o[0], o[1], o[2], o[3]), i, valid, p.yq,
-                             reinterpret_cast<float2*>(p.yq_scales));
+    for (int i = 0; i < 4; ++i) {
+      const unsigned b = __byte_perm(w[i / 2], 0x64646464u, i % 2 ? 0x4342u : 0x4140u);
+      asm("sub.f16x2 %0, %1, %2;" : "=r"(h[i]) : "r"(b), "r"(0x64806480u));  // 0x6480: the half 1152
     }
-  }
-  if (n_splits > 1 && tid < ng) {
-    const std::int64_t qh = std::int64_t(seq) * p.n_heads + head0 + tid;
-    float* stats = static_cast<float*>(p.workspace) + p.n_seqs * p.n_heads * max_splits * HeadDim;
-    stats[(qh * max_splits + sp) * 2] = sm.m[tid];
-    stats[(qh * max_splits + sp) * 2 + 1] = sm.l[tid];
   }
 }
+
+// One warp's ring: per stage, 16 K rows, 16 V rows and (8 bits) their 32 row scales.
+template <kv_dtype T, int HeadDim>
+struct ring {
+  static constexpr int elem = T == kv_dtype::f16 ? 2 : 1;
+  static constexpr int row_bytes = HeadDim * elem;
+  static constexpr int frag_bytes = 8 * elem;  // a lane's fragment read
+  // K fragments are read by lanes (g, c) at row g, byte frag_bytes (4 i + c): rows g and g + 1 of
+  // one read phase must fall 4 * frag_bytes apart modulo 128 bytes; V fragments at rows 2c and
+  // byte 8 g elem: rows 2c and 2c + 2 must fall 32 bytes apart (f16: 16 bytes per lane, 8 lanes
+  // per phase; 8 bits: 8 bytes, 16 lanes).
+  static constexpr int k_stride = row_bytes + 4 * frag_bytes;
+  static constexpr int v_stride = row_bytes + 16;
+  static constexpr int scale_bytes = T == kv_dtype::f16 ? 0 : 2 * keys * 4;
+  static constexpr int stage_bytes = keys * (k_stride + v_stride) + scale_bytes;
+  // About 20 KB a warp: two blocks fit an SM's shared memory; 8-bit stages are half the size,
+  // so twice as many keys are in flight.
+  static constexpr int stages = std::clamp(20480 / stage_bytes, 2, 6);
+  static constexpr int block_bytes = warps * stages * stage_bytes;
+  static_assert(block_bytes >= warps * max_heads * (HeadDim + 4) * 4, "the ring also holds the warps' outputs");
+};
+
+// (a, b) as two halves, hi, and what their rounding left out, lo: hi + lo = (a, b) to about 2^-22.
+__device__ __forceinline__ void split_half2(float a, float b, unsigned& hi, unsigned& lo) {
+  hi = gpu::floats_to_half2_bits(a, b);
+  lo = gpu::floats_to_half2_bits(a - gpu::half_bits_to_float(static_cast<unsigned short>(hi & 0xffffu)),
+                                 b - gpu::half_bits_to_float(static_cast<unsigned short>(hi >> 16)));
+}
+
+}  // namespace decode_tc
+
+template <kv_dtype T, int HeadDim, int Split>
+__global__ void __launch_bounds__(threads) decode_tc_kernel(attention_decode_params p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  using vec = kv_vec8<T>;
+  using raw_t = typename vec::raw;
+  using rg = decode_tc::ring<T, HeadDim>;
+  constexpr int MaxG = decode_tc::max_heads, warps = decode_tc::warps, keys = decode_tc::keys, stages = rg::stages;
+  constexpr int kslices = HeadDim / 32;  // K fragments per key and lane: dims 8 (4 i + c)
+  constexpr int vslices = HeadDim / 64;  // V fragments per key and lane: dims 64 u + 8 g
+  constexpr int dtiles = HeadDim / 8;    // 8-dim column tiles of O
+  constexpr int o_stride = HeadDim + 4;  // floats; spreads the lanes' scattered stores over the banks
+  __shared__ std::int64_t slot[Split];
+  __shared__ float warp_m[warps][MaxG], warp_l[warps][MaxG], head_m[MaxG], head_l[MaxG];
+  extern __shared__ __align__(16) unsigned char dyn_smem[];  // the rings; after the loop, the warps' outputs
+
+  const int seq = blockIdx.y, sp = blockIdx.z, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int g = lane / 4, c = lane % 4;
+  const int n_kv = int(p.cache.n_kv_heads), group = int(p.n_heads / n_kv);
+  const int chunks = (group + MaxG - 1) / MaxG;
+  const int kvh = blockIdx.x / chunks, chunk = blockIdx.x % chunks;
+  const int head0 = kvh * group + chunk * MaxG, ng = min(MaxG, group - chunk * MaxG);
+  const int ctx = min(p.context_lens[seq], int(p.max_context));  // step inputs: read before the wait
+  const int n_splits = (ctx + Split - 1) / Split;
+  if (sp >= n_splits) return;  // uniform over the block
+  const int start = sp * Split, n = min(Split, ctx - start);
+  const std::int32_t* table = p.block_tables + std::int64_t(seq) * p.block_table_stride;
+  const std::int64_t bs = p.cache.block_size, kv_row = std::int64_t(n_kv) * HeadDim;
+  for (int j = tid; j < n; j += threads) {
+    const std::int64_t pos = start + j;
+    slot[j] = std::int64_t(table[pos / bs]) * bs + pos % bs;
+  }
+  __syncthreads();  // the slots
+  gpu::dependency_wait();  // launched with gpu::launch_dependent: q and the newest K/V come from the kernel before
+  gpu::allow_dependents();
+
+  // Step st (keys st * 16 ..) into stage b of the warp's ring, one commit group per step (an empty
+  // one past the split's end, so that the count of groups stays uniform); keys past the end as zeros.
+  unsigned char* const my_ring = dyn_smem + warp * stages * rg::stage_bytes;
+  const std::int64_t head_byte0 = std::int64_t(kvh) * rg::row_bytes;
+  const auto issue = [&](int st, int b) {
+    if (st * keys < n) {
+      unsigned char* const kdst = my_ring + b * rg::stage_bytes;
+      unsigned char* const vdst = kdst + keys * rg::k_stride;
+      constexpr int pieces = rg::row_bytes / 16;
+#pragma unroll
+      for (int q = lane; q < keys * pieces; q += 32) {
+        const int kk = q / pieces, piece = q % pieces, j = st * keys + kk;
+        const bool valid = j < n;
+        const std::int64_t off = (valid ? slot[j] * kv_row * rg::elem : 0) + head_byte0 + piece * 16;
+        tc::cp_async16(kdst + kk * rg::k_stride + piece * 16, static_cast<const unsigned char*>(p.cache.k) + off, valid);
+        tc::cp_async16(vdst + kk * rg::v_stride + piece * 16, static_cast<const unsigned char*>(p.cache.v) + off, valid);
+      }
+      if constexpr (T != kv_dtype::f16) {
+        float* const sdst = reinterpret_cast<float*>(vdst + keys * rg::v_stride);
+        const int kk = lane % keys, j = st * keys + kk;
+        const bool valid = j < n;
+        const float* src = lane < keys ? p.cache.k_scales : p.cache.v_scales;
+        tc::cp_async4(sdst + lane, src + (valid ? slot[j] * n_kv + kvh : 0), valid);
+      }
+    }
+    tc::cp_async_commit();
+  };
+#pragma unroll
+  for (int b = 0; b < stages; ++b) issue(warp + warps * b, b);
+
+  // Q of head g as the A operand of each 16-dim slice (slice 2i + h: dims 8 (4 i + c) + 4 h +
+  // {0, 1} and + {2, 3}, the dims words 2h and 2h + 1 of K's fragment hold): its f16 rounding in
+  // row g and what that rounding left out in row g + 8, so the two rows' scores add up to q . k
+  // to f32 precision at no extra instruction.
+  unsigned qa[HeadDim / 16][4];
+  {
+    const float* qrow = g < ng ? p.q + (std::int64_t(seq) * p.n_heads + head0 + g) * HeadDim : nullptr;
+#pragma unroll
+    for (int i = 0; i < kslices; ++i) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float4 v = qrow != nullptr ? *reinterpret_cast<const float4*>(qrow + 8 * (4 * i + c) + 4 * h)
+                                         : make_float4(0.f, 0.f, 0.f, 0.f);
+        decode_tc::split_half2(v.x * p.scale, v.y * p.scale, qa[2 * i + h][0], qa[2 * i + h][1]);
+        decode_tc::split_half2(v.z * p.scale, v.w * p.scale, qa[2 * i + h][2], qa[2 * i + h][3]);
+      }
+    }
+  }
+
+  float acc[dtiles][4];  // rows g (the weights' f16 rounding) and g + 8 (its remainder)
+#pragma unroll
+  for (int dt = 0; dt < dtiles; ++dt) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.f;
+  float m = -INFINITY, l = 0.f;  // head g's running max, and this lane's part of its sum
+  float unit = 0.f;              // 8 bits: the largest V scale so far, the unit of acc
+  for (int i = 0, st = warp; st * keys < n; ++i, st += warps) {
+    const int b = i % stages;
+    tc::cp_async_wait<stages - 1>();  // this step's group has landed (at most the later ones fly)
+    __syncwarp();
+    const unsigned char* const kbuf = my_ring + b * rg::stage_bytes;
+    const unsigned char* const vbuf = kbuf + keys * rg::k_stride;
+    const float* const sbuf = reinterpret_cast<const float*>(vbuf + keys * rg::v_stride);
+    // Column r of the lane's scores: key 8 (r / 2) + 2c + r % 2 of the step.
+    const auto col_key = [&](int r) { return 8 * (r / 2) + 2 * c + r % 2; };
+
+    // S = Q K^T: s[r] is head g's score of column r's key.
+    float s[4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float sc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int k = 0; k < kslices; ++k) {
+        unsigned w[4];
+        decode_tc::halves<T>(*reinterpret_cast<const raw_t*>(kbuf + (8 * h + g) * rg::k_stride + rg::frag_bytes * (4 * k + c)), w);
+        tc::mma_16816(sc, qa[2 * k], w[0], w[1]);
+        tc::mma_16816(sc, qa[2 * k + 1], w[2], w[3]);
+      }
+      s[2 * h] = sc[0] + sc[2];
+      s[2 * h + 1] = sc[1] + sc[3];
+    }
+    float mx = -INFINITY, vmax = 0.f, vsc[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int kk = col_key(r);
+      s[r] = st * keys + kk < n ? s[r] * kv_row_scale<T>(sbuf, kk) : -INFINITY;
+      mx = fmaxf(mx, s[r]);
+      vsc[r] = kv_row_scale<T>(sbuf, keys + kk);  // 0 past the end (zero-filled); f16: 1
+      vmax = fmaxf(vmax, vsc[r]);
+    }
+    mx = fmaxf(mx, gpu::shfl_xor(mx, 1));
+    mx = fmaxf(mx, gpu::shfl_xor(mx, 2));
+    const float m_new = fmaxf(m, mx);  // finite: the step has a key
+    float alpha = expf(m - m_new);     // 0 on the first step
+    m = m_new;
+    float sum = 0.f;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      s[r] = expf(s[r] - m_new);
+      sum += s[r];
+    }
+    l = l * alpha + sum;
+    if constexpr (T != kv_dtype::f16) {
+      vmax = fmaxf(vmax, gpu::shfl_xor(vmax, 1));
+      vmax = fmaxf(vmax, gpu::shfl_xor(vmax, 2));
+      const float unit_new = fmaxf(unit, vmax);
+      const float inv = unit_new > 0.f ? 1.f / unit_new : 0.f;
+      alpha *= unit * inv;  // acc moves to the new unit (acc is 0 while unit is)
+      unit = unit_new;
+#pragma unroll
+      for (int r = 0; r < 4; ++r) s[r] *= vsc[r] * inv;
+    }
+#pragma unroll
+    for (int dt = 0; dt < dtiles; ++dt) acc[dt][0] *= alpha, acc[dt][1] *= alpha, acc[dt][2] *= alpha, acc[dt][3] *= alpha;
+
+    // O += P V, the weights as their f16 rounding (row g) and its remainder (row g + 8).
+    unsigned pa[4];
+    decode_tc::split_half2(s[0], s[1], pa[0], pa[1]);
+    decode_tc::split_half2(s[2], s[3], pa[2], pa[3]);
+#pragma unroll
+    for (int u = 0; u < vslices; ++u) {
+      unsigned w[4][4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        decode_tc::halves<T>(*reinterpret_cast<const raw_t*>(vbuf + col_key(r) * rg::v_stride + (64 * u + 8 * g) * rg::elem), w[r]);
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const unsigned sel = hh ? 0x7632u : 0x5410u;  // the low or the high halves of two keys' words
+          tc::mma_16816(acc[8 * u + 2 * e + hh], pa, __byte_perm(w[0][e], w[1][e], sel), __byte_perm(w[2][e], w[3][e], sel));
+        }
+      }
+    }
+    __syncwarp();  // every lane has read stage b
+    issue(st + warps * stages, b);
+  }
+  tc::cp_async_wait<0>();  // nothing in flight into the ring, which now takes the outputs
+
+  // Combine the warps: each scales its output to the block's max (and from its V unit).
+  l += gpu::shfl_xor(l, 1);
+  l += gpu::shfl_xor(l, 2);
+  if (c == 0) {
+    warp_m[warp][g] = m;
+    warp_l[warp][g] = l;
+  }
+  __syncthreads();  // the statistics; every warp is past its ring
+  float(*warp_o)[MaxG][o_stride] = reinterpret_cast<float(*)[MaxG][o_stride]>(dyn_smem);
+  if (tid < MaxG) {
+    float mx = -INFINITY, sum = 0.f;
+    for (int w = 0; w < warps; ++w) mx = fmaxf(mx, warp_m[w][tid]);
+    for (int w = 0; w < warps; ++w) sum += warp_l[w][tid] * expf(warp_m[w][tid] - mx);  // a warp without keys: 0
+    head_m[tid] = mx;
+    head_l[tid] = sum;
+  }
+  if (g < ng) {
+    float mx = -INFINITY;
+    for (int w = 0; w < warps; ++w) mx = fmaxf(mx, warp_m[w][g]);
+    const float f = expf(m - mx) * (T == kv_dtype::f16 ? 1.f : unit);
+#pragma unroll
+    for (int dt = 0; dt < dtiles; ++dt) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) warp_o[warp][g][64 * (dt / 8) + 8 * (2 * c + j) + dt % 8] = (acc[dt][j] + acc[dt][j + 2]) * f;
+    }
+  }
+  __syncthreads();
+  decode_store<HeadDim, MaxG>(p, seq, sp, Split, head0, ng, head_m, head_l, [&](int h, int d) {
+    float o = 0.f;
+    for (int w = 0; w < warps; ++w) o += warp_o[w][h][d];
+    return o / head_l[h];
+  });
+#else
+  __trap();  // launched only on devices of compute capability 8.0 and up
+#endif
+}
+
+// Launches decode_tc_kernel with its ring, the kernel's shared-memory limit raised once.
+template <kv_dtype T, int HeadDim, int Split>
+void launch_tc(const attention_decode_params& p, int group, hipStream_t stream);
+#endif
 
 // Merges the splits of one (sequence, query head): out = sum_s w_s o_s / sum_s w_s with
 // w_s = l_s exp(m_s - max_s m_s), in split order. A merge is a few loads per split on the
@@ -285,26 +587,58 @@ __global__ void __launch_bounds__(HeadDim) decode_merge_kernel(attention_decode_
   }
 }
 
-template <kv_dtype T, int HeadDim, int MaxG>
-void launch(const attention_decode_params& p, int group, hipStream_t stream) {
-  const int chunks = (group + MaxG - 1) / MaxG;
+// The decode kernel kernel<Split> over (kv heads x chunks of max_heads query heads, sequences,
+// splits), then the merge where a context has several splits.
+template <int HeadDim, int MaxHeads, class Kernel>
+void launch_with_merge(const attention_decode_params& p, int group, Kernel kernel, hipStream_t stream,
+                       std::size_t dynamic_smem = 0) {
+  const int chunks = (group + MaxHeads - 1) / MaxHeads;
   const std::int64_t splits = attention_decode_splits(p.max_context, p.split);
   const dim3 grid(static_cast<unsigned>(p.cache.n_kv_heads * chunks), static_cast<unsigned>(p.n_seqs),
                   static_cast<unsigned>(splits));
-  if (p.split == attention_decode_short_split) {
-    constexpr int short_split = int(attention_decode_short_split);
-    gpu::launch_dependent(decode_kernel<T, HeadDim, MaxG, short_split>, grid, dim3(threads), stream, p);
-  } else {
-    gpu::launch_dependent(decode_kernel<T, HeadDim, MaxG, int(attention_decode_split)>, grid, dim3(threads), stream, p);
-  }
+  gpu::launch_dependent_smem(kernel, grid, dim3(threads), dynamic_smem, stream, p);
   if (splits > 1) {
     const dim3 merge_grid(static_cast<unsigned>(p.n_heads), static_cast<unsigned>(p.n_seqs));
     gpu::launch_dependent(decode_merge_kernel<HeadDim>, merge_grid, dim3(HeadDim), stream, p);
   }
 }
 
+#if defined(ANVIL_GPU_CUDA)
+template <kv_dtype T, int HeadDim, int Split>
+void launch_tc(const attention_decode_params& p, int group, hipStream_t stream) {
+  constexpr int smem = decode_tc::ring<T, HeadDim>::block_bytes;
+  static const bool raised = [] {  // once per process and kernel
+    return cudaFuncSetAttribute(decode_tc_kernel<T, HeadDim, Split>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) ==
+           cudaSuccess;
+  }();
+  (void)raised;  // a failure shows as the launch's error
+  launch_with_merge<HeadDim, decode_tc::max_heads>(p, group, decode_tc_kernel<T, HeadDim, Split>, stream, smem);
+}
+#endif
+
+template <kv_dtype T, int HeadDim, int MaxG>
+void launch(const attention_decode_params& p, int group, hipStream_t stream) {
+  constexpr int short_split = int(attention_decode_short_split), split = int(attention_decode_split);
+  constexpr int long_split = int(attention_decode_long_split);
+  switch (p.split) {
+    case short_split: launch_with_merge<HeadDim, MaxG>(p, group, decode_kernel<T, HeadDim, MaxG, short_split>, stream); break;
+    case split: launch_with_merge<HeadDim, MaxG>(p, group, decode_kernel<T, HeadDim, MaxG, split>, stream); break;
+    default: launch_with_merge<HeadDim, MaxG>(p, group, decode_kernel<T, HeadDim, MaxG, long_split>, stream); break;
+  }
+}
+
 template <kv_dtype T, int HeadDim>
 void launch_for_group(const attention_decode_params& p, int group, hipStream_t stream) {
+#if defined(ANVIL_GPU_CUDA)
+  if (!p.cuda_cores_only && tc::device_has_mma()) {
+    switch (p.split) {
+      case attention_decode_short_split: launch_tc<T, HeadDim, int(attention_decode_short_split)>(p, group, stream); break;
+      case attention_decode_split: launch_tc<T, HeadDim, int(attention_decode_split)>(p, group, stream); break;
+      default: launch_tc<T, HeadDim, int(attention_decode_long_split)>(p, group, stream); break;
+    }
+    return;
+  }
+#endif
   if (group == 1) {
     launch<T, HeadDim, 1>(p, group, stream);
   } else if (group <= 4) {
@@ -332,7 +666,8 @@ hipError_t launch_attention_decode(const attention_decode_params& p, hipStream_t
   const std::int64_t hd = p.cache.head_dim, n_kv = p.cache.n_kv_heads;
   if (p.n_seqs < 0 || p.n_seqs > 65535 || (hd != 64 && hd != 128) || n_kv <= 0 || p.n_heads <= 0 ||
       p.n_heads % n_kv != 0 || p.n_heads > 65535 || p.max_context < 1 || p.max_context > 0x7fffffff ||
-      (p.split != attention_decode_split && p.split != attention_decode_short_split) ||
+      (p.split != attention_decode_split && p.split != attention_decode_short_split &&
+       p.split != attention_decode_long_split) ||
       attention_decode_splits(p.max_context, p.split) > 65535 || p.cache.block_size <= 0 ||
       p.block_table_stride * p.cache.block_size < p.max_context) {
     return hipErrorInvalidValue;
@@ -355,6 +690,14 @@ hipError_t launch_attention_decode(const attention_decode_params& p, hipStream_t
     case kv_dtype::fp8: launch_for_dims<kv_dtype::fp8>(p, group, stream); break;
   }
   return hipGetLastError();
+}
+
+bool attention_decode_tensor_cores() {
+#if defined(ANVIL_GPU_CUDA)
+  return tc::device_has_mma();
+#else
+  return false;
+#endif
 }
 
 }  // namespace anvil::kernels

@@ -12,6 +12,7 @@
 #include "kernels/attention_prefill.h"
 
 #include "kernels/kv_cache_read.h"
+#include "kernels/tensor_core.h"
 
 namespace anvil::kernels {
 namespace {
@@ -165,40 +166,23 @@ __global__ void __launch_bounds__(threads) prefill_kernel(attention_prefill_para
 // accumulators (each row's four lanes reduce by shuffles), P rounded to f16 in registers as the
 // A operand of O += P V (V's B operand by ldmatrix.trans). Q and P are rounded to f16 — the
 // CUDA-core kernel above keeps them in f32.
-namespace tc {
-
+namespace prefill_tc {
 constexpr int warps = 4, threads = 32 * warps, rows = 16 * warps, keys = 64;
-
-__device__ __forceinline__ void mma_16816(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// The B operand (16 keys x 8 dims) of P V from V rows in shared memory: two 8x8 matrices,
-// transposed on the way (lanes 0-15 name the 16 key rows).
-__device__ __forceinline__ void ldmatrix_x2_trans(const gpu::half_bits* row, unsigned& b0, unsigned& b1) {
-  const unsigned addr = unsigned(__cvta_generic_to_shared(row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n" : "=r"(b0), "=r"(b1) : "r"(addr));
-}
-
-}  // namespace tc
+}  // namespace prefill_tc
 
 template <kv_dtype T, int HeadDim>
-__global__ void __launch_bounds__(tc::threads) prefill_tc_kernel(attention_prefill_params p) {
+__global__ void __launch_bounds__(prefill_tc::threads) prefill_tc_kernel(attention_prefill_params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  constexpr int ksteps = HeadDim / 16, dtiles = HeadDim / 8, ntiles = tc::keys / 8, stride = HeadDim + 8;
-  __shared__ __align__(16) gpu::half_bits k_s[tc::keys][stride];
-  __shared__ __align__(16) gpu::half_bits v_s[tc::keys][stride];
+  constexpr int ksteps = HeadDim / 16, dtiles = HeadDim / 8, ntiles = prefill_tc::keys / 8, stride = HeadDim + 8;
+  __shared__ __align__(16) gpu::half_bits k_s[prefill_tc::keys][stride];
+  __shared__ __align__(16) gpu::half_bits v_s[prefill_tc::keys][stride];
 
   const attention_prefill_seq sq = p.seqs[blockIdx.z];
   const int kvh = blockIdx.y, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int g = lane / 4, c = lane % 4;  // the fragment's row (and row + 8) and column pair
   const int group = int(p.n_heads / p.cache.n_kv_heads);
   const std::int64_t rows_total = std::int64_t(sq.n_tokens) * group;
-  const std::int64_t row0 = std::int64_t(blockIdx.x) * tc::rows;
+  const std::int64_t row0 = std::int64_t(blockIdx.x) * prefill_tc::rows;
   if (row0 >= rows_total) return;  // uniform over the block
   const std::int32_t* table = p.block_tables + std::int64_t(blockIdx.z) * p.block_table_stride;
   const std::int64_t bs = p.cache.block_size, kv_row = p.cache.n_kv_heads * HeadDim;
@@ -233,11 +217,11 @@ __global__ void __launch_bounds__(tc::threads) prefill_tc_kernel(attention_prefi
   for (int dt = 0; dt < dtiles; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
 
-  const std::int64_t last_row = min(row0 + tc::rows, rows_total) - 1;
+  const std::int64_t last_row = min(row0 + prefill_tc::rows, rows_total) - 1;
   const int kv_end = sq.start_pos + int(last_row / group) + 1;
-  for (int kt0 = 0; kt0 < kv_end; kt0 += tc::keys) {
+  for (int kt0 = 0; kt0 < kv_end; kt0 += prefill_tc::keys) {
     __syncthreads();  // the previous tile is fully read
-    for (int e = tid; e < tc::keys * (HeadDim / 8); e += tc::threads) {
+    for (int e = tid; e < prefill_tc::keys * (HeadDim / 8); e += prefill_tc::threads) {
       const int j = e / (HeadDim / 8), cc = e % (HeadDim / 8);
       const int pos = kt0 + j;
       uint4 kr = make_uint4(0, 0, 0, 0), vr = make_uint4(0, 0, 0, 0);
@@ -306,7 +290,7 @@ __global__ void __launch_bounds__(tc::threads) prefill_tc_kernel(attention_prefi
     }
     // O += P V, 16 keys at a time: P's accumulators are already the A operand's layout.
 #pragma unroll
-    for (int kk = 0; kk < tc::keys / 16; ++kk) {
+    for (int kk = 0; kk < prefill_tc::keys / 16; ++kk) {
       const unsigned pa[4] = {gpu::floats_to_half2_bits(s[2 * kk][0], s[2 * kk][1]),
                               gpu::floats_to_half2_bits(s[2 * kk][2], s[2 * kk][3]),
                               gpu::floats_to_half2_bits(s[2 * kk + 1][0], s[2 * kk + 1][1]),
@@ -343,11 +327,11 @@ template <kv_dtype T>
 void launch(const attention_prefill_params& p, dim3 grid, hipStream_t stream) {
 #if defined(ANVIL_GPU_CUDA)
   if (attention_prefill_tensor_cores()) {
-    grid.x = static_cast<unsigned>((p.max_seq_tokens * (p.n_heads / p.cache.n_kv_heads) + tc::rows - 1) / tc::rows);
+    grid.x = static_cast<unsigned>((p.max_seq_tokens * (p.n_heads / p.cache.n_kv_heads) + prefill_tc::rows - 1) / prefill_tc::rows);
     if (p.cache.head_dim == 64) {
-      prefill_tc_kernel<T, 64><<<grid, tc::threads, 0, stream>>>(p);
+      prefill_tc_kernel<T, 64><<<grid, prefill_tc::threads, 0, stream>>>(p);
     } else {
-      prefill_tc_kernel<T, 128><<<grid, tc::threads, 0, stream>>>(p);
+      prefill_tc_kernel<T, 128><<<grid, prefill_tc::threads, 0, stream>>>(p);
     }
     return;
   }
@@ -365,12 +349,7 @@ using gpu::aligned16;
 
 bool attention_prefill_tensor_cores() {
 #if defined(ANVIL_GPU_CUDA)
-  static const bool yes = [] {  // the device in use, asked once per process
-    int dev = 0;
-    hipDeviceProp_t prop{};
-    return hipGetDevice(&dev) == hipSuccess && hipGetDeviceProperties(&prop, dev) == hipSuccess && prop.major >= 8;
-  }();
-  return yes;
+  return tc::device_has_mma();
 #else
   return false;
 #endif

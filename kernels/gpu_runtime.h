@@ -374,11 +374,14 @@ inline std::atomic<bool> dependent_launch_enabled{true};
 
 namespace anvil::gpu {
 
-// kernel<<<grid, block, 0, stream>>>(args...), allowed to start before the previous kernel in the
-// stream ends where the device supports it. The kernel must call dependency_wait() first. As with
-// <<<>>>, a launch error surfaces through hipGetLastError(), which every launcher returns.
+// kernel<<<grid, block, dynamic_smem, stream>>>(args...), allowed to start before the previous
+// kernel in the stream ends where the device supports it (launch_dependent: no dynamic shared
+// memory; above 48 KB the caller raises the kernel's limit first). The kernel must call
+// dependency_wait() first. As with <<<>>>, a launch error surfaces through hipGetLastError(),
+// which every launcher returns.
 template <class... P, class... A>
-void launch_dependent(void (*kernel)(P...), dim3 grid, dim3 block, hipStream_t stream, A&&... args) {
+void launch_dependent_smem(void (*kernel)(P...), dim3 grid, dim3 block, std::size_t dynamic_smem, hipStream_t stream,
+                           A&&... args) {
 #if defined(ANVIL_GPU_CUDA)
   cudaLaunchAttribute attr[1] = {};
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -386,14 +389,18 @@ void launch_dependent(void (*kernel)(P...), dim3 grid, dim3 block, hipStream_t s
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
-  cfg.dynamicSmemBytes = 0;
+  cfg.dynamicSmemBytes = dynamic_smem;
   cfg.stream = stream;
   cfg.attrs = attr;
   cfg.numAttrs = dependent_launch_enabled.load(std::memory_order_relaxed) ? 1 : 0;
   (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);  // recorded for cudaGetLastError
 #else
-  kernel<<<grid, block, 0, stream>>>(std::forward<A>(args)...);
+  kernel<<<grid, block, dynamic_smem, stream>>>(std::forward<A>(args)...);
 #endif
+}
+template <class... P, class... A>
+void launch_dependent(void (*kernel)(P...), dim3 grid, dim3 block, hipStream_t stream, A&&... args) {
+  launch_dependent_smem(kernel, grid, block, 0, stream, std::forward<A>(args)...);
 }
 
 }  // namespace anvil::gpu

@@ -13,7 +13,9 @@
 //            int8 weight path could reach, beside the f16 GEMM the path above feeds.
 //   decode attention, one llama3-8b layer (32 query heads over 8 KV heads of 128), for each KV
 //            cache element type (f16, int8, fp8: kernels/kv_quant.h) at the batch and context
-//            sizes serving reaches: µs, KV bytes read / time, and % of the copy bandwidth.
+//            sizes serving reaches, the tensor-core kernel (where there is one) beside the
+//            CUDA-core kernel, each at the split a worker gives it: µs, KV bytes read / time, and
+//            % of the copy bandwidth.
 //   prefill attention, the same layer shape, chunks of 512-2048 tokens at the start of a prompt
 //            and deep into one: µs, TFLOP/s (QK^T and PV of the causal mask), % of the f16 GEMM rate.
 // Timing: device events around back-to-back launches, after warm-up, median of repetitions. The
@@ -217,7 +219,8 @@ int main(int argc, char** argv) {
   {
     std::printf("\nDecode attention, one layer of 32 heads over 8 KV heads of 128, blocks of 16; limit: copy bandwidth %.0f GB/s\n",
                 copy_gbs);
-    std::printf("%-6s %8s %8s %6s | %9s %9s %7s\n", "cache", "seqs", "context", "split", "us", "KV GB/s", "% copy");
+    std::printf("%-6s %-7s %8s %8s %6s | %9s %9s %7s\n", "cache", "kernel", "seqs", "context", "split", "us", "KV GB/s",
+                "% copy");
     constexpr std::int64_t n_kv = att_kv_heads, hd = att_head_dim, n_heads = att_heads, bs = att_block;
     struct load {
       std::int64_t seqs, ctx;
@@ -232,29 +235,36 @@ int main(int argc, char** argv) {
       device_mem q(std::size_t(ld.seqs * n_heads * hd) * 4), out(q.n);
       CHECK(hipMemset(q.p, 0, q.n));  // zeros: finite scores whatever the cache holds
       for (const kernels::kv_dtype t : {kernels::kv_dtype::f16, kernels::kv_dtype::int8, kernels::kv_dtype::fp8}) {
-        const std::int64_t split = kernels::attention_decode_split_for(ld.ctx);  // as the worker picks it
-        device_mem ws(std::max<std::size_t>(kernels::attention_decode_workspace_bytes(ld.seqs, n_heads, hd, ld.ctx, split), 16));
         const bench_cache cache(t, n_blocks);
-        const kernels::attention_decode_params p{.q = q.as<float>(),
-                                                 .out = out.as<float>(),
-                                                 .cache = cache.view,
-                                                 .n_heads = n_heads,
-                                                 .block_tables = tables.d.as<std::int32_t>(),
-                                                 .block_table_stride = per_seq,
-                                                 .context_lens = d_lens.as<std::int32_t>(),
-                                                 .n_seqs = ld.seqs,
-                                                 .max_context = ld.ctx,
-                                                 .scale = 0.088f,
-                                                 .split = split,
-                                                 .workspace = ws.p,
-                                                 .workspace_bytes = ws.n};
-        const double ms = time_ms([&](int) { CHECK(kernels::launch_attention_decode(p, nullptr)); }, 10, reps);
-        // Bytes a step must read: every position's K and V row of the layer (and their scales).
-        const double bytes = double(ld.seqs * ld.ctx * n_kv) * 2 * double(kernels::kv_row_bytes_device(t, hd));
-        const double gbs = bytes / (ms * 1e-3) / 1e9;
-        std::printf("%-6s %8lld %8lld %6lld | %9.1f %9.0f %6.1f%%\n", std::string(kernels::kv_dtype_name(t)).c_str(),
-                    static_cast<long long>(ld.seqs), static_cast<long long>(ld.ctx), static_cast<long long>(split), ms * 1e3,
-                    gbs, 100 * gbs / copy_gbs);
+        // The tensor-core kernel where the device has one, and the portable CUDA-core kernel beside
+        // it, each at the split length a worker gives it.
+        for (const bool cuda_cores : {false, true}) {
+          if (cuda_cores && !kernels::attention_decode_tensor_cores()) continue;
+          const bool tensor_cores = !cuda_cores && kernels::attention_decode_tensor_cores();
+          const std::int64_t split = kernels::attention_decode_split_for(ld.ctx, tensor_cores);
+          device_mem ws(std::max<std::size_t>(kernels::attention_decode_workspace_bytes(ld.seqs, n_heads, hd, ld.ctx, split), 16));
+          const kernels::attention_decode_params p{.q = q.as<float>(),
+                                                   .out = out.as<float>(),
+                                                   .cache = cache.view,
+                                                   .n_heads = n_heads,
+                                                   .block_tables = tables.d.as<std::int32_t>(),
+                                                   .block_table_stride = per_seq,
+                                                   .context_lens = d_lens.as<std::int32_t>(),
+                                                   .n_seqs = ld.seqs,
+                                                   .max_context = ld.ctx,
+                                                   .scale = 0.088f,
+                                                   .split = split,
+                                                   .workspace = ws.p,
+                                                   .workspace_bytes = ws.n,
+                                                   .cuda_cores_only = cuda_cores};
+          const double ms = time_ms([&](int) { CHECK(kernels::launch_attention_decode(p, nullptr)); }, 10, reps);
+          // Bytes a step must read: every position's K and V row of the layer (and their scales).
+          const double bytes = double(ld.seqs * ld.ctx * n_kv) * 2 * double(kernels::kv_row_bytes_device(t, hd));
+          const double gbs = bytes / (ms * 1e-3) / 1e9;
+          std::printf("%-6s %-7s %8lld %8lld %6lld | %9.1f %9.0f %6.1f%%\n", std::string(kernels::kv_dtype_name(t)).c_str(),
+                      tensor_cores ? "tensor" : "cuda", static_cast<long long>(ld.seqs), static_cast<long long>(ld.ctx),
+                      static_cast<long long>(split), ms * 1e3, gbs, 100 * gbs / copy_gbs);
+        }
       }
     }
   }

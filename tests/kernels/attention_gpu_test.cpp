@@ -416,57 +416,64 @@ TEST_P(AttentionDecodeGpu, MatchesReferenceOnItsCache) {
     const attn_setup s(c, rng, t);
     std::vector<std::int32_t> lens;
     for (const auto& sq : c.seqs) lens.push_back(std::int32_t(sq.start_pos + 1));
-    for (const std::int64_t split : {attention_decode_split, attention_decode_short_split}) {
-      SCOPED_TRACE("split " + std::to_string(split));
+    // Both kernels where the tensor-core one runs: the CUDA-core one is what other devices run.
+    for (const bool cuda_cores : {false, true}) {
+      if (cuda_cores && !attention_decode_tensor_cores()) continue;
+      const bool tensor_cores = !cuda_cores && attention_decode_tensor_cores();
+      SCOPED_TRACE(tensor_cores ? "tensor cores" : "CUDA cores");
+      for (const std::int64_t split : {attention_decode_split, attention_decode_short_split, attention_decode_long_split}) {
+        SCOPED_TRACE("split " + std::to_string(split));
 
-      guarded_array<float> dq(s.q), dout(s.q.size());
-      const device_cache dc(s, c);
-      guarded_array<std::int32_t> dtables(s.flat_tables), dlens(lens);
-      const std::size_t ws_bytes =
-          attention_decode_workspace_bytes(std::int64_t(c.seqs.size()), s.n_heads, c.head_dim, s.max_context, split);
-      guarded_array<unsigned char> dws(std::max<std::size_t>(ws_bytes, 1));
-      dout.poison();
-      // The 8-bit form for the o projection's GEMV, beside out.
-      guarded_array<std::int8_t> dyq(s.q.size());
-      guarded_array<float> dyds(s.q.size() / 8);
-      dyq.poison();
-      dyds.poison();
+        guarded_array<float> dq(s.q), dout(s.q.size());
+        const device_cache dc(s, c);
+        guarded_array<std::int32_t> dtables(s.flat_tables), dlens(lens);
+        const std::size_t ws_bytes =
+            attention_decode_workspace_bytes(std::int64_t(c.seqs.size()), s.n_heads, c.head_dim, s.max_context, split);
+        guarded_array<unsigned char> dws(std::max<std::size_t>(ws_bytes, 1));
+        dout.poison();
+        // The 8-bit form for the o projection's GEMV, beside out.
+        guarded_array<std::int8_t> dyq(s.q.size());
+        guarded_array<float> dyds(s.q.size() / 8);
+        dyq.poison();
+        dyds.poison();
 
-      attention_decode_params p{.q = dq.data(),
-                                .out = dout.data(),
-                                .cache = dc.view,
-                                .n_heads = s.n_heads,
-                                .block_tables = dtables.data(),
-                                .block_table_stride = s.stride,
-                                .context_lens = dlens.data(),
-                                .n_seqs = std::int64_t(c.seqs.size()),
-                                .max_context = s.max_context,
-                                .scale = 1.f / std::sqrt(float(c.head_dim)),
-                                .split = split,
-                                .yq = dyq.data(),
-                                .yq_scales = dyds.data(),
-                                .workspace = dws.data(),
-                                .workspace_bytes = ws_bytes};
-      ANVIL_GPU_CHECK(launch_attention_decode(p, nullptr));
-      ANVIL_GPU_CHECK(hipDeviceSynchronize());
-      const std::vector<float> out = dout.download();
-      const double err = nmse(out, s.ref);
-      const x8_host want = quantize_x8_host(out);
-      EXPECT_TRUE(dyq.download() == want.q) << "int8 values differ from the GEMV quantizer's";
-      EXPECT_TRUE(dyds.download() == want.ds) << "scales differ from the GEMV quantizer's";
-      EXPECT_TRUE(dyq.guards_intact() && dyds.guards_intact());
-      // Determinism: a second run gives the same bits.
-      ANVIL_GPU_CHECK(launch_attention_decode(p, nullptr));
-      ANVIL_GPU_CHECK(hipDeviceSynchronize());
-      EXPECT_TRUE(dout.download() == out) << "two runs differ";
+        attention_decode_params p{.q = dq.data(),
+                                  .out = dout.data(),
+                                  .cache = dc.view,
+                                  .n_heads = s.n_heads,
+                                  .block_tables = dtables.data(),
+                                  .block_table_stride = s.stride,
+                                  .context_lens = dlens.data(),
+                                  .n_seqs = std::int64_t(c.seqs.size()),
+                                  .max_context = s.max_context,
+                                  .scale = 1.f / std::sqrt(float(c.head_dim)),
+                                  .split = split,
+                                  .yq = dyq.data(),
+                                  .yq_scales = dyds.data(),
+                                  .workspace = dws.data(),
+                                  .workspace_bytes = ws_bytes,
+                                  .cuda_cores_only = cuda_cores};
+        ANVIL_GPU_CHECK(launch_attention_decode(p, nullptr));
+        ANVIL_GPU_CHECK(hipDeviceSynchronize());
+        const std::vector<float> out = dout.download();
+        const double err = nmse(out, s.ref);
+        const x8_host want = quantize_x8_host(out);
+        EXPECT_TRUE(dyq.download() == want.q) << "int8 values differ from the GEMV quantizer's";
+        EXPECT_TRUE(dyds.download() == want.ds) << "scales differ from the GEMV quantizer's";
+        EXPECT_TRUE(dyq.guards_intact() && dyds.guards_intact());
+        // Determinism: a second run gives the same bits.
+        ANVIL_GPU_CHECK(launch_attention_decode(p, nullptr));
+        ANVIL_GPU_CHECK(hipDeviceSynchronize());
+        EXPECT_TRUE(dout.download() == out) << "two runs differ";
 
-      std::printf("  %-75s %s nmse=%.3g splits=%lld\n", c.str("decode").c_str(), std::string(kv_dtype_name(t)).c_str(),
-                  err, static_cast<long long>(attention_decode_splits(s.max_context, split)));
-      EXPECT_LT(err, 1e-9) << "nmse " << err;
-      EXPECT_TRUE(dc.intact(s)) << "the cache is read only";
-      for (auto* g : {&dq, &dout}) EXPECT_TRUE(g->guards_intact());
-      EXPECT_TRUE(dtables.guards_intact() && dlens.guards_intact());
-      EXPECT_TRUE(dws.guards_intact());
+        std::printf("  %-75s %s %s nmse=%.3g splits=%lld\n", c.str("decode").c_str(), std::string(kv_dtype_name(t)).c_str(),
+                    tensor_cores ? "tc" : "cc", err, static_cast<long long>(attention_decode_splits(s.max_context, split)));
+        EXPECT_LT(err, 1e-9) << "nmse " << err;
+        EXPECT_TRUE(dc.intact(s)) << "the cache is read only";
+        for (auto* g : {&dq, &dout}) EXPECT_TRUE(g->guards_intact());
+        EXPECT_TRUE(dtables.guards_intact() && dlens.guards_intact());
+        EXPECT_TRUE(dws.guards_intact());
+      }
     }
   }
 }
@@ -575,7 +582,7 @@ TEST(AttentionGpuLaunch, RejectsBadShapesWithoutLaunching) {
   d.block_table_stride = 100;
   EXPECT_EQ(launch_attention_decode(d, nullptr), hipErrorInvalidValue);
   d.max_context = 1;
-  d.split = 128;  // the kernel takes splits of 64 or 256 only
+  d.split = 128;  // the kernels take splits of 64, 256 or 1024 only
   EXPECT_EQ(launch_attention_decode(d, nullptr), hipErrorInvalidValue);
   d.split = attention_decode_split;
   std::int8_t yq[8];

@@ -1,0 +1,63 @@
+// NVIDIA sm_80+ instructions the attention kernels share: tensor-core products (mma.sync
+// m16n8k16: f16 operands, f32 accumulators, warp-wide; ldmatrix) and asynchronous copies from
+// global to shared memory (cp.async). CUDA only, compute capability 8.0 and up; callers guard
+// their use with __CUDA_ARCH__ >= 800 and keep a CUDA-core kernel for everything else.
+//
+// Fragment layout of m16n8k16 (g = lane / 4, c = lane % 4; each register two halves, low first):
+//   A (16x16, row major): a[0] = (row g, cols 2c, 2c+1), a[1] = (row g+8, cols 2c, 2c+1),
+//                         a[2] = (row g, cols 2c+8, 2c+9), a[3] = (row g+8, cols 2c+8, 2c+9)
+//   B (16x8, "col"):      b0 = (rows 2c, 2c+1, col g), b1 = (rows 2c+8, 2c+9, col g)
+//   C/D (16x8, f32):      c[0], c[1] = (row g, cols 2c, 2c+1), c[2], c[3] = (row g+8, same cols)
+#pragma once
+
+#if defined(ANVIL_GPU_CUDA)
+#include "kernels/gpu_runtime.h"
+
+namespace anvil::kernels::tc {
+
+// c += A B.
+__device__ __forceinline__ void mma_16816(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// The B operand (16 keys x 8 dims) of P V from V rows in shared memory: two 8x8 matrices,
+// transposed on the way (lanes 0-15 name the 16 key rows).
+__device__ __forceinline__ void ldmatrix_x2_trans(const gpu::half_bits* row, unsigned& b0, unsigned& b1) {
+  const unsigned addr = unsigned(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n" : "=r"(b0), "=r"(b1) : "r"(addr));
+}
+
+// Asynchronous copies to shared memory: 16 bytes (or 4), zeros where `valid` is false (src is
+// then not read). A lane's copies form a group at commit(); wait<N>() returns once at most N of
+// its groups are still in flight. Other lanes see the data after their own wait and a barrier.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  const unsigned d = unsigned(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
+  const unsigned d = unsigned(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 4 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Whether the device in use has these instructions (compute capability 8.0 and up); asked once
+// per process.
+inline bool device_has_mma() {
+  static const bool yes = [] {
+    int dev = 0;
+    hipDeviceProp_t prop{};
+    return hipGetDevice(&dev) == hipSuccess && hipGetDeviceProperties(&prop, dev) == hipSuccess && prop.major >= 8;
+  }();
+  return yes;
+}
+
+}  // namespace anvil::kernels::tc
+#endif
