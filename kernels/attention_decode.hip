@@ -235,7 +235,8 @@ __global__ void __launch_bounds__(threads) decode_kernel(attention_decode_params
 #if defined(ANVIL_GPU_CUDA)
 // ---- Tensor cores (NVIDIA sm_80+): the same attention on mma.sync m16n8k16 ----
 // Block: 4 warps, one (sequence, kv head, up to 8 of its query heads, split), as above. Warp w
-// takes the split's steps of 16 keys w, w + 4, ... Each warp streams its steps' K and V rows
+// takes the split's steps w, w + 4, ... of 16 keys (f16) or 32 (8 bits; tiles_per_step), each
+// step one or two tiles of 16 keys. Each warp streams its steps' K and V rows
 // (and 8-bit row scales) into its own ring of stages in shared memory with cp.async, several
 // steps ahead of the one it computes, so the bytes in flight do not cost registers — the
 // register-tile version of this kernel was bound by how many it could keep in flight (8 bits
@@ -251,23 +252,38 @@ __global__ void __launch_bounds__(threads) decode_kernel(attention_decode_params
 //     byte permute per register; column j of dims tile t is dim 64 (t / 8) + 8 j + t % 8.
 // Row strides in the ring are padded so that those fragment reads hit distinct banks. The four
 // warps' (max, sum, output) are combined in shared memory in a fixed order. 8-bit caches: the
-// codes enter the products exactly as halves; K's row scale multiplies the score, V's the
-// softmax weight, divided by the largest V scale seen so far (a running unit, rescaled like the
-// running max) so the weight stays in [0, 1].
+// codes enter the products exactly as halves (fp8 by the conversion instruction on sm_89+); K's
+// row scale multiplies the score, V's the softmax weight, divided by the largest V scale seen so
+// far (a running unit, rescaled like the running max) so the weight stays in [0, 1].
 namespace decode_tc {
 
 constexpr int warps = threads / 32, keys = 16, max_heads = 8;
+// Tiles of 16 keys per step of a warp: two for 8-bit caches, whose per-key bytes are half, so the
+// step's fixed work (waiting on the stage, the softmax update, rescaling the accumulators) is
+// spread over 32 keys (int8 / fp8 8% faster; f16 10% slower, bench/GPU_NOTES.md).
+template <kv_dtype T>
+inline constexpr int tiles_per_step = T == kv_dtype::f16 ? 1 : 2;
 
 // The eight elements of a cache fragment as four half2 words (elements 2w and 2w + 1 in word w),
-// the 8-bit codes exactly: int8 as the half 1024 + (c + 128) (a byte permute) minus 1152, fp8 as
-// the half worth 2^-8 of the code (kv_row_scale<fp8> carries the 2^8).
+// the 8-bit codes exactly: int8 as the half 1024 + (c + 128) (a byte permute) minus 1152, fp8 by
+// the conversion instruction where there is one (sm_89+), else as the half worth 2^-8 of the code
+// by bit moves (row_factor carries the 2^8).
 template <kv_dtype T>
 __device__ __forceinline__ void halves(typename kv_vec8<T>::raw r, unsigned (&h)[4]) {
   if constexpr (T == kv_dtype::f16) {
     h[0] = r.x, h[1] = r.y, h[2] = r.z, h[3] = r.w;
   } else if constexpr (T == kv_dtype::fp8) {
+#if __CUDA_ARCH__ >= 890
+    // The conversion instruction (Ada, Hopper), two codes at a time: the codes' own values.
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const unsigned short two = static_cast<unsigned short>((i < 2 ? r.x : r.y) >> (16 * (i % 2)));
+      asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h[i]) : "h"(two));
+    }
+#else
     fp8x4_to_half2x2(r.x, h[0], h[1]);
     fp8x4_to_half2x2(r.y, h[2], h[3]);
+#endif
   } else {
     const unsigned w[2] = {r.x ^ 0x80808080u, r.y ^ 0x80808080u};
 #pragma unroll
@@ -278,9 +294,28 @@ __device__ __forceinline__ void halves(typename kv_vec8<T>::raw r, unsigned (&h)
   }
 }
 
-// One warp's ring: per stage, 16 K rows, 16 V rows and (8 bits) their 32 row scales.
-template <kv_dtype T, int HeadDim>
+// What multiplies the halves() of a row's codes: the row's scale (fp8 decoded by bit moves is worth
+// 2^-8 of the code, the conversion instruction gives the code's value); f16 rows have none.
+template <kv_dtype T>
+__device__ __forceinline__ float row_factor(const float* scales, int i) {
+  if constexpr (T == kv_dtype::f16) {
+    return 1.f;
+  } else if constexpr (T == kv_dtype::fp8) {
+#if __CUDA_ARCH__ >= 890
+    return scales[i];
+#else
+    return scales[i] * fp8_half_decode_factor;
+#endif
+  } else {
+    return scales[i];
+  }
+}
+
+// One warp's ring: per stage, the K and V rows of a step of Tiles x 16 keys and (8 bits) their
+// row scales.
+template <kv_dtype T, int HeadDim, int Tiles>
 struct ring {
+  static constexpr int step_keys = Tiles * keys;
   static constexpr int elem = T == kv_dtype::f16 ? 2 : 1;
   static constexpr int row_bytes = HeadDim * elem;
   static constexpr int frag_bytes = 8 * elem;  // a lane's fragment read
@@ -290,8 +325,8 @@ struct ring {
   // per phase; 8 bits: 8 bytes, 16 lanes).
   static constexpr int k_stride = row_bytes + 4 * frag_bytes;
   static constexpr int v_stride = row_bytes + 16;
-  static constexpr int scale_bytes = T == kv_dtype::f16 ? 0 : 2 * keys * 4;
-  static constexpr int stage_bytes = keys * (k_stride + v_stride) + scale_bytes;
+  static constexpr int scale_bytes = T == kv_dtype::f16 ? 0 : 2 * step_keys * 4;
+  static constexpr int stage_bytes = step_keys * (k_stride + v_stride) + scale_bytes;
   // About 20 KB a warp: two blocks fit an SM's shared memory; 8-bit stages are half the size,
   // so twice as many keys are in flight.
   static constexpr int stages = std::clamp(20480 / stage_bytes, 2, 6);
@@ -308,18 +343,21 @@ __device__ __forceinline__ void split_half2(float a, float b, unsigned& hi, unsi
 
 }  // namespace decode_tc
 
-template <kv_dtype T, int HeadDim, int Split>
+template <kv_dtype T, int HeadDim, int Split, int Tiles>
 __global__ void __launch_bounds__(threads) decode_tc_kernel(attention_decode_params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using vec = kv_vec8<T>;
   using raw_t = typename vec::raw;
-  using rg = decode_tc::ring<T, HeadDim>;
+  using rg = decode_tc::ring<T, HeadDim, Tiles>;
   constexpr int MaxG = decode_tc::max_heads, warps = decode_tc::warps, keys = decode_tc::keys, stages = rg::stages;
+  constexpr int step_keys = rg::step_keys;
   constexpr int kslices = HeadDim / 32;  // K fragments per key and lane: dims 8 (4 i + c)
   constexpr int vslices = HeadDim / 64;  // V fragments per key and lane: dims 64 u + 8 g
   constexpr int dtiles = HeadDim / 8;    // 8-dim column tiles of O
   constexpr int o_stride = HeadDim + 4;  // floats; spreads the lanes' scattered stores over the banks
-  __shared__ std::int64_t slot[Split];
+  static_assert(Split % step_keys == 0, "a split is whole steps");
+  __shared__ std::int64_t row_off[Split];  // byte offset of each key's row of the kv head in the cache arrays
+  __shared__ std::int32_t scale_row[Split];  // 8 bits: index of each key's row scale
   __shared__ float warp_m[warps][MaxG], warp_l[warps][MaxG], head_m[MaxG], head_l[MaxG];
   extern __shared__ __align__(16) unsigned char dyn_smem[];  // the rings; after the loop, the warps' outputs
 
@@ -337,35 +375,40 @@ __global__ void __launch_bounds__(threads) decode_tc_kernel(attention_decode_par
   const std::int64_t bs = p.cache.block_size, kv_row = std::int64_t(n_kv) * HeadDim;
   for (int j = tid; j < n; j += threads) {
     const std::int64_t pos = start + j;
-    slot[j] = std::int64_t(table[pos / bs]) * bs + pos % bs;
+    const std::int64_t slot = std::int64_t(table[pos / bs]) * bs + pos % bs;
+    row_off[j] = (slot * kv_row + std::int64_t(kvh) * HeadDim) * rg::elem;
+    if constexpr (T != kv_dtype::f16) scale_row[j] = std::int32_t(slot * n_kv + kvh);
   }
-  __syncthreads();  // the slots
+  __syncthreads();  // the offsets
   gpu::dependency_wait();  // launched with gpu::launch_dependent: q and the newest K/V come from the kernel before
   gpu::allow_dependents();
 
-  // Step st (keys st * 16 ..) into stage b of the warp's ring, one commit group per step (an empty
-  // one past the split's end, so that the count of groups stays uniform); keys past the end as zeros.
+  // Step st (keys st * step_keys ..) into stage b of the warp's ring, one commit group per step (an
+  // empty one past the split's end, so that the count of groups stays uniform); keys past the end
+  // as zeros.
   unsigned char* const my_ring = dyn_smem + warp * stages * rg::stage_bytes;
-  const std::int64_t head_byte0 = std::int64_t(kvh) * rg::row_bytes;
   const auto issue = [&](int st, int b) {
-    if (st * keys < n) {
+    if (st * step_keys < n) {
       unsigned char* const kdst = my_ring + b * rg::stage_bytes;
-      unsigned char* const vdst = kdst + keys * rg::k_stride;
+      unsigned char* const vdst = kdst + step_keys * rg::k_stride;
       constexpr int pieces = rg::row_bytes / 16;
 #pragma unroll
-      for (int q = lane; q < keys * pieces; q += 32) {
-        const int kk = q / pieces, piece = q % pieces, j = st * keys + kk;
+      for (int q = lane; q < step_keys * pieces; q += 32) {
+        const int kk = q / pieces, piece = q % pieces, j = st * step_keys + kk;
         const bool valid = j < n;
-        const std::int64_t off = (valid ? slot[j] * kv_row * rg::elem : 0) + head_byte0 + piece * 16;
+        const std::int64_t off = (valid ? row_off[j] : 0) + piece * 16;
         tc::cp_async16(kdst + kk * rg::k_stride + piece * 16, static_cast<const unsigned char*>(p.cache.k) + off, valid);
         tc::cp_async16(vdst + kk * rg::v_stride + piece * 16, static_cast<const unsigned char*>(p.cache.v) + off, valid);
       }
       if constexpr (T != kv_dtype::f16) {
-        float* const sdst = reinterpret_cast<float*>(vdst + keys * rg::v_stride);
-        const int kk = lane % keys, j = st * keys + kk;
-        const bool valid = j < n;
-        const float* src = lane < keys ? p.cache.k_scales : p.cache.v_scales;
-        tc::cp_async4(sdst + lane, src + (valid ? slot[j] * n_kv + kvh : 0), valid);
+        float* const sdst = reinterpret_cast<float*>(vdst + step_keys * rg::v_stride);
+#pragma unroll
+        for (int q = lane; q < 2 * step_keys; q += 32) {
+          const int kk = q % step_keys, j = st * step_keys + kk;
+          const bool valid = j < n;
+          const float* src = q < step_keys ? p.cache.k_scales : p.cache.v_scales;
+          tc::cp_async4(sdst + q, src + (valid ? scale_row[j] : 0), valid);
+        }
       }
     }
     tc::cp_async_commit();
@@ -397,39 +440,43 @@ __global__ void __launch_bounds__(threads) decode_tc_kernel(attention_decode_par
   for (int dt = 0; dt < dtiles; ++dt) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.f;
   float m = -INFINITY, l = 0.f;  // head g's running max, and this lane's part of its sum
   float unit = 0.f;              // 8 bits: the largest V scale so far, the unit of acc
-  for (int i = 0, st = warp; st * keys < n; ++i, st += warps) {
+  for (int i = 0, st = warp; st * step_keys < n; ++i, st += warps) {
     const int b = i % stages;
     tc::cp_async_wait<stages - 1>();  // this step's group has landed (at most the later ones fly)
     __syncwarp();
     const unsigned char* const kbuf = my_ring + b * rg::stage_bytes;
-    const unsigned char* const vbuf = kbuf + keys * rg::k_stride;
-    const float* const sbuf = reinterpret_cast<const float*>(vbuf + keys * rg::v_stride);
-    // Column r of the lane's scores: key 8 (r / 2) + 2c + r % 2 of the step.
-    const auto col_key = [&](int r) { return 8 * (r / 2) + 2 * c + r % 2; };
+    const unsigned char* const vbuf = kbuf + step_keys * rg::k_stride;
+    const float* const sbuf = reinterpret_cast<const float*>(vbuf + step_keys * rg::v_stride);
+    // Column r of the lane's scores in tile t: key 16 t + 8 (r / 2) + 2c + r % 2 of the step.
+    const auto col_key = [&](int t, int r) { return keys * t + 8 * (r / 2) + 2 * c + r % 2; };
 
-    // S = Q K^T: s[r] is head g's score of column r's key.
-    float s[4];
+    // S = Q K^T: s[t][r] is head g's score of column r's key in tile t.
+    float s[Tiles][4];
+    float mx = -INFINITY, vmax = 0.f, vsc[Tiles][4];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float sc[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int t = 0; t < Tiles; ++t) {
 #pragma unroll
-      for (int k = 0; k < kslices; ++k) {
-        unsigned w[4];
-        decode_tc::halves<T>(*reinterpret_cast<const raw_t*>(kbuf + (8 * h + g) * rg::k_stride + rg::frag_bytes * (4 * k + c)), w);
-        tc::mma_16816(sc, qa[2 * k], w[0], w[1]);
-        tc::mma_16816(sc, qa[2 * k + 1], w[2], w[3]);
+      for (int h = 0; h < 2; ++h) {
+        float sc[4] = {0.f, 0.f, 0.f, 0.f};
+        const unsigned char* const krow = kbuf + (keys * t + 8 * h + g) * rg::k_stride;
+#pragma unroll
+        for (int k = 0; k < kslices; ++k) {
+          unsigned w[4];
+          decode_tc::halves<T>(*reinterpret_cast<const raw_t*>(krow + rg::frag_bytes * (4 * k + c)), w);
+          tc::mma_16816(sc, qa[2 * k], w[0], w[1]);
+          tc::mma_16816(sc, qa[2 * k + 1], w[2], w[3]);
+        }
+        s[t][2 * h] = sc[0] + sc[2];
+        s[t][2 * h + 1] = sc[1] + sc[3];
       }
-      s[2 * h] = sc[0] + sc[2];
-      s[2 * h + 1] = sc[1] + sc[3];
-    }
-    float mx = -INFINITY, vmax = 0.f, vsc[4];
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int kk = col_key(r);
-      s[r] = st * keys + kk < n ? s[r] * kv_row_scale<T>(sbuf, kk) : -INFINITY;
-      mx = fmaxf(mx, s[r]);
-      vsc[r] = kv_row_scale<T>(sbuf, keys + kk);  // 0 past the end (zero-filled); f16: 1
-      vmax = fmaxf(vmax, vsc[r]);
+      for (int r = 0; r < 4; ++r) {
+        const int kk = col_key(t, r);
+        s[t][r] = st * step_keys + kk < n ? s[t][r] * decode_tc::row_factor<T>(sbuf, kk) : -INFINITY;
+        mx = fmaxf(mx, s[t][r]);
+        vsc[t][r] = decode_tc::row_factor<T>(sbuf, step_keys + kk);  // 0 past the end (zero-filled); f16: 1
+        vmax = fmaxf(vmax, vsc[t][r]);
+      }
     }
     mx = fmaxf(mx, gpu::shfl_xor(mx, 1));
     mx = fmaxf(mx, gpu::shfl_xor(mx, 2));
@@ -438,9 +485,12 @@ __global__ void __launch_bounds__(threads) decode_tc_kernel(attention_decode_par
     m = m_new;
     float sum = 0.f;
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      s[r] = expf(s[r] - m_new);
-      sum += s[r];
+    for (int t = 0; t < Tiles; ++t) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        s[t][r] = expf(s[t][r] - m_new);
+        sum += s[t][r];
+      }
     }
     l = l * alpha + sum;
     if constexpr (T != kv_dtype::f16) {
@@ -451,28 +501,34 @@ __global__ void __launch_bounds__(threads) decode_tc_kernel(attention_decode_par
       alpha *= unit * inv;  // acc moves to the new unit (acc is 0 while unit is)
       unit = unit_new;
 #pragma unroll
-      for (int r = 0; r < 4; ++r) s[r] *= vsc[r] * inv;
+      for (int t = 0; t < Tiles; ++t) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) s[t][r] *= vsc[t][r] * inv;
+      }
     }
 #pragma unroll
     for (int dt = 0; dt < dtiles; ++dt) acc[dt][0] *= alpha, acc[dt][1] *= alpha, acc[dt][2] *= alpha, acc[dt][3] *= alpha;
 
     // O += P V, the weights as their f16 rounding (row g) and its remainder (row g + 8).
-    unsigned pa[4];
-    decode_tc::split_half2(s[0], s[1], pa[0], pa[1]);
-    decode_tc::split_half2(s[2], s[3], pa[2], pa[3]);
 #pragma unroll
-    for (int u = 0; u < vslices; ++u) {
-      unsigned w[4][4];
+    for (int t = 0; t < Tiles; ++t) {
+      unsigned pa[4];
+      decode_tc::split_half2(s[t][0], s[t][1], pa[0], pa[1]);
+      decode_tc::split_half2(s[t][2], s[t][3], pa[2], pa[3]);
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        decode_tc::halves<T>(*reinterpret_cast<const raw_t*>(vbuf + col_key(r) * rg::v_stride + (64 * u + 8 * g) * rg::elem), w[r]);
-      }
+      for (int u = 0; u < vslices; ++u) {
+        unsigned w[4][4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
+        for (int r = 0; r < 4; ++r) {
+          decode_tc::halves<T>(*reinterpret_cast<const raw_t*>(vbuf + col_key(t, r) * rg::v_stride + (64 * u + 8 * g) * rg::elem), w[r]);
+        }
 #pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const unsigned sel = hh ? 0x7632u : 0x5410u;  // the low or the high halves of two keys' words
-          tc::mma_16816(acc[8 * u + 2 * e + hh], pa, __byte_perm(w[0][e], w[1][e], sel), __byte_perm(w[2][e], w[3][e], sel));
+        for (int e = 0; e < 4; ++e) {
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const unsigned sel = hh ? 0x7632u : 0x5410u;  // the low or the high halves of two keys' words
+            tc::mma_16816(acc[8 * u + 2 * e + hh], pa, __byte_perm(w[0][e], w[1][e], sel), __byte_perm(w[2][e], w[3][e], sel));
+          }
         }
       }
     }
@@ -518,9 +574,6 @@ __global__ void __launch_bounds__(threads) decode_tc_kernel(attention_decode_par
 #endif
 }
 
-// Launches decode_tc_kernel with its ring, the kernel's shared-memory limit raised once.
-template <kv_dtype T, int HeadDim, int Split>
-void launch_tc(const attention_decode_params& p, int group, hipStream_t stream);
 #endif
 
 // Merges the splits of one (sequence, query head): out = sum_s w_s o_s / sum_s w_s with
@@ -606,13 +659,14 @@ void launch_with_merge(const attention_decode_params& p, int group, Kernel kerne
 #if defined(ANVIL_GPU_CUDA)
 template <kv_dtype T, int HeadDim, int Split>
 void launch_tc(const attention_decode_params& p, int group, hipStream_t stream) {
-  constexpr int smem = decode_tc::ring<T, HeadDim>::block_bytes;
+  constexpr int tiles = decode_tc::tiles_per_step<T>;
+  constexpr int smem = decode_tc::ring<T, HeadDim, tiles>::block_bytes;
   static const bool raised = [] {  // once per process and kernel
-    return cudaFuncSetAttribute(decode_tc_kernel<T, HeadDim, Split>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) ==
-           cudaSuccess;
+    return cudaFuncSetAttribute(decode_tc_kernel<T, HeadDim, Split, tiles>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                smem) == cudaSuccess;
   }();
   (void)raised;  // a failure shows as the launch's error
-  launch_with_merge<HeadDim, decode_tc::max_heads>(p, group, decode_tc_kernel<T, HeadDim, Split>, stream, smem);
+  launch_with_merge<HeadDim, decode_tc::max_heads>(p, group, decode_tc_kernel<T, HeadDim, Split, tiles>, stream, smem);
 }
 #endif
 
