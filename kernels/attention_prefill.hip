@@ -22,19 +22,23 @@ namespace {
 constexpr int threads = 256;
 constexpr int tile_rows = 32;
 
+// Eight 8-bit codes decoded and scaled, as f16 (one more rounding than the f32 reference).
+template <kv_dtype T>
+__device__ __forceinline__ uint4 decoded8(typename kv_vec8<T>::raw r, float sc) {
+  float f[8];
+  kv_vec8<T>::to_float(r, f);
+  return make_uint4(gpu::floats_to_half2_bits(f[0] * sc, f[1] * sc), gpu::floats_to_half2_bits(f[2] * sc, f[3] * sc),
+                    gpu::floats_to_half2_bits(f[4] * sc, f[5] * sc), gpu::floats_to_half2_bits(f[6] * sc, f[7] * sc));
+}
+
 // Eight elements of a cache row as halves in shared memory: f16 rows as they are, 8-bit rows
-// decoded and scaled (rounded to f16 once more).
+// decoded and scaled.
 template <kv_dtype T>
 __device__ __forceinline__ uint4 staged8(const void* base, const float* scales, std::int64_t elem, std::int64_t row) {
-  using vec = kv_vec8<T>;
   if constexpr (T == kv_dtype::f16) {
-    return vec::load(base, elem);
+    return kv_vec8<T>::load(base, elem);
   } else {
-    float f[8];
-    vec::to_float(vec::load(base, elem), f);
-    const float sc = kv_row_scale<T>(scales, row);
-    return make_uint4(gpu::floats_to_half2_bits(f[0] * sc, f[1] * sc), gpu::floats_to_half2_bits(f[2] * sc, f[3] * sc),
-                      gpu::floats_to_half2_bits(f[4] * sc, f[5] * sc), gpu::floats_to_half2_bits(f[6] * sc, f[7] * sc));
+    return decoded8<T>(kv_vec8<T>::load(base, elem), kv_row_scale<T>(scales, row));
   }
 }
 
@@ -161,21 +165,40 @@ __global__ void __launch_bounds__(threads) prefill_kernel(attention_prefill_para
 #if defined(ANVIL_GPU_CUDA)
 // ---- Tensor cores (NVIDIA sm_80+): the same attention, FlashAttention-2 style on mma.sync ----
 // Block: 4 warps, 64 query rows (16 per warp, rows as above), one kv head. Per tile of 64 keys
-// (K and V staged as f16 in shared memory, rows padded by 16 bytes): S = Q K^T on m16n8k16 tensor
+// (K and V staged as f16 in shared memory, rows padded by 16 bytes, in two buffers: the next tile
+// is fetched while this one is computed): S = Q K^T on m16n8k16 tensor
 // core instructions (Q in f16 registers, pre-scaled; f32 accumulate), the online softmax on the
 // accumulators (each row's four lanes reduce by shuffles), P rounded to f16 in registers as the
 // A operand of O += P V (V's B operand by ldmatrix.trans). Q and P are rounded to f16 — the
 // CUDA-core kernel above keeps them in f32.
 namespace prefill_tc {
 constexpr int warps = 4, threads = 32 * warps, rows = 16 * warps, keys = 64;
+// One tile of keys as f16 in shared memory, rows padded by 16 bytes.
+template <int HeadDim>
+struct tile {
+  __align__(16) gpu::half_bits k[keys][HeadDim + 8];
+  __align__(16) gpu::half_bits v[keys][HeadDim + 8];
+};
+// 8 bits: a tile's codes and row scales as they land, piece i of thread t at [i][t].
+template <kv_dtype T, int PerThread>
+struct codes {
+  typename kv_vec8<T>::raw k[PerThread][threads], v[PerThread][threads];
+  float k_scale[PerThread][threads], v_scale[PerThread][threads];
+};
+// The shared memory of a block: two tiles, and for 8 bits the staging area.
+template <kv_dtype T, int HeadDim>
+inline constexpr int smem_bytes = 2 * int(sizeof(tile<HeadDim>)) +
+                                  (T == kv_dtype::f16 ? 0 : int(sizeof(codes<T, keys * HeadDim / 8 / threads>)));
 }  // namespace prefill_tc
+
 
 template <kv_dtype T, int HeadDim>
 __global__ void __launch_bounds__(prefill_tc::threads) prefill_tc_kernel(attention_prefill_params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  constexpr int ksteps = HeadDim / 16, dtiles = HeadDim / 8, ntiles = prefill_tc::keys / 8, stride = HeadDim + 8;
-  __shared__ __align__(16) gpu::half_bits k_s[prefill_tc::keys][stride];
-  __shared__ __align__(16) gpu::half_bits v_s[prefill_tc::keys][stride];
+  constexpr int ksteps = HeadDim / 16, dtiles = HeadDim / 8, ntiles = prefill_tc::keys / 8;
+  using tile_t = prefill_tc::tile<HeadDim>;
+  extern __shared__ __align__(16) unsigned char dyn_smem[];  // two tiles: the one computed, the next one landing
+  tile_t* const tiles = reinterpret_cast<tile_t*>(dyn_smem);
 
   const attention_prefill_seq sq = p.seqs[blockIdx.z];
   const int kvh = blockIdx.y, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
@@ -219,23 +242,64 @@ __global__ void __launch_bounds__(prefill_tc::threads) prefill_tc_kernel(attenti
 
   const std::int64_t last_row = min(row0 + prefill_tc::rows, rows_total) - 1;
   const int kv_end = sq.start_pos + int(last_row / group) + 1;
-  for (int kt0 = 0; kt0 < kv_end; kt0 += prefill_tc::keys) {
-    __syncthreads();  // the previous tile is fully read
-    for (int e = tid; e < prefill_tc::keys * (HeadDim / 8); e += prefill_tc::threads) {
-      const int j = e / (HeadDim / 8), cc = e % (HeadDim / 8);
+  // Staging a tile of keys [kt0, kt0 + keys), keys past kv_end as zeros, by cp.async so that the
+  // next tile lands while this one is computed: f16 rows straight into tiles[b]; 8-bit rows (and
+  // their scales) into a staging area where each thread finds the pieces it copied itself, which
+  // it decodes and scales into tiles[b] once they have landed (no barrier between).
+  constexpr int pieces = prefill_tc::keys * (HeadDim / 8);  // 8 elements each
+  constexpr int per_thread = pieces / prefill_tc::threads;
+  static_assert(pieces % prefill_tc::threads == 0, "whole pieces per thread");
+  using raw_t = typename kv_vec8<T>::raw;
+  prefill_tc::codes<T, per_thread>* const staged = reinterpret_cast<prefill_tc::codes<T, per_thread>*>(tiles + 2);
+  const auto fetch = [&](int kt0, int b) {
+#pragma unroll
+    for (int i = 0; i < per_thread; ++i) {
+      const int e = tid + i * prefill_tc::threads, j = e / (HeadDim / 8), cc = e % (HeadDim / 8);
       const int pos = kt0 + j;
-      uint4 kr = make_uint4(0, 0, 0, 0), vr = make_uint4(0, 0, 0, 0);
-      if (pos < kv_end) {
-        const std::int64_t slot = std::int64_t(table[pos / bs]) * bs + pos % bs;
-        const std::int64_t off = slot * kv_row + std::int64_t(kvh) * HeadDim + cc * 8;
+      const bool valid = pos < kv_end;
+      const std::int64_t slot = valid ? std::int64_t(table[pos / bs]) * bs + pos % bs : 0;
+      const std::int64_t off = slot * kv_row + std::int64_t(kvh) * HeadDim + cc * 8;  // elements
+      if constexpr (T == kv_dtype::f16) {
+        tc::cp_async16(&tiles[b].k[j][cc * 8], static_cast<const gpu::half_bits*>(p.cache.k) + off, valid);
+        tc::cp_async16(&tiles[b].v[j][cc * 8], static_cast<const gpu::half_bits*>(p.cache.v) + off, valid);
+      } else {
         const std::int64_t row = slot * p.cache.n_kv_heads + kvh;
-        kr = staged8<T>(p.cache.k, p.cache.k_scales, off, row);
-        vr = staged8<T>(p.cache.v, p.cache.v_scales, off, row);
+        tc::cp_async8(&staged->k[i][tid], static_cast<const unsigned char*>(p.cache.k) + off, valid);
+        tc::cp_async8(&staged->v[i][tid], static_cast<const unsigned char*>(p.cache.v) + off, valid);
+        tc::cp_async4(&staged->k_scale[i][tid], p.cache.k_scales + row, valid);
+        tc::cp_async4(&staged->v_scale[i][tid], p.cache.v_scales + row, valid);
       }
-      *reinterpret_cast<uint4*>(&k_s[j][cc * 8]) = kr;
-      *reinterpret_cast<uint4*>(&v_s[j][cc * 8]) = vr;
     }
-    __syncthreads();
+    tc::cp_async_commit();
+  };
+  const auto decode = [&](int b) {  // 8 bits: this thread's staged pieces, landed, into tiles[b]
+    if constexpr (T != kv_dtype::f16) {
+      tc::cp_async_wait<0>();
+#pragma unroll
+      for (int i = 0; i < per_thread; ++i) {
+        const int e = tid + i * prefill_tc::threads, j = e / (HeadDim / 8), cc = e % (HeadDim / 8);
+        *reinterpret_cast<uint4*>(&tiles[b].k[j][cc * 8]) =
+            decoded8<T>(staged->k[i][tid], kv_row_scale<T>(&staged->k_scale[i][tid], 0));
+        *reinterpret_cast<uint4*>(&tiles[b].v[j][cc * 8]) =
+            decoded8<T>(staged->v[i][tid], kv_row_scale<T>(&staged->v_scale[i][tid], 0));
+      }
+    }
+  };
+  fetch(0, 0);
+  decode(0);
+  for (int kt0 = 0, b = 0; kt0 < kv_end; kt0 += prefill_tc::keys, b ^= 1) {
+    const bool more = kt0 + prefill_tc::keys < kv_end;
+    if (more) fetch(kt0 + prefill_tc::keys, b ^ 1);  // tiles[b ^ 1] was last read before the previous barrier
+    if constexpr (T == kv_dtype::f16) {
+      if (more) {
+        tc::cp_async_wait<1>();  // this tile's group has landed; the next one may still fly
+      } else {
+        tc::cp_async_wait<0>();
+      }
+    }
+    __syncthreads();  // tiles[b] is complete for every warp
+    const auto& k_s = tiles[b].k;
+    const auto& v_s = tiles[b].v;
 
     // S = Q K^T for the tile's 8 groups of 8 keys: lane (g, c) holds keys 2c, 2c + 1 of each group
     // for rows g (s[nt][0..1]) and g + 8 (s[nt][2..3]).
@@ -302,6 +366,8 @@ __global__ void __launch_bounds__(prefill_tc::threads) prefill_tc_kernel(attenti
         tc::mma_16816(o[dt], pa, b0, b1);
       }
     }
+    if (more) decode(b ^ 1);
+    __syncthreads();  // every warp is done with tiles[b] before the next fetch overwrites it
   }
 
 #pragma unroll
@@ -323,15 +389,28 @@ __global__ void __launch_bounds__(prefill_tc::threads) prefill_tc_kernel(attenti
 
 #endif
 
+#if defined(ANVIL_GPU_CUDA)
+template <kv_dtype T, int HeadDim>
+void launch_tc(const attention_prefill_params& p, dim3 grid, hipStream_t stream) {
+  constexpr int smem = prefill_tc::smem_bytes<T, HeadDim>;
+  static const bool raised = [] {  // once per process and kernel
+    return cudaFuncSetAttribute(prefill_tc_kernel<T, HeadDim>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) ==
+           cudaSuccess;
+  }();
+  (void)raised;  // a failure shows as the launch's error
+  prefill_tc_kernel<T, HeadDim><<<grid, prefill_tc::threads, smem, stream>>>(p);
+}
+#endif
+
 template <kv_dtype T>
 void launch(const attention_prefill_params& p, dim3 grid, hipStream_t stream) {
 #if defined(ANVIL_GPU_CUDA)
   if (attention_prefill_tensor_cores()) {
     grid.x = static_cast<unsigned>((p.max_seq_tokens * (p.n_heads / p.cache.n_kv_heads) + prefill_tc::rows - 1) / prefill_tc::rows);
     if (p.cache.head_dim == 64) {
-      prefill_tc_kernel<T, 64><<<grid, prefill_tc::threads, 0, stream>>>(p);
+      launch_tc<T, 64>(p, grid, stream);
     } else {
-      prefill_tc_kernel<T, 128><<<grid, prefill_tc::threads, 0, stream>>>(p);
+      launch_tc<T, 128>(p, grid, stream);
     }
     return;
   }

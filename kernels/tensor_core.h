@@ -31,12 +31,16 @@ __device__ __forceinline__ void ldmatrix_x2_trans(const gpu::half_bits* row, uns
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n" : "=r"(b0), "=r"(b1) : "r"(addr));
 }
 
-// Asynchronous copies to shared memory: 16 bytes (or 4), zeros where `valid` is false (src is
+// Asynchronous copies to shared memory: 16 bytes (or 8, or 4), zeros where `valid` is false (src is
 // then not read). A lane's copies form a group at commit(); wait<N>() returns once at most N of
 // its groups are still in flight. Other lanes see the data after their own wait and a barrier.
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
   const unsigned d = unsigned(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async8(void* dst, const void* src, bool valid) {
+  const unsigned d = unsigned(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 8 : 0) : "memory");
 }
 __device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
   const unsigned d = unsigned(__cvta_generic_to_shared(dst));
