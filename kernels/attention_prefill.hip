@@ -249,7 +249,6 @@ __global__ void __launch_bounds__(prefill_tc::threads) prefill_tc_kernel(attenti
   constexpr int pieces = prefill_tc::keys * (HeadDim / 8);  // 8 elements each
   constexpr int per_thread = pieces / prefill_tc::threads;
   static_assert(pieces % prefill_tc::threads == 0, "whole pieces per thread");
-  using raw_t = typename kv_vec8<T>::raw;
   prefill_tc::codes<T, per_thread>* const staged = reinterpret_cast<prefill_tc::codes<T, per_thread>*>(tiles + 2);
   const auto fetch = [&](int kt0, int b) {
 #pragma unroll
