@@ -661,7 +661,7 @@ template <kv_dtype T, int HeadDim, int Split>
 void launch_tc(const attention_decode_params& p, int group, hipStream_t stream) {
   constexpr int tiles = decode_tc::tiles_per_step<T>;
   constexpr int smem = decode_tc::ring<T, HeadDim, tiles>::block_bytes;
-  tc::allow_dynamic_smem<decode_tc_kernel<T, HeadDim, Split, tiles>>(smem);
+  gpu::allow_dynamic_smem<decode_tc_kernel<T, HeadDim, Split, tiles>>(smem);
   launch_with_merge<HeadDim, decode_tc::max_heads>(p, group, decode_tc_kernel<T, HeadDim, Split, tiles>, stream, smem);
 }
 #endif

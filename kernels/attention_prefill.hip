@@ -392,7 +392,7 @@ __global__ void __launch_bounds__(prefill_tc::threads) prefill_tc_kernel(attenti
 template <kv_dtype T, int HeadDim>
 void launch_tc(const attention_prefill_params& p, dim3 grid, hipStream_t stream) {
   constexpr int smem = prefill_tc::smem_bytes<T, HeadDim>;
-  tc::allow_dynamic_smem<prefill_tc_kernel<T, HeadDim>>(smem);
+  gpu::allow_dynamic_smem<prefill_tc_kernel<T, HeadDim>>(smem);
   prefill_tc_kernel<T, HeadDim><<<grid, prefill_tc::threads, smem, stream>>>(p);
 }
 #endif

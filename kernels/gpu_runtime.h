@@ -40,6 +40,9 @@ inline hipError_t hipGetDeviceCount(int* n) { return cudaGetDeviceCount(n); }
 inline hipError_t hipSetDevice(int d) { return cudaSetDevice(d); }
 inline hipError_t hipGetDevice(int* d) { return cudaGetDevice(d); }
 inline hipError_t hipGetDeviceProperties(hipDeviceProp_t* p, int d) { return cudaGetDeviceProperties(p, d); }
+using hipFuncAttribute = cudaFuncAttribute;
+inline constexpr hipFuncAttribute hipFuncAttributeMaxDynamicSharedMemorySize = cudaFuncAttributeMaxDynamicSharedMemorySize;
+inline hipError_t hipFuncSetAttribute(const void* f, hipFuncAttribute a, int v) { return cudaFuncSetAttribute(f, a, v); }
 inline hipError_t hipMemGetInfo(std::size_t* free_b, std::size_t* total_b) { return cudaMemGetInfo(free_b, total_b); }
 inline hipError_t hipDeviceSynchronize() { return cudaDeviceSynchronize(); }
 inline hipError_t hipDriverGetVersion(int* v) { return cudaDriverGetVersion(v); }
@@ -401,6 +404,15 @@ void launch_dependent_smem(void (*kernel)(P...), dim3 grid, dim3 block, std::siz
 template <class... P, class... A>
 void launch_dependent(void (*kernel)(P...), dim3 grid, dim3 block, hipStream_t stream, A&&... args) {
   launch_dependent_smem(kernel, grid, block, 0, stream, std::forward<A>(args)...);
+}
+
+// Raises Kernel's dynamic shared-memory limit to `bytes` (a launch above 48 KB needs it), once per
+// process and kernel; a failure shows as the launch's error.
+template <auto Kernel>
+void allow_dynamic_smem(int bytes) {
+  static const bool raised = hipFuncSetAttribute(reinterpret_cast<const void*>(Kernel),
+                                                 hipFuncAttributeMaxDynamicSharedMemorySize, bytes) == hipSuccess;
+  (void)raised;
 }
 
 }  // namespace anvil::gpu

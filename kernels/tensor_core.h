@@ -52,15 +52,6 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-// Raises Kernel's dynamic shared-memory limit to `bytes` (launches above 48 KB need it), once per
-// process and kernel; a failure shows as the launch's error.
-template <auto Kernel>
-void allow_dynamic_smem(int bytes) {
-  static const bool raised =
-      cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == cudaSuccess;
-  (void)raised;
-}
-
 // Whether the device in use has these instructions (compute capability 8.0 and up); asked once
 // per process.
 inline bool device_has_mma() {
