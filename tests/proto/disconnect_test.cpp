@@ -154,6 +154,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(protocol::line, protocol::http),
                        ::testing::Values(stage::queued, stage::prefill, stage::streaming, stage::non_streamed,
                                          stage::half_closed)),
-    [](const auto& info) { return std::string(name_of(std::get<0>(info.param))) + name_of(std::get<1>(info.param)); });
+    [](const auto& param_info) {
+      return std::string(name_of(std::get<0>(param_info.param))) + name_of(std::get<1>(param_info.param));
+    });
 
 }  // namespace
