@@ -23,6 +23,7 @@
 #include "kernels/attention_decode.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/gpu_quant_dot.h"
 #include "kernels/kv_cache_read.h"
@@ -656,6 +657,21 @@ void launch_with_merge(const attention_decode_params& p, int group, Kernel kerne
   }
 }
 
+// Calls f(std::integral_constant<int, split>) for the split length the launcher validated: each
+// kernel is a template over it.
+template <class F>
+void with_split(std::int64_t split, F&& f) {
+  constexpr int short_split = int(attention_decode_short_split), mid_split = int(attention_decode_split);
+  constexpr int long_split = int(attention_decode_long_split);
+  if (split == short_split) {
+    f(std::integral_constant<int, short_split>{});
+  } else if (split == mid_split) {
+    f(std::integral_constant<int, mid_split>{});
+  } else {
+    f(std::integral_constant<int, long_split>{});
+  }
+}
+
 #if defined(ANVIL_GPU_CUDA)
 template <kv_dtype T, int HeadDim, int Split>
 void launch_tc(const attention_decode_params& p, int group, hipStream_t stream) {
@@ -668,24 +684,16 @@ void launch_tc(const attention_decode_params& p, int group, hipStream_t stream) 
 
 template <kv_dtype T, int HeadDim, int MaxG>
 void launch(const attention_decode_params& p, int group, hipStream_t stream) {
-  constexpr int short_split = int(attention_decode_short_split), split = int(attention_decode_split);
-  constexpr int long_split = int(attention_decode_long_split);
-  switch (p.split) {
-    case short_split: launch_with_merge<HeadDim, MaxG>(p, group, decode_kernel<T, HeadDim, MaxG, short_split>, stream); break;
-    case split: launch_with_merge<HeadDim, MaxG>(p, group, decode_kernel<T, HeadDim, MaxG, split>, stream); break;
-    default: launch_with_merge<HeadDim, MaxG>(p, group, decode_kernel<T, HeadDim, MaxG, long_split>, stream); break;
-  }
+  with_split(p.split, [&](auto split) {
+    launch_with_merge<HeadDim, MaxG>(p, group, decode_kernel<T, HeadDim, MaxG, decltype(split)::value>, stream);
+  });
 }
 
 template <kv_dtype T, int HeadDim>
 void launch_for_group(const attention_decode_params& p, int group, hipStream_t stream) {
 #if defined(ANVIL_GPU_CUDA)
   if (!p.cuda_cores_only && tc::device_has_mma()) {
-    switch (p.split) {
-      case attention_decode_short_split: launch_tc<T, HeadDim, int(attention_decode_short_split)>(p, group, stream); break;
-      case attention_decode_split: launch_tc<T, HeadDim, int(attention_decode_split)>(p, group, stream); break;
-      default: launch_tc<T, HeadDim, int(attention_decode_long_split)>(p, group, stream); break;
-    }
+    with_split(p.split, [&](auto split) { launch_tc<T, HeadDim, decltype(split)::value>(p, group, stream); });
     return;
   }
 #endif
