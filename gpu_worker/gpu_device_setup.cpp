@@ -94,7 +94,7 @@ gpu_device::gpu_device(const model::llm& m, const gpu_worker_config& cfg, memory
     mem.device = prop.name;
     ok(hipStreamCreateWithFlags(&stream_, hipStreamNonBlocking), "create the stream");
     gemm_.algo = kernels::default_gemm_algo();
-    if (gemm_.algo == kernels::gemm_algo::vendor_blas) {
+    if (kernels::gemm_uses_blas(gemm_.algo)) {
       if (blas::create(&gemm_.blas) != blas::ok) throw std::runtime_error("gpu worker: the BLAS handle could not be created");
       have_blas_ = true;
       ++allocations_;  // the handle holds device memory of its own

@@ -1,7 +1,10 @@
 // GEMM for prefill and batches above gemv_max_tokens: y[t, o] = sum_i W[o, i] * x[t, i] (+ bias),
 // the op of matmul_params (kernels/matmul.h; reference matmul_ref), W a GGUF weight on the device.
 //
-// Two algorithms:
+// Three algorithms:
+//   quantized (NVIDIA sm_80+ with a BLAS; the default there): where gemm_quant_preferred (Q4_K
+//     weights, steps small for the weight's size), tensor cores straight from the quantized blocks
+//     (kernels/gemm_quant.h); everything else as vendor_blas. Error: as vendor_blas.
 //   vendor_blas (NVIDIA): W is dequantized into an f16 scratch (F16 and BF16 weights are used as
 //     they are), x is converted to f16 (bf16 for BF16 weights) into scratch, and cuBLAS multiplies
 //     with f32 accumulation into y; a small kernel adds the bias. Error: f16 rounding of W and x.
@@ -23,17 +26,20 @@
 
 namespace anvil::kernels {
 
-enum class gemm_algo { vendor_blas, tiled_f16, tiled_f32 };
+enum class gemm_algo { quantized, vendor_blas, tiled_f16, tiled_f32 };
 
-// The best algorithm this build has: vendor_blas where ANVIL_GPU_HAVE_BLAS, else tiled_f16.
+// The best algorithm this build has: quantized where ANVIL_GPU_HAVE_BLAS, else tiled_f16.
 gemm_algo default_gemm_algo();
+
+// Whether the algorithm calls the vendor BLAS (and so needs gemm_context::blas).
+constexpr bool gemm_uses_blas(gemm_algo a) { return a == gemm_algo::quantized || a == gemm_algo::vendor_blas; }
 
 struct gemm_context {
   gemm_algo algo = gemm_algo::tiled_f16;
   void* workspace = nullptr;           // >= gemm_workspace_bytes(...) bytes, 256-byte aligned
   std::size_t workspace_bytes = 0;
-  blas::handle_t blas = nullptr;       // vendor_blas: created at start-up by the caller
-  void* blas_workspace = nullptr;      // vendor_blas: bound to the handle on every call
+  blas::handle_t blas = nullptr;       // gemm_uses_blas: created at start-up by the caller
+  void* blas_workspace = nullptr;      // gemm_uses_blas: bound to the handle on every call
   std::size_t blas_workspace_bytes = 0;
 };
 

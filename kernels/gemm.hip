@@ -11,6 +11,7 @@
 
 #include <algorithm>
 
+#include "kernels/gemm_quant.h"
 #include "kernels/gpu_quant.h"
 
 namespace anvil::kernels {
@@ -121,6 +122,7 @@ constexpr std::size_t round_up(std::size_t n) { return (n + 255) / 256 * 256; }
 std::size_t weight_scratch_bytes(gemm_algo algo, model::ggml_type t, std::int64_t in, std::int64_t out) {
   const std::size_t elems = std::size_t(in) * std::size_t(out);
   switch (algo) {
+    case gemm_algo::quantized:
     case gemm_algo::vendor_blas:
       return (t == model::ggml_type::F16 || t == model::ggml_type::BF16) ? 0 : round_up(elems * 2);
     case gemm_algo::tiled_f16: return t == model::ggml_type::F16 ? 0 : round_up(elems * 2);
@@ -200,12 +202,13 @@ hipError_t run_blas(const matmul_params& p, const gemm_context& ctx, hipStream_t
 
 }  // namespace
 
-gemm_algo default_gemm_algo() { return ANVIL_GPU_HAVE_BLAS ? gemm_algo::vendor_blas : gemm_algo::tiled_f16; }
+gemm_algo default_gemm_algo() { return ANVIL_GPU_HAVE_BLAS ? gemm_algo::quantized : gemm_algo::tiled_f16; }
 
 std::size_t gemm_workspace_bytes(gemm_algo algo, model::ggml_type w_type, std::int64_t in, std::int64_t out,
                                  std::int64_t max_tokens) {
   std::size_t bytes = weight_scratch_bytes(algo, w_type, in, out);
-  if (algo == gemm_algo::vendor_blas) bytes += round_up(std::size_t(max_tokens) * std::size_t(in) * 2);
+  if (gemm_uses_blas(algo)) bytes += round_up(std::size_t(max_tokens) * std::size_t(in) * 2);
+  if (algo == gemm_algo::quantized) bytes = std::max(bytes, gemm_quant_workspace_bytes(w_type, in, out, max_tokens));
   return bytes;
 }
 
@@ -215,7 +218,10 @@ hipError_t launch_gemm(const matmul_params& p, const gemm_context& ctx, hipStrea
   if (!aligned16(p.w) || !aligned16(p.x) || p.y == nullptr) return hipErrorInvalidValue;
   const std::size_t need = gemm_workspace_bytes(ctx.algo, p.w_type, p.in, p.out, p.n_tokens);
   if (need > ctx.workspace_bytes || (need > 0 && !aligned16(ctx.workspace))) return hipErrorInvalidValue;
-  return ctx.algo == gemm_algo::vendor_blas ? run_blas(p, ctx, stream) : run_tiled(p, ctx, stream);
+  if (ctx.algo == gemm_algo::quantized && gemm_quant_preferred(p.w_type, p.n_tokens, p.in, p.out)) {
+    return launch_gemm_quant(p, ctx.workspace, ctx.workspace_bytes, stream);
+  }
+  return gemm_uses_blas(ctx.algo) ? run_blas(p, ctx, stream) : run_tiled(p, ctx, stream);
 }
 
 }  // namespace anvil::kernels

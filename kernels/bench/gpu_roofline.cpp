@@ -9,6 +9,9 @@
 //            and written / time, and % of the copy bandwidth.
 //   GEMM:    32 and 512 tokens on 4096x4096 and 14336x4096, dequantization included: TFLOP/s, and % of
 //            the dense f16 rate.
+//   quantized GEMM (tensor cores on the Q4_K blocks) against dequantize + vendor GEMM at 8-128 tokens
+//            on the 8B shapes: µs, each beside max(weight bytes at the copy bandwidth, products at
+//            the f16 GEMM rate).
 //   vendor GEMM int8 against f16 at 64-2048 tokens on the 8B shapes: the 8-bit tensor-core rate an
 //            int8 weight path could reach, beside the f16 GEMM the path above feeds.
 //   decode attention, one llama3-8b layer (32 query heads over 8 KV heads of 128), for each KV
@@ -22,7 +25,8 @@
 // GEMV cycles through enough copies of the weight to exceed the L2 cache several times, as a
 // model's layers do, so no figure comes from L2. Weights are random bytes (the kernels' speed
 // does not depend on the values). A plain main: the GPU machine has none of the Debian libraries.
-// Usage: gpu_roofline [--quick]   (--quick: fewer repetitions, skips the 128256-row shape)
+// Usage: gpu_roofline [--quick] [--quant-gemm]   (--quick: fewer repetitions, skips the 128256-row
+// shape; --quant-gemm: the limits and the quantized GEMM table only)
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -35,6 +39,7 @@
 #include "kernels/attention_prefill.h"
 #include "kernels/blas_runtime.h"
 #include "kernels/gemm.h"
+#include "kernels/gemm_quant.h"
 #include "kernels/gemv.h"
 #include "kernels/gpu_runtime.h"
 #include "model/quant/quant.h"
@@ -114,6 +119,42 @@ double time_ms(const std::function<void(int)>& call, int batch, int reps) {
   return t[t.size() / 2];
 }
 
+// As time_ms, with the `batch` calls captured once into a graph on a stream of its own and the
+// graph replayed: device time without the host's launch cost, as the worker's decode graphs run.
+double time_graph_ms(const std::function<void(int, hipStream_t)>& call, int batch, int reps) {
+  hipStream_t st = nullptr;
+  CHECK(hipStreamCreateWithFlags(&st, hipStreamNonBlocking));
+  call(0, st);  // first calls (one-time kernel attributes) outside the capture
+  CHECK(hipStreamSynchronize(st));
+  hipGraph_t graph = nullptr;
+  hipGraphExec_t exec = nullptr;
+  CHECK(hipStreamBeginCapture(st, hipStreamCaptureModeThreadLocal));
+  for (int i = 0; i < batch; ++i) call(i, st);
+  CHECK(hipStreamEndCapture(st, &graph));
+  CHECK(hipGraphInstantiateWithFlags(&exec, graph, 0));
+  hipEvent_t a, b;
+  CHECK(hipEventCreate(&a));
+  CHECK(hipEventCreate(&b));
+  CHECK(hipGraphLaunch(exec, st));
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    CHECK(hipEventRecord(a, st));
+    CHECK(hipGraphLaunch(exec, st));
+    CHECK(hipEventRecord(b, st));
+    CHECK(hipEventSynchronize(b));
+    float ms = 0;
+    CHECK(hipEventElapsedTime(&ms, a, b));
+    t.push_back(double(ms) / batch);
+  }
+  CHECK(hipEventDestroy(a));
+  CHECK(hipEventDestroy(b));
+  CHECK(hipGraphExecDestroy(exec));
+  CHECK(hipGraphDestroy(graph));
+  CHECK(hipStreamDestroy(st));
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
 struct shape {
   std::int64_t out, in;
 };
@@ -175,7 +216,11 @@ struct bench_cache {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  bool quick = false, quant_only = false;
+  for (int i = 1; i < argc; ++i) {
+    quick = quick || std::strcmp(argv[i], "--quick") == 0;
+    quant_only = quant_only || std::strcmp(argv[i], "--quant-gemm") == 0;
+  }
   const int reps = quick ? 5 : 15;
 
   int dev = 0;
@@ -216,7 +261,7 @@ int main(int argc, char** argv) {
   // ---- decode attention over each KV cache element type ----
   // One layer of llama3-8b; every sequence has the same context, its blocks spread over the pool
   // in a shuffled order as the KV manager leaves them; the pool is larger than L2 many times.
-  {
+  if (!quant_only) {
     std::printf("\nDecode attention, one layer of 32 heads over 8 KV heads of 128, blocks of 16; limit: copy bandwidth %.0f GB/s\n",
                 copy_gbs);
     std::printf("%-6s %-7s %8s %8s %6s | %9s %9s %7s\n", "cache", "kernel", "seqs", "context", "split", "us", "KV GB/s",
@@ -270,7 +315,7 @@ int main(int argc, char** argv) {
   }
 
   // ---- prefill attention ----
-  {
+  if (!quant_only) {
     std::printf("\nPrefill attention, one layer of 32 heads over 8 KV heads of 128; limit: dense f16 GEMM %.0f TFLOP/s\n",
                 gemm_tflops);
     std::printf("%-6s %8s %8s %6s | %9s %9s %7s\n", "cache", "tokens", "from", "seqs", "us", "TFLOP/s", "% GEMM");
@@ -335,6 +380,65 @@ int main(int argc, char** argv) {
     std::vector<float> hx(std::size_t(512) * max_in);
     for (std::size_t i = 0; i < hx.size(); ++i) hx[i] = float(int(i % 17) - 8) / 8.f;
     CHECK(hipMemcpy(x.p, hx.data(), hx.size() * 4, hipMemcpyHostToDevice));
+  }
+
+  // ---- the quantized GEMM (tensor cores on the blocks) against dequantize + vendor GEMM ----
+  // Steps of 8-128 tokens, the sizes of batched decode, timed in a graph as the worker's decode
+  // steps run. The weight cycles through copies (as in the GEMV table), so the blocks come from
+  // memory, not L2. Limit: the longer of reading the weight at the copy bandwidth and the products
+  // at the dense f16 GEMM rate. "pick" marks the path launch_gemm takes (gemm_quant_preferred).
+  if (have_blas && kernels::gemm_quant_supported(ggml_type::Q4_K, 1)) {
+    std::printf("\nQuantized GEMM on the blocks (tensor cores) against dequantize + vendor GEMM; limit: max(weight at %.0f GB/s, "
+                "products at %.0f TFLOP/s)\n",
+                copy_gbs, gemm_tflops);
+    std::printf("%-5s %-13s %6s | %9s %9s %7s | %9s %7s | %7s %5s\n", "type", "out x in", "tokens", "limit us", "quant us",
+                "% limit", "deq+blas", "% limit", "speedup", "pick");
+    const ggml_type t = ggml_type::Q4_K;
+    for (shape s : {shape{4096, 4096}, shape{1024, 4096}, shape{14336, 4096}, shape{4096, 14336}}) {
+      const std::size_t bytes = *model::row_bytes(t, s.in) * std::size_t(s.out);
+      const std::size_t stride = (bytes + 255) / 256 * 256;
+      const int copies = int(std::max<std::size_t>(1, std::min(pool_bytes / stride, (4 * l2 + bytes - 1) / bytes)));
+      for (const std::int64_t nt : {8, 16, 32, 64, 128}) {
+        const kernels::matmul_params p{.w = nullptr,
+                                       .w_type = t,
+                                       .in = s.in,
+                                       .out = s.out,
+                                       .bias = nullptr,
+                                       .x = x.as<float>(),
+                                       .y = y.as<float>(),
+                                       .n_tokens = nt};
+        device_mem qws(std::max<std::size_t>(kernels::gemm_quant_workspace_bytes(t, s.in, s.out, nt), 256));
+        const double quant_us = 1e3 * time_graph_ms(
+                                          [&](int i, hipStream_t st) {
+                                            kernels::matmul_params q = p;
+                                            q.w = pool.as<char>() + std::size_t(i % copies) * stride;
+                                            CHECK(kernels::launch_gemm_quant(q, qws.p, qws.n, st));
+                                          },
+                                          std::max(copies, 8), reps);
+        device_mem ws(std::max<std::size_t>(kernels::gemm_workspace_bytes(kernels::gemm_algo::vendor_blas, t, s.in, s.out, nt), 256));
+        const kernels::gemm_context ctx{kernels::gemm_algo::vendor_blas, ws.p, ws.n, handle, blas_ws.p, blas_ws.n};
+        const double blas_us = 1e3 * time_graph_ms(
+                                         [&](int i, hipStream_t st) {
+                                           kernels::matmul_params q = p;
+                                           q.w = pool.as<char>() + std::size_t(i % copies) * stride;
+                                           CHECK(kernels::launch_gemm(q, ctx, st));
+                                         },
+                                         std::max(copies, 8), reps);
+        const double flop = 2.0 * double(nt) * double(s.out) * double(s.in);
+        const double limit_us = std::max(double(bytes) / (copy_gbs * 1e9), gemm_tflops > 0 ? flop / (gemm_tflops * 1e12) : 0.0) * 1e6;
+        char dims[32];
+        std::snprintf(dims, sizeof dims, "%lldx%lld", static_cast<long long>(s.out), static_cast<long long>(s.in));
+        std::printf("%-5s %-13s %6lld | %9.1f %9.1f %6.1f%% | %9.1f %6.1f%% | %6.2fx %5s\n", "Q4_K", dims,
+                    static_cast<long long>(nt), limit_us, quant_us, 100 * limit_us / quant_us, blas_us,
+                    100 * limit_us / blas_us, blas_us / quant_us,
+                    kernels::gemm_quant_preferred(t, nt, s.in, s.out) ? "quant" : "blas");
+      }
+    }
+  }
+
+  if (quant_only) {
+    if (handle) blas::destroy(handle);
+    return 0;
   }
 
   // ---- GEMV ----

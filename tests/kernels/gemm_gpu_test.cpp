@@ -1,7 +1,7 @@
 // GEMM (launch_gemm, every algorithm this build has) and the dequantize kernels against the CPU
-// references, for every weight type, at 9, 64 and 512 tokens, with and without bias. Tolerances,
+// references, for every weight type, at 3 to 512 tokens, with and without bias. Tolerances,
 // relative to each output's |W|.|x| scale: 1e-5 where the inputs stay f32 (tiled_f32), 2e-3 where
-// W and x are rounded to f16/bf16 first (tiled_f16, vendor_blas: 2^-11 per factor at worst,
+// W and x are rounded to f16/bf16 first (tiled_f16, vendor_blas, quantized: 2^-11 per factor at worst,
 // 4e-3 for BF16 weights under vendor_blas, whose x is rounded to bf16, 2^-9). Outputs poisoned and guarded. Label: gpu.
 #include <cstdio>
 #include <cstring>
@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "kernels/gemm.h"
+#include "kernels/gemm_quant.h"
 #include "tests/kernels/matmul_gpu_cases.h"
 
 namespace {
@@ -37,17 +38,24 @@ std::vector<gemm_case> gemm_cases() {
     cases.push_back({t, 37, 2 * b});
     cases.push_back({t, 131, 1024});
     if (b == 32) cases.push_back({t, 70, 96});
+    if (t == ggml_type::Q4_K) cases.push_back({t, 1024, 4096});  // launch_gemm picks the quantized GEMM at 3 and 9 tokens
   }
   return cases;
 }
 
 const char* algo_name(gemm_algo a) {
-  return a == gemm_algo::vendor_blas ? "vendor_blas" : a == gemm_algo::tiled_f16 ? "tiled_f16" : "tiled_f32";
+  return a == gemm_algo::quantized     ? "quantized"
+         : a == gemm_algo::vendor_blas ? "vendor_blas"
+         : a == gemm_algo::tiled_f16   ? "tiled_f16"
+                                       : "tiled_f32";
 }
 
 std::vector<gemm_algo> algos() {
   std::vector<gemm_algo> a = {gemm_algo::tiled_f32, gemm_algo::tiled_f16};
-  if (ANVIL_GPU_HAVE_BLAS) a.push_back(gemm_algo::vendor_blas);
+  if (ANVIL_GPU_HAVE_BLAS) {
+    a.push_back(gemm_algo::vendor_blas);
+    a.push_back(gemm_algo::quantized);
+  }
   return a;
 }
 
@@ -75,15 +83,17 @@ TEST_P(GemmGpu, MatchesCpuReference) {
   device_bytes blas_ws(std::size_t(4) << 20);
 
   for (gemm_algo algo : algos()) {
-    if (algo == gemm_algo::vendor_blas) {
+    if (gemm_uses_blas(algo)) {
       ASSERT_TRUE(have_blas) << "blas::create failed";
     }
     device_bytes ws(gemm_workspace_bytes(algo, c.type, c.in, c.out, max_tokens));
     const gemm_context ctx{algo, ws.data(), ws.size(), handle, blas_ws.data(), blas_ws.size()};
     const double tol = algo == gemm_algo::tiled_f32                              ? 1e-5
-                       : algo == gemm_algo::vendor_blas && c.type == ggml_type::BF16 ? 4e-3  // x in bf16
-                                                                                     : 2e-3;
-    for (std::int64_t nt : {9, 64, 512}) {
+                       : gemm_uses_blas(algo) && c.type == ggml_type::BF16 ? 4e-3  // x in bf16
+                                                                           : 2e-3;
+    // Token counts of one 8-token tile, of the quantized GEMM's 16/64-token tiles, several of
+    // them with a ragged last one, and past gemm_quant_max_tokens.
+    for (std::int64_t nt : {3, 9, 64, 200, 512}) {
       const bool with_bias = nt != 64;
       SCOPED_TRACE(std::string(algo_name(algo)) + " n_tokens=" + std::to_string(nt));
       std::vector<float> ref(std::size_t(nt * c.out));
@@ -223,6 +233,87 @@ TEST(GemmGpuLaunch, RejectsTooSmallWorkspaceAndBadShapes) {
                          .n_tokens = 0},
                         none, nullptr),
             hipSuccess);
+  EXPECT_EQ(hipGetLastError(), hipSuccess);
+  EXPECT_TRUE(buf.guards_intact());
+}
+
+// The quantized GEMM itself (launch_gemm_quant, whatever launch_gemm would pick) against the CPU
+// reference: every token tile (8, 16, 32, 64 tokens) with ragged last tiles, several tiles of
+// tokens, rows past a block's last full tile, and splits of the reduction (in = 4096: 16
+// super-blocks). Tolerance as vendor_blas (W's values and x rounded to f16).
+TEST(GemmQuantGpu, MatchesCpuReference) {
+  require_device();
+  if (HasFatalFailure()) return;  // no GPU: require_device has said so
+  if (!gemm_quant_supported(ggml_type::Q4_K, 1)) GTEST_SKIP() << "no tensor-core quantized GEMM on this device";
+  for (const auto& [out, in] : {std::pair<std::int64_t, std::int64_t>{200, 4096}, {64, 512}, {131, 1024}, {8, 256}}) {
+    SCOPED_TRACE(std::to_string(out) + "x" + std::to_string(in));
+    std::mt19937 rng(static_cast<unsigned>(out * 7 + in));
+    const host_weight w(ggml_type::Q4_K, out, in, rng);
+    constexpr std::int64_t max_tokens = gemm_quant_max_tokens;
+    const std::vector<float> x = random_vector(std::size_t(max_tokens * in), rng, -2.f, 2.f);
+    const std::vector<float> bias = random_vector(std::size_t(out), rng, -1.f, 1.f);
+    device_bytes dw(w.bytes.size());
+    dw.upload(w.bytes.data(), w.bytes.size());
+    guarded_buffer dx(x.size()), db(bias.size());
+    dx.upload(x);
+    db.upload(bias);
+    device_bytes ws(gemm_quant_workspace_bytes(ggml_type::Q4_K, in, out, max_tokens));
+    for (std::int64_t nt : {1, 3, 8, 9, 16, 17, 31, 33, 64, 65, 100, 128}) {
+      const bool with_bias = nt % 2 == 1;
+      SCOPED_TRACE("n_tokens=" + std::to_string(nt));
+      std::vector<float> ref(std::size_t(nt * out));
+      const float* bp = with_bias ? bias.data() : nullptr;
+      matmul_ref({.w = w.bytes.data(), .w_type = ggml_type::Q4_K, .in = in, .out = out, .bias = bp, .x = x.data(),
+                  .y = ref.data(), .n_tokens = nt});
+      guarded_buffer dy(ref.size());
+      dy.poison();
+      ANVIL_GPU_CHECK(launch_gemm_quant({.w = dw.data(),
+                                         .w_type = ggml_type::Q4_K,
+                                         .in = in,
+                                         .out = out,
+                                         .bias = with_bias ? db.data() : nullptr,
+                                         .x = dx.data(),
+                                         .y = dy.data(),
+                                         .n_tokens = nt},
+                                        ws.data(), ws.size(), nullptr));
+      ANVIL_GPU_CHECK(hipDeviceSynchronize());
+      const double err = max_scaled_error(dy.download(), ref, w, x, bp, nt);
+      std::printf("  gemm_quant(Q4_K, out=%lld, in=%lld) n_tokens=%-4lld%s max scaled error %.3g\n",
+                  static_cast<long long>(out), static_cast<long long>(in), static_cast<long long>(nt),
+                  with_bias ? " +bias" : "      ", err);
+      EXPECT_LT(err, 2e-3);
+      EXPECT_TRUE(dy.guards_intact());
+    }
+  }
+}
+
+TEST(GemmQuantGpu, RefusesWhatItDoesNotTake) {
+  require_device();
+  if (HasFatalFailure()) return;  // no GPU: require_device has said so
+  EXPECT_FALSE(gemm_quant_supported(ggml_type::Q6_K, 16));
+  EXPECT_FALSE(gemm_quant_supported(ggml_type::Q4_K, 0));
+  EXPECT_FALSE(gemm_quant_supported(ggml_type::Q4_K, gemm_quant_max_tokens + 1));
+  EXPECT_FALSE(gemm_quant_preferred(ggml_type::Q4_K, 64, 4096, 1024));  // a small weight for 64 tokens
+  if (!gemm_quant_supported(ggml_type::Q4_K, 1)) GTEST_SKIP() << "no tensor-core quantized GEMM on this device";
+  EXPECT_TRUE(gemm_quant_preferred(ggml_type::Q4_K, 16, 4096, 4096));
+  guarded_buffer buf(1 << 16);
+  float* p = buf.data();
+  const matmul_params ok{.w = p, .w_type = ggml_type::Q4_K, .in = 256, .out = 16, .bias = nullptr, .x = p + 8192,
+                         .y = p + 16384, .n_tokens = 16};
+  const std::size_t need = gemm_quant_workspace_bytes(ggml_type::Q4_K, 256, 16, 16);
+  ASSERT_GT(need, 0u);
+  ASSERT_LE(need, 4 * std::size_t(1 << 14));
+  void* ws = p + 3 * (1 << 14);
+  EXPECT_EQ(launch_gemm_quant(ok, ws, need - 1, nullptr), hipErrorInvalidValue);  // workspace too small
+  matmul_params bad = ok;
+  bad.in = 300;  // not whole super-blocks
+  EXPECT_EQ(launch_gemm_quant(bad, ws, need, nullptr), hipErrorInvalidValue);
+  bad = ok;
+  bad.w_type = ggml_type::Q8_0;
+  EXPECT_EQ(launch_gemm_quant(bad, ws, need, nullptr), hipErrorInvalidValue);
+  bad = ok;
+  bad.n_tokens = gemm_quant_max_tokens + 1;
+  EXPECT_EQ(launch_gemm_quant(bad, ws, need, nullptr), hipErrorInvalidValue);
   EXPECT_EQ(hipGetLastError(), hipSuccess);
   EXPECT_TRUE(buf.guards_intact());
 }

@@ -1,0 +1,52 @@
+// GEMM on the quantized blocks (kernels/gemm.h's `quantized` algorithm): y[t, o] = sum_i W[o, i] *
+// x[t, i] (+ bias) with W read once per step as GGUF stores it, no f16 copy of it in between.
+//
+// Tensor cores (mma.sync m16n8k16, f16 operands, f32 accumulation; NVIDIA sm_80+): the rows of W
+// are the products' 16 rows, the tokens their 8 columns, so a step of 8 tokens wastes nothing. A
+// block of 4 or 8 warps streams (rows of W) x (one 256-element super-block) and (tokens) x (the
+// same 256 activations, in f16) through a ring of cp.async stages in shared memory; each warp
+// turns its rows' 4-bit codes into f16 in registers ((code | 0x6400) - 1024, then scale and min in
+// one f16 fma) and multiplies them against the activations of every token of the block. Small
+// steps split the reduction over blocks: each leaves its partial sums in the workspace and the
+// last of a tile to finish adds them in split order (the result does not depend on timing).
+//
+// Error: W's values rounded to f16 (scale and min rounded, one fma), x rounded to f16, products
+// summed in f32: the same order as the dequantize-then-vendor-GEMM path.
+//
+// Types: Q4_K. Nothing here allocates; the workspace is the caller's (gemm_workspace_bytes).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/matmul.h"
+
+#if defined(ANVIL_GPU_CUDA) || defined(ANVIL_GPU_HIP)
+#include "kernels/gpu_runtime.h"
+
+namespace anvil::kernels {
+
+// The most tokens one launch takes.
+inline constexpr std::int64_t gemm_quant_max_tokens = 128;
+
+// Whether launch_gemm_quant takes this weight type and step on the device in use.
+bool gemm_quant_supported(model::ggml_type type, std::int64_t n_tokens);
+
+// Whether it is also the faster path (launch_gemm's choice). Measured (gpu_roofline --quant-gemm, H100
+// and H200): it is up to 64 tokens while the weight has at least 2^18 elements per token (8 and 16
+// tokens: every matrix of an 8B model; 64: 4096x4096 and up); past that the products dominate and
+// the vendor GEMM's tensor-core rate wins (on the H200 already at 128 tokens on 14336x4096).
+inline constexpr std::int64_t gemm_quant_preferred_max_tokens = 64;
+inline constexpr std::int64_t gemm_quant_min_weights_per_token = std::int64_t(1) << 18;
+bool gemm_quant_preferred(model::ggml_type type, std::int64_t n_tokens, std::int64_t in, std::int64_t out);
+
+// Workspace bytes for every n_tokens <= max_tokens (the f16 activations and the partial sums).
+std::size_t gemm_quant_workspace_bytes(model::ggml_type type, std::int64_t in, std::int64_t out, std::int64_t max_tokens);
+
+// Enqueues the GEMM. Preconditions: gemm_quant_supported(p.w_type, p.n_tokens), p.in a multiple of
+// 256, W, x and the workspace 16-byte aligned, workspace_bytes >= gemm_quant_workspace_bytes(...);
+// hipErrorInvalidValue and nothing launched when violated.
+hipError_t launch_gemm_quant(const matmul_params& p, void* workspace, std::size_t workspace_bytes, hipStream_t stream);
+
+}  // namespace anvil::kernels
+#endif

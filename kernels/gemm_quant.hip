@@ -1,0 +1,494 @@
+// GEMM on Q4_K blocks with tensor cores (kernels/gemm_quant.h).
+//
+// Which product index carries which element: a sum does not care, so each thread's share of a
+// 256-element super-block is chosen to make its loads whole. Lane (g, c) = (lane / 4, lane % 4)
+// owns bytes [32c, 32c + 32) of the 128 code bytes of its rows, that is elements [64c, 64c + 64):
+// sub-block 2c in the low nibbles, 2c + 1 in the high ones. Word u (0..7) of those bytes holds
+// elements 4u .. 4u+3 (low) and 32 + 4u .. 32 + 4u+3 (high, all relative to 64c), and one mask
+// gives two of them as an f16 pair: elements (0, 2) of the word from the word, (1, 3) from the word
+// shifted by 8. Product step (u, low) takes (0, 2) as A's columns 2c, 2c+1 and (1, 3) as its
+// columns 2c+8, 2c+9; step (u, high) the same from the high nibbles. B must then hold activations
+// (4u, 4u+2) and (4u+1, 4u+3) in the same places: the activations are written to the workspace in
+// f16 with each group of four stored as 0, 2, 1, 3, so that both pairs are one 8-byte read (two
+// product steps, one 16-byte read).
+//
+// Shared memory per stage: the block's rows' super-blocks as stored (144 bytes each: the 16-byte
+// head of d, dmin and the 12 scale bytes, then the codes), and the tokens' 256 activations (f16,
+// 576 bytes each with padding, laid out as x_offset says so that reads do not collide in the banks); the code rows
+// need no such care (a 144-byte stride already spreads them).
+#include "kernels/gemm_quant.h"
+
+#include <algorithm>
+
+#include "kernels/gpu_quant.h"
+#if defined(ANVIL_GPU_CUDA)
+#include "kernels/tensor_core.h"
+#endif
+
+namespace anvil::kernels {
+namespace {
+
+using namespace gpu_quant;
+
+constexpr int super_elems = 256;        // elements per Q4_K block
+constexpr int block_bytes = 144;        // bytes per Q4_K block
+// A token's 256 activations in a stage: four chunks of 64 (one per lane c), each 8 units of 16
+// bytes, chunks 9 units apart (rows 36 units, 576 bytes): a quarter-warp's reads (lanes g = 0, 1
+// or 2, 3 and c = 0..3, the same unit w of their chunk) fall on units 36g + 9c + w, eight
+// different bank groups, and every lane's address is its base plus a constant.
+constexpr int x_chunk_units = 9;
+constexpr int x_row_bytes = 16 * 4 * x_chunk_units;
+__device__ __forceinline__ int x_offset(int n, int u) { return n * x_row_bytes + 16 * (x_chunk_units * (u / 8) + u % 8); }
+constexpr int max_splits = 16;
+
+// A block of W warps computes (16 * MT * W) rows of W for (8 * NT) tokens.
+template <int W, int MT, int NT, int S>
+struct tile {
+  static constexpr int threads = 32 * W;
+  static constexpr int rows = 16 * MT * W;
+  static constexpr int tokens = 8 * NT;
+  static constexpr int stages = S;
+  static constexpr int w_bytes = rows * block_bytes;
+  static constexpr int sum_offset = w_bytes + tokens * x_row_bytes;  // each token's 8 sums, 16 bytes
+  static constexpr int stage_bytes = sum_offset + tokens * 16;
+  static constexpr int smem = stages * stage_bytes;
+};
+
+// f32 activations -> f16, each group of four stored as elements 0, 2, 1, 3, and the f16 sum of
+// every 32 consecutive activations (n a multiple of 256: four lanes hold one sum's 32); also
+// zeroes the GEMM's `n_counters` tile counters.
+__global__ void __launch_bounds__(256) convert_pairs_kernel(const float* __restrict__ src, std::uint16_t* __restrict__ dst,
+                                                            std::uint16_t* __restrict__ sums, std::int64_t n,
+                                                            unsigned* __restrict__ counters, int n_counters) {
+  if (blockIdx.x == 0) {
+    for (int i = int(threadIdx.x); i < n_counters; i += 256) counters[i] = 0;
+  }
+  const std::int64_t n8 = n / 8;  // a multiple of 32: the four lanes of a sum pass or stop together
+  for (std::int64_t i = std::int64_t(blockIdx.x) * 256 + threadIdx.x; i < n8; i += std::int64_t(gridDim.x) * 256) {
+    const float4 a = reinterpret_cast<const float4*>(src)[2 * i], b = reinterpret_cast<const float4*>(src)[2 * i + 1];
+    gpu::store16(dst + 8 * i, make_uint4(gpu::floats_to_half2_bits(a.x, a.z), gpu::floats_to_half2_bits(a.y, a.w),
+                                         gpu::floats_to_half2_bits(b.x, b.z), gpu::floats_to_half2_bits(b.y, b.w)));
+    float sum = ((a.x + a.y) + (a.z + a.w)) + ((b.x + b.y) + (b.z + b.w));
+    sum += gpu::shfl_xor(sum, 1);
+    sum += gpu::shfl_xor(sum, 2);
+    if ((i & 3) == 0) sums[i / 4] = gpu::float_to_half_bits(sum);
+  }
+}
+
+struct gemm_quant_args {
+  const u8* w;
+  std::size_t row_bytes;
+  const std::uint16_t* x16;  // [n_tokens][in], pairs as convert_pairs_kernel writes them
+  const std::uint16_t* xsum; // [n_tokens][in / 32], the f16 sums of each 32 activations
+  const float* bias;         // [out] or null
+  float* y;                  // [n_tokens][out]
+  float* partial;            // splitting: [splits][n_tokens][out], each split's sums
+  unsigned* counters;        // splitting: one per (token tile, row tile), zero at the start
+  int in, out, n_tokens;
+  int supers_per_split;      // super-blocks each blockIdx.z reduces
+};
+
+#if defined(ANVIL_GPU_CUDA)
+__device__ __forceinline__ u32 sub_f16x2(u32 a, u32 b) {
+  u32 r;
+  asm("sub.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+__device__ __forceinline__ u32 fma_f16x2(u32 a, u32 b, u32 c) {
+  u32 r;
+  asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+  return r;
+}
+
+// (a & b) | c in one instruction (the compiler spends two when b and c are both constants).
+__device__ __forceinline__ u32 and_or(u32 a, u32 b, u32 c) {
+  u32 r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+  return r;
+}
+
+// Two f16 codes-times-scale of one row from word q: the low nibbles of bytes 0 and 2 (High false)
+// or their high nibbles (High true). 0x6400 is 1024 in f16 with a mantissa step of 1, so (nibble |
+// 0x6400) is 1024 + nibble; 0x5400 is 64 with a step of 1/16, so (nibble << 4 | 0x5400) is 64 +
+// nibble. One fma with the scale and minus the scale times that exact offset (a power of two:
+// exact too) leaves code x scale, rounded once. The sub-block's min is not subtracted here: the
+// kernel adds minus min x (sum of the sub-block's activations) as a product of its own.
+template <bool High>
+__device__ __forceinline__ u32 dequant_pair(u32 q, u32 scale, u32 neg_offset) {
+  return fma_f16x2(and_or(q, High ? 0x00F000F0u : 0x000F000Fu, High ? 0x54005400u : 0x64006400u), scale, neg_offset);
+}
+
+// One row's share of a super-block: its codes, the scales of sub-blocks 2c (low nibbles) and 2c+1
+// (high) as pairs, minus each scale times its nibble offset, and (-dmin m) of the two sub-blocks.
+struct row_share {
+  uint4 lo, hi;  // code words 0..3 and 4..7
+  u32 scale[2], neg_offset[2];
+  u32 neg_mins;  // (-dmin m_2c, -dmin m_2c+1)
+};
+
+__device__ __forceinline__ u32 mul_f16x2(u32 a, u32 b) {
+  u32 r;
+  asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+
+// Lane c's rows need sub-blocks 2c and 2c + 1: bytes 2(c & 1) and 2(c & 1) + 1 of the scale words
+// (quant_blocks.h k4_scale_min: sub-blocks 0-3 keep 6 bits in bytes 0-3 (scales) and 4-7 (mins);
+// 4-7 keep 4 bits in bytes 8-11 and their top 2 bits in the top bits of bytes 0-7). d sc and
+// dmin m are products of an f16 and an integer below 64, rounded once: the values dequantize_row's
+// f32 products round to.
+__device__ __forceinline__ row_share load_row(const u8* row, int c) {
+  row_share r;
+  const uint4 head = *reinterpret_cast<const uint4*>(row);
+  r.lo = *reinterpret_cast<const uint4*>(row + 16 + 32 * c);
+  r.hi = *reinterpret_cast<const uint4*>(row + 32 + 32 * c);
+  const int sh = 16 * (c & 1);
+  const u32 y = head.y >> sh, z = head.z >> sh, w = head.w >> sh;
+  const u32 upper = c >= 2 ? ~0u : 0u;  // sub-blocks 4..7: 4 low bits apart, 2 high bits in bytes 0-7
+  const u32 sc = (upper & ((w & 0x0F0Fu) | ((y >> 2) & 0x3030u))) | (~upper & y & 0x3F3Fu);  // two 6-bit scales
+  const u32 mn = (upper & (((w >> 4) & 0x0F0Fu) | ((z >> 2) & 0x3030u))) | (~upper & z & 0x3F3Fu);
+  // Each byte pair as two halves ((byte | 0x6400) - 1024), times (d, d) and (-dmin, -dmin).
+  const u32 d2 = __byte_perm(head.x, 0, 0x1010), neg_dmin2 = __byte_perm(head.x, 0, 0x3232) ^ 0x80008000u;
+  const u32 scale = mul_f16x2(sub_f16x2(__byte_perm(sc, 0x64646464u, 0x4140), 0x64006400u), d2);
+  r.neg_mins = mul_f16x2(sub_f16x2(__byte_perm(mn, 0x64646464u, 0x4140), 0x64006400u), neg_dmin2);
+  r.scale[0] = __byte_perm(scale, 0, 0x1010);
+  r.scale[1] = __byte_perm(scale, 0, 0x3232);
+  r.neg_offset[0] = mul_f16x2(r.scale[0], 0xE400E400u);  // -1024 s
+  r.neg_offset[1] = mul_f16x2(r.scale[1], 0xD400D400u);  // -64 s
+  return r;
+}
+
+__device__ __forceinline__ u32 code_word(const row_share& r, int u) { return word_of(u < 4 ? r.lo : r.hi, u & 3); }
+#endif
+
+template <int W, int MT, int NT, int S>
+__global__ void __launch_bounds__(32 * W) gemm_q4k_kernel(gemm_quant_args a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  using T = tile<W, MT, NT, S>;
+  constexpr int threads = T::threads;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32, g = lane / 4, c = lane % 4;
+  const int t0 = int(blockIdx.x) * T::tokens;
+  const int row0 = int(blockIdx.y) * T::rows;
+  const int n_super = a.in / super_elems;
+  const int kb0 = int(blockIdx.z) * a.supers_per_split;
+  const int kb_end = min(n_super, kb0 + a.supers_per_split);
+  const int steps = kb_end - kb0;
+
+  // This lane's share of every stage's copies, fixed but for the super-block: units of the rows'
+  // blocks and of the tokens' activations (rows and tokens past the end repeat the last one).
+  constexpr int w_units = T::rows * (block_bytes / 16), w_copies = (w_units + threads - 1) / threads;
+  constexpr int x_units = T::tokens * (super_elems / 8), x_copies = x_units / threads;
+  static_assert(x_units % threads == 0, "every lane copies as many activation units");
+  const u8* w_src[w_copies];
+  int w_dst[w_copies];
+#pragma unroll
+  for (int k = 0; k < w_copies; ++k) {
+    const int i = min(tid + k * threads, w_units - 1);  // a lane past the end repeats the last copy
+    const int r = i / (block_bytes / 16), u = i % (block_bytes / 16);
+    w_src[k] = a.w + std::size_t(min(row0 + r, a.out - 1)) * a.row_bytes + std::size_t(kb0) * block_bytes + 16 * u;
+    w_dst[k] = r * block_bytes + 16 * u;
+  }
+  const std::uint16_t* x_src[x_copies];
+  int x_dst[x_copies];
+#pragma unroll
+  for (int k = 0; k < x_copies; ++k) {
+    const int i = tid + k * threads, n = i / (super_elems / 8), u = i % (super_elems / 8);
+    x_src[k] = a.x16 + std::size_t(min(t0 + n, a.n_tokens - 1)) * a.in + std::size_t(kb0) * super_elems + 8 * u;
+    x_dst[k] = T::w_bytes + x_offset(n, u);
+  }
+  static_assert(T::tokens <= threads, "one lane per token copies its sums");
+  const std::uint16_t* sum_src =
+      a.xsum + std::size_t(min(t0 + tid, a.n_tokens - 1)) * std::size_t(a.in / 32) + std::size_t(kb0) * 8;
+  const auto load_stage = [&](int step) {
+    unsigned char* st = smem + (step % T::stages) * T::stage_bytes;
+    if (tid < T::tokens) tc::cp_async16(st + T::sum_offset + 16 * tid, sum_src + std::size_t(step) * 8, true);
+#pragma unroll
+    for (int k = 0; k < w_copies; ++k) tc::cp_async16(st + w_dst[k], w_src[k] + std::size_t(step) * block_bytes, true);
+#pragma unroll
+    for (int k = 0; k < x_copies; ++k) tc::cp_async16(st + x_dst[k], x_src[k] + std::size_t(step) * super_elems, true);
+  };
+
+  float acc[MT][NT][4] = {};
+#pragma unroll
+  for (int s = 0; s < T::stages - 1; ++s) {
+    if (s < steps) load_stage(s);
+    tc::cp_async_commit();
+  }
+  for (int step = 0; step < steps; ++step) {
+    tc::cp_async_wait<T::stages - 2>();
+    __syncthreads();  // this stage has landed for every lane; the one refilled below is consumed
+    if (step + T::stages - 1 < steps) load_stage(step + T::stages - 1);
+    tc::cp_async_commit();
+
+    const unsigned char* st = smem + (step % T::stages) * T::stage_bytes;
+    const unsigned char* xs = st + T::w_bytes + x_offset(g, 8 * c);  // this lane's chunk of token g
+    row_share rs[MT][2];
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+      const unsigned char* r = st + (16 * (warp * MT + m) + g) * block_bytes;
+      rs[m][0] = load_row(r, c);
+      rs[m][1] = load_row(r + 8 * block_bytes, c);
+    }
+    // Minus the mins: rows (g, g + 8) x (-dmin m) of sub-blocks 2c, 2c+1 against token g's sums of
+    // the same sub-blocks, the other half of the product's reduction zero.
+    const unsigned char* sums = st + T::sum_offset + 16 * g + 4 * c;
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+      const unsigned am[4] = {rs[m][0].neg_mins, rs[m][1].neg_mins, 0u, 0u};
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        tc::mma_16816(acc[m][j], am, *reinterpret_cast<const u32*>(sums + 16 * 8 * j), 0u);
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int v = 0; v < 4; ++v) {
+        uint4 b[NT];
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          b[j] = *reinterpret_cast<const uint4*>(xs + 8 * j * x_row_bytes + 16 * (4 * h + v));
+        }
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int u = 2 * v + e;
+#pragma unroll
+          for (int m = 0; m < MT; ++m) {
+            const row_share& r0 = rs[m][0];
+            const row_share& r1 = rs[m][1];
+            const u32 q0 = code_word(r0, u), q1 = code_word(r1, u);
+            unsigned af[4];
+            if (h == 0) {
+              af[0] = dequant_pair<false>(q0, r0.scale[0], r0.neg_offset[0]);
+              af[1] = dequant_pair<false>(q1, r1.scale[0], r1.neg_offset[0]);
+              af[2] = dequant_pair<false>(q0 >> 8, r0.scale[0], r0.neg_offset[0]);
+              af[3] = dequant_pair<false>(q1 >> 8, r1.scale[0], r1.neg_offset[0]);
+            } else {
+              af[0] = dequant_pair<true>(q0, r0.scale[1], r0.neg_offset[1]);
+              af[1] = dequant_pair<true>(q1, r1.scale[1], r1.neg_offset[1]);
+              af[2] = dequant_pair<true>(q0 >> 8, r0.scale[1], r0.neg_offset[1]);
+              af[3] = dequant_pair<true>(q1 >> 8, r1.scale[1], r1.neg_offset[1]);
+            }
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+              tc::mma_16816(acc[m][j], af, e ? b[j].z : b[j].x, e ? b[j].w : b[j].y);
+            }
+          }
+        }
+      }
+    }
+  }
+  tc::cp_async_wait<0>();
+
+  // acc[m][j]: rows (g, g + 8) of m-tile m, tokens (2c, 2c + 1) of n-tile j. Unsplit, they are the
+  // result; split, each block leaves its sums in `partial` and the last block of a tile to finish
+  // adds them up in split order (the same order whichever block finishes last).
+  const bool split = gridDim.z > 1;
+  float* const y = split ? a.partial + std::size_t(blockIdx.z) * std::size_t(a.n_tokens) * std::size_t(a.out) : a.y;
+#pragma unroll
+  for (int m = 0; m < MT; ++m) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int o = row0 + 16 * (warp * MT + m) + g + 8 * half;
+      if (o >= a.out) continue;
+      const float bias = !split && a.bias ? a.bias[o] : 0.f;
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+          const int t = t0 + 8 * j + 2 * c + k;
+          if (t < a.n_tokens) y[std::size_t(t) * a.out + o] = acc[m][j][2 * half + k] + bias;
+        }
+      }
+    }
+  }
+  if (!split) return;
+  __shared__ bool last;
+  __threadfence();  // this block's sums are visible device-wide before it is counted
+  __syncthreads();
+  if (tid == 0) {
+    const unsigned done = atomicAdd(&a.counters[blockIdx.y * gridDim.x + blockIdx.x], 1u);
+    last = done == gridDim.z - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  // Each lane adds up the outputs it wrote itself, every split's loads of a round in flight at once.
+  const std::size_t plane = std::size_t(a.n_tokens) * std::size_t(a.out);
+  float total[MT][2][NT][2] = {};
+  for (unsigned z = 0; z < gridDim.z; ++z) {
+    const float* pz = a.partial + z * plane;
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int o = min(row0 + 16 * (warp * MT + m) + g + 8 * half, a.out - 1);
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+#pragma unroll
+          for (int k = 0; k < 2; ++k) {
+            const int t = min(t0 + 8 * j + 2 * c + k, a.n_tokens - 1);
+            total[m][half][j][k] += __ldcg(pz + std::size_t(t) * a.out + o);
+          }
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < MT; ++m) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int o = row0 + 16 * (warp * MT + m) + g + 8 * half;
+      if (o >= a.out) continue;
+      const float bias = a.bias ? a.bias[o] : 0.f;
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+          const int t = t0 + 8 * j + 2 * c + k;
+          if (t < a.n_tokens) a.y[std::size_t(t) * a.out + o] = total[m][half][j][k] + bias;
+        }
+      }
+    }
+  }
+#else
+  (void)a;
+#endif
+}
+
+int sm_count() {
+  static const int n = [] {
+    int dev = 0;
+    hipDeviceProp_t prop{};
+    if (hipGetDevice(&dev) != hipSuccess || hipGetDeviceProperties(&prop, dev) != hipSuccess) return 1;
+    return std::max(prop.multiProcessorCount, 1);
+  }();
+  return n;
+}
+
+// One launch's shape: warps, m-tiles and n-tiles per block, the grid, and the reduction split.
+struct plan {
+  int warps = 4, mt = 1, nt = 1;
+  int token_tiles = 1, row_tiles = 1;
+  int splits = 1, supers_per_split = 1;
+  std::size_t partial_bytes(std::int64_t n_tokens, std::int64_t out) const {
+    return splits > 1 ? std::size_t(splits) * std::size_t(n_tokens) * std::size_t(out) * sizeof(float) : 0;
+  }
+  int counters() const { return splits > 1 ? token_tiles * row_tiles : 0; }
+};
+
+plan plan_for(std::int64_t n_tokens, std::int64_t in, std::int64_t out) {
+  plan p;
+  p.nt = n_tokens <= 8 ? 1 : n_tokens <= 16 ? 2 : n_tokens <= 32 ? 4 : 8;
+  p.warps = p.nt == 8 ? 8 : 4;
+  p.token_tiles = int((n_tokens + 8 * p.nt - 1) / (8 * p.nt));
+  p.row_tiles = int((out + 16 * p.mt * p.warps - 1) / (16 * p.mt * p.warps));
+  const int n_super = int(in / super_elems);
+  // Enough blocks for two per multiprocessor, each reducing at least four super-blocks.
+  const std::int64_t blocks = std::int64_t(p.token_tiles) * p.row_tiles;
+  const std::int64_t want = 2 * std::int64_t(sm_count());
+  if (blocks < want) {
+    const int by_grid = int((want + blocks - 1) / blocks);
+    p.splits = std::clamp(std::min(by_grid, n_super / 4), 1, max_splits);
+  }
+  p.supers_per_split = (n_super + p.splits - 1) / p.splits;
+  p.splits = (n_super + p.supers_per_split - 1) / p.supers_per_split;  // none empty
+  return p;
+}
+
+std::size_t round_up(std::size_t n) { return (n + 255) / 256 * 256; }
+
+template <int W, int MT, int NT, int S>
+hipError_t launch_tile(const plan& pl, const gemm_quant_args& a, hipStream_t stream) {
+#if defined(ANVIL_GPU_CUDA)
+  using T = tile<W, MT, NT, S>;
+  gpu::allow_dynamic_smem<gemm_q4k_kernel<W, MT, NT, S>>(T::smem);
+  const dim3 grid(unsigned(pl.token_tiles), unsigned(pl.row_tiles), unsigned(pl.splits));
+  gemm_q4k_kernel<W, MT, NT, S><<<grid, T::threads, T::smem, stream>>>(a);
+  return hipGetLastError();
+#else
+  (void)pl, (void)a, (void)stream;
+  return hipErrorNotSupported;
+#endif
+}
+
+// Stages: four while a stage is small, three for 64 tokens (55 KB each).
+hipError_t launch_planned(const plan& pl, const gemm_quant_args& a, hipStream_t stream) {
+  switch (pl.nt) {
+    case 1: return launch_tile<4, 1, 1, 4>(pl, a, stream);
+    case 2: return launch_tile<4, 1, 2, 4>(pl, a, stream);
+    case 4: return launch_tile<4, 1, 4, 4>(pl, a, stream);
+    default: return launch_tile<8, 1, 8, 3>(pl, a, stream);
+  }
+}
+
+unsigned elementwise_blocks(std::int64_t n) { return unsigned(std::min<std::int64_t>((n + 255) / 256, 65536)); }
+
+}  // namespace
+
+bool gemm_quant_supported(model::ggml_type type, std::int64_t n_tokens) {
+#if defined(ANVIL_GPU_CUDA)
+  return type == model::ggml_type::Q4_K && n_tokens >= 1 && n_tokens <= gemm_quant_max_tokens && tc::device_has_mma();
+#else
+  (void)type, (void)n_tokens;
+  return false;
+#endif
+}
+
+bool gemm_quant_preferred(model::ggml_type type, std::int64_t n_tokens, std::int64_t in, std::int64_t out) {
+  return gemm_quant_supported(type, n_tokens) && n_tokens <= gemm_quant_preferred_max_tokens &&
+         out * in >= n_tokens * gemm_quant_min_weights_per_token;
+}
+
+// Workspace: [f16 activations][their sums per 32][tile counters][partial sums], each 256-byte aligned.
+std::size_t activation_bytes(std::int64_t n_tokens, std::int64_t in) {
+  return round_up(std::size_t(n_tokens) * std::size_t(in) * 2) + round_up(std::size_t(n_tokens) * std::size_t(in / 32) * 2);
+}
+
+std::size_t gemm_quant_workspace_bytes(model::ggml_type type, std::int64_t in, std::int64_t out, std::int64_t max_tokens) {
+  if (type != model::ggml_type::Q4_K || in <= 0 || out <= 0 || max_tokens <= 0) return 0;
+  const std::int64_t top = std::min(max_tokens, gemm_quant_max_tokens);
+  std::size_t split = 0;
+  for (std::int64_t n = 1; n <= top; ++n) {
+    const plan pl = plan_for(n, in, out);
+    split = std::max(split, round_up(std::size_t(pl.counters()) * sizeof(unsigned)) + round_up(pl.partial_bytes(n, out)));
+  }
+  return activation_bytes(top, in) + split;
+}
+
+hipError_t launch_gemm_quant(const matmul_params& p, void* workspace, std::size_t workspace_bytes, hipStream_t stream) {
+  if (!gemm_quant_supported(p.w_type, p.n_tokens) || p.in <= 0 || p.in % super_elems != 0 || p.out <= 0 ||
+      p.in >= (std::int64_t(1) << 31) || p.out >= (std::int64_t(1) << 31) || p.x == nullptr || p.y == nullptr ||
+      !aligned16(p.w) || !aligned16(p.x) || !aligned16(workspace) ||
+      workspace_bytes < gemm_quant_workspace_bytes(p.w_type, p.in, p.out, p.n_tokens)) {
+    return hipErrorInvalidValue;
+  }
+  const plan pl = plan_for(p.n_tokens, p.in, p.out);
+  auto* base = static_cast<unsigned char*>(workspace);
+  auto* x16 = reinterpret_cast<std::uint16_t*>(base);
+  auto* xsum = reinterpret_cast<std::uint16_t*>(base + round_up(std::size_t(p.n_tokens) * std::size_t(p.in) * 2));
+  auto* counters = reinterpret_cast<unsigned*>(base + activation_bytes(p.n_tokens, p.in));
+  auto* partial = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(counters) +
+                                           round_up(std::size_t(pl.counters()) * sizeof(unsigned)));
+  const std::int64_t nx = p.n_tokens * p.in;
+  convert_pairs_kernel<<<elementwise_blocks(nx / 8), 256, 0, stream>>>(p.x, x16, xsum, nx, counters, pl.counters());
+  const hipError_t e = hipGetLastError();
+  if (e != hipSuccess) return e;
+  return launch_planned(pl,
+                        {.w = static_cast<const u8*>(p.w),
+                         .row_bytes = std::size_t(p.in / super_elems) * block_bytes,
+                         .x16 = x16,
+                         .xsum = xsum,
+                         .bias = p.bias,
+                         .y = p.y,
+                         .partial = partial,
+                         .counters = counters,
+                         .in = int(p.in),
+                         .out = int(p.out),
+                         .n_tokens = int(p.n_tokens),
+                         .supers_per_split = pl.supers_per_split},
+                        stream);
+}
+
+}  // namespace anvil::kernels
