@@ -33,18 +33,18 @@ inline constexpr std::int64_t gemm_quant_max_tokens = 128;
 bool gemm_quant_supported(model::ggml_type type, std::int64_t n_tokens);
 
 // Whether it is also the faster path (launch_gemm's choice). Measured (gpu_roofline --quant-gemm, H100
-// and H200): it is up to 64 tokens while the weight has at least 2^18 elements per token (8 and 16
+// and H200): it is up to 64 tokens while the weight has at least 2^17 elements per token (up to 32
 // tokens: every matrix of an 8B model; 64: 4096x4096 and up); past that the products dominate and
-// the vendor GEMM's tensor-core rate wins (on the H200 already at 128 tokens on 14336x4096).
+// the vendor GEMM's tensor-core rate wins (on the H200 at 128 tokens on 14336x4096 already).
 inline constexpr std::int64_t gemm_quant_preferred_max_tokens = 64;
-inline constexpr std::int64_t gemm_quant_min_weights_per_token = std::int64_t(1) << 18;
+inline constexpr std::int64_t gemm_quant_min_weights_per_token = std::int64_t(1) << 17;
 bool gemm_quant_preferred(model::ggml_type type, std::int64_t n_tokens, std::int64_t in, std::int64_t out);
 
 // Workspace bytes for every n_tokens <= max_tokens (the f16 activations and the partial sums).
 std::size_t gemm_quant_workspace_bytes(model::ggml_type type, std::int64_t in, std::int64_t out, std::int64_t max_tokens);
 
 // Enqueues the GEMM. Preconditions: gemm_quant_supported(p.w_type, p.n_tokens), p.in a multiple of
-// 256, W, x and the workspace 16-byte aligned, workspace_bytes >= gemm_quant_workspace_bytes(...);
+// 256 and below 2^24, W, x and the workspace 16-byte aligned, workspace_bytes >= gemm_quant_workspace_bytes(...);
 // hipErrorInvalidValue and nothing launched when violated.
 hipError_t launch_gemm_quant(const matmul_params& p, void* workspace, std::size_t workspace_bytes, hipStream_t stream);
 

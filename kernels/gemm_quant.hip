@@ -41,7 +41,8 @@ constexpr int x_row_bytes = 16 * 4 * x_chunk_units;
 __device__ __forceinline__ int x_offset(int n, int u) { return n * x_row_bytes + 16 * (x_chunk_units * (u / 8) + u % 8); }
 constexpr int max_splits = 16;
 
-// A block of W warps computes (16 * MT * W) rows of W for (8 * NT) tokens.
+// A block of W warps computes (16 * MT * W) rows of W for (8 * NT) tokens, through S stages. Every
+// launch uses MT = 1: two m-tiles per warp measured slower (255 registers, spills).
 template <int W, int MT, int NT, int S>
 struct tile {
   static constexpr int threads = 32 * W;
@@ -60,6 +61,8 @@ struct tile {
 __global__ void __launch_bounds__(256) convert_pairs_kernel(const float* __restrict__ src, std::uint16_t* __restrict__ dst,
                                                             std::uint16_t* __restrict__ sums, std::int64_t n,
                                                             unsigned* __restrict__ counters, int n_counters) {
+  gpu::dependency_wait();  // launched with gpu::launch_dependent
+  gpu::allow_dependents();
   if (blockIdx.x == 0) {
     for (int i = int(threadIdx.x); i < n_counters; i += 256) counters[i] = 0;
   }
@@ -118,10 +121,9 @@ __device__ __forceinline__ u32 dequant_pair(u32 q, u32 scale, u32 neg_offset) {
   return fma_f16x2(and_or(q, High ? 0x00F000F0u : 0x000F000Fu, High ? 0x54005400u : 0x64006400u), scale, neg_offset);
 }
 
-// One row's share of a super-block: its codes, the scales of sub-blocks 2c (low nibbles) and 2c+1
-// (high) as pairs, minus each scale times its nibble offset, and (-dmin m) of the two sub-blocks.
-struct row_share {
-  uint4 lo, hi;  // code words 0..3 and 4..7
+// One row's scales for lane c's share of a super-block: those of sub-blocks 2c (low nibbles) and
+// 2c+1 (high) as pairs, minus each scale times its nibble offset, and (-dmin m) of the two.
+struct row_scales {
   u32 scale[2], neg_offset[2];
   u32 neg_mins;  // (-dmin m_2c, -dmin m_2c+1)
 };
@@ -137,11 +139,9 @@ __device__ __forceinline__ u32 mul_f16x2(u32 a, u32 b) {
 // 4-7 keep 4 bits in bytes 8-11 and their top 2 bits in the top bits of bytes 0-7). d sc and
 // dmin m are products of an f16 and an integer below 64, rounded once: the values dequantize_row's
 // f32 products round to.
-__device__ __forceinline__ row_share load_row(const u8* row, int c) {
-  row_share r;
+__device__ __forceinline__ row_scales load_scales(const u8* row, int c) {
+  row_scales r;
   const uint4 head = *reinterpret_cast<const uint4*>(row);
-  r.lo = *reinterpret_cast<const uint4*>(row + 16 + 32 * c);
-  r.hi = *reinterpret_cast<const uint4*>(row + 32 + 32 * c);
   const int sh = 16 * (c & 1);
   const u32 y = head.y >> sh, z = head.z >> sh, w = head.w >> sh;
   const u32 upper = c >= 2 ? ~0u : 0u;  // sub-blocks 4..7: 4 low bits apart, 2 high bits in bytes 0-7
@@ -158,7 +158,10 @@ __device__ __forceinline__ row_share load_row(const u8* row, int c) {
   return r;
 }
 
-__device__ __forceinline__ u32 code_word(const row_share& r, int u) { return word_of(u < 4 ? r.lo : r.hi, u & 3); }
+// Lane c's code words 2v and 2v + 1 of a row.
+__device__ __forceinline__ uint2 code_words(const u8* row, int c, int v) {
+  return *reinterpret_cast<const uint2*>(row + 16 + 32 * c + 8 * v);
+}
 #endif
 
 template <int W, int MT, int NT, int S>
@@ -180,55 +183,71 @@ __global__ void __launch_bounds__(32 * W) gemm_q4k_kernel(gemm_quant_args a) {
   constexpr int w_units = T::rows * (block_bytes / 16), w_copies = (w_units + threads - 1) / threads;
   constexpr int x_units = T::tokens * (super_elems / 8), x_copies = x_units / threads;
   static_assert(x_units % threads == 0, "every lane copies as many activation units");
-  const u8* w_src[w_copies];
-  int w_dst[w_copies];
+  // Byte offsets from the block's first row and token (below 2^31: launch_gemm_quant's limits).
+  const u8* const w_base = a.w + std::size_t(row0) * a.row_bytes + std::size_t(kb0) * block_bytes;
+  unsigned w_src[w_copies], w_dst[w_copies];
 #pragma unroll
   for (int k = 0; k < w_copies; ++k) {
     const int i = min(tid + k * threads, w_units - 1);  // a lane past the end repeats the last copy
     const int r = i / (block_bytes / 16), u = i % (block_bytes / 16);
-    w_src[k] = a.w + std::size_t(min(row0 + r, a.out - 1)) * a.row_bytes + std::size_t(kb0) * block_bytes + 16 * u;
-    w_dst[k] = r * block_bytes + 16 * u;
+    w_src[k] = unsigned(min(r, a.out - 1 - row0)) * unsigned(a.row_bytes) + 16u * unsigned(u);
+    w_dst[k] = unsigned(r * block_bytes + 16 * u);
   }
-  const std::uint16_t* x_src[x_copies];
-  int x_dst[x_copies];
+  const std::uint16_t* const x_base = a.x16 + std::size_t(t0) * a.in + std::size_t(kb0) * super_elems;
+  unsigned x_src[x_copies], x_dst[x_copies];
 #pragma unroll
   for (int k = 0; k < x_copies; ++k) {
     const int i = tid + k * threads, n = i / (super_elems / 8), u = i % (super_elems / 8);
-    x_src[k] = a.x16 + std::size_t(min(t0 + n, a.n_tokens - 1)) * a.in + std::size_t(kb0) * super_elems + 8 * u;
-    x_dst[k] = T::w_bytes + x_offset(n, u);
+    x_src[k] = unsigned(min(n, a.n_tokens - 1 - t0)) * unsigned(a.in) + 8u * unsigned(u);  // elements
+    x_dst[k] = unsigned(T::w_bytes + x_offset(n, u));
   }
   static_assert(T::tokens <= threads, "one lane per token copies its sums");
   const std::uint16_t* sum_src =
       a.xsum + std::size_t(min(t0 + tid, a.n_tokens - 1)) * std::size_t(a.in / 32) + std::size_t(kb0) * 8;
-  const auto load_stage = [&](int step) {
+  const auto load_weights = [&](int step) {
+    unsigned char* st = smem + (step % T::stages) * T::stage_bytes;
+#pragma unroll
+    for (int k = 0; k < w_copies; ++k) tc::cp_async16(st + w_dst[k], w_base + w_src[k] + std::size_t(step) * block_bytes, true);
+  };
+  const auto load_activations = [&](int step) {
     unsigned char* st = smem + (step % T::stages) * T::stage_bytes;
     if (tid < T::tokens) tc::cp_async16(st + T::sum_offset + 16 * tid, sum_src + std::size_t(step) * 8, true);
 #pragma unroll
-    for (int k = 0; k < w_copies; ++k) tc::cp_async16(st + w_dst[k], w_src[k] + std::size_t(step) * block_bytes, true);
-#pragma unroll
-    for (int k = 0; k < x_copies; ++k) tc::cp_async16(st + x_dst[k], x_src[k] + std::size_t(step) * super_elems, true);
+    for (int k = 0; k < x_copies; ++k) tc::cp_async16(st + x_dst[k], x_base + x_src[k] + std::size_t(step) * super_elems, true);
   };
 
+  // The first stages' weights are requested before the kernel before this one has finished (they
+  // do not depend on it: gpu::dependency_wait); the activations after. The first commit group then
+  // holds every prologue weight: the first wait covers them all.
+#pragma unroll
+  for (int s = 0; s < T::stages - 1; ++s) {
+    if (s < steps) load_weights(s);
+  }
+  gpu::dependency_wait();  // launched with gpu::launch_dependent_smem
+  gpu::allow_dependents();
   float acc[MT][NT][4] = {};
 #pragma unroll
   for (int s = 0; s < T::stages - 1; ++s) {
-    if (s < steps) load_stage(s);
+    if (s < steps) load_activations(s);
     tc::cp_async_commit();
   }
   for (int step = 0; step < steps; ++step) {
     tc::cp_async_wait<T::stages - 2>();
     __syncthreads();  // this stage has landed for every lane; the one refilled below is consumed
-    if (step + T::stages - 1 < steps) load_stage(step + T::stages - 1);
+    if (step + T::stages - 1 < steps) {
+      load_weights(step + T::stages - 1);
+      load_activations(step + T::stages - 1);
+    }
     tc::cp_async_commit();
 
     const unsigned char* st = smem + (step % T::stages) * T::stage_bytes;
     const unsigned char* xs = st + T::w_bytes + x_offset(g, 8 * c);  // this lane's chunk of token g
-    row_share rs[MT][2];
+    const unsigned char* rows = st + (16 * warp * MT + g) * block_bytes;  // m-tile m: + 16 m rows
+    row_scales rs[MT][2];
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
-      const unsigned char* r = st + (16 * (warp * MT + m) + g) * block_bytes;
-      rs[m][0] = load_row(r, c);
-      rs[m][1] = load_row(r + 8 * block_bytes, c);
+      rs[m][0] = load_scales(rows + 16 * m * block_bytes, c);
+      rs[m][1] = load_scales(rows + (16 * m + 8) * block_bytes, c);
     }
     // Minus the mins: rows (g, g + 8) x (-dmin m) of sub-blocks 2c, 2c+1 against token g's sums of
     // the same sub-blocks, the other half of the product's reduction zero.
@@ -242,9 +261,15 @@ __global__ void __launch_bounds__(32 * W) gemm_q4k_kernel(gemm_quant_args a) {
       }
     }
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
+    for (int v = 0; v < 4; ++v) {
+      uint2 q[MT][2];  // code words 2v, 2v + 1 of rows g and g + 8
 #pragma unroll
-      for (int v = 0; v < 4; ++v) {
+      for (int m = 0; m < MT; ++m) {
+        q[m][0] = code_words(rows + 16 * m * block_bytes, c, v);
+        q[m][1] = code_words(rows + (16 * m + 8) * block_bytes, c, v);
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
         uint4 b[NT];
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
@@ -252,12 +277,11 @@ __global__ void __launch_bounds__(32 * W) gemm_q4k_kernel(gemm_quant_args a) {
         }
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int u = 2 * v + e;
 #pragma unroll
           for (int m = 0; m < MT; ++m) {
-            const row_share& r0 = rs[m][0];
-            const row_share& r1 = rs[m][1];
-            const u32 q0 = code_word(r0, u), q1 = code_word(r1, u);
+            const row_scales& r0 = rs[m][0];
+            const row_scales& r1 = rs[m][1];
+            const u32 q0 = e ? q[m][0].y : q[m][0].x, q1 = e ? q[m][1].y : q[m][1].x;
             unsigned af[4];
             if (h == 0) {
               af[0] = dequant_pair<false>(q0, r0.scale[0], r0.neg_offset[0]);
@@ -381,17 +405,19 @@ struct plan {
 plan plan_for(std::int64_t n_tokens, std::int64_t in, std::int64_t out) {
   plan p;
   p.nt = n_tokens <= 8 ? 1 : n_tokens <= 16 ? 2 : n_tokens <= 32 ? 4 : 8;
-  p.warps = p.nt == 8 ? 8 : 4;
+  // 8 warps (128 rows) share a block's activations for 64 tokens and for tall weights; 4 (64 rows)
+  // keep more blocks in flight for the rest (measured, as the split below).
+  p.warps = p.nt == 8 || out >= 8192 ? 8 : 4;
   p.token_tiles = int((n_tokens + 8 * p.nt - 1) / (8 * p.nt));
   p.row_tiles = int((out + 16 * p.mt * p.warps - 1) / (16 * p.mt * p.warps));
   const int n_super = int(in / super_elems);
-  // Enough blocks for two per multiprocessor, each reducing at least four super-blocks.
-  const std::int64_t blocks = std::int64_t(p.token_tiles) * p.row_tiles;
-  const std::int64_t want = 2 * std::int64_t(sm_count());
-  if (blocks < want) {
-    const int by_grid = int((want + blocks - 1) / blocks);
-    p.splits = std::clamp(std::min(by_grid, n_super / 4), 1, max_splits);
-  }
+  // Split the reduction (each part four super-blocks at least) while the grid is smaller than the
+  // device: up to one block per multiprocessor for 64-token tiles (a block fills one), at least one
+  // for the smaller tiles (several share one). Measured on the H200 against two blocks per
+  // multiprocessor and against no split (gpu_roofline --quant-gemm, session 12 notes).
+  const std::int64_t blocks = std::int64_t(p.token_tiles) * p.row_tiles, sms = sm_count();
+  const std::int64_t by_grid = p.nt == 8 ? sms / blocks : (sms + blocks - 1) / blocks;
+  p.splits = int(std::clamp<std::int64_t>(std::min<std::int64_t>(by_grid, n_super / 4), 1, max_splits));
   p.supers_per_split = (n_super + p.splits - 1) / p.splits;
   p.splits = (n_super + p.supers_per_split - 1) / p.supers_per_split;  // none empty
   return p;
@@ -405,7 +431,7 @@ hipError_t launch_tile(const plan& pl, const gemm_quant_args& a, hipStream_t str
   using T = tile<W, MT, NT, S>;
   gpu::allow_dynamic_smem<gemm_q4k_kernel<W, MT, NT, S>>(T::smem);
   const dim3 grid(unsigned(pl.token_tiles), unsigned(pl.row_tiles), unsigned(pl.splits));
-  gemm_q4k_kernel<W, MT, NT, S><<<grid, T::threads, T::smem, stream>>>(a);
+  gpu::launch_dependent_smem(gemm_q4k_kernel<W, MT, NT, S>, grid, dim3(T::threads), T::smem, stream, a);
   return hipGetLastError();
 #else
   (void)pl, (void)a, (void)stream;
@@ -413,12 +439,12 @@ hipError_t launch_tile(const plan& pl, const gemm_quant_args& a, hipStream_t str
 #endif
 }
 
-// Stages: four while a stage is small, three for 64 tokens (55 KB each).
+// Stages: four while a stage is small, three from 32 tokens on 8 warps (46 KB) and for 64 tokens (55 KB).
 hipError_t launch_planned(const plan& pl, const gemm_quant_args& a, hipStream_t stream) {
   switch (pl.nt) {
-    case 1: return launch_tile<4, 1, 1, 4>(pl, a, stream);
-    case 2: return launch_tile<4, 1, 2, 4>(pl, a, stream);
-    case 4: return launch_tile<4, 1, 4, 4>(pl, a, stream);
+    case 1: return pl.warps == 8 ? launch_tile<8, 1, 1, 4>(pl, a, stream) : launch_tile<4, 1, 1, 4>(pl, a, stream);
+    case 2: return pl.warps == 8 ? launch_tile<8, 1, 2, 4>(pl, a, stream) : launch_tile<4, 1, 2, 4>(pl, a, stream);
+    case 4: return pl.warps == 8 ? launch_tile<8, 1, 4, 3>(pl, a, stream) : launch_tile<4, 1, 4, 4>(pl, a, stream);
     default: return launch_tile<8, 1, 8, 3>(pl, a, stream);
   }
 }
@@ -458,8 +484,9 @@ std::size_t gemm_quant_workspace_bytes(model::ggml_type type, std::int64_t in, s
 }
 
 hipError_t launch_gemm_quant(const matmul_params& p, void* workspace, std::size_t workspace_bytes, hipStream_t stream) {
+  // A block's copy offsets are 32-bit: its rows' bytes and its tokens' activations below 2^31.
   if (!gemm_quant_supported(p.w_type, p.n_tokens) || p.in <= 0 || p.in % super_elems != 0 || p.out <= 0 ||
-      p.in >= (std::int64_t(1) << 31) || p.out >= (std::int64_t(1) << 31) || p.x == nullptr || p.y == nullptr ||
+      p.in >= (std::int64_t(1) << 24) || p.out >= (std::int64_t(1) << 31) || p.x == nullptr || p.y == nullptr ||
       !aligned16(p.w) || !aligned16(p.x) || !aligned16(workspace) ||
       workspace_bytes < gemm_quant_workspace_bytes(p.w_type, p.in, p.out, p.n_tokens)) {
     return hipErrorInvalidValue;
@@ -472,7 +499,8 @@ hipError_t launch_gemm_quant(const matmul_params& p, void* workspace, std::size_
   auto* partial = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(counters) +
                                            round_up(std::size_t(pl.counters()) * sizeof(unsigned)));
   const std::int64_t nx = p.n_tokens * p.in;
-  convert_pairs_kernel<<<elementwise_blocks(nx / 8), 256, 0, stream>>>(p.x, x16, xsum, nx, counters, pl.counters());
+  gpu::launch_dependent(convert_pairs_kernel, dim3(elementwise_blocks(nx / 8)), dim3(256), stream, p.x, x16, xsum, nx,
+                        counters, pl.counters());
   const hipError_t e = hipGetLastError();
   if (e != hipSuccess) return e;
   return launch_planned(pl,
