@@ -90,8 +90,9 @@ class gpu_device {
   void run_scores();
   void collect_scores(const step_plan& plan, step_result& result) const;
   // y = x W^T (+ bias) for each projection of x; GEMVs for steps of up to gemv_max_tokens tokens,
-  // grouped by weight type into one launch each. x8_ready: the GEMV workspace already holds x in
-  // 8 bits (a producer kernel wrote it).
+  // grouped by weight type into one launch each, except for the weights the quantized GEMM serves
+  // faster (kernels::gemm_quant_beats_gemv). x8_ready: the GEMV workspace already holds x in 8
+  // bits (a producer kernel wrote it).
   struct projection {
     const matrix* w = nullptr;
     const float* bias = nullptr;

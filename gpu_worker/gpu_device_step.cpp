@@ -11,6 +11,7 @@
 
 #include "kernels/attention_decode.h"
 #include "kernels/embedding.h"
+#include "kernels/gemm_quant.h"
 #include "kernels/rms_norm.h"
 #include "kernels/rms_norm_residual.h"
 #include "kernels/rope_kv_write.h"
@@ -40,29 +41,38 @@ void gpu_device::matmul(const matrix& w, const float* bias, const float* x, floa
 }
 
 void gpu_device::project(std::span<const projection> ps, const float* x, std::int64_t n_tokens, bool x8_ready) {
-  if (n_tokens > kernels::gemv_max_tokens) {
-    for (const projection& p : ps) {
-      const matrix& w = *p.w;
-      ok(kernels::launch_gemm({.w = w.w,
-                               .w_type = w.type,
-                               .in = w.in,
-                               .out = w.out,
-                               .bias = p.bias,
-                               .x = x,
-                               .y = p.y,
-                               .n_tokens = n_tokens},
-                              gemm_, stream_),
-         "gemm");
-    }
-    return;
+  // GEMMs above gemv_max_tokens, and below it for the weights where the quantized GEMM beats the
+  // GEMV (kernels/gemm_quant.h); GEMVs for the rest.
+  const bool all_gemm = n_tokens > kernels::gemv_max_tokens;
+  const auto by_gemm = [&](const matrix& w) {
+    return all_gemm || (gemm_.algo == kernels::gemm_algo::quantized && kernels::gemm_quant_beats_gemv(w.type, n_tokens, w.in, w.out));
+  };
+  for (const projection& p : ps) {
+    const matrix& w = *p.w;
+    if (!by_gemm(w)) continue;
+    ok(kernels::launch_gemm({.w = w.w,
+                             .w_type = w.type,
+                             .in = w.in,
+                             .out = w.out,
+                             .bias = p.bias,
+                             .x = x,
+                             .y = p.y,
+                             .n_tokens = n_tokens},
+                            gemm_, stream_),
+       "gemm");
   }
+  if (all_gemm) return;
   // Runs of one weight type share a launch; the first quantized launch rounds x (unless a
   // producer kernel did), the later ones read what it wrote.
   for (std::size_t i = 0; i < ps.size();) {
+    if (by_gemm(*ps[i].w)) {
+      ++i;
+      continue;
+    }
     kernels::matmul_params group[kernels::gemv_max_group];
     std::size_t n = 0;
     const model::ggml_type type = ps[i].w->type;
-    for (; i < ps.size() && n < std::size(group) && ps[i].w->type == type; ++i, ++n) {
+    for (; i < ps.size() && n < std::size(group) && ps[i].w->type == type && !by_gemm(*ps[i].w); ++i, ++n) {
       const matrix& w = *ps[i].w;
       group[n] = {.w = w.w,
                   .w_type = w.type,

@@ -40,6 +40,15 @@ inline constexpr std::int64_t gemm_quant_preferred_max_tokens = 64;
 inline constexpr std::int64_t gemm_quant_min_weights_per_token = std::int64_t(1) << 17;
 bool gemm_quant_preferred(model::ggml_type type, std::int64_t n_tokens, std::int64_t in, std::int64_t out);
 
+// Whether it also beats the GEMV (kernels/gemv.h, 8-bit activations) on a step of at most
+// gemv_max_tokens tokens. Measured (gpu_roofline --quant-gemm, H200): from 8 tokens on every
+// weight, from 4 on weights of 2^25 elements and more (14336x4096: GEMV 27.8 us at 4 tokens, this
+// 22.0); below that the GEMV's time grows with the tokens from well under this path's floor.
+inline constexpr std::int64_t gemm_quant_over_gemv_tokens = 8;
+inline constexpr std::int64_t gemm_quant_over_gemv_tokens_large = 4;
+inline constexpr std::int64_t gemm_quant_large_weight = std::int64_t(1) << 25;
+bool gemm_quant_beats_gemv(model::ggml_type type, std::int64_t n_tokens, std::int64_t in, std::int64_t out);
+
 // Workspace bytes for every n_tokens <= max_tokens (the f16 activations and the partial sums).
 std::size_t gemm_quant_workspace_bytes(model::ggml_type type, std::int64_t in, std::int64_t out, std::int64_t max_tokens);
 

@@ -467,6 +467,11 @@ bool gemm_quant_preferred(model::ggml_type type, std::int64_t n_tokens, std::int
          out * in >= n_tokens * gemm_quant_min_weights_per_token;
 }
 
+bool gemm_quant_beats_gemv(model::ggml_type type, std::int64_t n_tokens, std::int64_t in, std::int64_t out) {
+  const std::int64_t from = out * in >= gemm_quant_large_weight ? gemm_quant_over_gemv_tokens_large : gemm_quant_over_gemv_tokens;
+  return n_tokens >= from && gemm_quant_preferred(type, n_tokens, in, out);
+}
+
 // Workspace: [f16 activations][their sums per 32][tile counters][partial sums], each 256-byte aligned.
 std::size_t activation_bytes(std::int64_t n_tokens, std::int64_t in) {
   return round_up(std::size_t(n_tokens) * std::size_t(in) * 2) + round_up(std::size_t(n_tokens) * std::size_t(in / 32) * 2);

@@ -391,14 +391,14 @@ int main(int argc, char** argv) {
     std::printf("\nQuantized GEMM on the blocks (tensor cores) against dequantize + vendor GEMM; limit: max(weight at %.0f GB/s, "
                 "products at %.0f TFLOP/s)\n",
                 copy_gbs, gemm_tflops);
-    std::printf("%-5s %-13s %6s | %9s %9s %7s | %9s %7s | %7s %5s\n", "type", "out x in", "tokens", "limit us", "quant us",
-                "% limit", "deq+blas", "% limit", "speedup", "pick");
+    std::printf("%-5s %-13s %6s | %9s %9s %7s | %9s %7s | %7s %5s | %8s\n", "type", "out x in", "tokens", "limit us",
+                "quant us", "% limit", "deq+blas", "% limit", "speedup", "pick", "gemv us");
     const ggml_type t = ggml_type::Q4_K;
     for (shape s : {shape{4096, 4096}, shape{1024, 4096}, shape{14336, 4096}, shape{4096, 14336}}) {
       const std::size_t bytes = *model::row_bytes(t, s.in) * std::size_t(s.out);
       const std::size_t stride = (bytes + 255) / 256 * 256;
       const int copies = int(std::max<std::size_t>(1, std::min(pool_bytes / stride, (4 * l2 + bytes - 1) / bytes)));
-      for (const std::int64_t nt : {8, 16, 32, 64, 128}) {
+      for (const std::int64_t nt : {1, 2, 4, 8, 16, 32, 64, 128}) {
         const kernels::matmul_params p{.w = nullptr,
                                        .w_type = t,
                                        .in = s.in,
@@ -424,14 +424,27 @@ int main(int argc, char** argv) {
                                            CHECK(kernels::launch_gemm(q, ctx, st));
                                          },
                                          std::max(copies, 8), reps);
+        // The GEMV where a step that small takes it: 8-bit activations already in its workspace, as
+        // the worker's norms leave them.
+        double gemv_us = 0;
+        if (nt <= kernels::gemv_max_tokens) {
+          gemv_us = 1e3 * time_graph_ms(
+                              [&](int i, hipStream_t st) {
+                                kernels::matmul_params q = p;
+                                q.w = pool.as<char>() + std::size_t(i % copies) * stride;
+                                CHECK(kernels::launch_gemv(q, gemv_ws.p, gemv_ws.n, st, kernels::gemv_activations::int8,
+                                                           kernels::gemv_x8_source::workspace));
+                              },
+                              std::max(copies, 8), reps);
+        }
         const double flop = 2.0 * double(nt) * double(s.out) * double(s.in);
         const double limit_us = std::max(double(bytes) / (copy_gbs * 1e9), gemm_tflops > 0 ? flop / (gemm_tflops * 1e12) : 0.0) * 1e6;
         char dims[32];
         std::snprintf(dims, sizeof dims, "%lldx%lld", static_cast<long long>(s.out), static_cast<long long>(s.in));
-        std::printf("%-5s %-13s %6lld | %9.1f %9.1f %6.1f%% | %9.1f %6.1f%% | %6.2fx %5s\n", "Q4_K", dims,
+        std::printf("%-5s %-13s %6lld | %9.1f %9.1f %6.1f%% | %9.1f %6.1f%% | %6.2fx %5s | %8.1f\n", "Q4_K", dims,
                     static_cast<long long>(nt), limit_us, quant_us, 100 * limit_us / quant_us, blas_us,
                     100 * limit_us / blas_us, blas_us / quant_us,
-                    kernels::gemm_quant_preferred(t, nt, s.in, s.out) ? "quant" : "blas");
+                    kernels::gemm_quant_preferred(t, nt, s.in, s.out) ? "quant" : "blas", gemv_us);
       }
     }
   }
