@@ -5,15 +5,19 @@
 // are the products' 16 rows, the tokens their 8 columns, so a step of 8 tokens wastes nothing. A
 // block of 4 or 8 warps streams (rows of W) x (one 256-element super-block) and (tokens) x (the
 // same 256 activations, in f16) through a ring of cp.async stages in shared memory; each warp
-// turns its rows' 4-bit codes into f16 in registers ((code | 0x6400) - 1024, then scale and min in
-// one f16 fma) and multiplies them against the activations of every token of the block. Small
-// steps split the reduction over blocks: each leaves its partial sums in the workspace and the
-// last of a tile to finish adds them in split order (the result does not depend on timing).
+// turns its rows' codes into f16 in registers (code | 0x6400 is 1024 + code; one f16 fma with the
+// scale and minus 1024 x scale, exact, leaves code x scale) and multiplies them against the
+// activations of every token of the block; the sub-blocks' mins enter as one more product per
+// super-block (-dmin m against each 32 activations' sum). Small steps split the reduction over
+// blocks: each leaves its partial sums in the workspace and the last of a tile to finish adds them
+// in split order (the result does not depend on timing).
 //
-// Error: W's values rounded to f16 (scale and min rounded, one fma), x rounded to f16, products
-// summed in f32: the same order as the dequantize-then-vendor-GEMM path.
+// Error: code x scale rounded to f16 once (the scale d sc rounded to f16 first), dmin m in f16
+// against f16 sums of 32 activations, x rounded to f16, products summed in f32: the order of the
+// dequantize-then-vendor-GEMM path's error.
 //
-// Types: Q4_K. Nothing here allocates; the workspace is the caller's (gemm_workspace_bytes).
+// Types: Q4_K, Q5_K (the fifth bit joins the code before the f16 conversion). Nothing here
+// allocates; the workspace is the caller's (gemm_workspace_bytes).
 #pragma once
 
 #include <cstddef>

@@ -1,4 +1,4 @@
-// GEMM on Q4_K blocks with tensor cores (kernels/gemm_quant.h).
+// GEMM on Q4_K and Q5_K blocks with tensor cores (kernels/gemm_quant.h).
 //
 // Which product index carries which element: a sum does not care, so each thread's share of a
 // 256-element super-block is chosen to make its loads whole. Lane (g, c) = (lane / 4, lane % 4)
@@ -12,10 +12,10 @@
 // f16 with each group of four stored as 0, 2, 1, 3, so that both pairs are one 8-byte read (two
 // product steps, one 16-byte read).
 //
-// Shared memory per stage: the block's rows' super-blocks as stored (144 bytes each: the 16-byte
-// head of d, dmin and the 12 scale bytes, then the codes), and the tokens' 256 activations (f16,
-// 576 bytes each with padding, laid out as x_offset says so that reads do not collide in the banks); the code rows
-// need no such care (a 144-byte stride already spreads them).
+// Shared memory per stage: the block's rows' super-blocks as stored (144 or 176 bytes each: the
+// 16-byte head of d, dmin and the 12 scale bytes, Q5_K's fifth bits, then the codes), and the
+// tokens' 256 activations (f16, 576 bytes each with padding, laid out as x_offset says so that
+// reads do not collide in the banks) with their sums per 32.
 #include "kernels/gemm_quant.h"
 
 #include <algorithm>
@@ -30,8 +30,19 @@ namespace {
 
 using namespace gpu_quant;
 
-constexpr int super_elems = 256;        // elements per Q4_K block
-constexpr int block_bytes = 144;        // bytes per Q4_K block
+constexpr int super_elems = 256;        // elements per block (super-block) of either format
+
+// The two block formats (quant_blocks.h): the same 16-byte head (d, dmin, 12 scale bytes), 4-bit
+// codes at `codes`; Q5_K adds each code's fifth bit in qh[32] at byte 16 (bit 2j of qh[l] for
+// element l of sub-block 2j, bit 2j + 1 for sub-block 2j + 1).
+struct q4k_format {
+  static constexpr int block_bytes = 144, codes = 16;
+  static constexpr bool high_bits = false;
+};
+struct q5k_format {
+  static constexpr int block_bytes = 176, codes = 48;
+  static constexpr bool high_bits = true;
+};
 // A token's 256 activations in a stage: four chunks of 64 (one per lane c), each 8 units of 16
 // bytes, chunks 9 units apart (rows 36 units, 576 bytes): a quarter-warp's reads (lanes g = 0, 1
 // or 2, 3 and c = 0..3, the same unit w of their chunk) fall on units 36g + 9c + w, eight
@@ -43,13 +54,13 @@ constexpr int max_splits = 16;
 
 // A block of W warps computes (16 * MT * W) rows of W for (8 * NT) tokens, through S stages. Every
 // launch uses MT = 1: two m-tiles per warp measured slower (255 registers, spills).
-template <int W, int MT, int NT, int S>
+template <class F, int W, int MT, int NT, int S>
 struct tile {
   static constexpr int threads = 32 * W;
   static constexpr int rows = 16 * MT * W;
   static constexpr int tokens = 8 * NT;
   static constexpr int stages = S;
-  static constexpr int w_bytes = rows * block_bytes;
+  static constexpr int w_bytes = rows * F::block_bytes;
   static constexpr int sum_offset = w_bytes + tokens * x_row_bytes;  // each token's 8 sums, 16 bytes
   static constexpr int stage_bytes = sum_offset + tokens * 16;
   static constexpr int smem = stages * stage_bytes;
@@ -117,8 +128,18 @@ __device__ __forceinline__ u32 and_or(u32 a, u32 b, u32 c) {
 // exact too) leaves code x scale, rounded once. The sub-block's min is not subtracted here: the
 // kernel adds minus min x (sum of the sub-block's activations) as a product of its own.
 template <bool High>
-__device__ __forceinline__ u32 dequant_pair(u32 q, u32 scale, u32 neg_offset) {
-  return fma_f16x2(and_or(q, High ? 0x00F000F0u : 0x000F000Fu, High ? 0x54005400u : 0x64006400u), scale, neg_offset);
+__device__ __forceinline__ u32 dequant_pair(u32 q, u32 fifth, u32 scale, u32 neg_offset) {
+  return fma_f16x2(and_or(q, High ? 0x00F000F0u : 0x000F000Fu, (High ? 0x54005400u : 0x64006400u) | fifth), scale,
+                   neg_offset);
+}
+
+// Q5_K: the fifth bits of the pair dequant_pair<High> takes from word q (Odd false) or q >> 8 (Odd
+// true), moved to 16 in the code's units (bit 4 of each half under 0x6400, bit 8 under 0x5400).
+// `bits` is the qh word of the same bytes shifted right by 2c (low nibbles) or 2c + 1 (high).
+template <bool High, bool Odd>
+__device__ __forceinline__ u32 fifth_bits(u32 bits) {
+  if constexpr (High) return (Odd ? bits : bits << 8) & 0x01000100u;
+  return (Odd ? bits >> 4 : bits << 4) & 0x00100010u;
 }
 
 // One row's scales for lane c's share of a super-block: those of sub-blocks 2c (low nibbles) and
@@ -158,16 +179,19 @@ __device__ __forceinline__ row_scales load_scales(const u8* row, int c) {
   return r;
 }
 
-// Lane c's code words 2v and 2v + 1 of a row.
+// Lane c's code words 2v and 2v + 1 of a row, and (Q5_K) the qh words of the same bytes.
+template <class F>
 __device__ __forceinline__ uint2 code_words(const u8* row, int c, int v) {
-  return *reinterpret_cast<const uint2*>(row + 16 + 32 * c + 8 * v);
+  return *reinterpret_cast<const uint2*>(row + F::codes + 32 * c + 8 * v);
 }
+__device__ __forceinline__ uint2 high_words(const u8* row, int v) { return *reinterpret_cast<const uint2*>(row + 16 + 8 * v); }
 #endif
 
-template <int W, int MT, int NT, int S>
-__global__ void __launch_bounds__(32 * W) gemm_q4k_kernel(gemm_quant_args a) {
+template <class F, int W, int MT, int NT, int S>
+__global__ void __launch_bounds__(32 * W) gemm_kq_kernel(gemm_quant_args a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  using T = tile<W, MT, NT, S>;
+  using T = tile<F, W, MT, NT, S>;
+  constexpr int block_bytes = F::block_bytes;
   constexpr int threads = T::threads;
   extern __shared__ __align__(16) unsigned char smem[];
   const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32, g = lane / 4, c = lane % 4;
@@ -262,11 +286,16 @@ __global__ void __launch_bounds__(32 * W) gemm_q4k_kernel(gemm_quant_args a) {
     }
 #pragma unroll
     for (int v = 0; v < 4; ++v) {
-      uint2 q[MT][2];  // code words 2v, 2v + 1 of rows g and g + 8
+      uint2 q[MT][2];      // code words 2v, 2v + 1 of rows g and g + 8
+      uint2 fifth[MT][2];  // Q5_K: the qh words of the same bytes
 #pragma unroll
       for (int m = 0; m < MT; ++m) {
-        q[m][0] = code_words(rows + 16 * m * block_bytes, c, v);
-        q[m][1] = code_words(rows + (16 * m + 8) * block_bytes, c, v);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const unsigned char* row = rows + (16 * m + 8 * r) * block_bytes;
+          q[m][r] = code_words<F>(row, c, v);
+          fifth[m][r] = F::high_bits ? high_words(row, v) : make_uint2(0u, 0u);
+        }
       }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -282,17 +311,20 @@ __global__ void __launch_bounds__(32 * W) gemm_q4k_kernel(gemm_quant_args a) {
             const row_scales& r0 = rs[m][0];
             const row_scales& r1 = rs[m][1];
             const u32 q0 = e ? q[m][0].y : q[m][0].x, q1 = e ? q[m][1].y : q[m][1].x;
+            // Q5_K: lane c's fifth bits, sub-block 2c + h, at bit 0 of each byte.
+            const u32 b0 = (e ? fifth[m][0].y : fifth[m][0].x) >> (2 * c + h);
+            const u32 b1 = (e ? fifth[m][1].y : fifth[m][1].x) >> (2 * c + h);
             unsigned af[4];
             if (h == 0) {
-              af[0] = dequant_pair<false>(q0, r0.scale[0], r0.neg_offset[0]);
-              af[1] = dequant_pair<false>(q1, r1.scale[0], r1.neg_offset[0]);
-              af[2] = dequant_pair<false>(q0 >> 8, r0.scale[0], r0.neg_offset[0]);
-              af[3] = dequant_pair<false>(q1 >> 8, r1.scale[0], r1.neg_offset[0]);
+              af[0] = dequant_pair<false>(q0, fifth_bits<false, false>(b0), r0.scale[0], r0.neg_offset[0]);
+              af[1] = dequant_pair<false>(q1, fifth_bits<false, false>(b1), r1.scale[0], r1.neg_offset[0]);
+              af[2] = dequant_pair<false>(q0 >> 8, fifth_bits<false, true>(b0), r0.scale[0], r0.neg_offset[0]);
+              af[3] = dequant_pair<false>(q1 >> 8, fifth_bits<false, true>(b1), r1.scale[0], r1.neg_offset[0]);
             } else {
-              af[0] = dequant_pair<true>(q0, r0.scale[1], r0.neg_offset[1]);
-              af[1] = dequant_pair<true>(q1, r1.scale[1], r1.neg_offset[1]);
-              af[2] = dequant_pair<true>(q0 >> 8, r0.scale[1], r0.neg_offset[1]);
-              af[3] = dequant_pair<true>(q1 >> 8, r1.scale[1], r1.neg_offset[1]);
+              af[0] = dequant_pair<true>(q0, fifth_bits<true, false>(b0), r0.scale[1], r0.neg_offset[1]);
+              af[1] = dequant_pair<true>(q1, fifth_bits<true, false>(b1), r1.scale[1], r1.neg_offset[1]);
+              af[2] = dequant_pair<true>(q0 >> 8, fifth_bits<true, true>(b0), r0.scale[1], r0.neg_offset[1]);
+              af[3] = dequant_pair<true>(q1 >> 8, fifth_bits<true, true>(b1), r1.scale[1], r1.neg_offset[1]);
             }
 #pragma unroll
             for (int j = 0; j < NT; ++j) {
@@ -425,13 +457,13 @@ plan plan_for(std::int64_t n_tokens, std::int64_t in, std::int64_t out) {
 
 std::size_t round_up(std::size_t n) { return (n + 255) / 256 * 256; }
 
-template <int W, int MT, int NT, int S>
+template <class F, int W, int MT, int NT, int S>
 hipError_t launch_tile(const plan& pl, const gemm_quant_args& a, hipStream_t stream) {
 #if defined(ANVIL_GPU_CUDA)
-  using T = tile<W, MT, NT, S>;
-  gpu::allow_dynamic_smem<gemm_q4k_kernel<W, MT, NT, S>>(T::smem);
+  using T = tile<F, W, MT, NT, S>;
+  gpu::allow_dynamic_smem<gemm_kq_kernel<F, W, MT, NT, S>>(T::smem);
   const dim3 grid(unsigned(pl.token_tiles), unsigned(pl.row_tiles), unsigned(pl.splits));
-  gpu::launch_dependent_smem(gemm_q4k_kernel<W, MT, NT, S>, grid, dim3(T::threads), T::smem, stream, a);
+  gpu::launch_dependent_smem(gemm_kq_kernel<F, W, MT, NT, S>, grid, dim3(T::threads), T::smem, stream, a);
   return hipGetLastError();
 #else
   (void)pl, (void)a, (void)stream;
@@ -440,22 +472,25 @@ hipError_t launch_tile(const plan& pl, const gemm_quant_args& a, hipStream_t str
 }
 
 // Stages: four while a stage is small, three from 32 tokens on 8 warps (46 KB) and for 64 tokens (55 KB).
+template <class F>
 hipError_t launch_planned(const plan& pl, const gemm_quant_args& a, hipStream_t stream) {
   switch (pl.nt) {
-    case 1: return pl.warps == 8 ? launch_tile<8, 1, 1, 4>(pl, a, stream) : launch_tile<4, 1, 1, 4>(pl, a, stream);
-    case 2: return pl.warps == 8 ? launch_tile<8, 1, 2, 4>(pl, a, stream) : launch_tile<4, 1, 2, 4>(pl, a, stream);
-    case 4: return pl.warps == 8 ? launch_tile<8, 1, 4, 3>(pl, a, stream) : launch_tile<4, 1, 4, 4>(pl, a, stream);
-    default: return launch_tile<8, 1, 8, 3>(pl, a, stream);
+    case 1: return pl.warps == 8 ? launch_tile<F, 8, 1, 1, 4>(pl, a, stream) : launch_tile<F, 4, 1, 1, 4>(pl, a, stream);
+    case 2: return pl.warps == 8 ? launch_tile<F, 8, 1, 2, 4>(pl, a, stream) : launch_tile<F, 4, 1, 2, 4>(pl, a, stream);
+    case 4: return pl.warps == 8 ? launch_tile<F, 8, 1, 4, 3>(pl, a, stream) : launch_tile<F, 4, 1, 4, 4>(pl, a, stream);
+    default: return launch_tile<F, 8, 1, 8, 3>(pl, a, stream);
   }
 }
 
 unsigned elementwise_blocks(std::int64_t n) { return unsigned(std::min<std::int64_t>((n + 255) / 256, 65536)); }
 
+bool format_supported(model::ggml_type type) { return type == model::ggml_type::Q4_K || type == model::ggml_type::Q5_K; }
+
 }  // namespace
 
 bool gemm_quant_supported(model::ggml_type type, std::int64_t n_tokens) {
 #if defined(ANVIL_GPU_CUDA)
-  return type == model::ggml_type::Q4_K && n_tokens >= 1 && n_tokens <= gemm_quant_max_tokens && tc::device_has_mma();
+  return format_supported(type) && n_tokens >= 1 && n_tokens <= gemm_quant_max_tokens && tc::device_has_mma();
 #else
   (void)type, (void)n_tokens;
   return false;
@@ -478,7 +513,7 @@ std::size_t activation_bytes(std::int64_t n_tokens, std::int64_t in) {
 }
 
 std::size_t gemm_quant_workspace_bytes(model::ggml_type type, std::int64_t in, std::int64_t out, std::int64_t max_tokens) {
-  if (type != model::ggml_type::Q4_K || in <= 0 || out <= 0 || max_tokens <= 0) return 0;
+  if (!format_supported(type) || in <= 0 || out <= 0 || max_tokens <= 0) return 0;
   const std::int64_t top = std::min(max_tokens, gemm_quant_max_tokens);
   std::size_t split = 0;
   for (std::int64_t n = 1; n <= top; ++n) {
@@ -508,20 +543,20 @@ hipError_t launch_gemm_quant(const matmul_params& p, void* workspace, std::size_
                         counters, pl.counters());
   const hipError_t e = hipGetLastError();
   if (e != hipSuccess) return e;
-  return launch_planned(pl,
-                        {.w = static_cast<const u8*>(p.w),
-                         .row_bytes = std::size_t(p.in / super_elems) * block_bytes,
-                         .x16 = x16,
-                         .xsum = xsum,
-                         .bias = p.bias,
-                         .y = p.y,
-                         .partial = partial,
-                         .counters = counters,
-                         .in = int(p.in),
-                         .out = int(p.out),
-                         .n_tokens = int(p.n_tokens),
-                         .supers_per_split = pl.supers_per_split},
-                        stream);
+  const bool q5 = p.w_type == model::ggml_type::Q5_K;
+  const gemm_quant_args a{.w = static_cast<const u8*>(p.w),
+                          .row_bytes = std::size_t(p.in / super_elems) * std::size_t(q5 ? q5k_format::block_bytes : q4k_format::block_bytes),
+                          .x16 = x16,
+                          .xsum = xsum,
+                          .bias = p.bias,
+                          .y = p.y,
+                          .partial = partial,
+                          .counters = counters,
+                          .in = int(p.in),
+                          .out = int(p.out),
+                          .n_tokens = int(p.n_tokens),
+                          .supers_per_split = pl.supers_per_split};
+  return q5 ? launch_planned<q5k_format>(pl, a, stream) : launch_planned<q4k_format>(pl, a, stream);
 }
 
 }  // namespace anvil::kernels

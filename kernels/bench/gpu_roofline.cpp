@@ -9,7 +9,8 @@
 //            and written / time, and % of the copy bandwidth.
 //   GEMM:    32 and 512 tokens on 4096x4096 and 14336x4096, dequantization included: TFLOP/s, and % of
 //            the dense f16 rate.
-//   quantized GEMM (tensor cores on the Q4_K blocks) against dequantize + vendor GEMM at 8-128 tokens
+//   quantized GEMM (tensor cores on the Q4_K / Q5_K blocks) against dequantize + vendor GEMM, and the
+//            GEMV, at 1-128 tokens
 //            on the 8B shapes: µs, each beside max(weight bytes at the copy bandwidth, products at
 //            the f16 GEMM rate).
 //   vendor GEMM int8 against f16 at 64-2048 tokens on the 8B shapes: the 8-bit tensor-core rate an
@@ -393,8 +394,13 @@ int main(int argc, char** argv) {
                 copy_gbs, gemm_tflops);
     std::printf("%-5s %-13s %6s | %9s %9s %7s | %9s %7s | %7s %5s | %8s\n", "type", "out x in", "tokens", "limit us",
                 "quant us", "% limit", "deq+blas", "% limit", "speedup", "pick", "gemv us");
-    const ggml_type t = ggml_type::Q4_K;
-    for (shape s : {shape{4096, 4096}, shape{1024, 4096}, shape{14336, 4096}, shape{4096, 14336}}) {
+    struct row {
+      ggml_type t;
+      shape s;
+    };
+    for (const auto& [t, s] : {row{ggml_type::Q4_K, {4096, 4096}}, row{ggml_type::Q4_K, {1024, 4096}},
+                               row{ggml_type::Q4_K, {14336, 4096}}, row{ggml_type::Q4_K, {4096, 14336}},
+                               row{ggml_type::Q5_K, {4096, 4096}}, row{ggml_type::Q5_K, {14336, 4096}}}) {
       const std::size_t bytes = *model::row_bytes(t, s.in) * std::size_t(s.out);
       const std::size_t stride = (bytes + 255) / 256 * 256;
       const int copies = int(std::max<std::size_t>(1, std::min(pool_bytes / stride, (4 * l2 + bytes - 1) / bytes)));
@@ -441,7 +447,8 @@ int main(int argc, char** argv) {
         const double limit_us = std::max(double(bytes) / (copy_gbs * 1e9), gemm_tflops > 0 ? flop / (gemm_tflops * 1e12) : 0.0) * 1e6;
         char dims[32];
         std::snprintf(dims, sizeof dims, "%lldx%lld", static_cast<long long>(s.out), static_cast<long long>(s.in));
-        std::printf("%-5s %-13s %6lld | %9.1f %9.1f %6.1f%% | %9.1f %6.1f%% | %6.2fx %5s | %8.1f\n", "Q4_K", dims,
+        std::printf("%-5s %-13s %6lld | %9.1f %9.1f %6.1f%% | %9.1f %6.1f%% | %6.2fx %5s | %8.1f\n",
+                    std::string(model::info(t).name).c_str(), dims,
                     static_cast<long long>(nt), limit_us, quant_us, 100 * limit_us / quant_us, blas_us,
                     100 * limit_us / blas_us, blas_us / quant_us,
                     kernels::gemm_quant_preferred(t, nt, s.in, s.out) ? "quant" : "blas", gemv_us);

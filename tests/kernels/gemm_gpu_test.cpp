@@ -38,7 +38,8 @@ std::vector<gemm_case> gemm_cases() {
     cases.push_back({t, 37, 2 * b});
     cases.push_back({t, 131, 1024});
     if (b == 32) cases.push_back({t, 70, 96});
-    if (t == ggml_type::Q4_K) cases.push_back({t, 1024, 4096});  // launch_gemm picks the quantized GEMM at 3 and 9 tokens
+    // launch_gemm picks the quantized GEMM at 3 and 9 tokens.
+    if (t == ggml_type::Q4_K || t == ggml_type::Q5_K) cases.push_back({t, 1024, 4096});
   }
   return cases;
 }
@@ -241,14 +242,17 @@ TEST(GemmGpuLaunch, RejectsTooSmallWorkspaceAndBadShapes) {
 // reference: every token tile (8, 16, 32, 64 tokens) with ragged last tiles, several tiles of
 // tokens, rows past a block's last full tile, and splits of the reduction (in = 4096: 16
 // super-blocks). Tolerance as vendor_blas (W's values and x rounded to f16).
-TEST(GemmQuantGpu, MatchesCpuReference) {
+class GemmQuantGpu : public ::testing::TestWithParam<ggml_type> {};
+
+TEST_P(GemmQuantGpu, MatchesCpuReference) {
   require_device();
   if (HasFatalFailure()) return;  // no GPU: require_device has said so
-  if (!gemm_quant_supported(ggml_type::Q4_K, 1)) GTEST_SKIP() << "no tensor-core quantized GEMM on this device";
+  const ggml_type type = GetParam();
+  if (!gemm_quant_supported(type, 1)) GTEST_SKIP() << "no tensor-core quantized GEMM on this device";
   for (const auto& [out, in] : {std::pair<std::int64_t, std::int64_t>{200, 4096}, {64, 512}, {131, 1024}, {8, 256}}) {
     SCOPED_TRACE(std::to_string(out) + "x" + std::to_string(in));
-    std::mt19937 rng(static_cast<unsigned>(out * 7 + in));
-    const host_weight w(ggml_type::Q4_K, out, in, rng);
+    std::mt19937 rng(static_cast<unsigned>(out * 7 + in + int(type)));
+    const host_weight w(type, out, in, rng);
     constexpr std::int64_t max_tokens = gemm_quant_max_tokens;
     const std::vector<float> x = random_vector(std::size_t(max_tokens * in), rng, -2.f, 2.f);
     const std::vector<float> bias = random_vector(std::size_t(out), rng, -1.f, 1.f);
@@ -257,18 +261,18 @@ TEST(GemmQuantGpu, MatchesCpuReference) {
     guarded_buffer dx(x.size()), db(bias.size());
     dx.upload(x);
     db.upload(bias);
-    device_bytes ws(gemm_quant_workspace_bytes(ggml_type::Q4_K, in, out, max_tokens));
+    device_bytes ws(gemm_quant_workspace_bytes(type, in, out, max_tokens));
     for (std::int64_t nt : {1, 3, 8, 9, 16, 17, 31, 33, 64, 65, 100, 128}) {
       const bool with_bias = nt % 2 == 1;
       SCOPED_TRACE("n_tokens=" + std::to_string(nt));
       std::vector<float> ref(std::size_t(nt * out));
       const float* bp = with_bias ? bias.data() : nullptr;
-      matmul_ref({.w = w.bytes.data(), .w_type = ggml_type::Q4_K, .in = in, .out = out, .bias = bp, .x = x.data(),
+      matmul_ref({.w = w.bytes.data(), .w_type = type, .in = in, .out = out, .bias = bp, .x = x.data(),
                   .y = ref.data(), .n_tokens = nt});
       guarded_buffer dy(ref.size());
       dy.poison();
       ANVIL_GPU_CHECK(launch_gemm_quant({.w = dw.data(),
-                                         .w_type = ggml_type::Q4_K,
+                                         .w_type = type,
                                          .in = in,
                                          .out = out,
                                          .bias = with_bias ? db.data() : nullptr,
@@ -278,8 +282,8 @@ TEST(GemmQuantGpu, MatchesCpuReference) {
                                         ws.data(), ws.size(), nullptr));
       ANVIL_GPU_CHECK(hipDeviceSynchronize());
       const double err = max_scaled_error(dy.download(), ref, w, x, bp, nt);
-      std::printf("  gemm_quant(Q4_K, out=%lld, in=%lld) n_tokens=%-4lld%s max scaled error %.3g\n",
-                  static_cast<long long>(out), static_cast<long long>(in), static_cast<long long>(nt),
+      std::printf("  gemm_quant(%s, out=%lld, in=%lld) n_tokens=%-4lld%s max scaled error %.3g\n",
+                  type_name(type).c_str(), static_cast<long long>(out), static_cast<long long>(in), static_cast<long long>(nt),
                   with_bias ? " +bias" : "      ", err);
       EXPECT_LT(err, 2e-3);
       EXPECT_TRUE(dy.guards_intact());
@@ -287,7 +291,10 @@ TEST(GemmQuantGpu, MatchesCpuReference) {
   }
 }
 
-TEST(GemmQuantGpu, RefusesWhatItDoesNotTake) {
+INSTANTIATE_TEST_SUITE_P(Types, GemmQuantGpu, ::testing::Values(ggml_type::Q4_K, ggml_type::Q5_K),
+                         [](const ::testing::TestParamInfo<ggml_type>& i) { return type_name(i.param); });
+
+TEST(GemmQuantGpuLaunch, RefusesWhatItDoesNotTake) {
   require_device();
   if (HasFatalFailure()) return;  // no GPU: require_device has said so
   EXPECT_FALSE(gemm_quant_supported(ggml_type::Q6_K, 16));
