@@ -14,7 +14,8 @@
 //
 // Error: code x scale rounded to f16 once (the scale d sc rounded to f16 first), dmin m in f16
 // against f16 sums of 32 activations, x rounded to f16, products summed in f32: the order of the
-// dequantize-then-vendor-GEMM path's error.
+// dequantize-then-vendor-GEMM path's error. Range: 1024 x scale must stay finite in f16, so
+// sub-block scales up to 64 (weights up to ~1000; the dequantizing path's f16 copy stops at 65504).
 //
 // Types: Q4_K, Q5_K (the fifth bit joins the code before the f16 conversion). Nothing here
 // allocates; the workspace is the caller's (gemm_workspace_bytes).
