@@ -97,18 +97,17 @@ void fill_f16(void* dst, std::size_t elems, unsigned seed) {
   CHECK(hipMemcpy(dst, host.data(), elems * 2, hipMemcpyHostToDevice));
 }
 
-// Median time of one call, in ms: `reps` repetitions of `batch` back-to-back calls.
-double time_ms(const std::function<void(int)>& call, int batch, int reps) {
+// Median over `reps` runs of `run` (which enqueues `batch` calls on `st`) of its device time, per
+// call, in ms.
+double median_ms(const std::function<void()>& run, hipStream_t st, int batch, int reps) {
   hipEvent_t a, b;
   CHECK(hipEventCreate(&a));
   CHECK(hipEventCreate(&b));
-  for (int i = 0; i < batch; ++i) call(i);  // warm-up
-  CHECK(hipDeviceSynchronize());
   std::vector<double> t;
   for (int r = 0; r < reps; ++r) {
-    CHECK(hipEventRecord(a, nullptr));
-    for (int i = 0; i < batch; ++i) call(i);
-    CHECK(hipEventRecord(b, nullptr));
+    CHECK(hipEventRecord(a, st));
+    run();
+    CHECK(hipEventRecord(b, st));
     CHECK(hipEventSynchronize(b));
     float ms = 0;
     CHECK(hipEventElapsedTime(&ms, a, b));
@@ -118,6 +117,16 @@ double time_ms(const std::function<void(int)>& call, int batch, int reps) {
   CHECK(hipEventDestroy(b));
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
+}
+
+// Median time of one call, in ms: `reps` repetitions of `batch` back-to-back calls.
+double time_ms(const std::function<void(int)>& call, int batch, int reps) {
+  const auto run = [&] {
+    for (int i = 0; i < batch; ++i) call(i);
+  };
+  run();  // warm-up
+  CHECK(hipDeviceSynchronize());
+  return median_ms(run, nullptr, batch, reps);
 }
 
 // As time_ms, with the `batch` calls captured once into a graph on a stream of its own and the
@@ -133,27 +142,13 @@ double time_graph_ms(const std::function<void(int, hipStream_t)>& call, int batc
   for (int i = 0; i < batch; ++i) call(i, st);
   CHECK(hipStreamEndCapture(st, &graph));
   CHECK(hipGraphInstantiateWithFlags(&exec, graph, 0));
-  hipEvent_t a, b;
-  CHECK(hipEventCreate(&a));
-  CHECK(hipEventCreate(&b));
-  CHECK(hipGraphLaunch(exec, st));
-  std::vector<double> t;
-  for (int r = 0; r < reps; ++r) {
-    CHECK(hipEventRecord(a, st));
-    CHECK(hipGraphLaunch(exec, st));
-    CHECK(hipEventRecord(b, st));
-    CHECK(hipEventSynchronize(b));
-    float ms = 0;
-    CHECK(hipEventElapsedTime(&ms, a, b));
-    t.push_back(double(ms) / batch);
-  }
-  CHECK(hipEventDestroy(a));
-  CHECK(hipEventDestroy(b));
+  const auto run = [&] { CHECK(hipGraphLaunch(exec, st)); };
+  run();  // warm-up
+  const double ms = median_ms(run, st, batch, reps);
   CHECK(hipGraphExecDestroy(exec));
   CHECK(hipGraphDestroy(graph));
   CHECK(hipStreamDestroy(st));
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return ms;
 }
 
 struct shape {
