@@ -17,8 +17,9 @@
 // dequantize-then-vendor-GEMM path's error. Range: 1024 x scale must stay finite in f16, so
 // sub-block scales up to 64 (weights up to ~1000; the dequantizing path's f16 copy stops at 65504).
 //
-// Types: Q4_K, Q5_K (the fifth bit joins the code before the f16 conversion). Nothing here
-// allocates; the workspace is the caller's (gemm_workspace_bytes).
+// Types: Q4_K, Q5_K (the fifth bit joins the code before the f16 conversion), Q6_K (no mins; the
+// code less 32 exactly in f16, then times the scale; blocks only 2-byte aligned, staged through
+// 16-byte windows). Nothing here allocates; the workspace is the caller's (gemm_workspace_bytes).
 #pragma once
 
 #include <cstddef>
@@ -47,8 +48,9 @@ bool gemm_quant_preferred(model::ggml_type type, std::int64_t n_tokens, std::int
 
 // Whether it also beats the GEMV (kernels/gemv.h, 8-bit activations) on a step of at most
 // gemv_max_tokens tokens. Measured (gpu_roofline --quant-gemm, H200): from 8 tokens on every
-// weight, from 4 on weights of 2^25 elements and more (14336x4096: GEMV 27.8 us at 4 tokens, this
-// 22.0); below that the GEMV's time grows with the tokens from well under this path's floor.
+// weight, from 4 on Q4_K/Q5_K weights of 2^25 elements and more (14336x4096: GEMV 27.8 us at 4
+// tokens, this 22.0; Q6_K 4096x14336: GEMV 35.9, this 49.8); below that the GEMV's time grows
+// with the tokens from well under this path's floor.
 inline constexpr std::int64_t gemm_quant_over_gemv_tokens = 8;
 inline constexpr std::int64_t gemm_quant_over_gemv_tokens_large = 4;
 inline constexpr std::int64_t gemm_quant_large_weight = std::int64_t(1) << 25;

@@ -1,4 +1,4 @@
-// GEMM on Q4_K and Q5_K blocks with tensor cores (kernels/gemm_quant.h).
+// GEMM on Q4_K, Q5_K and Q6_K blocks with tensor cores (kernels/gemm_quant.h).
 //
 // Which product index carries which element: a sum does not care, so each thread's share of a
 // 256-element super-block is chosen to make its loads whole. Lane (g, c) = (lane / 4, lane % 4)
@@ -35,13 +35,20 @@ constexpr int super_elems = 256;        // elements per block (super-block) of e
 // The two block formats (quant_blocks.h): the same 16-byte head (d, dmin, 12 scale bytes), 4-bit
 // codes at `codes`; Q5_K adds each code's fifth bit in qh[32] at byte 16 (bit 2j of qh[l] for
 // element l of sub-block 2j, bit 2j + 1 for sub-block 2j + 1).
+// Q6_K (210-byte blocks: ql[128], qh[64], 16 int8 scales, d) has no mins and 6-bit codes less 32;
+// its blocks are only 2-byte aligned, so a stage holds each row's block inside the 16-byte aligned
+// 224-byte window around it (slot_bytes), read at the block's offset in the window.
 struct q4k_format {
-  static constexpr int block_bytes = 144, codes = 16;
-  static constexpr bool high_bits = false;
+  static constexpr int block_bytes = 144, slot_bytes = 144, codes = 16;
+  static constexpr bool high_bits = false, q6 = false;
 };
 struct q5k_format {
-  static constexpr int block_bytes = 176, codes = 48;
-  static constexpr bool high_bits = true;
+  static constexpr int block_bytes = 176, slot_bytes = 176, codes = 48;
+  static constexpr bool high_bits = true, q6 = false;
+};
+struct q6k_format {
+  static constexpr int block_bytes = 210, slot_bytes = 224;
+  static constexpr bool q6 = true;
 };
 // A token's 256 activations in a stage: four chunks of 64 (one per lane c), each 8 units of 16
 // bytes, chunks 9 units apart (rows 36 units, 576 bytes): a quarter-warp's reads (lanes g = 0, 1
@@ -60,7 +67,7 @@ struct tile {
   static constexpr int rows = 16 * MT * W;
   static constexpr int tokens = 8 * NT;
   static constexpr int stages = S;
-  static constexpr int w_bytes = rows * F::block_bytes;
+  static constexpr int w_bytes = rows * F::slot_bytes;
   static constexpr int sum_offset = w_bytes + tokens * x_row_bytes;  // each token's 8 sums, 16 bytes
   static constexpr int stage_bytes = sum_offset + tokens * 16;
   static constexpr int smem = stages * stage_bytes;
@@ -91,6 +98,7 @@ __global__ void __launch_bounds__(256) convert_pairs_kernel(const float* __restr
 
 struct gemm_quant_args {
   const u8* w;
+  const u8* w_end;           // one past the weight's last byte (Q6_K's windows stop there)
   std::size_t row_bytes;
   const std::uint16_t* x16;  // [n_tokens][in], pairs as convert_pairs_kernel writes them
   const std::uint16_t* xsum; // [n_tokens][in / 32], the f16 sums of each 32 activations
@@ -185,6 +193,43 @@ __device__ __forceinline__ uint2 code_words(const u8* row, int c, int v) {
   return *reinterpret_cast<const uint2*>(row + F::codes + 32 * c + 8 * v);
 }
 __device__ __forceinline__ uint2 high_words(const u8* row, int v) { return *reinterpret_cast<const uint2*>(row + 16 + 8 * v); }
+
+// Q6_K: the words at a 2-byte aligned shared address p (a block inside its window): aligned
+// words around it, funnel-shifted by 0 or 16 bits.
+__device__ __forceinline__ u32 q6_word(const u8* p) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  const u32* w = reinterpret_cast<const u32*>(a & ~std::uintptr_t(3));
+  return __funnelshift_r(w[0], w[1], unsigned(a & 3) * 8);
+}
+__device__ __forceinline__ uint2 q6_words2(const u8* p) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  const u32* w = reinterpret_cast<const u32*>(a & ~std::uintptr_t(3));
+  const unsigned sh = unsigned(a & 3) * 8;
+  const u32 w0 = w[0], w1 = w[1], w2 = w[2];
+  return make_uint2(__funnelshift_r(w0, w1, sh), __funnelshift_r(w1, w2, sh));
+}
+
+// Q6_K: lane c's four scales, scales[4c .. 4c + 3] (sub-blocks of 16: low group first and second
+// half, high group first and second half), times d, each as an f16 pair (d sc rounded once).
+struct q6_scales {
+  u32 s[4];
+};
+__device__ __forceinline__ q6_scales q6_load_scales(const u8* blk, int c) {
+  const u32 sc = q6_word(blk + 192 + 4 * c) ^ 0x80808080u;  // int8 -> offset binary
+  const u32 d = *reinterpret_cast<const std::uint16_t*>(blk + 208);
+  const u32 d2 = d | (d << 16);
+  const u32 lo = mul_f16x2(sub_f16x2(__byte_perm(sc, 0x64646464u, 0x4140), 0x64806480u), d2);  // 0x6480: 1152
+  const u32 hi = mul_f16x2(sub_f16x2(__byte_perm(sc, 0x64646464u, 0x4342), 0x64806480u), d2);
+  return {{__byte_perm(lo, 0, 0x1010), __byte_perm(lo, 0, 0x3232), __byte_perm(hi, 0, 0x1010), __byte_perm(hi, 0, 0x3232)}};
+}
+
+// Q6_K: two f16 weights from the ql word `lo4` (its nibbles of bytes 0 and 2 at bits 0-3 and
+// 16-19) and the qh word `hi2` (their two high bits at 0-1 and 16-17): (code | 0x6400) - 1056 is
+// the code less 32, exactly; times the scale, rounded once.
+__device__ __forceinline__ u32 q6_pair(u32 lo4, u32 hi2, u32 scale) {
+  const u32 v = and_or(lo4, 0x000F000Fu, and_or(hi2 << 4, 0x00300030u, 0x64006400u));
+  return mul_f16x2(sub_f16x2(v, 0x64206420u), scale);
+}
 #endif
 
 template <class F, int W, int MT, int NT, int S>
@@ -204,18 +249,21 @@ __global__ void __launch_bounds__(32 * W) gemm_kq_kernel(gemm_quant_args a) {
 
   // This lane's share of every stage's copies, fixed but for the super-block: units of the rows'
   // blocks and of the tokens' activations (rows and tokens past the end repeat the last one).
-  constexpr int w_units = T::rows * (block_bytes / 16), w_copies = (w_units + threads - 1) / threads;
+  constexpr int w_units = T::rows * (F::slot_bytes / 16), w_copies = (w_units + threads - 1) / threads;
   constexpr int x_units = T::tokens * (super_elems / 8), x_copies = x_units / threads;
   static_assert(x_units % threads == 0, "every lane copies as many activation units");
   // Byte offsets from the block's first row and token (below 2^31: launch_gemm_quant's limits).
   const u8* const w_base = a.w + std::size_t(row0) * a.row_bytes + std::size_t(kb0) * block_bytes;
-  unsigned w_src[w_copies], w_dst[w_copies];
+  // Q6_K: w_src is the row's offset and w_unit the unit of its block's window.
+  unsigned w_src[w_copies], w_dst[w_copies], w_unit[w_copies];
 #pragma unroll
   for (int k = 0; k < w_copies; ++k) {
     const int i = min(tid + k * threads, w_units - 1);  // a lane past the end repeats the last copy
-    const int r = i / (block_bytes / 16), u = i % (block_bytes / 16);
-    w_src[k] = unsigned(min(r, a.out - 1 - row0)) * unsigned(a.row_bytes) + 16u * unsigned(u);
-    w_dst[k] = unsigned(r * block_bytes + 16 * u);
+    const int r = i / (F::slot_bytes / 16), u = i % (F::slot_bytes / 16);
+    const unsigned row_off = unsigned(min(r, a.out - 1 - row0)) * unsigned(a.row_bytes);
+    w_src[k] = F::q6 ? row_off : row_off + 16u * unsigned(u);
+    w_unit[k] = unsigned(u);
+    w_dst[k] = unsigned(r * F::slot_bytes + 16 * u);
   }
   const std::uint16_t* const x_base = a.x16 + std::size_t(t0) * a.in + std::size_t(kb0) * super_elems;
   unsigned x_src[x_copies], x_dst[x_copies];
@@ -231,7 +279,18 @@ __global__ void __launch_bounds__(32 * W) gemm_kq_kernel(gemm_quant_args a) {
   const auto load_weights = [&](int step) {
     unsigned char* st = smem + (step % T::stages) * T::stage_bytes;
 #pragma unroll
-    for (int k = 0; k < w_copies; ++k) tc::cp_async16(st + w_dst[k], w_base + w_src[k] + std::size_t(step) * block_bytes, true);
+    for (int k = 0; k < w_copies; ++k) {
+      if constexpr (F::q6) {
+        // Unit w_unit of the 16-byte aligned window around the row's block; bytes past the
+        // weight's end are not read.
+        const std::uintptr_t blk = reinterpret_cast<std::uintptr_t>(w_base) + w_src[k] + std::uintptr_t(step) * block_bytes;
+        const u8* src = reinterpret_cast<const u8*>((blk & ~std::uintptr_t(15)) + 16u * w_unit[k]);
+        const std::ptrdiff_t left = a.w_end - src;
+        tc::cp_async16_n(st + w_dst[k], src, unsigned(left <= 0 ? 0 : left >= 16 ? 16 : left));
+      } else {
+        tc::cp_async16(st + w_dst[k], w_base + w_src[k] + std::size_t(step) * block_bytes, true);
+      }
+    }
   };
   const auto load_activations = [&](int step) {
     unsigned char* st = smem + (step % T::stages) * T::stage_bytes;
@@ -266,35 +325,57 @@ __global__ void __launch_bounds__(32 * W) gemm_kq_kernel(gemm_quant_args a) {
 
     const unsigned char* st = smem + (step % T::stages) * T::stage_bytes;
     const unsigned char* xs = st + T::w_bytes + x_offset(g, 8 * c);  // this lane's chunk of token g
-    const unsigned char* rows = st + (16 * warp * MT + g) * block_bytes;  // m-tile m: + 16 m rows
+    // Rows g and g + 8 of each m-tile: Q4_K/Q5_K blocks as stored; Q6_K blocks at their offset in
+    // the window (the block's address modulo 16: the weight is 16-byte aligned, 210 = 2 mod 16).
+    const unsigned char* blk[MT][2];
     row_scales rs[MT][2];
+    q6_scales qs6[MT][2];
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
-      rs[m][0] = load_scales(rows + 16 * m * block_bytes, c);
-      rs[m][1] = load_scales(rows + (16 * m + 8) * block_bytes, c);
-    }
-    // Minus the mins: rows (g, g + 8) x (-dmin m) of sub-blocks 2c, 2c+1 against token g's sums of
-    // the same sub-blocks, the other half of the product's reduction zero.
-    const unsigned char* sums = st + T::sum_offset + 16 * g + 4 * c;
 #pragma unroll
-    for (int m = 0; m < MT; ++m) {
-      const unsigned am[4] = {rs[m][0].neg_mins, rs[m][1].neg_mins, 0u, 0u};
-#pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        tc::mma_16816(acc[m][j], am, *reinterpret_cast<const u32*>(sums + 16 * 8 * j), 0u);
+      for (int r = 0; r < 2; ++r) {
+        const int rloc = 16 * (warp * MT + m) + 8 * r + g;
+        blk[m][r] = st + rloc * F::slot_bytes;
+        if constexpr (F::q6) {
+          const unsigned row = unsigned(min(row0 + rloc, a.out - 1));
+          blk[m][r] += (row * unsigned(a.row_bytes & 15) + 2u * unsigned(kb0 + step)) & 15u;
+          qs6[m][r] = q6_load_scales(blk[m][r], c);
+        } else {
+          rs[m][r] = load_scales(blk[m][r], c);
+        }
       }
     }
+    if constexpr (!F::q6) {
+      // Minus the mins: rows (g, g + 8) x (-dmin m) of sub-blocks 2c, 2c+1 against token g's sums
+      // of the same sub-blocks, the other half of the product's reduction zero.
+      const unsigned char* sums = st + T::sum_offset + 16 * g + 4 * c;
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        const unsigned am[4] = {rs[m][0].neg_mins, rs[m][1].neg_mins, 0u, 0u};
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          tc::mma_16816(acc[m][j], am, *reinterpret_cast<const u32*>(sums + 16 * 8 * j), 0u);
+        }
+      }
+    }
+    const int half = c / 2, nib_shift = 4 * (c % 2);  // Q6_K: lane c's half of the block, nibble
 #pragma unroll
     for (int v = 0; v < 4; ++v) {
-      uint2 q[MT][2];      // code words 2v, 2v + 1 of rows g and g + 8
-      uint2 fifth[MT][2];  // Q5_K: the qh words of the same bytes
+      // Words 2v, 2v + 1 of rows g and g + 8: Q4_K/Q5_K codes (q) and Q5_K fifth bits (hq);
+      // Q6_K ql of the low group (q), of the high group (q_hi), and qh (hq).
+      uint2 q[MT][2], q_hi[MT][2], hq[MT][2];
 #pragma unroll
       for (int m = 0; m < MT; ++m) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          const unsigned char* row = rows + (16 * m + 8 * r) * block_bytes;
-          q[m][r] = code_words<F>(row, c, v);
-          fifth[m][r] = F::high_bits ? high_words(row, v) : make_uint2(0u, 0u);
+          if constexpr (F::q6) {
+            q[m][r] = q6_words2(blk[m][r] + 64 * half + 8 * v);
+            q_hi[m][r] = q6_words2(blk[m][r] + 64 * half + 32 + 8 * v);
+            hq[m][r] = q6_words2(blk[m][r] + 128 + 32 * half + 8 * v);
+          } else {
+            q[m][r] = code_words<F>(blk[m][r], c, v);
+            hq[m][r] = F::high_bits ? high_words(blk[m][r], v) : make_uint2(0u, 0u);
+          }
         }
       }
 #pragma unroll
@@ -308,23 +389,38 @@ __global__ void __launch_bounds__(32 * W) gemm_kq_kernel(gemm_quant_args a) {
         for (int e = 0; e < 2; ++e) {
 #pragma unroll
           for (int m = 0; m < MT; ++m) {
-            const row_scales& r0 = rs[m][0];
-            const row_scales& r1 = rs[m][1];
-            const u32 q0 = e ? q[m][0].y : q[m][0].x, q1 = e ? q[m][1].y : q[m][1].x;
-            // Q5_K: lane c's fifth bits, sub-block 2c + h, at bit 0 of each byte.
-            const u32 b0 = (e ? fifth[m][0].y : fifth[m][0].x) >> (2 * c + h);
-            const u32 b1 = (e ? fifth[m][1].y : fifth[m][1].x) >> (2 * c + h);
             unsigned af[4];
-            if (h == 0) {
-              af[0] = dequant_pair<false>(q0, fifth_bits<false, false>(b0), r0.scale[0], r0.neg_offset[0]);
-              af[1] = dequant_pair<false>(q1, fifth_bits<false, false>(b1), r1.scale[0], r1.neg_offset[0]);
-              af[2] = dequant_pair<false>(q0 >> 8, fifth_bits<false, true>(b0), r0.scale[0], r0.neg_offset[0]);
-              af[3] = dequant_pair<false>(q1 >> 8, fifth_bits<false, true>(b1), r1.scale[0], r1.neg_offset[0]);
+            if constexpr (F::q6) {
+              // Low group (h = 0): ql words of the first 32 bytes of the half, qh bits 4n' + 0-1;
+              // high group: the next 32 bytes, bits 4n' + 2-3 (n' the nibble: 0 even c, 1 odd).
+              const uint2& l0 = h ? q_hi[m][0] : q[m][0];
+              const uint2& l1 = h ? q_hi[m][1] : q[m][1];
+              const u32 a0 = (e ? l0.y : l0.x) >> nib_shift, a1 = (e ? l1.y : l1.x) >> nib_shift;
+              const u32 h0 = (e ? hq[m][0].y : hq[m][0].x) >> (nib_shift + 2 * h);
+              const u32 h1 = (e ? hq[m][1].y : hq[m][1].x) >> (nib_shift + 2 * h);
+              const int k = 2 * h + (v >= 2 ? 1 : 0);  // sub-blocks of 16: words 0-3, 4-7
+              af[0] = q6_pair(a0, h0, qs6[m][0].s[k]);
+              af[1] = q6_pair(a1, h1, qs6[m][1].s[k]);
+              af[2] = q6_pair(a0 >> 8, h0 >> 8, qs6[m][0].s[k]);
+              af[3] = q6_pair(a1 >> 8, h1 >> 8, qs6[m][1].s[k]);
             } else {
-              af[0] = dequant_pair<true>(q0, fifth_bits<true, false>(b0), r0.scale[1], r0.neg_offset[1]);
-              af[1] = dequant_pair<true>(q1, fifth_bits<true, false>(b1), r1.scale[1], r1.neg_offset[1]);
-              af[2] = dequant_pair<true>(q0 >> 8, fifth_bits<true, true>(b0), r0.scale[1], r0.neg_offset[1]);
-              af[3] = dequant_pair<true>(q1 >> 8, fifth_bits<true, true>(b1), r1.scale[1], r1.neg_offset[1]);
+              const row_scales& r0 = rs[m][0];
+              const row_scales& r1 = rs[m][1];
+              const u32 q0 = e ? q[m][0].y : q[m][0].x, q1 = e ? q[m][1].y : q[m][1].x;
+              // Q5_K: lane c's fifth bits, sub-block 2c + h, at bit 0 of each byte.
+              const u32 b0 = (e ? hq[m][0].y : hq[m][0].x) >> (2 * c + h);
+              const u32 b1 = (e ? hq[m][1].y : hq[m][1].x) >> (2 * c + h);
+              if (h == 0) {
+                af[0] = dequant_pair<false>(q0, fifth_bits<false, false>(b0), r0.scale[0], r0.neg_offset[0]);
+                af[1] = dequant_pair<false>(q1, fifth_bits<false, false>(b1), r1.scale[0], r1.neg_offset[0]);
+                af[2] = dequant_pair<false>(q0 >> 8, fifth_bits<false, true>(b0), r0.scale[0], r0.neg_offset[0]);
+                af[3] = dequant_pair<false>(q1 >> 8, fifth_bits<false, true>(b1), r1.scale[0], r1.neg_offset[0]);
+              } else {
+                af[0] = dequant_pair<true>(q0, fifth_bits<true, false>(b0), r0.scale[1], r0.neg_offset[1]);
+                af[1] = dequant_pair<true>(q1, fifth_bits<true, false>(b1), r1.scale[1], r1.neg_offset[1]);
+                af[2] = dequant_pair<true>(q0 >> 8, fifth_bits<true, true>(b0), r0.scale[1], r0.neg_offset[1]);
+                af[3] = dequant_pair<true>(q1 >> 8, fifth_bits<true, true>(b1), r1.scale[1], r1.neg_offset[1]);
+              }
             }
 #pragma unroll
             for (int j = 0; j < NT; ++j) {
@@ -484,7 +580,9 @@ hipError_t launch_planned(const plan& pl, const gemm_quant_args& a, hipStream_t 
 
 unsigned elementwise_blocks(std::int64_t n) { return unsigned(std::min<std::int64_t>((n + 255) / 256, 65536)); }
 
-bool format_supported(model::ggml_type type) { return type == model::ggml_type::Q4_K || type == model::ggml_type::Q5_K; }
+bool format_supported(model::ggml_type type) {
+  return type == model::ggml_type::Q4_K || type == model::ggml_type::Q5_K || type == model::ggml_type::Q6_K;
+}
 
 }  // namespace
 
@@ -503,7 +601,8 @@ bool gemm_quant_preferred(model::ggml_type type, std::int64_t n_tokens, std::int
 }
 
 bool gemm_quant_beats_gemv(model::ggml_type type, std::int64_t n_tokens, std::int64_t in, std::int64_t out) {
-  const std::int64_t from = out * in >= gemm_quant_large_weight ? gemm_quant_over_gemv_tokens_large : gemm_quant_over_gemv_tokens;
+  const bool large = out * in >= gemm_quant_large_weight && type != model::ggml_type::Q6_K;
+  const std::int64_t from = large ? gemm_quant_over_gemv_tokens_large : gemm_quant_over_gemv_tokens;
   return n_tokens >= from && gemm_quant_preferred(type, n_tokens, in, out);
 }
 
@@ -543,9 +642,10 @@ hipError_t launch_gemm_quant(const matmul_params& p, void* workspace, std::size_
                         counters, pl.counters());
   const hipError_t e = hipGetLastError();
   if (e != hipSuccess) return e;
-  const bool q5 = p.w_type == model::ggml_type::Q5_K;
+  const std::size_t row_bytes = *model::row_bytes(p.w_type, p.in);
   const gemm_quant_args a{.w = static_cast<const u8*>(p.w),
-                          .row_bytes = std::size_t(p.in / super_elems) * std::size_t(q5 ? q5k_format::block_bytes : q4k_format::block_bytes),
+                          .w_end = static_cast<const u8*>(p.w) + std::size_t(p.out) * row_bytes,
+                          .row_bytes = row_bytes,
                           .x16 = x16,
                           .xsum = xsum,
                           .bias = p.bias,
@@ -556,7 +656,11 @@ hipError_t launch_gemm_quant(const matmul_params& p, void* workspace, std::size_
                           .out = int(p.out),
                           .n_tokens = int(p.n_tokens),
                           .supers_per_split = pl.supers_per_split};
-  return q5 ? launch_planned<q5k_format>(pl, a, stream) : launch_planned<q4k_format>(pl, a, stream);
+  switch (p.w_type) {
+    case model::ggml_type::Q5_K: return launch_planned<q5k_format>(pl, a, stream);
+    case model::ggml_type::Q6_K: return launch_planned<q6k_format>(pl, a, stream);
+    default: return launch_planned<q4k_format>(pl, a, stream);
+  }
 }
 
 }  // namespace anvil::kernels

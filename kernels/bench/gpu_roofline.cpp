@@ -9,7 +9,7 @@
 //            and written / time, and % of the copy bandwidth.
 //   GEMM:    32 and 512 tokens on 4096x4096 and 14336x4096, dequantization included: TFLOP/s, and % of
 //            the dense f16 rate.
-//   quantized GEMM (tensor cores on the Q4_K / Q5_K blocks) against dequantize + vendor GEMM, and the
+//   quantized GEMM (tensor cores on the Q4_K / Q5_K / Q6_K blocks) against dequantize + vendor GEMM, and the
 //            GEMV, at 1-128 tokens
 //            on the 8B shapes: µs, each beside max(weight bytes at the copy bandwidth, products at
 //            the f16 GEMM rate).
@@ -395,7 +395,8 @@ int main(int argc, char** argv) {
     };
     for (const auto& [t, s] : {row{ggml_type::Q4_K, {4096, 4096}}, row{ggml_type::Q4_K, {1024, 4096}},
                                row{ggml_type::Q4_K, {14336, 4096}}, row{ggml_type::Q4_K, {4096, 14336}},
-                               row{ggml_type::Q5_K, {4096, 4096}}, row{ggml_type::Q5_K, {14336, 4096}}}) {
+                               row{ggml_type::Q5_K, {4096, 4096}}, row{ggml_type::Q5_K, {14336, 4096}},
+                               row{ggml_type::Q6_K, {1024, 4096}}, row{ggml_type::Q6_K, {4096, 14336}}}) {
       const std::size_t bytes = *model::row_bytes(t, s.in) * std::size_t(s.out);
       const std::size_t stride = (bytes + 255) / 256 * 256;
       const int copies = int(std::max<std::size_t>(1, std::min(pool_bytes / stride, (4 * l2 + bytes - 1) / bytes)));

@@ -39,7 +39,7 @@ std::vector<gemm_case> gemm_cases() {
     cases.push_back({t, 131, 1024});
     if (b == 32) cases.push_back({t, 70, 96});
     // launch_gemm picks the quantized GEMM at 3 and 9 tokens.
-    if (t == ggml_type::Q4_K || t == ggml_type::Q5_K) cases.push_back({t, 1024, 4096});
+    if (t == ggml_type::Q4_K || t == ggml_type::Q5_K || t == ggml_type::Q6_K) cases.push_back({t, 1024, 4096});
   }
   return cases;
 }
@@ -291,13 +291,13 @@ TEST_P(GemmQuantGpu, MatchesCpuReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, GemmQuantGpu, ::testing::Values(ggml_type::Q4_K, ggml_type::Q5_K),
+INSTANTIATE_TEST_SUITE_P(Types, GemmQuantGpu, ::testing::Values(ggml_type::Q4_K, ggml_type::Q5_K, ggml_type::Q6_K),
                          [](const ::testing::TestParamInfo<ggml_type>& i) { return type_name(i.param); });
 
 TEST(GemmQuantGpuLaunch, RefusesWhatItDoesNotTake) {
   require_device();
   if (HasFatalFailure()) return;  // no GPU: require_device has said so
-  EXPECT_FALSE(gemm_quant_supported(ggml_type::Q6_K, 16));
+  EXPECT_FALSE(gemm_quant_supported(ggml_type::Q8_0, 16));
   EXPECT_FALSE(gemm_quant_supported(ggml_type::Q4_K, 0));
   EXPECT_FALSE(gemm_quant_supported(ggml_type::Q4_K, gemm_quant_max_tokens + 1));
   EXPECT_FALSE(gemm_quant_preferred(ggml_type::Q4_K, 64, 4096, 1024));  // a small weight for 64 tokens
