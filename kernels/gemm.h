@@ -3,8 +3,9 @@
 //
 // Three algorithms:
 //   quantized (NVIDIA sm_80+ with a BLAS; the default there): where gemm_quant_preferred (Q4_K,
-//     Q5_K, Q6_K weights, steps small for the weight's size), tensor cores straight from the quantized blocks
-//     (kernels/gemm_quant.h); everything else as vendor_blas. Error: as vendor_blas.
+//     Q5_K, Q6_K weights, steps small for the weight's size), tensor cores straight from the
+//     quantized blocks (kernels/gemm_quant.h); everything else as vendor_blas. Error: as
+//     vendor_blas.
 //   vendor_blas (NVIDIA): W is dequantized into an f16 scratch (F16 and BF16 weights are used as
 //     they are), x is converted to f16 (bf16 for BF16 weights) into scratch, and cuBLAS multiplies
 //     with f32 accumulation into y; a small kernel adds the bias. Error: f16 rounding of W and x.

@@ -358,7 +358,7 @@ __global__ void __launch_bounds__(32 * W) gemm_kq_kernel(gemm_quant_args a) {
         }
       }
     }
-    const int half = c / 2, nib_shift = 4 * (c % 2);  // Q6_K: lane c's half of the block, nibble
+    const int q6_half = c / 2, nib_shift = 4 * (c % 2);  // Q6_K: lane c's half of the block, nibble
 #pragma unroll
     for (int v = 0; v < 4; ++v) {
       // Words 2v, 2v + 1 of rows g and g + 8: Q4_K/Q5_K codes (q) and Q5_K fifth bits (hq);
@@ -369,9 +369,9 @@ __global__ void __launch_bounds__(32 * W) gemm_kq_kernel(gemm_quant_args a) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           if constexpr (F::q6) {
-            q[m][r] = q6_words2(blk[m][r] + 64 * half + 8 * v);
-            q_hi[m][r] = q6_words2(blk[m][r] + 64 * half + 32 + 8 * v);
-            hq[m][r] = q6_words2(blk[m][r] + 128 + 32 * half + 8 * v);
+            q[m][r] = q6_words2(blk[m][r] + 64 * q6_half + 8 * v);
+            q_hi[m][r] = q6_words2(blk[m][r] + 64 * q6_half + 32 + 8 * v);
+            hq[m][r] = q6_words2(blk[m][r] + 128 + 32 * q6_half + 8 * v);
           } else {
             q[m][r] = code_words<F>(blk[m][r], c, v);
             hq[m][r] = F::high_bits ? high_words(blk[m][r], v) : make_uint2(0u, 0u);

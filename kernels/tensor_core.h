@@ -1,6 +1,6 @@
-// NVIDIA sm_80+ instructions the attention kernels share: tensor-core products (mma.sync
-// m16n8k16: f16 operands, f32 accumulators, warp-wide; ldmatrix) and asynchronous copies from
-// global to shared memory (cp.async). CUDA only, compute capability 8.0 and up; callers guard
+// NVIDIA sm_80+ instructions the attention and quantized GEMM kernels share: tensor-core products
+// (mma.sync m16n8k16: f16 operands, f32 accumulators, warp-wide; ldmatrix) and asynchronous copies
+// from global to shared memory (cp.async). CUDA only, compute capability 8.0 and up; callers guard
 // their use with __CUDA_ARCH__ >= 800 and keep a CUDA-core kernel for everything else.
 //
 // Fragment layout of m16n8k16 (g = lane / 4, c = lane % 4; each register two halves, low first):
@@ -34,15 +34,13 @@ __device__ __forceinline__ void ldmatrix_x2_trans(const gpu::half_bits* row, uns
 // Asynchronous copies to shared memory: 16 bytes (or 8, or 4), zeros where `valid` is false (src is
 // then not read). A lane's copies form a group at commit(); wait<N>() returns once at most N of
 // its groups are still in flight. Other lanes see the data after their own wait and a barrier.
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-  const unsigned d = unsigned(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0) : "memory");
-}
-// 16 bytes to shared memory of which only the first `bytes` (0..16) are read, the rest zeros.
+// cp_async16_n: 16 bytes to shared memory of which only the first `bytes` (0..16) are read, the
+// rest zeros.
 __device__ __forceinline__ void cp_async16_n(void* dst, const void* src, unsigned bytes) {
   const unsigned d = unsigned(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(bytes) : "memory");
 }
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) { cp_async16_n(dst, src, valid ? 16 : 0); }
 __device__ __forceinline__ void cp_async8(void* dst, const void* src, bool valid) {
   const unsigned d = unsigned(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 8 : 0) : "memory");
