@@ -42,24 +42,43 @@ void gpu_device::matmul(const matrix& w, const float* bias, const float* x, floa
 
 void gpu_device::project(std::span<const projection> ps, const float* x, std::int64_t n_tokens, bool x8_ready) {
   // GEMMs above gemv_max_tokens, and below it for the weights where the quantized GEMM beats the
-  // GEMV (kernels/gemm_quant.h); GEMVs for the rest.
+  // GEMV (kernels/gemm_quant.h); GEMVs for the rest. The quantized GEMMs go first, on one
+  // conversion of x for all of them (in the workspace the others' dequantization overwrites).
   const bool all_gemm = n_tokens > kernels::gemv_max_tokens;
+  const bool quantized = gemm_.algo == kernels::gemm_algo::quantized;
   const auto by_gemm = [&](const matrix& w) {
-    return all_gemm || (gemm_.algo == kernels::gemm_algo::quantized && kernels::gemm_quant_beats_gemv(w.type, n_tokens, w.in, w.out));
+    return all_gemm || (quantized && kernels::gemm_quant_beats_gemv(w.type, n_tokens, w.in, w.out));
   };
+  const auto by_quant = [&](const matrix& w) {
+    return quantized && by_gemm(w) && kernels::gemm_quant_preferred(w.type, n_tokens, w.in, w.out);
+  };
+  const auto params = [&](const projection& p) {
+    return kernels::matmul_params{.w = p.w->w,
+                                  .w_type = p.w->type,
+                                  .in = p.w->in,
+                                  .out = p.w->out,
+                                  .bias = p.bias,
+                                  .x = x,
+                                  .y = p.y,
+                                  .n_tokens = n_tokens};
+  };
+  kernels::matmul_params quant[kernels::gemv_max_group];
+  std::size_t n_quant = 0;
   for (const projection& p : ps) {
-    const matrix& w = *p.w;
-    if (!by_gemm(w)) continue;
-    ok(kernels::launch_gemm({.w = w.w,
-                             .w_type = w.type,
-                             .in = w.in,
-                             .out = w.out,
-                             .bias = p.bias,
-                             .x = x,
-                             .y = p.y,
-                             .n_tokens = n_tokens},
-                            gemm_, stream_),
-       "gemm");
+    if (!by_quant(*p.w)) continue;
+    if (n_quant == std::size(quant)) {
+      ok(kernels::launch_gemm_quant_group(std::span<const kernels::matmul_params>(quant, n_quant), gemm_.workspace,
+                                          gemm_.workspace_bytes, stream_),
+         "quantized gemm");
+      n_quant = 0;
+    }
+    quant[n_quant++] = params(p);
+  }
+  ok(kernels::launch_gemm_quant_group(std::span<const kernels::matmul_params>(quant, n_quant), gemm_.workspace,
+                                      gemm_.workspace_bytes, stream_),
+     "quantized gemm");
+  for (const projection& p : ps) {
+    if (by_gemm(*p.w) && !by_quant(*p.w)) ok(kernels::launch_gemm(params(p), gemm_, stream_), "gemm");
   }
   if (all_gemm) return;
   // Runs of one weight type share a launch; the first quantized launch rounds x (unless a

@@ -24,6 +24,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "kernels/matmul.h"
 
@@ -63,6 +64,11 @@ std::size_t gemm_quant_workspace_bytes(model::ggml_type type, std::int64_t in, s
 // 256 and below 2^24, W, x and the workspace 16-byte aligned, workspace_bytes >= gemm_quant_workspace_bytes(...);
 // hipErrorInvalidValue and nothing launched when violated.
 hipError_t launch_gemm_quant(const matmul_params& p, void* workspace, std::size_t workspace_bytes, hipStream_t stream);
+
+// Several GEMMs on the same x (q, k, v; gate, up): x converted once for all. Each p as above, all
+// with the same x, n_tokens and in (hipErrorInvalidValue and nothing launched otherwise).
+hipError_t launch_gemm_quant_group(std::span<const matmul_params> ps, void* workspace, std::size_t workspace_bytes,
+                                   hipStream_t stream);
 
 }  // namespace anvil::kernels
 #endif

@@ -19,6 +19,7 @@
 #include "kernels/gemm_quant.h"
 
 #include <algorithm>
+#include <span>
 
 #include "kernels/gpu_quant.h"
 #if defined(ANVIL_GPU_CUDA)
@@ -58,6 +59,9 @@ constexpr int x_chunk_units = 9;
 constexpr int x_row_bytes = 16 * 4 * x_chunk_units;
 __device__ __forceinline__ int x_offset(int n, int u) { return n * x_row_bytes + 16 * (x_chunk_units * (u / 8) + u % 8); }
 constexpr int max_splits = 16;
+// Tile counters of a split reduction: a fixed region of the workspace (a split grid has fewer
+// blocks than the device has multiprocessors, far fewer than this).
+constexpr int max_counters = 1024;
 
 // A block of W warps computes (16 * MT * W) rows of W for (8 * NT) tokens, through S stages. Every
 // launch uses MT = 1: two m-tiles per warp measured slower (255 registers, spills).
@@ -75,7 +79,7 @@ struct tile {
 
 // f32 activations -> f16, each group of four stored as elements 0, 2, 1, 3, and the f16 sum of
 // every 32 consecutive activations (n a multiple of 256: four lanes hold one sum's 32); also
-// zeroes the GEMM's `n_counters` tile counters.
+// zeroes the tile counters (each GEMM leaves them zero again, for the next on the same x).
 __global__ void __launch_bounds__(256) convert_pairs_kernel(const float* __restrict__ src, std::uint16_t* __restrict__ dst,
                                                             std::uint16_t* __restrict__ sums, std::int64_t n,
                                                             unsigned* __restrict__ counters, int n_counters) {
@@ -105,7 +109,7 @@ struct gemm_quant_args {
   const float* bias;         // [out] or null
   float* y;                  // [n_tokens][out]
   float* partial;            // splitting: [splits][n_tokens][out], each split's sums
-  unsigned* counters;        // splitting: one per (token tile, row tile), zero at the start
+  unsigned* counters;        // splitting: one per (token tile, row tile), zero at the start and the end
   int in, out, n_tokens;
   int supers_per_split;      // super-blocks each blockIdx.z reduces
 };
@@ -465,6 +469,7 @@ __global__ void __launch_bounds__(32 * W) gemm_kq_kernel(gemm_quant_args a) {
   }
   __syncthreads();
   if (!last) return;
+  if (tid == 0) a.counters[blockIdx.y * gridDim.x + blockIdx.x] = 0;  // zero again for the next GEMM
   __threadfence();
   // Each lane adds up the outputs it wrote itself, every split's loads of a round in flight at once.
   const std::size_t plane = std::size_t(a.n_tokens) * std::size_t(a.out);
@@ -527,7 +532,6 @@ struct plan {
   std::size_t partial_bytes(std::int64_t n_tokens, std::int64_t out) const {
     return splits > 1 ? std::size_t(splits) * std::size_t(n_tokens) * std::size_t(out) * sizeof(float) : 0;
   }
-  int counters() const { return splits > 1 ? token_tiles * row_tiles : 0; }
 };
 
 plan plan_for(std::int64_t n_tokens, std::int64_t in, std::int64_t out) {
@@ -545,7 +549,7 @@ plan plan_for(std::int64_t n_tokens, std::int64_t in, std::int64_t out) {
   // multiprocessor and against no split (gpu_roofline --quant-gemm, session 12 notes).
   const std::int64_t blocks = std::int64_t(p.token_tiles) * p.row_tiles, sms = sm_count();
   const std::int64_t by_grid = p.nt == 8 ? sms / blocks : (sms + blocks - 1) / blocks;
-  p.splits = int(std::clamp<std::int64_t>(std::min<std::int64_t>(by_grid, n_super / 4), 1, max_splits));
+  p.splits = blocks < max_counters ? int(std::clamp<std::int64_t>(std::min<std::int64_t>(by_grid, n_super / 4), 1, max_splits)) : 1;
   p.supers_per_split = (n_super + p.splits - 1) / p.splits;
   p.splits = (n_super + p.supers_per_split - 1) / p.supers_per_split;  // none empty
   return p;
@@ -607,51 +611,54 @@ bool gemm_quant_beats_gemv(model::ggml_type type, std::int64_t n_tokens, std::in
 }
 
 // Workspace: [f16 activations][their sums per 32][tile counters][partial sums], each 256-byte aligned.
+namespace {
+
 std::size_t activation_bytes(std::int64_t n_tokens, std::int64_t in) {
   return round_up(std::size_t(n_tokens) * std::size_t(in) * 2) + round_up(std::size_t(n_tokens) * std::size_t(in / 32) * 2);
 }
+constexpr std::size_t counter_bytes = max_counters * sizeof(unsigned);
 
-std::size_t gemm_quant_workspace_bytes(model::ggml_type type, std::int64_t in, std::int64_t out, std::int64_t max_tokens) {
-  if (!format_supported(type) || in <= 0 || out <= 0 || max_tokens <= 0) return 0;
-  const std::int64_t top = std::min(max_tokens, gemm_quant_max_tokens);
-  std::size_t split = 0;
-  for (std::int64_t n = 1; n <= top; ++n) {
-    const plan pl = plan_for(n, in, out);
-    split = std::max(split, round_up(std::size_t(pl.counters()) * sizeof(unsigned)) + round_up(pl.partial_bytes(n, out)));
-  }
-  return activation_bytes(top, in) + split;
+struct workspace_view {
+  std::uint16_t* x16;
+  std::uint16_t* xsum;
+  unsigned* counters;
+  float* partial;
+};
+workspace_view view(void* workspace, std::int64_t n_tokens, std::int64_t in) {
+  auto* base = static_cast<unsigned char*>(workspace);
+  return {.x16 = reinterpret_cast<std::uint16_t*>(base),
+          .xsum = reinterpret_cast<std::uint16_t*>(base + round_up(std::size_t(n_tokens) * std::size_t(in) * 2)),
+          .counters = reinterpret_cast<unsigned*>(base + activation_bytes(n_tokens, in)),
+          .partial = reinterpret_cast<float*>(base + activation_bytes(n_tokens, in) + counter_bytes)};
 }
 
-hipError_t launch_gemm_quant(const matmul_params& p, void* workspace, std::size_t workspace_bytes, hipStream_t stream) {
+bool valid(const matmul_params& p, const void* workspace, std::size_t workspace_bytes) {
   // A block's copy offsets are 32-bit: its rows' bytes and its tokens' activations below 2^31.
-  if (!gemm_quant_supported(p.w_type, p.n_tokens) || p.in <= 0 || p.in % super_elems != 0 || p.out <= 0 ||
-      p.in >= (std::int64_t(1) << 24) || p.out >= (std::int64_t(1) << 31) || p.x == nullptr || p.y == nullptr ||
-      !aligned16(p.w) || !aligned16(p.x) || !aligned16(workspace) ||
-      workspace_bytes < gemm_quant_workspace_bytes(p.w_type, p.in, p.out, p.n_tokens)) {
-    return hipErrorInvalidValue;
-  }
+  return gemm_quant_supported(p.w_type, p.n_tokens) && p.in > 0 && p.in % super_elems == 0 && p.out > 0 &&
+         p.in < (std::int64_t(1) << 24) && p.out < (std::int64_t(1) << 31) && p.x != nullptr && p.y != nullptr &&
+         aligned16(p.w) && aligned16(p.x) && aligned16(workspace) &&
+         workspace_bytes >= gemm_quant_workspace_bytes(p.w_type, p.in, p.out, p.n_tokens);
+}
+
+hipError_t convert(const float* x, std::int64_t n_tokens, std::int64_t in, const workspace_view& ws, hipStream_t stream) {
+  const std::int64_t nx = n_tokens * in;
+  gpu::launch_dependent(convert_pairs_kernel, dim3(elementwise_blocks(nx / 8)), dim3(256), stream, x, ws.x16, ws.xsum, nx,
+                        ws.counters, max_counters);
+  return hipGetLastError();
+}
+
+hipError_t multiply(const matmul_params& p, const workspace_view& ws, hipStream_t stream) {
   const plan pl = plan_for(p.n_tokens, p.in, p.out);
-  auto* base = static_cast<unsigned char*>(workspace);
-  auto* x16 = reinterpret_cast<std::uint16_t*>(base);
-  auto* xsum = reinterpret_cast<std::uint16_t*>(base + round_up(std::size_t(p.n_tokens) * std::size_t(p.in) * 2));
-  auto* counters = reinterpret_cast<unsigned*>(base + activation_bytes(p.n_tokens, p.in));
-  auto* partial = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(counters) +
-                                           round_up(std::size_t(pl.counters()) * sizeof(unsigned)));
-  const std::int64_t nx = p.n_tokens * p.in;
-  gpu::launch_dependent(convert_pairs_kernel, dim3(elementwise_blocks(nx / 8)), dim3(256), stream, p.x, x16, xsum, nx,
-                        counters, pl.counters());
-  const hipError_t e = hipGetLastError();
-  if (e != hipSuccess) return e;
   const std::size_t row_bytes = *model::row_bytes(p.w_type, p.in);
   const gemm_quant_args a{.w = static_cast<const u8*>(p.w),
                           .w_end = static_cast<const u8*>(p.w) + std::size_t(p.out) * row_bytes,
                           .row_bytes = row_bytes,
-                          .x16 = x16,
-                          .xsum = xsum,
+                          .x16 = ws.x16,
+                          .xsum = ws.xsum,
                           .bias = p.bias,
                           .y = p.y,
-                          .partial = partial,
-                          .counters = counters,
+                          .partial = ws.partial,
+                          .counters = ws.counters,
                           .in = int(p.in),
                           .out = int(p.out),
                           .n_tokens = int(p.n_tokens),
@@ -661,6 +668,34 @@ hipError_t launch_gemm_quant(const matmul_params& p, void* workspace, std::size_
     case model::ggml_type::Q6_K: return launch_planned<q6k_format>(pl, a, stream);
     default: return launch_planned<q4k_format>(pl, a, stream);
   }
+}
+
+}  // namespace
+
+std::size_t gemm_quant_workspace_bytes(model::ggml_type type, std::int64_t in, std::int64_t out, std::int64_t max_tokens) {
+  if (!format_supported(type) || in <= 0 || out <= 0 || max_tokens <= 0) return 0;
+  const std::int64_t top = std::min(max_tokens, gemm_quant_max_tokens);
+  std::size_t partial = 0;
+  for (std::int64_t n = 1; n <= top; ++n) partial = std::max(partial, round_up(plan_for(n, in, out).partial_bytes(n, out)));
+  return activation_bytes(top, in) + counter_bytes + partial;
+}
+
+hipError_t launch_gemm_quant(const matmul_params& p, void* workspace, std::size_t workspace_bytes, hipStream_t stream) {
+  return launch_gemm_quant_group(std::span<const matmul_params>(&p, 1), workspace, workspace_bytes, stream);
+}
+
+hipError_t launch_gemm_quant_group(std::span<const matmul_params> ps, void* workspace, std::size_t workspace_bytes,
+                                   hipStream_t stream) {
+  if (ps.empty()) return hipSuccess;
+  for (const matmul_params& p : ps) {
+    if (!valid(p, workspace, workspace_bytes) || p.x != ps[0].x || p.n_tokens != ps[0].n_tokens || p.in != ps[0].in) {
+      return hipErrorInvalidValue;
+    }
+  }
+  const workspace_view ws = view(workspace, ps[0].n_tokens, ps[0].in);
+  hipError_t e = convert(ps[0].x, ps[0].n_tokens, ps[0].in, ws, stream);
+  for (std::size_t i = 0; i < ps.size() && e == hipSuccess; ++i) e = multiply(ps[i], ws, stream);
+  return e;
 }
 
 }  // namespace anvil::kernels

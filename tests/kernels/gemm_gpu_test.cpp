@@ -5,6 +5,7 @@
 // 4e-3 for BF16 weights under vendor_blas, whose x is rounded to bf16, 2^-9). Outputs poisoned and guarded. Label: gpu.
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <vector>
@@ -293,6 +294,69 @@ TEST_P(GemmQuantGpu, MatchesCpuReference) {
 
 INSTANTIATE_TEST_SUITE_P(Types, GemmQuantGpu, ::testing::Values(ggml_type::Q4_K, ggml_type::Q5_K, ggml_type::Q6_K),
                          [](const ::testing::TestParamInfo<ggml_type>& i) { return type_name(i.param); });
+
+// Three GEMMs on one x through one conversion (the worker's q, k, v): each split over the device
+// (in = 4096, few rows), so each leaves the tile counters at zero for the next; every output
+// against the CPU reference, twice in a row.
+TEST(GemmQuantGpuGroup, SharesOneConversion) {
+  require_device();
+  if (HasFatalFailure()) return;  // no GPU: require_device has said so
+  if (!gemm_quant_supported(ggml_type::Q4_K, 1)) GTEST_SKIP() << "no tensor-core quantized GEMM on this device";
+  constexpr std::int64_t in = 4096, max_tokens = 40;
+  std::mt19937 rng(4096);
+  const std::vector<host_weight> ws_host = {host_weight(ggml_type::Q4_K, 200, in, rng),
+                                            host_weight(ggml_type::Q6_K, 96, in, rng),
+                                            host_weight(ggml_type::Q5_K, 64, in, rng)};
+  const std::vector<float> x = random_vector(std::size_t(max_tokens * in), rng, -2.f, 2.f);
+  guarded_buffer dx(x.size());
+  dx.upload(x);
+  std::vector<std::unique_ptr<device_bytes>> dws;
+  std::vector<std::unique_ptr<guarded_buffer>> dys;
+  std::size_t ws_bytes = 0;
+  for (const host_weight& w : ws_host) {
+    dws.push_back(std::make_unique<device_bytes>(w.bytes.size()));
+    dws.back()->upload(w.bytes.data(), w.bytes.size());
+    dys.push_back(std::make_unique<guarded_buffer>(std::size_t(max_tokens * w.rows)));
+    ws_bytes = std::max(ws_bytes, gemm_quant_workspace_bytes(w.type, in, w.rows, max_tokens));
+  }
+  device_bytes ws(ws_bytes);
+  for (std::int64_t nt : {9, 40, 9}) {
+    SCOPED_TRACE("n_tokens=" + std::to_string(nt));
+    std::vector<matmul_params> ps;
+    for (std::size_t i = 0; i < ws_host.size(); ++i) {
+      dys[i]->poison();
+      ps.push_back({.w = dws[i]->data(),
+                    .w_type = ws_host[i].type,
+                    .in = in,
+                    .out = ws_host[i].rows,
+                    .bias = nullptr,
+                    .x = dx.data(),
+                    .y = dys[i]->data(),
+                    .n_tokens = nt});
+    }
+    ANVIL_GPU_CHECK(launch_gemm_quant_group(ps, ws.data(), ws.size(), nullptr));
+    ANVIL_GPU_CHECK(hipDeviceSynchronize());
+    for (std::size_t i = 0; i < ws_host.size(); ++i) {
+      const host_weight& w = ws_host[i];
+      std::vector<float> ref(std::size_t(nt * w.rows));
+      matmul_ref({.w = w.bytes.data(), .w_type = w.type, .in = in, .out = w.rows, .bias = nullptr, .x = x.data(),
+                  .y = ref.data(), .n_tokens = nt});
+      std::vector<float> got = dys[i]->download();
+      got.resize(ref.size());
+      const double err = max_scaled_error(got, ref, w, x, nullptr, nt);
+      std::printf("  group %s %lldx%lld n_tokens=%lld max scaled error %.3g\n", type_name(w.type).c_str(),
+                  static_cast<long long>(w.rows), static_cast<long long>(in), static_cast<long long>(nt), err);
+      EXPECT_LT(err, 2e-3);
+      EXPECT_TRUE(dys[i]->guards_intact());
+    }
+  }
+  // Different activations in one group: refused, nothing launched.
+  std::vector<matmul_params> bad = {{.w = dws[0]->data(), .w_type = ggml_type::Q4_K, .in = in, .out = 200, .bias = nullptr,
+                                     .x = dx.data(), .y = dys[0]->data(), .n_tokens = 9},
+                                    {.w = dws[1]->data(), .w_type = ggml_type::Q6_K, .in = in, .out = 96, .bias = nullptr,
+                                     .x = dx.data() + in, .y = dys[1]->data(), .n_tokens = 9}};
+  EXPECT_EQ(launch_gemm_quant_group(bad, ws.data(), ws.size(), nullptr), hipErrorInvalidValue);
+}
 
 TEST(GemmQuantGpuLaunch, RefusesWhatItDoesNotTake) {
   require_device();
