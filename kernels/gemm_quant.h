@@ -61,8 +61,9 @@ bool gemm_quant_beats_gemv(model::ggml_type type, std::int64_t n_tokens, std::in
 std::size_t gemm_quant_workspace_bytes(model::ggml_type type, std::int64_t in, std::int64_t out, std::int64_t max_tokens);
 
 // Enqueues the GEMM. Preconditions: gemm_quant_supported(p.w_type, p.n_tokens), p.in a multiple of
-// 256 and below 2^24, W, x and the workspace 16-byte aligned, workspace_bytes >= gemm_quant_workspace_bytes(...);
-// hipErrorInvalidValue and nothing launched when violated.
+// 256 and below 2^24, p.out at most 65535 x 64, W, x and the workspace 16-byte aligned,
+// workspace_bytes >= gemm_quant_workspace_bytes(...); hipErrorInvalidValue and nothing launched
+// when violated.
 hipError_t launch_gemm_quant(const matmul_params& p, void* workspace, std::size_t workspace_bytes, hipStream_t stream);
 
 // Several GEMMs on the same x (q, k, v; gate, up): x converted once for all. Each p as above, all

@@ -549,7 +549,8 @@ plan plan_for(std::int64_t n_tokens, std::int64_t in, std::int64_t out) {
   // multiprocessor and against no split (gpu_roofline --quant-gemm, session 12 notes).
   const std::int64_t blocks = std::int64_t(p.token_tiles) * p.row_tiles, sms = sm_count();
   const std::int64_t by_grid = p.nt == 8 ? sms / blocks : (sms + blocks - 1) / blocks;
-  p.splits = blocks < max_counters ? int(std::clamp<std::int64_t>(std::min<std::int64_t>(by_grid, n_super / 4), 1, max_splits)) : 1;
+  const std::int64_t splits = std::clamp<std::int64_t>(std::min<std::int64_t>(by_grid, n_super / 4), 1, max_splits);
+  p.splits = blocks < max_counters ? int(splits) : 1;
   p.supers_per_split = (n_super + p.splits - 1) / p.splits;
   p.splits = (n_super + p.supers_per_split - 1) / p.supers_per_split;  // none empty
   return p;
@@ -584,6 +585,12 @@ hipError_t launch_planned(const plan& pl, const gemm_quant_args& a, hipStream_t 
 
 unsigned elementwise_blocks(std::int64_t n) { return unsigned(std::min<std::int64_t>((n + 255) / 256, 65536)); }
 
+// A block's copy offsets are 32-bit: its rows' bytes and its tokens' activations below 2^31; the
+// grid's rows (blocks of 64 rows at least) at most 65535.
+bool shape_supported(std::int64_t in, std::int64_t out) {
+  return in > 0 && in % super_elems == 0 && in < (std::int64_t(1) << 24) && out > 0 && out <= std::int64_t(65535) * 64;
+}
+
 bool format_supported(model::ggml_type type) {
   return type == model::ggml_type::Q4_K || type == model::ggml_type::Q5_K || type == model::ggml_type::Q6_K;
 }
@@ -600,7 +607,7 @@ bool gemm_quant_supported(model::ggml_type type, std::int64_t n_tokens) {
 }
 
 bool gemm_quant_preferred(model::ggml_type type, std::int64_t n_tokens, std::int64_t in, std::int64_t out) {
-  return gemm_quant_supported(type, n_tokens) && n_tokens <= gemm_quant_preferred_max_tokens &&
+  return gemm_quant_supported(type, n_tokens) && shape_supported(in, out) && n_tokens <= gemm_quant_preferred_max_tokens &&
          out * in >= n_tokens * gemm_quant_min_weights_per_token;
 }
 
@@ -633,9 +640,7 @@ workspace_view view(void* workspace, std::int64_t n_tokens, std::int64_t in) {
 }
 
 bool valid(const matmul_params& p, const void* workspace, std::size_t workspace_bytes) {
-  // A block's copy offsets are 32-bit: its rows' bytes and its tokens' activations below 2^31.
-  return gemm_quant_supported(p.w_type, p.n_tokens) && p.in > 0 && p.in % super_elems == 0 && p.out > 0 &&
-         p.in < (std::int64_t(1) << 24) && p.out < (std::int64_t(1) << 31) && p.x != nullptr && p.y != nullptr &&
+  return gemm_quant_supported(p.w_type, p.n_tokens) && shape_supported(p.in, p.out) && p.x != nullptr && p.y != nullptr &&
          aligned16(p.w) && aligned16(p.x) && aligned16(workspace) &&
          workspace_bytes >= gemm_quant_workspace_bytes(p.w_type, p.in, p.out, p.n_tokens);
 }
