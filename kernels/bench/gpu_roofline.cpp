@@ -72,6 +72,22 @@ struct device_mem {
   }
 };
 
+// Copies of one weight of `bytes` laid out through `pool`: enough of them to exceed L2 four times
+// (as many as fit), call i reading copy i % count, as a model's layers do, so no figure comes from
+// L2. batch() is the number of back-to-back calls to time.
+struct weight_copies {
+  const char* base;
+  std::size_t bytes, stride;
+  int count;
+  weight_copies(const device_mem& pool, std::size_t l2, std::size_t weight_bytes)
+      : base(pool.as<char>()),
+        bytes(weight_bytes),
+        stride((weight_bytes + 255) / 256 * 256),
+        count(int(std::max<std::size_t>(1, std::min(pool.n / stride, (4 * l2 + bytes - 1) / bytes)))) {}
+  const void* at(int i) const { return base + std::size_t(i % count) * stride; }
+  int batch() const { return std::max(count, 8); }
+};
+
 // Random bytes (xorshift), uploaded in 64 MiB pieces.
 void fill_random(void* dst, std::size_t bytes, std::uint64_t seed) {
   std::vector<std::uint64_t> host(std::size_t(8) << 20);
@@ -398,8 +414,7 @@ int main(int argc, char** argv) {
                                row{ggml_type::Q5_K, {4096, 4096}}, row{ggml_type::Q5_K, {14336, 4096}},
                                row{ggml_type::Q6_K, {1024, 4096}}, row{ggml_type::Q6_K, {4096, 14336}}}) {
       const std::size_t bytes = *model::row_bytes(t, s.in) * std::size_t(s.out);
-      const std::size_t stride = (bytes + 255) / 256 * 256;
-      const int copies = int(std::max<std::size_t>(1, std::min(pool_bytes / stride, (4 * l2 + bytes - 1) / bytes)));
+      const weight_copies copies(pool, l2, bytes);
       for (const std::int64_t nt : {1, 2, 4, 8, 16, 32, 64, 128}) {
         const kernels::matmul_params p{.w = nullptr,
                                        .w_type = t,
@@ -413,19 +428,19 @@ int main(int argc, char** argv) {
         const double quant_us = 1e3 * time_graph_ms(
                                           [&](int i, hipStream_t st) {
                                             kernels::matmul_params q = p;
-                                            q.w = pool.as<char>() + std::size_t(i % copies) * stride;
+                                            q.w = copies.at(i);
                                             CHECK(kernels::launch_gemm_quant(q, qws.p, qws.n, st));
                                           },
-                                          std::max(copies, 8), reps);
+                                          copies.batch(), reps);
         device_mem ws(std::max<std::size_t>(kernels::gemm_workspace_bytes(kernels::gemm_algo::vendor_blas, t, s.in, s.out, nt), 256));
         const kernels::gemm_context ctx{kernels::gemm_algo::vendor_blas, ws.p, ws.n, handle, blas_ws.p, blas_ws.n};
         const double blas_us = 1e3 * time_graph_ms(
                                          [&](int i, hipStream_t st) {
                                            kernels::matmul_params q = p;
-                                           q.w = pool.as<char>() + std::size_t(i % copies) * stride;
+                                           q.w = copies.at(i);
                                            CHECK(kernels::launch_gemm(q, ctx, st));
                                          },
-                                         std::max(copies, 8), reps);
+                                         copies.batch(), reps);
         // The GEMV where a step that small takes it: 8-bit activations already in its workspace, as
         // the worker's norms leave them.
         double gemv_us = 0;
@@ -433,11 +448,11 @@ int main(int argc, char** argv) {
           gemv_us = 1e3 * time_graph_ms(
                               [&](int i, hipStream_t st) {
                                 kernels::matmul_params q = p;
-                                q.w = pool.as<char>() + std::size_t(i % copies) * stride;
+                                q.w = copies.at(i);
                                 CHECK(kernels::launch_gemv(q, gemv_ws.p, gemv_ws.n, st, kernels::gemv_activations::int8,
                                                            kernels::gemv_x8_source::workspace));
                               },
-                              std::max(copies, 8), reps);
+                              copies.batch(), reps);
         }
         const double flop = 2.0 * double(nt) * double(s.out) * double(s.in);
         const double limit_us = std::max(double(bytes) / (copy_gbs * 1e9), gemm_tflops > 0 ? flop / (gemm_tflops * 1e12) : 0.0) * 1e6;
@@ -469,14 +484,13 @@ int main(int argc, char** argv) {
       const std::string label = std::string(model::info(t).name) + (act == kernels::gemv_activations::f32 ? "/f32" : "");
       for (shape s : shapes) {
         const std::size_t bytes = *model::row_bytes(t, s.in) * std::size_t(s.out);
-        const std::size_t stride = (bytes + 255) / 256 * 256;
-        const int copies = int(std::max<std::size_t>(1, std::min(pool_bytes / stride, (4 * l2 + bytes - 1) / bytes)));
+        const weight_copies copies(pool, l2, bytes);
         double us[2] = {}, gbs[2] = {};
         for (int k = 0; k < 2; ++k) {
           const std::int64_t nt = k == 0 ? 1 : 8;
           const double ms = time_ms(
               [&](int i) {
-                const void* w = pool.as<char>() + std::size_t(i % copies) * stride;
+                const void* w = copies.at(i);
                 CHECK(kernels::launch_gemv({.w = w,
                                             .w_type = t,
                                             .in = s.in,
@@ -487,7 +501,7 @@ int main(int argc, char** argv) {
                                             .n_tokens = nt},
                                            gemv_ws.p, gemv_ws.n, nullptr, act));
               },
-              std::max(copies, 8), reps);
+              copies.batch(), reps);
           us[k] = ms * 1e3;
           gbs[k] = double(bytes) / (ms * 1e-3) / 1e9;
         }
@@ -510,8 +524,7 @@ int main(int argc, char** argv) {
   for (ggml_type t : {ggml_type::Q4_K, ggml_type::Q6_K, ggml_type::Q8_0, ggml_type::Q5_K}) {
     for (shape s : shapes) {
       const std::size_t bytes = *model::row_bytes(t, s.in) * std::size_t(s.out);
-      const std::size_t stride = (bytes + 255) / 256 * 256;
-      const int copies = int(std::max<std::size_t>(1, std::min(pool_bytes / stride, (4 * l2 + bytes - 1) / bytes)));
+      const weight_copies copies(pool, l2, bytes);
       CHECK(kernels::launch_gemv({.w = pool.p,
                                   .w_type = t,
                                   .in = s.in,
@@ -523,8 +536,8 @@ int main(int argc, char** argv) {
                                  gemv_ws.p, gemv_ws.n,
                                  nullptr));  // leaves x in 8 bits in the workspace
       auto rate = [&](const std::function<void(const void*)>& launch) {
-        const double ms = time_ms([&](int i) { launch(pool.as<char>() + std::size_t(i % copies) * stride); },
-                                  std::max(copies, 8), reps);
+        const double ms = time_ms([&](int i) { launch(copies.at(i)); },
+                                  copies.batch(), reps);
         return 100 * double(bytes) / (ms * 1e-3) / 1e9 / copy_gbs;
       };
       std::printf("%-6s %5lldx%-7lld", std::string(model::info(t).name).c_str(), static_cast<long long>(s.out),
