@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <fstream>
 
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include "bench/load/prompts.h"
@@ -112,7 +114,7 @@ TEST(BenchPrompts, RandomPromptsAreSeededAndSized) {
 }
 
 TEST(BenchPrompts, DatasetCyclesAndKeepsOutputLens) {
-  const std::string path = ::testing::TempDir() + "bench_dataset.jsonl";
+  const std::string path = ::testing::TempDir() + "bench_dataset_" + std::to_string(::getpid()) + ".jsonl";
   {
     std::ofstream f(path);
     f << R"({"prompt": "one two", "output_len": 3})" << "\n\n"

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include "model/arch/cpu_forward.h"
@@ -19,7 +21,9 @@ using anvil::model::testing::synth_fixture;
 namespace kernels = anvil::kernels;
 
 std::string load_error(gguf_writer& w) {
-  const std::string path = ::testing::TempDir() + "anvil_llm_bad.gguf";
+  // One file per process: the loader maps it, and another process rewriting the same path (two
+  // builds' tests at once) would pull the pages from under it (SIGBUS).
+  const std::string path = ::testing::TempDir() + "anvil_llm_bad_" + std::to_string(::getpid()) + ".gguf";
   w.write(path);
   try {
     load_llm(gguf_file::open(path));
