@@ -12,13 +12,16 @@
 #   KV_FIGURES_DTYPES: the types compared (default "f16 fp8 int8");
 #   KV_FIGURES_MODEL:  the model, shape:type (default llama3-8b:Q4_K_M);
 #   KV_FIGURES_WORKLOADS: a subset of "short long 8k" (default all three);
-#   COPY_GBS: the copy bandwidth in GB/s (default: measured by gpu_roofline --quick).
+#   COPY_GBS: the copy bandwidth in GB/s (default: measured by gpu_roofline --quick);
+#   KV_FIGURES_SERVE_ARGS: more `anvil serve` options (`--gemm-dtype fp8`, say). The limit counts
+#   the GGUF weights' bytes; with FP8 copies a decode step of 32+ sequences reads those instead.
 set -uo pipefail
 dir=${1:-.device/bundle}
 models_dir=${2:-/tmp/anvil-figures}
 dtypes=${KV_FIGURES_DTYPES:-f16 fp8 int8}
 model=${KV_FIGURES_MODEL:-llama3-8b:Q4_K_M}
 workloads=${KV_FIGURES_WORKLOADS:-short long 8k}
+read -r -a serve_args <<<"${KV_FIGURES_SERVE_ARGS:-}"
 export LD_LIBRARY_PATH="$dir/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 mkdir -p "$models_dir"
 status=0
@@ -41,7 +44,7 @@ kv_bytes_per_pos() {  # dtype
 serve_and_bench() {
   local name=$1 ctx=$2 fraction=$3 loads=$4 t=$5 log="$models_dir/serve-kv.log"
   "$dir/anvil" serve -m "$f" --port 18090 --line-port 18091 --ctx "$ctx" --gpu-memory-fraction "$fraction" \
-    --no-prefix-caching --status-interval 0 --kv-cache-dtype "$t" > "$log" 2>&1 &
+    --no-prefix-caching --status-interval 0 --kv-cache-dtype "$t" "${serve_args[@]}" > "$log" 2>&1 &
   local server=$!
   for _ in $(seq 1 300); do grep -q "serve: ready" "$log" && break; sleep 1; done
   if ! grep -q "serve: ready" "$log"; then echo "the server did not start"; cat "$log"; status=1; kill $server; return; fi
@@ -49,7 +52,7 @@ serve_and_bench() {
   plan=$(grep -m1 "memory plan" "$log")
   blocks=$(sed -n 's/.*: \([0-9]*\) KV blocks of \([0-9]*\) tokens.*/\1/p' <<<"$plan")
   weights=$(sed -n 's/.*weights \([0-9.]*\) MB.*/\1/p' <<<"$plan")
-  echo "-- $name, --kv-cache-dtype $t: ${plan#*memory plan on }"
+  echo "-- $name, --kv-cache-dtype $t ${serve_args[*]}: ${plan#*memory plan on }"
   echo "   holds $((blocks * 16 / 8256)) sequences of 8,000 + 256 tokens at once (--gpu-memory-fraction $fraction)"
   "$dir/anvil-bench" --url tcp://127.0.0.1:18091 --random-token-ids --input-len 64 --output-len 8 --concurrency 4 \
     --num-prompts 8 --no-progress > /dev/null 2>&1  # warm-up

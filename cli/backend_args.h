@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 
 #include "engine/engine.h"
+#include "kernels/gemm_dtype.h"
 #include "kernels/kv_quant.h"
 
 namespace anvil::cli {
@@ -22,6 +23,7 @@ struct backend_args {
   bool no_gpu_overlap = false;        // GPU: no programmatic dependent launch
   std::int64_t idle_spin_us = -1;     // engine_config::idle_spin_us
   std::string kv_cache_dtype = "f16"; // engine_config::kv_cache_dtype: f16, int8 or fp8
+  std::string gemm_dtype = "f16";     // engine_config::gemm_dtype: f16 or fp8
 };
 
 inline void add_kv_cache_dtype_option(CLI::App* cmd, std::string& dtype) {
@@ -35,6 +37,20 @@ inline void add_kv_cache_dtype_option(CLI::App* cmd, std::string& dtype) {
 inline kernels::kv_dtype kv_cache_dtype_of(const std::string& name) {
   const std::optional<kernels::kv_dtype> t = kernels::parse_kv_dtype(name);
   if (!t) throw std::invalid_argument("--kv-cache-dtype must be f16, int8 or fp8, not '" + name + "'");
+  return *t;
+}
+
+inline void add_gemm_dtype_option(CLI::App* cmd, std::string& dtype) {
+  cmd->add_option("--gemm-dtype", dtype,
+                  "GPU: the math of steps of 32+ tokens: f16 (exact up to f16 rounding), or fp8 (E4M3 copies of the "
+                  "layer weights made at start-up, about twice the speed, lossy; NVIDIA compute capability 8.9+)")
+      ->capture_default_str()->check(CLI::IsMember({"f16", "fp8"}));
+}
+
+// The parsed --gemm-dtype (the option's check admits only the names parse_gemm_dtype knows).
+inline kernels::gemm_dtype gemm_dtype_of(const std::string& name) {
+  const std::optional<kernels::gemm_dtype> t = kernels::parse_gemm_dtype(name);
+  if (!t) throw std::invalid_argument("--gemm-dtype must be f16 or fp8, not '" + name + "'");
   return *t;
 }
 
@@ -54,6 +70,7 @@ inline void add_backend_options(CLI::App* cmd, backend_args& a) {
                   "(-1: 5000 on the GPU, 0 on the CPU)")
       ->capture_default_str()->check(CLI::Range(std::int64_t(-1), std::int64_t(1000000)));
   add_kv_cache_dtype_option(cmd, a.kv_cache_dtype);
+  add_gemm_dtype_option(cmd, a.gemm_dtype);
 }
 
 inline void apply_backend_args(const backend_args& a, engine_config& cfg) {
@@ -64,6 +81,7 @@ inline void apply_backend_args(const backend_args& a, engine_config& cfg) {
   cfg.gpu_overlap_kernels = !a.no_gpu_overlap;
   cfg.idle_spin_us = a.idle_spin_us;
   cfg.kv_cache_dtype = kv_cache_dtype_of(a.kv_cache_dtype);
+  cfg.gemm_dtype = gemm_dtype_of(a.gemm_dtype);
 }
 
 }  // namespace anvil::cli

@@ -35,11 +35,13 @@ struct perplexity_args {
   std::string backend = "auto";
   bool gpu_float_activations = false;
   std::string kv_cache_dtype = "f16";
+  std::string gemm_dtype = "f16";
 };
 
 // A worker for one window of `ctx` tokens fed `batch` at a time: a KV pool of one context.
 std::unique_ptr<gpu_worker::worker> make_worker(const model::llm& m, const model::perplexity_options& o,
-                                                worker_backend backend, bool float_activations) {
+                                                worker_backend backend, bool float_activations,
+                                                kernels::gemm_dtype gemm_dtype) {
   constexpr std::int64_t block_size = 16;
   const std::size_t kv_bytes =
       model::kv_cache_storage::bytes_per_block(m.hp, block_size, o.kv_cache_dtype) * std::size_t(o.ctx / block_size + 2);
@@ -53,8 +55,10 @@ std::unique_ptr<gpu_worker::worker> make_worker(const model::llm& m, const model
     wc.max_context = o.ctx;
     wc.float_activations = float_activations;
     wc.kv_cache_dtype = o.kv_cache_dtype;
+    wc.gemm_dtype = gemm_dtype;
     return std::make_unique<gpu_worker::gpu_worker>(m, wc);
   }
+  if (gemm_dtype != kernels::gemm_dtype::f16) throw std::invalid_argument("--gemm-dtype fp8 needs the GPU backend");
   return std::make_unique<gpu_worker::cpu_worker>(m, gpu_worker::cpu_worker_config{
       .block_size = block_size, .kv_budget_bytes = kv_bytes, .max_batch_tokens = o.batch, .max_seqs = 1,
       .kv_cache_dtype = o.kv_cache_dtype});
@@ -84,7 +88,8 @@ int run_perplexity(const perplexity_args& a) {
   if (backend == worker_backend::automatic) {
     backend = gpu_worker::gpu_worker::available() ? worker_backend::gpu : worker_backend::cpu;
   }
-  const std::unique_ptr<gpu_worker::worker> w = make_worker(m, opt, backend, a.gpu_float_activations);
+  const kernels::gemm_dtype gemm_dtype = gemm_dtype_of(a.gemm_dtype);
+  const std::unique_ptr<gpu_worker::worker> w = make_worker(m, opt, backend, a.gpu_float_activations, gemm_dtype);
 
   progress_bar bar("perplexity", "windows");
   const auto t0 = std::chrono::steady_clock::now();
@@ -97,7 +102,8 @@ int run_perplexity(const perplexity_args& a) {
   if (a.json) {
     const boost::json::object o = {
         {"model", path}, {"file", a.file}, {"backend", worker_backend_name(backend)}, {"tokens", ids.size()}, {"scored", r.n_scored},
-        {"windows", r.n_windows}, {"kv_cache_dtype", kernels::kv_dtype_name(opt.kv_cache_dtype)}, {"ctx", opt.ctx},
+        {"windows", r.n_windows}, {"kv_cache_dtype", kernels::kv_dtype_name(opt.kv_cache_dtype)},
+        {"gemm_dtype", kernels::gemm_dtype_name(gemm_dtype)}, {"ctx", opt.ctx},
         {"stride", opt.stride}, {"nll_sum", r.nll_sum},
         {"mean_nll", r.mean_nll()}, {"perplexity", r.perplexity()}, {"seconds", seconds}};
     std::printf("%s\n", boost::json::serialize(o).c_str());
@@ -126,6 +132,7 @@ void add_perplexity_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--gpu-float-activations", a->gpu_float_activations,
                 "GPU: f32 activations in the quantized GEMVs (as the CPU computes) instead of 8-bit");
   add_kv_cache_dtype_option(cmd, a->kv_cache_dtype);
+  add_gemm_dtype_option(cmd, a->gemm_dtype);
   cmd->callback([&exit_code, a] { exit_code = run_perplexity(*a); });
 }
 

@@ -47,7 +47,7 @@ if(ANVIL_GPU_BACKEND STREQUAL "cuda")
   if(TARGET CUDA::cublas_static AND TARGET CUDA::cublasLt_static AND EXISTS "${CUDAToolkit_LIBRARY_DIR}/libcublas_static.a")
     target_link_libraries(anvil_blas_runtime INTERFACE CUDA::cublas_static CUDA::cublasLt_static CUDA::culibos)
   else()
-    target_link_libraries(anvil_blas_runtime INTERFACE CUDA::cublas)
+    target_link_libraries(anvil_blas_runtime INTERFACE CUDA::cublas CUDA::cublasLt)
   endif()
 
 elseif(ANVIL_GPU_BACKEND STREQUAL "hip")

@@ -106,6 +106,9 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
   if (backend == worker_backend::automatic) {
     backend = gpu_worker::gpu_worker::available() ? worker_backend::gpu : worker_backend::cpu;
   }
+  if (backend == worker_backend::cpu && cfg.gemm_dtype != kernels::gemm_dtype::f16) {
+    throw std::invalid_argument("gemm_dtype fp8 (--gemm-dtype fp8) needs the GPU backend; the CPU backend multiplies in f32");
+  }
   const std::int64_t max_seqs = cfg.max_seqs > 0 ? cfg.max_seqs : default_max_seqs(backend);
   const std::chrono::microseconds idle_spin(cfg.idle_spin_us >= 0 ? cfg.idle_spin_us
                                             : backend == worker_backend::gpu ? 5000 : 0);
@@ -126,6 +129,7 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
     wc.max_seqs = max_seqs;
     wc.max_context = p->max_model_len;
     wc.kv_cache_dtype = cfg.kv_cache_dtype;
+    wc.gemm_dtype = cfg.gemm_dtype;
     wc.float_activations = cfg.gpu_float_activations;
     if (!cfg.gpu_graphs) wc.graph_max_batch = 0;
     wc.overlap_kernels = cfg.gpu_overlap_kernels;

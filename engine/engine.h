@@ -54,6 +54,8 @@ struct engine_config {
   std::int64_t block_size = 16;              // tokens per KV block
   kernels::kv_dtype kv_cache_dtype = kernels::kv_dtype::f16;  // the KV cache's elements: f16 (exact), int8 or fp8
                                              // with a scale per row (kernels/kv_quant.h); fixed for the engine
+  kernels::gemm_dtype gemm_dtype = kernels::gemm_dtype::f16;  // GPU backend: the math of steps of many tokens
+                                             // (kernels/gemm_dtype.h); fp8 is refused on the CPU backend
   std::size_t kv_budget_bytes = 64u << 20;   // memory for the KV pool (CPU backend)
   std::pmr::memory_resource* cpu_arena_upstream = nullptr;  // CPU backend: where the worker's arena comes
                                                             // from (cpu_worker_config; null: the heap)

@@ -20,6 +20,7 @@
 #include "kernels/attention_prefill.h"
 #include "kernels/candidates.h"
 #include "kernels/gemm.h"
+#include "kernels/gemm_fp8.h"
 #include "kernels/gemv.h"
 #include "kernels/gpu_runtime.h"
 #include "kernels/rms_norm_residual.h"
@@ -54,11 +55,13 @@ class gpu_device {
   std::int64_t graphs() const;
 
  private:
-  // A matrix weight on the device: GGUF bytes verbatim.
+  // A matrix weight on the device: GGUF bytes verbatim, and its FP8 copy with gemm_dtype fp8
+  // (codes null when there is none).
   struct matrix {
     const void* w = nullptr;
     model::ggml_type type = model::ggml_type::F32;
     std::int64_t in = 0, out = 0;
+    kernels::fp8_matrix fp8{};
   };
   struct layer {
     const float *attn_norm = nullptr, *ffn_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
@@ -76,6 +79,7 @@ class gpu_device {
   void* alloc_pinned(std::size_t bytes, const char* what);
   void upload_weights(const gpu_worker_config& cfg, memory_plan& mem);
   void plan_scratch(memory_plan& mem);
+  void make_fp8_copies(memory_plan& mem);  // gemm_dtype fp8: after plan_scratch (uses the GEMM workspace)
   void plan_kv(const gpu_worker_config& cfg, memory_plan& mem);
   void warm_up();
   void capture_graphs(std::int64_t max_batch);
@@ -91,7 +95,8 @@ class gpu_device {
   void collect_scores(const step_plan& plan, step_result& result) const;
   // y = x W^T (+ bias) for each projection of x; GEMVs for steps of up to gemv_max_tokens tokens,
   // grouped by weight type into one launch each, except for the weights the quantized GEMM serves
-  // faster (kernels::gemm_quant_beats_gemv). x8_ready: the GEMV workspace already holds x in 8
+  // faster (kernels::gemm_quant_beats_gemv); with gemm_dtype fp8, the FP8 GEMM for the weights
+  // with a copy from gemm_fp8_min_tokens tokens. x8_ready: the GEMV workspace already holds x in 8
   // bits (a producer kernel wrote it).
   struct projection {
     const matrix* w = nullptr;
@@ -121,6 +126,8 @@ class gpu_device {
   hipStream_t stream_ = nullptr;
   kernels::gemm_context gemm_;
   bool have_blas_ = false;
+  kernels::gemm_dtype gemm_dtype_ = kernels::gemm_dtype::f16;
+  blas::fp8_gemm fp8_gemm_;  // gemm_dtype fp8: cuBLASLt, created at start-up
   std::vector<void*> device_allocs_, pinned_allocs_;
   // Decode graphs: graphs_[b - 1] runs run_body() for b decode sequences (null: run it eagerly).
   std::vector<hipGraphExec_t> graphs_;

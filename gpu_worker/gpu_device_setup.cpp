@@ -94,6 +94,16 @@ gpu_device::gpu_device(const model::llm& m, const gpu_worker_config& cfg, memory
     mem.device = prop.name;
     ok(hipStreamCreateWithFlags(&stream_, hipStreamNonBlocking), "create the stream");
     gemm_.algo = kernels::default_gemm_algo();
+    gemm_dtype_ = cfg.gemm_dtype;
+    if (gemm_dtype_ == kernels::gemm_dtype::fp8) {
+      if (!kernels::gemm_fp8_supported(device_) || fp8_gemm_.create() != blas::ok) {
+        throw std::runtime_error("gpu worker: --gemm-dtype fp8 needs FP8 tensor cores (NVIDIA compute capability 8.9+) "
+                                 "and cuBLASLt; " + std::string(prop.name) + " has compute capability " +
+                                 std::to_string(prop.major) + "." + std::to_string(prop.minor) +
+                                 (ANVIL_GPU_HAVE_BLAS ? "" : " and this build has no vendor BLAS"));
+      }
+      ++allocations_;  // the cuBLASLt handle, as the cuBLAS one below
+    }
     if (kernels::gemm_uses_blas(gemm_.algo)) {
       if (blas::create(&gemm_.blas) != blas::ok) throw std::runtime_error("gpu worker: the BLAS handle could not be created");
       have_blas_ = true;
@@ -108,6 +118,8 @@ gpu_device::gpu_device(const model::llm& m, const gpu_worker_config& cfg, memory
   mem.n_vocab = hp.n_vocab;
   upload_weights(cfg, mem);
   plan_scratch(mem);
+  if (gemm_dtype_ == kernels::gemm_dtype::fp8) make_fp8_copies(mem);
+  mem.gemm_dtype = gemm_dtype_;
   plan_kv(cfg, mem);
   try {
     warm_up();
@@ -245,7 +257,11 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   };
   fit(output_, max_seqs_);
   for (const layer& l : layers_) {
-    for (const matrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) fit(*w, max_tokens_);
+    for (const matrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) {
+      fit(*w, max_tokens_);
+      // The FP8 path's x codes share the region (project() runs one path after the other).
+      if (gemm_dtype_ == kernels::gemm_dtype::fp8) gemm_ws = std::max(gemm_ws, kernels::gemm_fp8_workspace_bytes(w->in, max_tokens_));
+    }
   }
   // When the norms, SwiGLU and decode attention write the 8-bit activations (x8_fused), they
   // write them for every layer input, whatever its weight's type: room for the three widths.
@@ -296,6 +312,37 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   lp_.reserve(S);
   lp_positions_.reserve(S);
   lp_seq_ids_.reserve(S);
+}
+
+// gemm_dtype fp8: an E4M3 copy of every layer weight whose shape the path takes, in one
+// allocation, each made on the device from the uploaded weight (dequantized through the GEMM
+// workspace, then quantized with one scale per matrix).
+void gpu_device::make_fp8_copies(memory_plan& mem) {
+  std::vector<matrix*> todo;
+  carver c;
+  std::vector<std::size_t> at;
+  for (layer& l : layers_) {
+    for (matrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) {
+      if (!kernels::gemm_fp8_shape_ok(w->in, w->out)) continue;
+      todo.push_back(w);
+      at.push_back(c.take(kernels::fp8_matrix_bytes(w->in, w->out)));
+    }
+  }
+  if (todo.empty()) return;
+  auto* base = static_cast<unsigned char*>(alloc_device(c.size(), "the FP8 weight copies"));
+  mem.fp8_weight_bytes = c.size();
+  try {
+    for (std::size_t i = 0; i < todo.size(); ++i) {
+      matrix& w = *todo[i];
+      ok(kernels::launch_make_fp8_matrix(w.type, w.w, w.in, w.out, gemm_.workspace, gemm_.workspace_bytes, base + at[i],
+                                         stream_),
+         "make a weight's FP8 copy");
+      w.fp8 = kernels::fp8_matrix_at(base + at[i], w.in, w.out);
+    }
+    ok(hipStreamSynchronize(stream_), "make the FP8 weight copies");
+  } catch (const device_failure& e) {
+    throw std::runtime_error(std::string("gpu worker: ") + e.what());
+  }
 }
 
 // The KV pool: memory_fraction of what is free now (capped by kv_budget_bytes), in whole blocks.

@@ -46,12 +46,36 @@ void gpu_device::project(std::span<const projection> ps, const float* x, std::in
   // conversion of x for all of them (in the workspace the others' dequantization overwrites).
   const bool all_gemm = n_tokens > kernels::gemv_max_tokens;
   const bool quantized = gemm_.algo == kernels::gemm_algo::quantized;
+  const bool fp8 = gemm_dtype_ == kernels::gemm_dtype::fp8 && n_tokens >= kernels::gemm_fp8_min_tokens;
+  const auto by_fp8 = [&](const matrix& w) { return fp8 && w.fp8.codes != nullptr; };
   const auto by_gemm = [&](const matrix& w) {
     return all_gemm || (quantized && kernels::gemm_quant_beats_gemv(w.type, n_tokens, w.in, w.out));
   };
   const auto by_quant = [&](const matrix& w) {
-    return quantized && by_gemm(w) && kernels::gemm_quant_preferred(w.type, n_tokens, w.in, w.out);
+    return quantized && !by_fp8(w) && by_gemm(w) && kernels::gemm_quant_preferred(w.type, n_tokens, w.in, w.out);
   };
+  if (fp8) {
+    // One quantization of x per group of up to gemv_max_group projections (q/k/v, gate/up).
+    const kernels::gemm_fp8_context ctx{.blas = &fp8_gemm_,
+                                        .workspace = gemm_.workspace,
+                                        .workspace_bytes = gemm_.workspace_bytes,
+                                        .blas_workspace = gemm_.blas_workspace,
+                                        .blas_workspace_bytes = gemm_.blas_workspace_bytes};
+    kernels::gemm_fp8_projection group[kernels::gemv_max_group];
+    std::size_t n = 0;
+    const auto flush = [&] {
+      ok(kernels::launch_gemm_fp8_group(std::span<const kernels::gemm_fp8_projection>(group, n), x, n_tokens, ctx,
+                                        stream_),
+         "fp8 gemm");
+      n = 0;
+    };
+    for (const projection& p : ps) {
+      if (!by_fp8(*p.w)) continue;
+      if (n == std::size(group)) flush();
+      group[n++] = {.w = &p.w->fp8, .bias = p.bias, .y = p.y};
+    }
+    flush();
+  }
   const auto params = [&](const projection& p) {
     return kernels::matmul_params{.w = p.w->w,
                                   .w_type = p.w->type,
@@ -78,7 +102,7 @@ void gpu_device::project(std::span<const projection> ps, const float* x, std::in
                                       gemm_.workspace_bytes, stream_),
      "quantized gemm");
   for (const projection& p : ps) {
-    if (by_gemm(*p.w) && !by_quant(*p.w)) ok(kernels::launch_gemm(params(p), gemm_, stream_), "gemm");
+    if (by_gemm(*p.w) && !by_quant(*p.w) && !by_fp8(*p.w)) ok(kernels::launch_gemm(params(p), gemm_, stream_), "gemm");
   }
   if (all_gemm) return;
   // Runs of one weight type share a launch; the first quantized launch rounds x (unless a

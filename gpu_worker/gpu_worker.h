@@ -18,6 +18,7 @@
 #include <memory>
 
 #include "gpu_worker/worker.h"
+#include "kernels/gemm_dtype.h"
 #include "kernels/kv_quant.h"
 #include "model/arch/llm.h"
 
@@ -31,6 +32,10 @@ struct gpu_worker_config {
   std::int64_t max_seqs = 64;               // sequences one step may hold
   std::int64_t max_context = 4096;          // positions one sequence may reach (sizes block tables and workspaces)
   kernels::kv_dtype kv_cache_dtype = kernels::kv_dtype::f16;  // the KV cache's elements (kernels/kv_quant.h)
+  // The math of steps of many tokens (kernels/gemm_dtype.h). fp8: an E4M3 copy of every layer
+  // weight is made at start-up (counted in the memory plan), and start-up fails on a device
+  // without FP8 tensor cores or cuBLASLt.
+  kernels::gemm_dtype gemm_dtype = kernels::gemm_dtype::f16;
   std::int64_t max_logit_pairs = 1 << 18;   // logit-bias + penalty-count pairs uploaded per candidates launch
   int device = 0;                           // device ordinal
   // GEMVs (steps of up to 8 tokens) of quantized weights multiply f32 activations with the

@@ -13,6 +13,7 @@
 #include <boost/asio/async_result.hpp>
 
 #include "actors/error.h"
+#include "kernels/gemm_dtype.h"
 #include "kernels/kv_quant.h"
 #include "messages/step.h"
 
@@ -31,6 +32,8 @@ struct memory_plan {
   std::size_t kv_bytes = 0;             // the KV pool, all layers, K and V
   kernels::kv_dtype kv_cache_dtype = kernels::kv_dtype::f16;  // its elements (kernels/kv_quant.h)
   std::size_t scratch_bytes = 0;        // activations and logits for a full step
+  kernels::gemm_dtype gemm_dtype = kernels::gemm_dtype::f16;  // the math of steps of many tokens (GPU)
+  std::size_t fp8_weight_bytes = 0;     // the layer weights' FP8 copies (GPU, gemm_dtype fp8)
   std::int64_t decode_graphs = 0;       // decode batch sizes replayed from a graph (GPU)
 };
 

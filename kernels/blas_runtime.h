@@ -1,5 +1,6 @@
 // kernels/blas_runtime.h — the only place vendor BLAS names appear (as gpu_runtime.h is for the
-// device runtime). NVIDIA: cuBLAS (cublasGemmEx, f16/bf16 inputs, f32 accumulate and output).
+// device runtime). NVIDIA: cuBLAS (cublasGemmEx, f16/bf16 inputs, f32 accumulate and output) and
+// cuBLASLt (the FP8 GEMM, blas::fp8_gemm).
 // AMD: Debian ships no hipBLAS/rocBLAS, so ANVIL_GPU_HAVE_BLAS is 0 there and every call answers
 // blas::not_supported; GEMM then runs the portable tiled kernel (kernels/gemm.h).
 //
@@ -10,10 +11,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <tuple>
 
 #include "kernels/gpu_runtime.h"
 
 #if defined(ANVIL_GPU_CUDA)
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #define ANVIL_GPU_HAVE_BLAS 1
 
@@ -62,6 +66,111 @@ inline status_t gemm_i8(handle_t h, int m, int n, int k, const void* a, int lda,
                       CUDA_R_32I, ldc, CUBLAS_COMPUTE_32I, CUBLAS_GEMM_DEFAULT);
 }
 
+// The 8-bit GEMM (cuBLASLt, FP8 E4M3 operands, f32 accumulation; NVIDIA sm_89+): column-major
+// D[m, n] (f32) = diag(a_scales) A^T B diag(b_scales) for E4M3 A [k, m] and B [k, n], both
+// k-contiguous (ld = k, a multiple of 16; A, B and D 16-byte aligned). Scales are device f32:
+// per_row, m values for A's columns and n for B's (cuBLASLt's outer-vector scaling); per_tensor,
+// one value each. fast_accum: the tensor cores' own accumulation throughout (faster), else the
+// partial sums are promoted to f32 at intervals (cuBLASLt's default for FP8).
+// One object per worker, created at start-up; the matmul descriptors and the algorithm chosen for
+// each shape are host objects kept for the next call of that shape (host memory only). Not
+// thread-safe: the worker's thread alone calls it.
+enum class fp8_scaling { per_row, per_tensor };
+
+class fp8_gemm {
+ public:
+  fp8_gemm() = default;
+  fp8_gemm(const fp8_gemm&) = delete;
+  fp8_gemm& operator=(const fp8_gemm&) = delete;
+  ~fp8_gemm() {
+    for (auto& entry : plans_) release(entry.second);
+    if (lt_) cublasLtDestroy(lt_);
+  }
+
+  status_t create() { return lt_ ? ok : cublasLtCreate(&lt_); }
+  bool created() const { return lt_ != nullptr; }
+
+  status_t run(int m, int n, int k, const void* a, const float* a_scales, const void* b, const float* b_scales,
+               float* d, fp8_scaling scaling, bool fast_accum, void* workspace, std::size_t workspace_bytes,
+               hipStream_t stream) {
+    if (!lt_) return not_supported;
+    plan* p = nullptr;
+    if (const status_t s = plan_for(m, n, k, scaling, fast_accum, workspace_bytes, &p); s != ok) return s;
+    const void* pa = a_scales;
+    const void* pb = b_scales;
+    status_t s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &pa, sizeof pa);
+    if (s == ok) s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &pb, sizeof pb);
+    if (s != ok) return s;
+    const float alpha = 1.f, beta = 0.f;
+    return cublasLtMatmul(lt_, p->desc, &alpha, a, p->a, b, p->b, &beta, d, p->d, d, p->d, &p->algo, workspace,
+                          workspace_bytes, stream);
+  }
+
+ private:
+  struct plan {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+    status_t status = not_supported;
+  };
+  using plan_key = std::tuple<int, int, int, int, bool, std::size_t>;
+
+  static void release(plan& p) {
+    if (p.a) cublasLtMatrixLayoutDestroy(p.a);
+    if (p.b) cublasLtMatrixLayoutDestroy(p.b);
+    if (p.d) cublasLtMatrixLayoutDestroy(p.d);
+    if (p.desc) cublasLtMatmulDescDestroy(p.desc);
+    p = {};
+  }
+
+  // The shape's plan, made on its first call; a shape cuBLASLt refused stays refused.
+  status_t plan_for(int m, int n, int k, fp8_scaling scaling, bool fast_accum, std::size_t ws, plan** out) {
+    const plan_key kk{m, n, k, int(scaling), fast_accum, ws};
+    if (auto it = plans_.find(kk); it != plans_.end()) {
+      *out = &it->second;
+      return it->second.status;
+    }
+    plan& p = plans_[kk];
+    *out = &p;
+    p.status = make(p, m, n, k, scaling, fast_accum, ws);
+    if (p.status != ok) release(p), p.status = not_supported;
+    return p.status;
+  }
+
+  status_t make(plan& p, int m, int n, int k, fp8_scaling scaling, bool fast_accum, std::size_t ws) {
+    status_t s = cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    const std::int32_t mode = scaling == fp8_scaling::per_row ? CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F
+                                                              : CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+    const std::int8_t fast = fast_accum ? 1 : 0;
+    if (s == ok) s = cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+    if (s == ok) s = cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+    if (s == ok) s = cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode);
+    if (s == ok) s = cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode);
+    if (s == ok) s = cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast);
+    if (s == ok) s = cublasLtMatrixLayoutCreate(&p.a, CUDA_R_8F_E4M3, std::uint64_t(k), std::uint64_t(m), k);
+    if (s == ok) s = cublasLtMatrixLayoutCreate(&p.b, CUDA_R_8F_E4M3, std::uint64_t(k), std::uint64_t(n), k);
+    if (s == ok) s = cublasLtMatrixLayoutCreate(&p.d, CUDA_R_32F, std::uint64_t(m), std::uint64_t(n), m);
+    if (s != ok) return s;
+    cublasLtMatmulPreference_t pref = nullptr;
+    s = cublasLtMatmulPreferenceCreate(&pref);
+    if (s == ok) {
+      s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    }
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    if (s == ok) s = cublasLtMatmulAlgoGetHeuristic(lt_, p.desc, p.a, p.b, p.d, p.d, pref, 1, &result, &found);
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (s != ok) return s;
+    if (found < 1) return not_supported;
+    p.algo = result.algo;
+    return ok;
+  }
+
+  cublasLtHandle_t lt_ = nullptr;
+  std::map<plan_key, plan> plans_;
+};
+
 }  // namespace anvil::blas
 
 #else
@@ -90,6 +199,17 @@ inline status_t gemm(handle_t, bool, bool, int, int, int, float, const void*, dt
   return not_supported;
 }
 inline status_t gemm_i8(handle_t, int, int, int, const void*, int, const void*, int, void*, int) { return not_supported; }
+
+enum class fp8_scaling { per_row, per_tensor };
+class fp8_gemm {
+ public:
+  status_t create() { return not_supported; }
+  bool created() const { return false; }
+  status_t run(int, int, int, const void*, const float*, const void*, const float*, float*, fp8_scaling, bool, void*,
+               std::size_t, hipStream_t) {
+    return not_supported;
+  }
+};
 
 }  // namespace anvil::blas
 #endif

@@ -53,6 +53,9 @@ std::size_t gemm_workspace_bytes(gemm_algo algo, model::ggml_type w_type, std::i
 // violated, hipErrorNotSupported when the algorithm is not in this build or the BLAS call fails.
 hipError_t launch_gemm(const matmul_params& p, const gemm_context& ctx, hipStream_t stream);
 
+// y[t, o] += bias[o] for n_tokens rows of `out` values (the GEMM paths' bias epilogue).
+hipError_t launch_add_bias(float* y, const float* bias, std::int64_t out, std::int64_t n_tokens, hipStream_t stream);
+
 // Dequantizes rows x cols of a GGUF weight (the types launch_gemv supports, cols a multiple of
 // their block, src 16-byte aligned) into a row-major f16 (IEEE half bits) or f32 matrix (dst
 // 16-byte aligned). Values are dequantize_row's, rounded to nearest even for f16.

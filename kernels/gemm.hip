@@ -193,14 +193,18 @@ hipError_t run_blas(const matmul_params& p, const gemm_context& ctx, hipStream_t
       blas::ok) {
     return hipErrorNotSupported;
   }
-  if (p.bias) {
-    const std::int64_t ny = p.n_tokens * p.out;
-    add_bias_kernel<<<elementwise_blocks(ny), 256, 0, stream>>>(p.y, p.bias, p.out, ny);
-  }
+  if (p.bias) return launch_add_bias(p.y, p.bias, p.out, p.n_tokens, stream);
   return hipGetLastError();
 }
 
 }  // namespace
+
+hipError_t launch_add_bias(float* y, const float* bias, std::int64_t out, std::int64_t n_tokens, hipStream_t stream) {
+  const std::int64_t ny = n_tokens * out;
+  if (ny <= 0) return hipSuccess;
+  add_bias_kernel<<<elementwise_blocks(ny), 256, 0, stream>>>(y, bias, out, ny);
+  return hipGetLastError();
+}
 
 gemm_algo default_gemm_algo() { return ANVIL_GPU_HAVE_BLAS ? gemm_algo::quantized : gemm_algo::tiled_f16; }
 

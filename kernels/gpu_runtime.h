@@ -214,6 +214,23 @@ __device__ __forceinline__ T block_reduce_sum(T v) {
   return warp_reduce_sum(total);
 }
 
+// Largest value over a block, as block_reduce_sum (values >= 0: lanes past the warps add 0).
+template <int BlockSize, class T>
+__device__ __forceinline__ T block_reduce_max(T v) {
+  static_assert(BlockSize % 32 == 0 && BlockSize <= 1024, "block size must be a multiple of 32, at most 1024");
+  constexpr int max_warps = BlockSize / 32;
+  __shared__ T partial[max_warps];
+  const int warps = BlockSize / warp_size;
+  const int lane = threadIdx.x % warp_size;
+  const int warp = threadIdx.x / warp_size;
+  v = warp_reduce_max(v);
+  __syncthreads();
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  T total = lane < warps ? partial[lane] : T(0);
+  return warp_reduce_max(total);
+}
+
 // ---- Overlapping a kernel's start with the end of the one before (programmatic dependent launch) ----
 // On NVIDIA sm_90+, a kernel launched with launch_dependent() may start while the kernel before it
 // in the stream is still running: once every block of that kernel has called allow_dependents()

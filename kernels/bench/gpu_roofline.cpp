@@ -15,6 +15,10 @@
 //            the f16 GEMM rate).
 //   vendor GEMM int8 against f16 at 64-2048 tokens on the 8B shapes: the 8-bit tensor-core rate an
 //            int8 weight path could reach, beside the f16 GEMM the path above feeds.
+//   FP8 GEMM (kernels/gemm_fp8.h) at 64-2048 tokens on the 8B shapes: the path launch_gemm takes
+//            from a Q4_K weight today, the f16 vendor GEMM alone (weights already f16), the FP8
+//            vendor GEMM alone in each scaling and accumulation mode, and the FP8 path with x's
+//            quantization; its error against the f16 GEMM (normalized mean square).
 //   decode attention, one llama3-8b layer (32 query heads over 8 KV heads of 128), for each KV
 //            cache element type (f16, int8, fp8: kernels/kv_quant.h) at the batch and context
 //            sizes serving reaches, the tensor-core kernel (where there is one) beside the
@@ -26,8 +30,8 @@
 // GEMV cycles through enough copies of the weight to exceed the L2 cache several times, as a
 // model's layers do, so no figure comes from L2. Weights are random bytes (the kernels' speed
 // does not depend on the values). A plain main: the GPU machine has none of the Debian libraries.
-// Usage: gpu_roofline [--quick] [--quant-gemm]   (--quick: fewer repetitions, skips the 128256-row
-// shape; --quant-gemm: the limits and the quantized GEMM table only)
+// Usage: gpu_roofline [--quick] [--quant-gemm] [--fp8-gemm]   (--quick: fewer repetitions, skips
+// the 128256-row shape; --quant-gemm / --fp8-gemm: the limits and that GEMM table only)
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -40,6 +44,7 @@
 #include "kernels/attention_prefill.h"
 #include "kernels/blas_runtime.h"
 #include "kernels/gemm.h"
+#include "kernels/gemm_fp8.h"
 #include "kernels/gemm_quant.h"
 #include "kernels/gemv.h"
 #include "kernels/gpu_runtime.h"
@@ -225,14 +230,165 @@ struct bench_cache {
   }
 };
 
+// ---- the FP8 GEMM (kernels/gemm_fp8.h) at the step sizes of prefill and heavy decode ----
+struct fp8_table_args {
+  double copy_gbs, gemm_tflops;
+  std::size_t l2;
+  int reps;
+  blas::handle_t handle;
+  const device_mem* blas_ws;
+  const device_mem* pool;  // random bytes: the Q4_K weights of today's path
+  const float* x;          // >= 2048 x 14336 activations
+  float* y;                // >= 2048 x 14336 outputs
+};
+
+// Normalized mean square difference of b against a (n floats on the device).
+double nmse(const float* a, const float* b, std::size_t n) {
+  std::vector<float> ha(n), hb(n);
+  CHECK(hipMemcpy(ha.data(), a, n * 4, hipMemcpyDeviceToHost));
+  CHECK(hipMemcpy(hb.data(), b, n * 4, hipMemcpyDeviceToHost));
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    num += (double(ha[i]) - hb[i]) * (double(ha[i]) - hb[i]);
+    den += double(ha[i]) * ha[i];
+  }
+  return den > 0 ? num / den : 0;
+}
+
+void fp8_gemm_table(const fp8_table_args& a) {
+  std::printf("\nFP8 GEMM (cuBLASLt, E4M3, one scale per matrix) against the f16 GEMM and today's Q4_K path, us; limit: "
+              "products at the f16 rate %.0f TFLOP/s (FP8's ideal: half that time)\n",
+              a.gemm_tflops);
+  std::printf("%-13s %6s | %8s | %9s | %9s %7s | %9s %9s | %9s %7s | %8s %8s\n", "out x in", "tokens", "f16 lim",
+              "q4k path", "f16 blas", "TFLOP/s", "fp8 blas", "fast acc", "fp8 path", "TFLOP/s", "nmse", "fast");
+  blas::fp8_gemm lt;
+  if (lt.create() != blas::ok) {
+    std::printf("cuBLASLt handle could not be created\n");
+    return;
+  }
+  constexpr std::int64_t max_tokens = 2048;
+  device_mem ws(kernels::gemm_fp8_workspace_bytes(14336, max_tokens));
+  device_mem y16(std::size_t(max_tokens) * 14336 * 4);
+  const kernels::gemm_fp8_context ctx{.blas = &lt,
+                                      .workspace = ws.p,
+                                      .workspace_bytes = ws.n,
+                                      .blas_workspace = a.blas_ws->p,
+                                      .blas_workspace_bytes = a.blas_ws->n};
+  for (shape s : {shape{4096, 4096}, shape{1024, 4096}, shape{14336, 4096}, shape{4096, 14336}}) {
+    const int m = int(s.out), k = int(s.in);
+    const std::size_t elems = std::size_t(m) * std::size_t(k);
+    // Copies of the f16 weight and of its 8-bit copy, enough to exceed L2 four times, as for the GEMV.
+    const std::size_t f16_bytes = elems * 2, fp8_bytes = (kernels::fp8_matrix_bytes(k, m) + 255) / 256 * 256;
+    const int n16 = int(std::max<std::size_t>(1, (4 * a.l2 + f16_bytes - 1) / f16_bytes));
+    const int n8 = int(std::max<std::size_t>(1, (4 * a.l2 + fp8_bytes - 1) / fp8_bytes));
+    device_mem w16(f16_bytes * std::size_t(n16)), w8(fp8_bytes * std::size_t(n8)), scratch(256);
+    fill_f16(w16.p, elems, 11);
+    CHECK(kernels::launch_make_fp8_matrix(ggml_type::F16, w16.p, k, m, scratch.p, 0, w8.p, nullptr));
+    for (int i = 1; i < n16; ++i) CHECK(hipMemcpy(w16.as<char>() + i * f16_bytes, w16.p, f16_bytes, hipMemcpyDeviceToDevice));
+    for (int i = 1; i < n8; ++i) CHECK(hipMemcpy(w8.as<char>() + i * fp8_bytes, w8.p, fp8_bytes, hipMemcpyDeviceToDevice));
+    const auto fp8_at = [&](int i) { return kernels::fp8_matrix_at(w8.as<char>() + std::size_t(i % n8) * fp8_bytes, k, m); };
+    const std::size_t q4_bytes = *model::row_bytes(ggml_type::Q4_K, k) * std::size_t(m);
+    const weight_copies q4(*a.pool, a.l2, q4_bytes);
+    for (const std::int64_t nt : {8, 16, 32, 64, 128, 256, 512, 1024, 2048}) {
+      const int n = int(nt);
+      device_mem gws(std::max<std::size_t>(kernels::gemm_workspace_bytes(kernels::gemm_algo::quantized, ggml_type::Q4_K, k, m, nt), 256));
+      const kernels::gemm_context gctx{kernels::gemm_algo::quantized, gws.p, gws.n, a.handle, a.blas_ws->p, a.blas_ws->n};
+      const double q4_us = 1e3 * time_graph_ms(
+                                     [&](int i, hipStream_t st) {
+                                       CHECK(kernels::launch_gemm({.w = q4.at(i),
+                                                                   .w_type = ggml_type::Q4_K,
+                                                                   .in = k,
+                                                                   .out = m,
+                                                                   .bias = nullptr,
+                                                                   .x = a.x,
+                                                                   .y = a.y,
+                                                                   .n_tokens = nt},
+                                                                  gctx, st));
+                                     },
+                                     q4.batch(), a.reps);
+      // f16 vendor GEMM alone: x as f16 (the first n x k halves of the weight copies serve).
+      const void* x16 = w16.as<char>();
+      const double f16_us = 1e3 * time_graph_ms(
+                                      [&](int i, hipStream_t st) {
+                                        const void* w = w16.as<char>() + std::size_t(i % n16) * f16_bytes;
+                                        if (blas::bind(a.handle, st, a.blas_ws->p, a.blas_ws->n) != blas::ok ||
+                                            blas::gemm(a.handle, true, false, m, n, k, 1.f, w, blas::dtype::f16, k, x16,
+                                                       blas::dtype::f16, k, 0.f, a.y, blas::dtype::f32, m) != blas::ok) {
+                                          std::fprintf(stderr, "f16 GEMM failed\n");
+                                          std::exit(1);
+                                        }
+                                      },
+                                      std::max(n16, 8), a.reps);
+      // The FP8 GEMM alone, on x's codes as the path leaves them in its workspace.
+      const auto* xc = ws.as<std::uint8_t>();
+      auto* xs = reinterpret_cast<float*>(ws.as<char>() + (std::size_t(k) * std::size_t(n) + 255) / 256 * 256);
+      CHECK(kernels::launch_quantize_fp8(a.x, nt, k, ws.as<std::uint8_t>(), xs, xs + 64, nullptr));
+      const auto lt_us = [&](bool fast) {
+        const auto call = [&](int i, hipStream_t st) {
+          const kernels::fp8_matrix w = fp8_at(i);
+          return lt.run(m, n, k, w.codes, w.scale, xc, xs, a.y, blas::fp8_scaling::per_tensor, fast, a.blas_ws->p,
+                        a.blas_ws->n, st);
+        };
+        if (call(0, nullptr) != blas::ok) return -1.0;  // refused: printed as a negative time
+        return 1e3 * time_graph_ms([&](int i, hipStream_t st) { CHECK(call(i, st) == blas::ok ? hipSuccess : hipErrorNotSupported); },
+                                   std::max(n8, 8), a.reps);
+      };
+      const double lt_plain_us = lt_us(false), lt_fast_us = lt_us(true);
+      double path_us = -1, err = -1, err_fast = -1;
+      if (lt_plain_us > 0) {
+        path_us = 1e3 * time_graph_ms(
+                            [&](int i, hipStream_t st) {
+                              const kernels::fp8_matrix w = fp8_at(i);
+                              const kernels::gemm_fp8_projection pr{.w = &w, .bias = nullptr, .y = a.y};
+                              CHECK(kernels::launch_gemm_fp8_group(std::span(&pr, 1), a.x, nt, ctx, st));
+                            },
+                            std::max(n8, 8), a.reps);
+        // Error against the f16 GEMM of the same weight and x (both given x16's values).
+        device_mem xf(std::size_t(n) * k * 4);
+        {
+          std::vector<std::uint16_t> h16(std::size_t(n) * k);
+          CHECK(hipMemcpy(h16.data(), x16, h16.size() * 2, hipMemcpyDeviceToHost));
+          std::vector<float> hf(h16.size());
+          for (std::size_t i = 0; i < hf.size(); ++i) hf[i] = model::f16_to_f32(h16[i]);
+          CHECK(hipMemcpy(xf.p, hf.data(), hf.size() * 4, hipMemcpyHostToDevice));
+        }
+        if (blas::bind(a.handle, nullptr, a.blas_ws->p, a.blas_ws->n) != blas::ok ||
+            blas::gemm(a.handle, true, false, m, n, k, 1.f, w16.p, blas::dtype::f16, k, x16, blas::dtype::f16, k, 0.f,
+                       y16.p, blas::dtype::f32, m) != blas::ok) {
+          std::exit(1);
+        }
+        CHECK(kernels::launch_quantize_fp8(xf.as<float>(), nt, k, ws.as<std::uint8_t>(), xs, xs + 64, nullptr));
+        const kernels::fp8_matrix w0 = fp8_at(0);
+        for (const bool fast : {false, true}) {
+          if (lt.run(m, n, k, w0.codes, w0.scale, xc, xs, a.y, blas::fp8_scaling::per_tensor, fast, a.blas_ws->p,
+                     a.blas_ws->n, nullptr) != blas::ok) {
+            continue;
+          }
+          CHECK(hipDeviceSynchronize());
+          (fast ? err_fast : err) = nmse(y16.as<float>(), a.y, std::size_t(n) * std::size_t(m));
+        }
+      }
+      const double flop = 2.0 * double(nt) * double(m) * double(k);
+      const double lim_us = a.gemm_tflops > 0 ? flop / (a.gemm_tflops * 1e12) * 1e6 : 0.0;
+      char dims[32];
+      std::snprintf(dims, sizeof dims, "%dx%d", m, k);
+      std::printf("%-13s %6d | %8.1f | %9.1f | %9.1f %7.1f | %9.1f %9.1f | %9.1f %7.1f | %8.1e %8.1e\n", dims, n, lim_us,
+                  q4_us, f16_us, flop / (f16_us * 1e-6) / 1e12, lt_plain_us, lt_fast_us, path_us,
+                  path_us > 0 ? flop / (path_us * 1e-6) / 1e12 : 0.0, err, err_fast);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, quant_only = false;
+  bool quick = false, quant_only = false, fp8_only = false;
   for (int i = 1; i < argc; ++i) {
     quick = quick || std::strcmp(argv[i], "--quick") == 0;
     quant_only = quant_only || std::strcmp(argv[i], "--quant-gemm") == 0;
+    fp8_only = fp8_only || std::strcmp(argv[i], "--fp8-gemm") == 0;
   }
+  quant_only = quant_only || fp8_only;  // both skip the attention tables and what follows theirs
   const int reps = quick ? 5 : 15;
 
   int dev = 0;
@@ -384,12 +540,12 @@ int main(int argc, char** argv) {
   device_mem pool(pool_bytes);
   fill_random(pool.p, pool_bytes, 7);
   const std::int64_t max_in = 14336;
-  device_mem x(std::size_t(512) * max_in * 4), y(std::size_t(512) * 128256 * 4);
+  device_mem x(std::size_t(2048) * max_in * 4), y(std::size_t(512) * 128256 * 4);
   std::size_t gemv_ws_bytes = 256;
   for (ggml_type t : types) gemv_ws_bytes = std::max(gemv_ws_bytes, kernels::gemv_workspace_bytes(t, max_in, 8));
   device_mem gemv_ws(gemv_ws_bytes);
   {
-    std::vector<float> hx(std::size_t(512) * max_in);
+    std::vector<float> hx(std::size_t(2048) * max_in);
     for (std::size_t i = 0; i < hx.size(); ++i) hx[i] = float(int(i % 17) - 8) / 8.f;
     CHECK(hipMemcpy(x.p, hx.data(), hx.size() * 4, hipMemcpyHostToDevice));
   }
@@ -399,6 +555,22 @@ int main(int argc, char** argv) {
   // steps run. The weight cycles through copies (as in the GEMV table), so the blocks come from
   // memory, not L2. Limit: the longer of reading the weight at the copy bandwidth and the products
   // at the dense f16 GEMM rate. "pick" marks the path launch_gemm takes (gemm_quant_preferred).
+  if (have_blas && kernels::gemm_fp8_supported(dev) && (fp8_only || !quant_only)) {
+    fp8_gemm_table({.copy_gbs = copy_gbs,
+                    .gemm_tflops = gemm_tflops,
+                    .l2 = l2,
+                    .reps = reps,
+                    .handle = handle,
+                    .blas_ws = &blas_ws,
+                    .pool = &pool,
+                    .x = x.as<float>(),
+                    .y = y.as<float>()});
+  }
+  if (fp8_only) {
+    if (handle) blas::destroy(handle);
+    return 0;
+  }
+
   if (have_blas && kernels::gemm_quant_supported(ggml_type::Q4_K, 1)) {
     std::printf("\nQuantized GEMM on the blocks (tensor cores) against dequantize + vendor GEMM; limit: max(weight at %.0f GB/s, "
                 "products at %.0f TFLOP/s)\n",

@@ -252,6 +252,22 @@ TEST(Engine, An8BitKvCacheHoldsMoreBlocksAndGivesTheReferenceTokens) {
   }
 }
 
+// --gemm-dtype fp8 is a GPU path: the CPU backend refuses it at creation, naming it, rather than
+// run its exact f32 products under a name that promises FP8.
+TEST(Engine, TheFp8GemmIsRefusedOnTheCpuBackend) {
+  EXPECT_EQ(kernels::parse_gemm_dtype("fp8"), kernels::gemm_dtype::fp8);
+  EXPECT_EQ(kernels::parse_gemm_dtype("f16"), kernels::gemm_dtype::f16);
+  EXPECT_FALSE(kernels::parse_gemm_dtype("int8").has_value());
+  engine_config cfg = tiny_config();
+  cfg.gemm_dtype = kernels::gemm_dtype::fp8;
+  try {
+    (void)engine::create(cfg);
+    ADD_FAILURE() << "engine::create accepted gemm_dtype fp8 on the CPU backend";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("gemm-dtype fp8"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Engine, SharedSystemPromptIsComputedOnce) {
   auto eng = engine::create(tiny_config());
   const auto system = random_prompt(64, 5);  // four full blocks
