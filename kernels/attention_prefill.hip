@@ -168,9 +168,10 @@ __global__ void __launch_bounds__(threads) prefill_kernel(attention_prefill_para
 // (K and V staged as f16 in shared memory, rows padded by 16 bytes, in two buffers: the next tile
 // is fetched while this one is computed): S = Q K^T on m16n8k16 tensor
 // core instructions (Q in f16 registers, pre-scaled; f32 accumulate), the online softmax on the
-// accumulators (each row's four lanes reduce by shuffles), P rounded to f16 in registers as the
-// A operand of O += P V (V's B operand by ldmatrix.trans). Q and P are rounded to f16 — the
-// CUDA-core kernel above keeps them in f32.
+// accumulators (each row's four lanes reduce by shuffles; scores in base 2, exp2), P rounded to
+// f16 in registers as the A operand of O += P V. The B operands come four 8x8 matrices per
+// ldmatrix (K's as they lie, V's transposed). Q and P are rounded to f16 — the CUDA-core kernel
+// above keeps them in f32.
 namespace prefill_tc {
 constexpr int warps = 4, threads = 32 * warps, rows = 16 * warps, keys = 64;
 // One tile of keys as f16 in shared memory, rows padded by 16 bytes.
@@ -222,10 +223,13 @@ __global__ void __launch_bounds__(prefill_tc::threads) prefill_tc_kernel(attenti
     qpos[h] = valid ? sq.start_pos + int(row / group) : -1;
     qrow[h] = valid ? p.q + (tok * p.n_heads + head) * HeadDim : nullptr;
   }
+  // Scores in the base-2 domain: q carries scale x log2(e), so the softmax takes exp2 (one
+  // instruction) of the same differences expf would take of the scores.
+  const float qscale = p.scale * 1.4426950408889634f;
   const auto q_pair = [&](int h, int col) -> unsigned {
     if (qrow[h] == nullptr) return 0u;
     const float2 v = *reinterpret_cast<const float2*>(qrow[h] + col);
-    return gpu::floats_to_half2_bits(v.x * p.scale, v.y * p.scale);
+    return gpu::floats_to_half2_bits(v.x * qscale, v.y * qscale);
   };
   unsigned qa[ksteps][4];
 #pragma unroll
@@ -301,28 +305,33 @@ __global__ void __launch_bounds__(prefill_tc::threads) prefill_tc_kernel(attenti
     const auto& v_s = tiles[b].v;
 
     // S = Q K^T for the tile's 8 groups of 8 keys: lane (g, c) holds keys 2c, 2c + 1 of each group
-    // for rows g (s[nt][0..1]) and g + 8 (s[nt][2..3]).
+    // for rows g (s[nt][0..1]) and g + 8 (s[nt][2..3]). The B operands of two key groups at once
+    // by ldmatrix: lane l names row l % 8 of group nt + l / 16, half (l / 8) % 2 of the 16 dims.
     float s[ntiles][4];
 #pragma unroll
-    for (int nt = 0; nt < ntiles; ++nt) {
-      s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+    for (int nt = 0; nt < ntiles; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < ntiles; nt += 2) {
 #pragma unroll
       for (int ks = 0; ks < ksteps; ++ks) {
-        const unsigned b0 = *reinterpret_cast<const unsigned*>(&k_s[nt * 8 + g][ks * 16 + 2 * c]);
-        const unsigned b1 = *reinterpret_cast<const unsigned*>(&k_s[nt * 8 + g][ks * 16 + 8 + 2 * c]);
-        tc::mma_16816(s[nt], qa[ks], b0, b1);
+        unsigned b[4];
+        tc::ldmatrix_x4(&k_s[(nt + lane / 16) * 8 + lane % 8][ks * 16 + ((lane / 8) % 2) * 8], b);
+        tc::mma_16816(s[nt], qa[ks], b[0], b[1]);
+        tc::mma_16816(s[nt + 1], qa[ks], b[2], b[3]);
       }
     }
-    // Online softmax per row; keys past the row's position (and every key of a missing row) weigh 0.
+    // Online softmax per row; keys past the row's position (and every key of a missing row) weigh
+    // 0 — checked only on the tiles that reach past it.
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float mx = -INFINITY;
+      const bool masked = kt0 + prefill_tc::keys - 1 > qpos[h];
 #pragma unroll
       for (int nt = 0; nt < ntiles; ++nt) {
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
           float& x = s[nt][2 * h + j];
-          if (kt0 + nt * 8 + 2 * c + j > qpos[h]) x = -INFINITY;
+          if (masked && kt0 + nt * 8 + 2 * c + j > qpos[h]) x = -INFINITY;
           mx = fmaxf(mx, x);
         }
       }
@@ -330,14 +339,14 @@ __global__ void __launch_bounds__(prefill_tc::threads) prefill_tc_kernel(attenti
       mx = fmaxf(mx, gpu::shfl_xor(mx, 2));
       const float m_new = fmaxf(m[h], mx);
       const bool none = m_new == -INFINITY;
-      const float alpha = none ? 1.f : expf(m[h] - m_new);
+      const float alpha = none ? 1.f : exp2f(m[h] - m_new);
       float sum = 0.f;
 #pragma unroll
       for (int nt = 0; nt < ntiles; ++nt) {
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
           float& x = s[nt][2 * h + j];
-          x = none || x == -INFINITY ? 0.f : expf(x - m_new);
+          x = none || x == -INFINITY ? 0.f : exp2f(x - m_new);
           sum += x;
         }
       }
@@ -358,11 +367,14 @@ __global__ void __launch_bounds__(prefill_tc::threads) prefill_tc_kernel(attenti
                               gpu::floats_to_half2_bits(s[2 * kk][2], s[2 * kk][3]),
                               gpu::floats_to_half2_bits(s[2 * kk + 1][0], s[2 * kk + 1][1]),
                               gpu::floats_to_half2_bits(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      // V's B operands of two dims groups at once: lane l names key row (l % 8) + 8 ((l / 8) % 2)
+      // of the 16, in dims group dt + l / 16.
 #pragma unroll
-      for (int dt = 0; dt < dtiles; ++dt) {
-        unsigned b0, b1;
-        tc::ldmatrix_x2_trans(&v_s[kk * 16 + lane % 16][dt * 8], b0, b1);
-        tc::mma_16816(o[dt], pa, b0, b1);
+      for (int dt = 0; dt < dtiles; dt += 2) {
+        unsigned b[4];
+        tc::ldmatrix_x4_trans(&v_s[kk * 16 + lane % 8 + ((lane / 8) % 2) * 8][(dt + lane / 16) * 8], b);
+        tc::mma_16816(o[dt], pa, b[0], b[1]);
+        tc::mma_16816(o[dt + 1], pa, b[2], b[3]);
       }
     }
     if (more) decode(b ^ 1);

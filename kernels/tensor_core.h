@@ -24,11 +24,21 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], const unsigned (&a)[4],
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// The B operand (16 keys x 8 dims) of P V from V rows in shared memory: two 8x8 matrices,
-// transposed on the way (lanes 0-15 name the 16 key rows).
-__device__ __forceinline__ void ldmatrix_x2_trans(const gpu::half_bits* row, unsigned& b0, unsigned& b1) {
+// Four 8x8 matrices from shared memory in one instruction: lanes 8i..8i+7 name the rows of matrix
+// i, and each lane receives (row lane / 4, columns 2 (lane % 4) and + 1) of matrix i in r[i] —
+// B operands of m16n8k16 straight from K rows (two key groups x two 8-wide halves of a 16-wide
+// slice); with .trans, from V rows (two dims groups x keys 0-7 and 8-15).
+__device__ __forceinline__ void ldmatrix_x4(const gpu::half_bits* row, unsigned (&r)[4]) {
   const unsigned addr = unsigned(__cvta_generic_to_shared(row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n" : "=r"(b0), "=r"(b1) : "r"(addr));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(const gpu::half_bits* row, unsigned (&r)[4]) {
+  const unsigned addr = unsigned(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
 }
 
 // Asynchronous copies to shared memory: 16 bytes (or 8, or 4), zeros where `valid` is false (src is
