@@ -43,7 +43,7 @@ inline kernels::kv_dtype kv_cache_dtype_of(const std::string& name) {
 inline void add_gemm_dtype_option(CLI::App* cmd, std::string& dtype) {
   cmd->add_option("--gemm-dtype", dtype,
                   "GPU: the math of steps of 32+ tokens: f16 (exact up to f16 rounding), or fp8 (E4M3 copies of the "
-                  "layer weights made at start-up, about twice the speed, lossy; NVIDIA compute capability 8.9+)")
+                  "weights made at start-up, about twice the speed, lossy; NVIDIA compute capability 8.9+)")
       ->capture_default_str()->check(CLI::IsMember({"f16", "fp8"}));
 }
 

@@ -256,6 +256,9 @@ void gpu_device::plan_scratch(memory_plan& mem) {
     gemv_ws = std::max(gemv_ws, kernels::gemv_workspace_bytes(w.type, w.in, std::min(tokens, kernels::gemv_max_tokens)));
   };
   fit(output_, max_seqs_);
+  if (gemm_dtype_ == kernels::gemm_dtype::fp8) {
+    gemm_ws = std::max(gemm_ws, kernels::gemm_fp8_workspace_bytes(output_.in, max_seqs_));
+  }
   for (const layer& l : layers_) {
     for (const matrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) {
       fit(*w, max_tokens_);
@@ -314,20 +317,23 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   lp_seq_ids_.reserve(S);
 }
 
-// gemm_dtype fp8: an E4M3 copy of every layer weight whose shape the path takes, in one
-// allocation, each made on the device from the uploaded weight (dequantized through the GEMM
-// workspace, then quantized with one scale per matrix).
+// gemm_dtype fp8: an E4M3 copy of every layer weight and of the output head (steps with 32+
+// logit or score rows) whose shape the path takes, in one allocation, each made on the device
+// from the uploaded weight (dequantized through the GEMM workspace, then quantized with one scale
+// per matrix).
 void gpu_device::make_fp8_copies(memory_plan& mem) {
   std::vector<matrix*> todo;
   carver c;
   std::vector<std::size_t> at;
+  const auto add = [&](matrix* w) {
+    if (!kernels::gemm_fp8_shape_ok(w->in, w->out)) return;
+    todo.push_back(w);
+    at.push_back(c.take(kernels::fp8_matrix_bytes(w->in, w->out)));
+  };
   for (layer& l : layers_) {
-    for (matrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) {
-      if (!kernels::gemm_fp8_shape_ok(w->in, w->out)) continue;
-      todo.push_back(w);
-      at.push_back(c.take(kernels::fp8_matrix_bytes(w->in, w->out)));
-    }
+    for (matrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) add(w);
   }
+  add(&output_);
   if (todo.empty()) return;
   auto* base = static_cast<unsigned char*>(alloc_device(c.size(), "the FP8 weight copies"));
   mem.fp8_weight_bytes = c.size();

@@ -33,8 +33,8 @@ struct gpu_worker_config {
   std::int64_t max_context = 4096;          // positions one sequence may reach (sizes block tables and workspaces)
   kernels::kv_dtype kv_cache_dtype = kernels::kv_dtype::f16;  // the KV cache's elements (kernels/kv_quant.h)
   // The math of steps of many tokens (kernels/gemm_dtype.h). fp8: an E4M3 copy of every layer
-  // weight is made at start-up (counted in the memory plan), and start-up fails on a device
-  // without FP8 tensor cores or cuBLASLt.
+  // weight and of the output head is made at start-up (counted in the memory plan), and start-up
+  // fails on a device without FP8 tensor cores or cuBLASLt.
   kernels::gemm_dtype gemm_dtype = kernels::gemm_dtype::f16;
   std::int64_t max_logit_pairs = 1 << 18;   // logit-bias + penalty-count pairs uploaded per candidates launch
   int device = 0;                           // device ordinal

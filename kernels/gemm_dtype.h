@@ -2,10 +2,11 @@
 // and the CLI name it in every build.
 //   f16 — the default, exact up to f16 rounding: quantized weights multiply through f16 tensor
 //         cores (kernels/gemm.h, kernels/gemm_quant.h).
-//   fp8 — from kernels::gemm_fp8_min_tokens tokens a step, the layer weights' FP8 E4M3 copies
-//         (made once at start-up, beside the GGUF weights) multiply x quantized to FP8 on every
-//         step, at the tensor cores' 8-bit rate (kernels/gemm_fp8.h); NVIDIA compute capability
-//         8.9+ only, and never on the CPU backend. Lossy: 3 mantissa bits per operand.
+//   fp8 — from kernels::gemm_fp8_min_tokens tokens (or logit rows) a step, FP8 E4M3 copies of
+//         the layer weights and the output head (made once at start-up, beside the GGUF
+//         weights) multiply x quantized to FP8 on every step, at the tensor cores' 8-bit rate
+//         (kernels/gemm_fp8.h); NVIDIA compute capability 8.9+ only, and never on the CPU
+//         backend. Lossy: 3 mantissa bits per operand.
 #pragma once
 
 #include <optional>

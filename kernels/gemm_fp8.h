@@ -1,11 +1,11 @@
 // The 8-bit GEMM for steps of many tokens: y[t, o] = sum_i W[o, i] * x[t, i] (+ bias) on the
 // tensor cores' FP8 rate (twice the f16 rate on Hopper), for the GPU worker's `--gemm-dtype fp8`.
 //
-// W is not read as GGUF stores it: the worker makes an 8-bit copy of each layer weight once, at
-// start-up (launch_make_fp8_matrix: the weight dequantized to f16, then each row quantized), and
-// keeps it beside the original, which the GEMV and the quantized GEMM go on reading for small
-// steps. x is quantized per token on every call, once per projection group. The products run in
-// the vendor BLAS (cuBLASLt, blas::fp8_gemm), which applies both sets of scales to the f32 sums.
+// W is not read as GGUF stores it: the worker makes an 8-bit copy of each weight once, at
+// start-up (launch_make_fp8_matrix: the weight dequantized to f16, then quantized), and keeps it
+// beside the original, which the GEMV and the quantized GEMM go on reading for small steps. x is
+// quantized on every call, once per projection group. The products run in the vendor BLAS
+// (cuBLASLt, blas::fp8_gemm), which applies both scales to the f32 sums.
 //
 // Format: FP8 E4M3 codes with ONE f32 scale per matrix (cuBLASLt's only FP8 scaling on Hopper:
 // its per-row "outer vector" mode was measured refused there, bench/GPU_NOTES.md), scale = amax /
