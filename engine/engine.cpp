@@ -107,7 +107,8 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
     backend = gpu_worker::gpu_worker::available() ? worker_backend::gpu : worker_backend::cpu;
   }
   if (backend == worker_backend::cpu && cfg.gemm_dtype != kernels::gemm_dtype::f16) {
-    throw std::invalid_argument("gemm_dtype fp8 (--gemm-dtype fp8) needs the GPU backend; the CPU backend multiplies in f32");
+    throw std::invalid_argument(
+        "gemm_dtype fp8 (--gemm-dtype fp8) needs the GPU backend; the CPU backend multiplies in f32");
   }
   const std::int64_t max_seqs = cfg.max_seqs > 0 ? cfg.max_seqs : default_max_seqs(backend);
   const std::chrono::microseconds idle_spin(cfg.idle_spin_us >= 0 ? cfg.idle_spin_us

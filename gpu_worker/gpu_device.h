@@ -96,8 +96,8 @@ class gpu_device {
   // y = x W^T (+ bias) for each projection of x; GEMVs for steps of up to gemv_max_tokens tokens,
   // grouped by weight type into one launch each, except for the weights the quantized GEMM serves
   // faster (kernels::gemm_quant_beats_gemv); with gemm_dtype fp8, the FP8 GEMM for the weights
-  // with a copy (the layers' and the head) from gemm_fp8_min_tokens tokens. x8_ready: the GEMV workspace already holds x in 8
-  // bits (a producer kernel wrote it).
+  // with a copy (the layers' and the head) from gemm_fp8_min_tokens tokens. x8_ready: the GEMV
+  // workspace already holds x in 8 bits (a producer kernel wrote it).
   struct projection {
     const matrix* w = nullptr;
     const float* bias = nullptr;

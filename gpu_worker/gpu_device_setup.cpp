@@ -263,7 +263,9 @@ void gpu_device::plan_scratch(memory_plan& mem) {
     for (const matrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) {
       fit(*w, max_tokens_);
       // The FP8 path's x codes share the region (project() runs one path after the other).
-      if (gemm_dtype_ == kernels::gemm_dtype::fp8) gemm_ws = std::max(gemm_ws, kernels::gemm_fp8_workspace_bytes(w->in, max_tokens_));
+      if (gemm_dtype_ == kernels::gemm_dtype::fp8) {
+        gemm_ws = std::max(gemm_ws, kernels::gemm_fp8_workspace_bytes(w->in, max_tokens_));
+      }
     }
   }
   // When the norms, SwiGLU and decode attention write the 8-bit activations (x8_fused), they

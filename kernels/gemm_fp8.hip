@@ -1,5 +1,5 @@
-// The 8-bit GEMM (kernels/gemm_fp8.h): the row quantization kernel (f32 or f16 rows to E4M3 codes
-// and a scale per row), the start-up copy of a weight, and the launcher that quantizes x once per
+// The 8-bit GEMM (kernels/gemm_fp8.h): the quantization kernels (an f32 or f16 matrix to E4M3
+// codes and one scale), the start-up copy of a weight, and the launcher that quantizes x once per
 // projection group and hands the products to cuBLASLt.
 //
 // Quantization, two kernels of a block of 256 threads per row (grid-stride over rows): the first
@@ -7,7 +7,8 @@
 // the scale and writes four codes per thread and step (x is read twice; the second read mostly
 // from L2). Codes come from the conversion instruction on sm_89+
 // (cvt.rn.satfinite.e4m3x2.f32: nearest even, saturating at 448, the encoder of kv_quant.h bit for
-// bit on finite values) and from fp8_e4m3_encode elsewhere.
+// bit on finite values, but for a negative zero, which keeps its sign) and from fp8_e4m3_encode
+// elsewhere.
 #include "kernels/gemm_fp8.h"
 
 #include <algorithm>

@@ -128,7 +128,9 @@ TEST(ShippedModelOnGpu, EachPromptAloneMatchesPyTorchWithFloatActivations) {
 }
 
 // Perplexity over the held-out sample, scored on the GPU (what `anvil perplexity --backend gpu`
-// runs), against PyTorch's on the same weights: within 1%, with 8-bit and with f32 activations.
+// runs), against PyTorch's on the same weights: within 1% with 8-bit and with f32 activations;
+// within 2% with `--gemm-dtype fp8` (the windows' steps of 32+ tokens multiply E4M3 operands),
+// where the device has FP8 tensor cores.
 TEST(ShippedModelOnGpu, PerplexityMatchesPyTorch) {
   REQUIRE_GPU();
   const boost::json::object g = shipped_goldens();
@@ -139,53 +141,38 @@ TEST(ShippedModelOnGpu, PerplexityMatchesPyTorch) {
   model::perplexity_options opt;
   opt.ctx = ppl.at("ctx").to_number<std::int64_t>();
   opt.stride = ppl.at("stride").to_number<std::int64_t>();
-  for (const bool float_activations : {false, true}) {
+  struct mode {
+    const char* name;
+    bool float_activations;
+    kernels::gemm_dtype gemm;
+    double bound;
+  };
+  for (const mode& md : {mode{"8-bit activations", false, kernels::gemm_dtype::f16, 1e-2},
+                         mode{"f32 activations", true, kernels::gemm_dtype::f16, 1e-2},
+                         mode{"the FP8 GEMM", false, kernels::gemm_dtype::fp8, 2e-2}}) {
     gpu_worker_config gc;
     gc.max_batch_tokens = opt.ctx;
     gc.max_seqs = 64;
     gc.max_context = opt.ctx;
     gc.kv_budget_bytes = 64u << 20;
-    gc.float_activations = float_activations;
-    gpu_worker::gpu_worker gpu(m, gc);
-    const model::perplexity_result r = gpu_worker::perplexity(gpu, ids, opt, m.hp.n_ctx_train);
+    gc.float_activations = md.float_activations;
+    gc.gemm_dtype = md.gemm;
+    std::unique_ptr<gpu_worker::gpu_worker> gpu;
+    try {
+      gpu = std::make_unique<gpu_worker::gpu_worker>(m, gc);
+    } catch (const std::runtime_error& e) {
+      ASSERT_EQ(md.gemm, kernels::gemm_dtype::fp8) << e.what();  // only the FP8 path may be missing
+      std::printf("[ %s: not on this device (%s) ]\n", md.name, e.what());
+      continue;
+    }
+    EXPECT_EQ(gpu->plan().fp8_weight_bytes > 0, md.gemm == kernels::gemm_dtype::fp8) << md.name;
+    const model::perplexity_result r = gpu_worker::perplexity(*gpu, ids, opt, m.hp.n_ctx_train);
     const double rel = std::abs(r.perplexity() - want) / want;
-    std::printf("[ GPU perplexity (%s activations) %.6f, PyTorch %.6f: relative difference %.2e over %lld tokens ]\n",
-                float_activations ? "f32" : "8-bit", r.perplexity(), want, rel, static_cast<long long>(r.n_scored));
-    EXPECT_EQ(r.n_scored, ppl.at("n_scored").to_number<std::int64_t>());
-    EXPECT_LT(rel, 1e-2);
+    std::printf("[ GPU perplexity (%s) %.6f, PyTorch %.6f: relative difference %.2e over %lld tokens ]\n", md.name,
+                r.perplexity(), want, rel, static_cast<long long>(r.n_scored));
+    EXPECT_EQ(r.n_scored, ppl.at("n_scored").to_number<std::int64_t>()) << md.name;
+    EXPECT_LT(rel, md.bound) << md.name;
   }
-}
-
-// --gemm-dtype fp8 (`anvil perplexity --backend gpu --gemm-dtype fp8`): the windows' steps of 32+
-// tokens multiply E4M3 operands; the perplexity stays within 2% of PyTorch's (the exact path: 1e-5).
-TEST(ShippedModelOnGpu, PerplexityWithTheFp8GemmStaysClose) {
-  REQUIRE_GPU();
-  const boost::json::object g = shipped_goldens();
-  const boost::json::object& ppl = g.at("perplexity").as_object();
-  const auto ids = boost::json::value_to<std::vector<std::int32_t>>(ppl.at("ids"));
-  const double want = ppl.at("perplexity").to_number<double>();
-  const model::llm m = model::load_llm(model::gguf_file::open(shipped_model_path()));
-  model::perplexity_options opt;
-  opt.ctx = ppl.at("ctx").to_number<std::int64_t>();
-  opt.stride = ppl.at("stride").to_number<std::int64_t>();
-  gpu_worker_config gc;
-  gc.max_batch_tokens = opt.ctx;
-  gc.max_seqs = 64;
-  gc.max_context = opt.ctx;
-  gc.kv_budget_bytes = 64u << 20;
-  gc.gemm_dtype = kernels::gemm_dtype::fp8;
-  std::unique_ptr<gpu_worker::gpu_worker> gpu;
-  try {
-    gpu = std::make_unique<gpu_worker::gpu_worker>(m, gc);
-  } catch (const std::runtime_error& e) {
-    GTEST_SKIP() << e.what();
-  }
-  EXPECT_GT(gpu->plan().fp8_weight_bytes, 0u);
-  const model::perplexity_result r = gpu_worker::perplexity(*gpu, ids, opt, m.hp.n_ctx_train);
-  const double rel = std::abs(r.perplexity() - want) / want;
-  std::printf("[ GPU perplexity with the FP8 GEMM %.6f, PyTorch %.6f: relative difference %.2e over %lld tokens ]\n",
-              r.perplexity(), want, rel, static_cast<long long>(r.n_scored));
-  EXPECT_LT(rel, 2e-2);
 }
 
 }  // namespace shipped
