@@ -67,16 +67,14 @@ inline status_t gemm_i8(handle_t h, int m, int n, int k, const void* a, int lda,
 }
 
 // The 8-bit GEMM (cuBLASLt, FP8 E4M3 operands, f32 accumulation; NVIDIA sm_89+): column-major
-// D[m, n] (f32) = diag(a_scales) A^T B diag(b_scales) for E4M3 A [k, m] and B [k, n], both
-// k-contiguous (ld = k, a multiple of 16; A, B and D 16-byte aligned). Scales are device f32:
-// per_row, m values for A's columns and n for B's (cuBLASLt's outer-vector scaling); per_tensor,
-// one value each. fast_accum: the tensor cores' own accumulation throughout (faster), else the
-// partial sums are promoted to f32 at intervals (cuBLASLt's default for FP8).
+// D[m, n] (f32) = a_scale b_scale A^T B for E4M3 A [k, m] and B [k, n], both k-contiguous (ld = k,
+// a multiple of 16; A, B and D 16-byte aligned), each scale one device f32 (cuBLASLt's per-row
+// "outer vector" scaling was measured refused on sm_90). fast_accum: the tensor cores' own
+// accumulation throughout (faster), else the partial sums are promoted to f32 at intervals
+// (cuBLASLt's default for FP8).
 // One object per worker, created at start-up; the matmul descriptors and the algorithm chosen for
 // each shape are host objects kept for the next call of that shape (host memory only). Not
 // thread-safe: the worker's thread alone calls it.
-enum class fp8_scaling { per_row, per_tensor };
-
 class fp8_gemm {
  public:
   fp8_gemm() = default;
@@ -90,14 +88,13 @@ class fp8_gemm {
   status_t create() { return lt_ ? ok : cublasLtCreate(&lt_); }
   bool created() const { return lt_ != nullptr; }
 
-  status_t run(int m, int n, int k, const void* a, const float* a_scales, const void* b, const float* b_scales,
-               float* d, fp8_scaling scaling, bool fast_accum, void* workspace, std::size_t workspace_bytes,
-               hipStream_t stream) {
+  status_t run(int m, int n, int k, const void* a, const float* a_scale, const void* b, const float* b_scale, float* d,
+               bool fast_accum, void* workspace, std::size_t workspace_bytes, hipStream_t stream) {
     if (!lt_) return not_supported;
     plan* p = nullptr;
-    if (const status_t s = plan_for(m, n, k, scaling, fast_accum, workspace_bytes, &p); s != ok) return s;
-    const void* pa = a_scales;
-    const void* pb = b_scales;
+    if (const status_t s = plan_for(m, n, k, fast_accum, workspace_bytes, &p); s != ok) return s;
+    const void* pa = a_scale;
+    const void* pb = b_scale;
     status_t s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &pa, sizeof pa);
     if (s == ok) s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &pb, sizeof pb);
     if (s != ok) return s;
@@ -113,7 +110,7 @@ class fp8_gemm {
     cublasLtMatmulAlgo_t algo{};
     status_t status = not_supported;
   };
-  using plan_key = std::tuple<int, int, int, int, bool, std::size_t>;
+  using plan_key = std::tuple<int, int, int, bool, std::size_t>;
 
   static void release(plan& p) {
     if (p.a) cublasLtMatrixLayoutDestroy(p.a);
@@ -124,24 +121,23 @@ class fp8_gemm {
   }
 
   // The shape's plan, made on its first call; a shape cuBLASLt refused stays refused.
-  status_t plan_for(int m, int n, int k, fp8_scaling scaling, bool fast_accum, std::size_t ws, plan** out) {
-    const plan_key kk{m, n, k, int(scaling), fast_accum, ws};
+  status_t plan_for(int m, int n, int k, bool fast_accum, std::size_t ws, plan** out) {
+    const plan_key kk{m, n, k, fast_accum, ws};
     if (auto it = plans_.find(kk); it != plans_.end()) {
       *out = &it->second;
       return it->second.status;
     }
     plan& p = plans_[kk];
     *out = &p;
-    p.status = make(p, m, n, k, scaling, fast_accum, ws);
+    p.status = make(p, m, n, k, fast_accum, ws);
     if (p.status != ok) release(p), p.status = not_supported;
     return p.status;
   }
 
-  status_t make(plan& p, int m, int n, int k, fp8_scaling scaling, bool fast_accum, std::size_t ws) {
+  status_t make(plan& p, int m, int n, int k, bool fast_accum, std::size_t ws) {
     status_t s = cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
     const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    const std::int32_t mode = scaling == fp8_scaling::per_row ? CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F
-                                                              : CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+    const std::int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
     const std::int8_t fast = fast_accum ? 1 : 0;
     if (s == ok) s = cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
     if (s == ok) s = cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
@@ -200,13 +196,12 @@ inline status_t gemm(handle_t, bool, bool, int, int, int, float, const void*, dt
 }
 inline status_t gemm_i8(handle_t, int, int, int, const void*, int, const void*, int, void*, int) { return not_supported; }
 
-enum class fp8_scaling { per_row, per_tensor };
 class fp8_gemm {
  public:
   status_t create() { return not_supported; }
   bool created() const { return false; }
-  status_t run(int, int, int, const void*, const float*, const void*, const float*, float*, fp8_scaling, bool, void*,
-               std::size_t, hipStream_t) {
+  status_t run(int, int, int, const void*, const float*, const void*, const float*, float*, bool, void*, std::size_t,
+               hipStream_t) {
     return not_supported;
   }
 };

@@ -166,8 +166,7 @@ hipError_t launch_gemm_fp8_group(std::span<const gemm_fp8_projection> ps, const 
   for (const gemm_fp8_projection& p : ps) {
     // Row-major y[n_tokens][out] is column-major [out x n_tokens] = W^T-as-stored times x.
     if (ctx.blas->run(int(p.w->out), int(n_tokens), int(in), p.w->codes, p.w->scale, x_codes, x_scale, p.y,
-                      blas::fp8_scaling::per_tensor, gemm_fp8_fast_accum, ctx.blas_workspace,
-                      ctx.blas_workspace_bytes, stream) != blas::ok) {
+                      gemm_fp8_fast_accum, ctx.blas_workspace, ctx.blas_workspace_bytes, stream) != blas::ok) {
       return hipErrorNotSupported;
     }
     if (p.bias) {

@@ -326,7 +326,7 @@ void fp8_gemm_table(const fp8_table_args& a) {
       const auto lt_us = [&](bool fast) {
         const auto call = [&](int i, hipStream_t st) {
           const kernels::fp8_matrix w = fp8_at(i);
-          return lt.run(m, n, k, w.codes, w.scale, xc, xs, a.y, blas::fp8_scaling::per_tensor, fast, a.blas_ws->p,
+          return lt.run(m, n, k, w.codes, w.scale, xc, xs, a.y, fast, a.blas_ws->p,
                         a.blas_ws->n, st);
         };
         if (call(0, nullptr) != blas::ok) return -1.0;  // refused: printed as a negative time
@@ -360,7 +360,7 @@ void fp8_gemm_table(const fp8_table_args& a) {
         CHECK(kernels::launch_quantize_fp8(xf.as<float>(), nt, k, ws.as<std::uint8_t>(), xs, xs + 64, nullptr));
         const kernels::fp8_matrix w0 = fp8_at(0);
         for (const bool fast : {false, true}) {
-          if (lt.run(m, n, k, w0.codes, w0.scale, xc, xs, a.y, blas::fp8_scaling::per_tensor, fast, a.blas_ws->p,
+          if (lt.run(m, n, k, w0.codes, w0.scale, xc, xs, a.y, fast, a.blas_ws->p,
                      a.blas_ws->n, nullptr) != blas::ok) {
             continue;
           }
