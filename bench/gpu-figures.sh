@@ -2,12 +2,15 @@
 # The GPU worker's figures in one run, on the GPU machine, each beside its physical limit:
 #   1. the device's limits (gpu_roofline --quick): copy bandwidth, dense f16 GEMM rate;
 #   2. batch-1 decode (`anvil generate`, 256 tokens, two runs) in tok/s and as a % of
-#      copy bandwidth ÷ weight bytes (the weights of the memory plan: what one token streams);
+#      copy bandwidth ÷ weight bytes (the weights of the memory plan: what one token streams), and
+#      each run's host CPU per token and device busy / idle time per step;
 #   3. prefill of 512 tokens (a warmed `anvil serve` without prefix caching; mean TTFT of 16
 #      requests of 512 random token ids) in tok/s and as a % of the GEMM rate at 2 × the layers'
 #      matrix parameters per token (the head runs for the last token only);
 #   4. serving (`anvil-bench` against the same server, 512-token prompts, 128 output tokens) at
-#      concurrency 1, 8, 32, 64, 128 and 256: throughput, mean and p99 TTFT, mean TPOT, p99 ITL.
+#      concurrency 1, 8, 32, 64, 128 and 256: throughput, mean and p99 TTFT, mean TPOT, p99 ITL;
+#      then the step loop over the whole run from the server's /metrics: steps planned ahead, the
+#      device's busy time per step and its idle time between steps.
 # Usage: bench/gpu-figures.sh [BUNDLE_DIR] [MODEL_DIR]
 #   BUNDLE_DIR: anvil, anvil-bench, gpu_roofline and lib/ (scripts/gpu-bundle.sh; default
 #               .device/bundle); MODEL_DIR: where `anvil synth` writes the models (default
@@ -54,6 +57,7 @@ wait
 echo
 echo "== decode, batch 1: anvil generate -n 256 --ignore-eos (two runs); limit = copy bandwidth / weight bytes"
 printf '%-22s %12s %10s %10s %8s\n' model "weights MB" "limit t/s" "tok/s" "% limit"
+loop_lines=()  # each run's host CPU per token and device busy / idle per step (anvil generate)
 for m in $models; do
   f="$models_dir/${m/:/-}.gguf"
   best=0 weights=""
@@ -63,11 +67,14 @@ for m in $models; do
     tok=$(grep -oE '\(([0-9.]+) tok/s\)' <<<"$out" | tr -d '()' | awk '{print $1}' | tail -1)
     [ -z "$weights" ] && weights=$(grep -oE 'weights [0-9.]+ MB' <<<"$out" | awk '{print $2}' | head -1)
     best=$(awk -v a="$best" -v b="${tok:-0}" 'BEGIN { print (b > a ? b : a) }')
+    loop_lines+=("$m run $run: $(grep -E '^(host|device):' <<<"$out" | tr '\n' ' ')")
   done
   awk -v m="$m" -v w="${weights:-0}" -v c="$copy_gbs" -v t="$best" 'BEGIN {
     lim = w > 0 ? c * 1000 / w : 0
     printf "%-22s %12.1f %10.0f %10.1f %7.1f%%\n", m, w, lim, t, (lim > 0 ? 100 * t / lim : 0) }'
 done
+
+printf '%s\n' "${loop_lines[@]}"
 
 for m in $serve_models; do
   f="$models_dir/${m/:/-}.gguf"
@@ -98,6 +105,20 @@ for m in $serve_models; do
       "$(get 'Output token throughput (tok\/s):')" "$(get 'Total Token throughput (tok\/s):')" "$(get 'Mean TTFT (ms):')" \
       "$(get 'P99 TTFT (ms):')" "$(get 'Mean TPOT (ms):')" "$(get 'P99 ITL (ms):')"
   done
+  # The step loop over the whole run, from the server's own counters (its device clock).
+  python3 - <<'PY' || true
+import urllib.request
+m = {}
+for line in urllib.request.urlopen("http://127.0.0.1:18080/metrics", timeout=10).read().decode().splitlines():
+    if line.startswith("anvil_") and " " in line:
+        k, v = line.rsplit(" ", 1)
+        m[k] = float(v)
+gaps, steps = m.get("anvil_device_idle_gaps_total", 0), m.get("anvil_steps_total", 0)
+if gaps > 0 and steps > 0:
+    print("step loop: %d steps (%d planned ahead); device busy %.1f us per step, idle %.1f us between steps"
+          % (steps, m["anvil_steps_ahead_total"], 1e6 * m["anvil_device_busy_seconds_total"] / steps,
+             1e6 * m["anvil_device_idle_seconds_total"] / gaps))
+PY
   kill -TERM $server 2>/dev/null
   wait $server 2>/dev/null
 done

@@ -21,6 +21,7 @@ struct backend_args {
   bool gpu_float_activations = false; // GPU: f32 activations in the quantized GEMVs
   bool no_gpu_graphs = false;         // GPU: no decode graphs
   bool no_gpu_overlap = false;        // GPU: no programmatic dependent launch
+  bool no_overlap_steps = false;      // engine_config::overlap_steps off
   std::int64_t idle_spin_us = -1;     // engine_config::idle_spin_us
   std::string kv_cache_dtype = "f16"; // engine_config::kv_cache_dtype: f16, int8 or fp8
   std::string gemm_dtype = "f16";     // engine_config::gemm_dtype: f16 or fp8
@@ -65,9 +66,12 @@ inline void add_backend_options(CLI::App* cmd, backend_args& a) {
   cmd->add_flag("--no-gpu-graphs", a.no_gpu_graphs, "GPU: launch decode steps kernel by kernel instead of replaying graphs");
   cmd->add_flag("--no-gpu-overlap", a.no_gpu_overlap,
                 "GPU: start each kernel only when the one before has ended (no programmatic dependent launch)");
+  cmd->add_flag("--no-overlap-steps", a.no_overlap_steps,
+                "plan each step only after the one before has been sampled, instead of while it runs (the worker "
+                "then waits for the hops between the engine's actors)");
   cmd->add_option("--idle-spin-us", a.idle_spin_us,
                   "microseconds an idle engine thread polls for the next message before it sleeps "
-                  "(-1: 5000 on the GPU, 0 on the CPU)")
+                  "(-1: 0, or 5000 on the GPU with --no-overlap-steps)")
       ->capture_default_str()->check(CLI::Range(std::int64_t(-1), std::int64_t(1000000)));
   add_kv_cache_dtype_option(cmd, a.kv_cache_dtype);
   add_gemm_dtype_option(cmd, a.gemm_dtype);
@@ -80,6 +84,7 @@ inline void apply_backend_args(const backend_args& a, engine_config& cfg) {
   cfg.gpu_graphs = !a.no_gpu_graphs;
   cfg.gpu_overlap_kernels = !a.no_gpu_overlap;
   cfg.idle_spin_us = a.idle_spin_us;
+  cfg.overlap_steps = !a.no_overlap_steps;
   cfg.kv_cache_dtype = kv_cache_dtype_of(a.kv_cache_dtype);
   cfg.gemm_dtype = gemm_dtype_of(a.gemm_dtype);
 }

@@ -1,8 +1,11 @@
 // `anvil generate [-m FILE] -p TEXT`: one request through the engine (the same path every client
 // takes), its text streamed to stdout as it is produced. Without -m it runs the shipped model.
+#include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <future>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <boost/asio/use_future.hpp>
@@ -27,6 +30,13 @@ struct generate_args {
   backend_args engine;  // --backend, --gpu-*, --idle-spin-us
   sampler::sampling_params sampling;
 };
+
+// The process's CPU time (every thread), in seconds.
+double process_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + double(t.tv_nsec) * 1e-9;
+}
 
 int run_generate(const generate_args& a) {
   const std::string model_path = model_path_or_default(a.model);
@@ -54,11 +64,22 @@ int run_generate(const generate_args& a) {
   req.sampling = a.sampling;
   req.ignore_eos = a.ignore_eos;
 
+  // The host's cost of decoding: process CPU time and wall time from the first token to the last.
+  struct clocks {
+    double cpu = 0;
+    std::chrono::steady_clock::time_point wall;
+  };
+  std::optional<clocks> first;
+  clocks end_clocks;
   std::promise<stream_event> last;
-  auto submitted = eng->submit(req, [&last](const stream_event& e) {
+  auto submitted = eng->submit(req, [&](const stream_event& e) {
     std::fputs(e.text.c_str(), stdout);
     std::fflush(stdout);
-    if (e.done) last.set_value(e);
+    if (!first && !e.tokens.empty()) first = clocks{process_cpu_seconds(), std::chrono::steady_clock::now()};
+    if (e.done) {
+      end_clocks = {process_cpu_seconds(), std::chrono::steady_clock::now()};
+      last.set_value(e);
+    }
   });
   if (!submitted) {
     const std::string why = eng->explain(req);
@@ -67,6 +88,7 @@ int run_generate(const generate_args& a) {
   }
   const stream_event end = last.get_future().get();
   std::fputs("\n", stdout);
+  const sched::sched_stats st = eng->stats().sched;
   eng->async_stop(boost::asio::use_future).get();
 
   const stream_timings& t = end.timings;
@@ -76,6 +98,19 @@ int run_generate(const generate_args& a) {
                static_cast<long long>(end.usage.completion_tokens),
                decode_s > 0 ? double(end.usage.completion_tokens - 1) / decode_s : 0.0, end.finish_reason.c_str(),
                end.error ? ": " : "", end.error ? end.error.message().c_str() : "");
+  const std::int64_t decoded = end.usage.completion_tokens - 1;
+  if (first && decoded > 0) {
+    const double wall = std::chrono::duration<double>(end_clocks.wall - first->wall).count();
+    const double cpu = end_clocks.cpu - first->cpu;
+    std::fprintf(stderr, "host: %.1f us of CPU per decoded token, %.2f cores busy on average\n", 1e6 * cpu / double(decoded),
+                 wall > 0 ? cpu / wall : 0.0);
+  }
+  if (st.timed_gaps > 0) {
+    std::fprintf(stderr, "device: %lld steps (%lld planned ahead), busy %.1f us per step, idle %.1f us between steps\n",
+                 static_cast<long long>(st.steps), static_cast<long long>(st.steps_ahead),
+                 st.timed_steps > 0 ? st.device_busy_us / double(st.timed_steps) : 0.0,
+                 st.device_idle_us / double(st.timed_gaps));
+  }
   return end.finish_reason == "error" ? 1 : 0;
 }
 

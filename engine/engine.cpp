@@ -112,7 +112,7 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
   }
   const std::int64_t max_seqs = cfg.max_seqs > 0 ? cfg.max_seqs : default_max_seqs(backend);
   const std::chrono::microseconds idle_spin(cfg.idle_spin_us >= 0 ? cfg.idle_spin_us
-                                            : backend == worker_backend::gpu ? 5000 : 0);
+                                            : backend == worker_backend::gpu && !cfg.overlap_steps ? 5000 : 0);
   auto p = std::make_unique<impl>(cfg, model::load_llm(model::gguf_file::open(cfg.model_path)), backend, idle_spin);
   const std::string tmpl = model::chat_template_from_gguf(p->model.file);
   const auto piece = [&](std::int32_t id) { return id >= 0 ? p->tok.token_piece(id) : std::string(); };
@@ -177,7 +177,8 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
                                                   asio::post(raw->streams, [raw, ev = std::move(ev)]() mutable {
                                                     raw->on_step_events(std::move(ev));
                                                   });
-                                                });
+                                                },
+                                                sched::sched_options{.overlap = cfg.overlap_steps});
   p->log->info("engine ready: {} ({}, {} layers) on {}, {} KV blocks of {} tokens, context {}", cfg.model_path,
                p->model.hp.arch_name, p->model.hp.n_layer, mem.device, mem.n_blocks, mem.block_size, p->max_model_len);
   // The last handle may be dropped anywhere, also in a completion handler on one of the engine's
@@ -287,6 +288,7 @@ boost::system::result<std::uint64_t, error_code> engine::submit(generate_request
   req.logits.logit_bias = r.sampling.logit_bias;
   req.logits.top_k = candidates_for(r);
   req.logits.seed = r.sampling.seed;
+  req.logits.draw = {.on = true, .top_k = r.sampling.top_k, .top_p = r.sampling.top_p, .min_p = r.sampling.min_p};
   const std::int64_t n_prompt = std::int64_t(req.prompt.size());
   sched::submit_options opt{r.sampling, r.sampling.logprobs};
 

@@ -75,10 +75,16 @@ struct engine_config {
                                              // step, not two, is a third off its GPU prefill: GPU_NOTES.md)
   bool prefix_caching = true;
   std::size_t threads = 2;                   // threads for the CPU-side actors
+  // Plan each step while the one before runs on the worker, feeding the tokens the worker drew
+  // there (sched/scheduler.h): the worker has the next step queued when one ends. Off: a step is
+  // planned once the one before has been sampled. The same tokens either way.
+  bool overlap_steps = true;
   // How long an idle actor thread (the CPU-side pool's and the GPU worker's) polls for the next
   // message before it sleeps (actors/executor_pool.h): the hops between actors at the end of
-  // each step then cost microseconds, not a wake-up each. -1: 5000 µs (longer than a decode
-  // step) with the GPU backend, 0 (sleep at once) with the CPU one, whose compute needs the cores.
+  // each step then cost microseconds, not a wake-up each. -1: 0 (sleep at once) with overlap_steps,
+  // where the next step is queued on the worker before the hops start, and with the CPU backend,
+  // whose compute needs the cores; 5000 µs (longer than a decode step) with the GPU backend
+  // without overlap_steps.
   std::int64_t idle_spin_us = -1;
   // TESTING HOOK, never for production: make the worker fail or stall chosen steps as a broken
   // device would (gpu_worker/fault_injection.h); `anvil serve` sets it from ANVIL_FAULT_INJECT.

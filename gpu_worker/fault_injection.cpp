@@ -2,9 +2,13 @@
 
 #include <atomic>
 #include <charconv>
+#include <deque>
+#include <mutex>
 #include <stdexcept>
 #include <vector>
 
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <spdlog/logger.h>
 
@@ -62,13 +66,65 @@ std::string describe(const fault_injection& f) {
   return out;
 }
 
+// Steps go to the inner worker one at a time, in order: a delayed or failed step must not let the
+// next one overtake it, since a real worker answers in order (and a step may feed the tokens the
+// step before drew, gpu_worker::seq_step::feed_from).
 struct fault_injecting_worker::impl {
+  struct pending {
+    step_plan plan;
+    boost::asio::any_completion_handler<execute_signature> handler;
+  };
   std::unique_ptr<worker> inner;
   fault_injection faults;
   boost::asio::any_io_executor ex;
   std::atomic<std::int64_t> next{0};
   std::shared_ptr<spdlog::logger> log = log::get("gpu");
+  std::mutex mu;
+  std::deque<pending> queue;  // mu
+  bool busy = false;          // mu: a step is with the inner worker, or delayed, or being answered
+
+  void start(pending p);
+  void done();  // the active step was answered: start the next one
 };
+
+void fault_injecting_worker::impl::done() {
+  std::unique_lock lock(mu);
+  if (queue.empty()) {
+    busy = false;
+    return;
+  }
+  pending p = std::move(queue.front());
+  queue.pop_front();
+  lock.unlock();
+  start(std::move(p));
+}
+
+void fault_injecting_worker::impl::start(pending p) {
+  const std::int64_t n = next++;
+  // The answer runs where the handler wants it (the scheduler's strand), then the next step starts.
+  const auto answered = [this](boost::asio::any_completion_handler<execute_signature> h) {
+    auto where = boost::asio::get_associated_executor(h, ex);
+    return boost::asio::bind_executor(where, [this, h = std::move(h)](error_code ec, step_result r) mutable {
+      std::move(h)(ec, std::move(r));
+      done();
+    });
+  };
+  if (faults.fails(n)) {
+    log->error("step={} fails: injected device fault (worker step {})", p.plan.step, n);
+    // Answered like any actor reply: posted, never inline, on the handler's executor.
+    actors::reply<step_result>(answered(std::move(p.handler)), ex, {})(make_error_code(errc::device_fault), step_result{});
+    return;
+  }
+  if (n == faults.delay_step && faults.delay.count() > 0) {
+    log->warn("step={} delayed by {} ms: injected (worker step {})", p.plan.step, faults.delay.count(), n);
+    auto timer = std::make_shared<boost::asio::steady_timer>(ex, faults.delay);
+    timer->async_wait([this, timer, answered, p = std::move(p)](boost::system::error_code) mutable {
+      inner->async_execute(std::move(p.plan), answered(std::move(p.handler)));
+    });
+    return;
+  }
+  inner->async_execute(std::move(p.plan), answered(std::move(p.handler)));
+}
 
 fault_injecting_worker::fault_injecting_worker(std::unique_ptr<worker> inner, fault_injection faults,
                                                boost::asio::any_io_executor ex)
@@ -87,22 +143,15 @@ std::int64_t fault_injecting_worker::steps_seen() const { return impl_->next.loa
 
 void fault_injecting_worker::do_execute(step_plan plan, boost::asio::any_completion_handler<execute_signature> handler) {
   impl& m = *impl_;
-  const std::int64_t n = m.next++;
-  if (m.faults.fails(n)) {
-    m.log->error("step={} fails: injected device fault (worker step {})", plan.step, n);
-    // Answered like any actor reply: posted, never inline, on the handler's executor.
-    actors::reply<step_result>(std::move(handler), m.ex, {})(make_error_code(errc::device_fault), step_result{});
-    return;
+  {
+    std::lock_guard lock(m.mu);
+    if (m.busy) {
+      m.queue.push_back({std::move(plan), std::move(handler)});
+      return;
+    }
+    m.busy = true;
   }
-  if (n == m.faults.delay_step && m.faults.delay.count() > 0) {
-    m.log->warn("step={} delayed by {} ms: injected (worker step {})", plan.step, m.faults.delay.count(), n);
-    auto timer = std::make_shared<boost::asio::steady_timer>(m.ex, m.faults.delay);
-    timer->async_wait([this, timer, p = std::move(plan), h = std::move(handler)](boost::system::error_code) mutable {
-      impl_->inner->async_execute(std::move(p), std::move(h));
-    });
-    return;
-  }
-  m.inner->async_execute(std::move(plan), std::move(handler));
+  m.start({std::move(plan), std::move(handler)});
 }
 
 }  // namespace anvil::gpu_worker

@@ -92,6 +92,8 @@ class gpu_device {
   void run_attention(std::int64_t l, bool x8_out);  // x8_out: also the o projection's 8-bit input
   void run_head_and_candidates(const step_plan& plan, step_result& result);
   void run_scores();
+  // After the step's last command: its end event and the wait for it, then the timing.
+  void finish_step(step_result& result, const char* what);
   void collect_scores(const step_plan& plan, step_result& result) const;
   // y = x W^T (+ bias) for each projection of x; GEMVs for steps of up to gemv_max_tokens tokens,
   // grouped by weight type into one launch each, except for the weights the quantized GEMM serves
@@ -129,6 +131,13 @@ class gpu_device {
   kernels::gemm_dtype gemm_dtype_ = kernels::gemm_dtype::f16;
   blas::fp8_gemm fp8_gemm_;  // gemm_dtype fp8: cuBLASLt, created at start-up
   std::vector<void*> device_allocs_, pinned_allocs_;
+  // Step timing on the device's clock (step_result::device_idle_us, device_busy_us): a begin and
+  // an end event per step, two steps' worth, so that the end of the step before is still there
+  // to measure the idle gap from.
+  hipEvent_t step_events_[4] = {};
+  int timing_slot_ = 0;         // this step's pair: step_events_[2 * slot], [2 * slot + 1]
+  bool timed_before_ = false;   // the other pair holds the step before, which ran to its end
+  bool idle_measurable_ = false; // this step's: timed_before_ when it started
   // Decode graphs: graphs_[b - 1] runs run_body() for b decode sequences (null: run it eagerly).
   std::vector<hipGraphExec_t> graphs_;
 

@@ -93,6 +93,7 @@ gpu_device::gpu_device(const model::llm& m, const gpu_worker_config& cfg, memory
     ok(hipGetDeviceProperties(&prop, device_), "read the device's properties");
     mem.device = prop.name;
     ok(hipStreamCreateWithFlags(&stream_, hipStreamNonBlocking), "create the stream");
+    for (hipEvent_t& e : step_events_) ok(hipEventCreate(&e), "create the step timing events");
     gemm_.algo = kernels::default_gemm_algo();
     gemm_dtype_ = cfg.gemm_dtype;
     if (gemm_dtype_ == kernels::gemm_dtype::fp8) {
@@ -134,6 +135,9 @@ gpu_device::~gpu_device() {
   if (stream_) (void)hipStreamSynchronize(stream_);
   for (hipGraphExec_t g : graphs_) {
     if (g) (void)hipGraphExecDestroy(g);
+  }
+  for (hipEvent_t e : step_events_) {
+    if (e) (void)hipEventDestroy(e);
   }
   if (have_blas_) (void)blas::destroy(gemm_.blas);
   for (void* p : device_allocs_) (void)hipFree(p);

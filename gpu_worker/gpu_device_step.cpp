@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "kernels/attention_decode.h"
 #include "kernels/embedding.h"
@@ -154,11 +155,15 @@ kernels::rms_norm_residual_params gpu_device::norm_params(const float* delta, co
 
 void gpu_device::execute(const step_plan& plan, step_result& result) {
   ok(hipSetDevice(device_), "select the device");  // per thread: steps run on the worker's own
-  copy_blocks(plan);
   const std::size_t n = plan.seqs.size();
   const bool decode_only = std::all_of(plan.seqs.begin(), plan.seqs.end(), [](const seq_step& s) { return s.tokens.size() == 1; });
   const hipGraphExec_t graph = decode_only && n <= graphs_.size() ? graphs_[n - 1] : nullptr;
   lay_out(plan, graph != nullptr);
+  // The device has been idle since the step before ended: the begin event, recorded on an idle
+  // stream, stamps the moment its first command arrives.
+  idle_measurable_ = std::exchange(timed_before_, false);
+  ok(hipEventRecord(step_events_[2 * timing_slot_], stream_), "time the step");
+  copy_blocks(plan);
   ok(hipMemcpyAsync(upload_dev_, upload_host_, up_off_.fixed_end, hipMemcpyHostToDevice, stream_), "upload the step");
   if (graph) {
     ok(hipGraphLaunch(graph, stream_), "decode graph");
@@ -398,7 +403,7 @@ void gpu_device::run_head_and_candidates(const step_plan& plan, step_result& res
                         stream_),
          "copy the scores back");
     }
-    ok(hipStreamSynchronize(stream_), "finish the step");
+    finish_step(result, "finish the step");
     collect_scores(plan, result);
     return;
   }
@@ -465,7 +470,9 @@ void gpu_device::run_head_and_candidates(const step_plan& plan, step_result& res
                                         .max_k = max_k,
                                         .out = static_cast<unsigned char*>(records_dev_) + r0 * record_bytes,
                                         .workspace = cand_ws_,
-                                        .workspace_bytes = cand_ws_bytes_};
+                                        .workspace_bytes = cand_ws_bytes_,
+                                        .draw = std::any_of(lp_.begin() + std::ptrdiff_t(r0), lp_.begin() + std::ptrdiff_t(r1),
+                                                            [](const logit_params& l) { return l.draw.on; })};
     ok(kernels::launch_candidates(cp, stream_), "candidates");
     r0 = r1;
   }
@@ -475,7 +482,7 @@ void gpu_device::run_head_and_candidates(const step_plan& plan, step_result& res
     ok(hipMemcpyAsync(scores_host_, scores_dev_, std::size_t(step_.n_scores) * sizeof(float), hipMemcpyDeviceToHost, stream_),
        "copy the scores back");
   }
-  ok(hipStreamSynchronize(stream_), "finish the step");
+  finish_step(result, "finish the step");
   collect_scores(plan, result);
 
   for (std::size_t i = 0; i < lp_.size(); ++i) {
@@ -490,8 +497,24 @@ void gpu_device::run_head_and_candidates(const step_plan& plan, step_result& res
     }
     seq_output out = kernels::unpack_candidates(rec);
     out.seq_id = lp_seq_ids_[i];
+    out.position = lp_positions_[i];
     result.outputs.push_back(std::move(out));
   }
+}
+
+void gpu_device::finish_step(step_result& result, const char* what) {
+  const int slot = timing_slot_;
+  hipEvent_t begin = step_events_[2 * slot], end = step_events_[2 * slot + 1];
+  ok(hipEventRecord(end, stream_), "time the step");
+  ok(hipStreamSynchronize(stream_), what);
+  float busy_ms = 0, idle_ms = 0;
+  if (hipEventElapsedTime(&busy_ms, begin, end) == hipSuccess) result.device_busy_us = 1e3 * double(busy_ms);
+  hipEvent_t end_before = step_events_[2 * (1 - slot) + 1];
+  if (idle_measurable_ && hipEventElapsedTime(&idle_ms, end_before, begin) == hipSuccess) {
+    result.device_idle_us = 1e3 * double(idle_ms);
+  }
+  timed_before_ = true;
+  timing_slot_ = 1 - slot;
 }
 
 // The score targets, max_seqs rows at a time through the logits buffer: gather the rows, the

@@ -4,12 +4,15 @@
 // turns any exception out of the device into errc::device_fault (the process lives), logs each
 // sequence the step left without candidates, and publishes the device's allocation count for
 // device_allocations(). The device does the work and owns the memory; the shell only sequences.
+// It also keeps what the last step drew (seq_output::drawn) and resolves a plan's feed_from from
+// it: steps run one at a time, so the step before has ended and its draws are known by then.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/any_io_executor.hpp>
@@ -46,9 +49,18 @@ class worker_shell : public actors::strand_actor {
   void execute(step_plan plan, boost::asio::any_completion_handler<worker::execute_signature> handler);
 
  private:
-  actors::outcome<step_result> run(const step_plan& plan);
+  actors::outcome<step_result> run(step_plan& plan);
+  // Replaces each feed_from's placeholder by the token drawn for that output in the step before;
+  // "" or why the plan cannot be fed (not numbered right after the last step that ran to the end,
+  // or an output that was not drawn).
+  std::string feed(step_plan& plan) const;
 
   std::unique_ptr<worker_device> dev_;
+  // The last step: its number, and each output's drawn token (-1: none); valid once a step ran
+  // to the end, not after a failed one.
+  bool last_valid_ = false;
+  std::uint64_t last_step_ = 0;
+  std::vector<std::int32_t> last_drawn_;
   const memory_plan& mem_;
   std::atomic<std::uint64_t> allocations_{0};
 };

@@ -47,6 +47,11 @@ namespace anvil::kernels {
 // (after preemption) draws the same tail token.
 double tail_uniform(std::uint64_t seed, std::int64_t position) noexcept;
 
+// The worker's draw (logit_params::draw) from one sequence's candidates, on the host: what the
+// GPU op's draw kernel computes, and what the CPU worker reports as seq_output::drawn. -1 when
+// the draw is off or `out` has no candidates.
+std::int32_t draw_token(const gpu_worker::seq_output& out, const gpu_worker::logit_params& p);
+
 // Why a sequence's raw logits cannot be reduced (a NaN or +inf, or no finite logit: the model's
 // numerics failed for it), or "" when they can. The workers ask before candidates_ref and answer
 // such a sequence with no candidates, so that it fails alone instead of its whole step.
@@ -103,8 +108,12 @@ struct candidates_seq {
   std::int32_t bias_count = 0;
   std::int32_t counts_begin = 0;        // count_ids/values[begin, begin + count): distinct ids
   std::int32_t counts_count = 0;
-  std::int32_t reserved = 0;
+  std::int32_t draw = 0;                // logit_params::draw into the record and `drawn`: 0 none, 1 greedy, 2 sampled
+  std::int32_t draw_top_k = 0;          // the draw's cuts (kernels/draw.h)
+  float draw_top_p = 1.f;
+  float draw_min_p = 0.f;
   double tail_u = 0.0;                  // tail_uniform(seed, position)
+  double draw_u = 0.0;                  // draw_uniform(seed, position) (kernels/draw.h)
 };
 
 // Record layout: this header, then max_k entries (the first n_top used, best first).
@@ -115,7 +124,8 @@ struct candidates_record_header {
   float tail_logit = 0.f;
   std::int32_t n_top = 0;
   std::int32_t flags = 0;               // candidates_flag_*: the input broke the op's preconditions
-  std::int32_t reserved[2] = {0, 0};
+  std::int32_t drawn = -1;              // the draw's token (candidates_seq::draw), -1 for none
+  std::int32_t reserved = 0;
 };
 struct candidates_record_entry {
   std::int32_t token = -1;
@@ -141,6 +151,7 @@ struct candidates_params {
   void* out = nullptr;                         // n_seqs records of candidates_record_bytes(max_k)
   void* workspace = nullptr;                   // candidates_workspace(n_seqs, vocab, max_k).bytes, 16-byte aligned
   std::size_t workspace_bytes = 0;
+  bool draw = false;                           // run the draw (candidates_seq::draw) into the records
 };
 
 // The host side of the upload: the flat arrays for a batch, validated as candidates_ref
@@ -166,7 +177,8 @@ gpu_worker::seq_output unpack_candidates(const void* record);
 #include "kernels/gpu_runtime.h"
 
 namespace anvil::kernels {
-// Five kernels: per sequence, and per sequence and slice of the vocabulary (kernels/candidates.hip).
+// Five kernels, and a sixth for the draws when p.draw is set: per sequence, and per sequence and
+// slice of the vocabulary (kernels/candidates.hip).
 // The logits buffer is processed in place. Rejects (hipErrorInvalidValue) a vocabulary or max_k
 // out of range, a misaligned output, or a short or misaligned workspace.
 hipError_t launch_candidates(const candidates_params& p, hipStream_t stream);

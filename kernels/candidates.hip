@@ -22,6 +22,7 @@
 #include <cfloat>
 
 #include "kernels/candidates.h"
+#include "kernels/draw.h"
 
 namespace anvil::kernels {
 namespace {
@@ -499,7 +500,8 @@ __global__ void __launch_bounds__(threads) finish_kernel(candidates_params p, wo
     }
     hdr->n_top = seq_k(sp, p);
     hdr->flags = st.flags | (finite ? 0 : candidates_flag_no_finite);
-    hdr->reserved[0] = hdr->reserved[1] = 0;
+    hdr->drawn = -1;  // the draw kernel's, when it runs
+    hdr->reserved = 0;
   }
   if (tail_mass == 0.f) return;  // uniform
 
@@ -567,6 +569,30 @@ __global__ void __launch_bounds__(threads) finish_kernel(candidates_params p, wo
   }
 }
 
+// 6. The draw (kernels/draw.h), block per sequence: the candidates' probabilities in parallel,
+// then the cut and the pick on one thread, summing in index order as the host does.
+constexpr int draw_threads = 64;
+__global__ void __launch_bounds__(draw_threads) draw_kernel(candidates_params p, std::size_t record_bytes) {
+  gpu::dependency_wait();  // launched with gpu::launch_dependent
+  gpu::allow_dependents();
+  __shared__ double prob[candidates_max_k];
+  const int seq = int(blockIdx.x), tid = int(threadIdx.x);
+  const candidates_seq sp = p.seqs[seq];
+  unsigned char* rec = static_cast<unsigned char*>(p.out) + std::size_t(seq) * record_bytes;
+  auto* hdr = reinterpret_cast<candidates_record_header*>(rec);
+  const auto* top = reinterpret_cast<const candidates_record_entry*>(rec + sizeof(candidates_record_header));
+  const int k = hdr->n_top;
+  if (sp.draw == 0 || hdr->flags != 0 || k < 1) return;  // drawn stays -1
+  const double lse = double(hdr->log_normalizer);
+  for (int i = tid; i < k; i += draw_threads) prob[i] = exp(double(top[i].logit) - lse);
+  __syncthreads();
+  if (tid != 0) return;
+  const double tail = hdr->tail_token >= 0 ? double(hdr->tail_mass) : 0.0;
+  const draw_cut cut{.greedy = sp.draw == 1, .top_k = sp.draw_top_k, .top_p = sp.draw_top_p, .min_p = sp.draw_min_p};
+  const int i = draw_pick(prob, k, tail, cut, sp.draw_u);
+  hdr->drawn = i < k ? top[i].token : hdr->tail_token;
+}
+
 using gpu::aligned16;
 
 }  // namespace
@@ -588,6 +614,7 @@ hipError_t launch_candidates(const candidates_params& p, hipStream_t stream) {
   gpu::launch_dependent(merge_kernel, dim3(seqs), dim3(threads), stream, p, ws);
   gpu::launch_dependent(weights_kernel, dim3(seqs, slices), dim3(slice_threads), stream, p, ws);
   gpu::launch_dependent(finish_kernel, dim3(seqs), dim3(threads), stream, p, ws);
+  if (p.draw) gpu::launch_dependent(draw_kernel, dim3(seqs), dim3(draw_threads), stream, p, ws.record_bytes);
   return hipGetLastError();
 }
 

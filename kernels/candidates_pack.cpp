@@ -6,6 +6,7 @@
 #include <string>
 
 #include "kernels/candidates.h"
+#include "kernels/draw.h"
 
 namespace anvil::kernels {
 namespace {
@@ -60,6 +61,13 @@ candidates_batch pack_candidates(std::span<const gpu_worker::logit_params> param
       throw std::invalid_argument("pack_candidates: token_counts lists a token twice");
     }
     c.tail_u = tail_uniform(p.seed, positions[s]);
+    if (p.draw.on) {
+      c.draw = gpu_worker::is_greedy(p.temperature) ? 1 : 2;
+      c.draw_top_k = p.draw.top_k;
+      c.draw_top_p = p.draw.top_p;
+      c.draw_min_p = p.draw.min_p;
+      c.draw_u = draw_uniform(p.seed, positions[s]);
+    }
     b.seqs.push_back(c);
   }
   return b;
@@ -72,6 +80,7 @@ gpu_worker::seq_output unpack_candidates(const void* record) {
   out.log_normalizer = h.log_normalizer;
   out.tail_mass = h.tail_mass;
   out.tail = {h.tail_token, h.tail_logit};
+  out.drawn = h.drawn;
   out.top.resize(std::size_t(std::max(h.n_top, 0)));
   const auto* entries = static_cast<const unsigned char*>(record) + sizeof h;
   for (std::size_t i = 0; i < out.top.size(); ++i) {

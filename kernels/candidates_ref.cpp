@@ -1,4 +1,5 @@
 #include "kernels/candidates.h"
+#include "kernels/draw.h"
 
 #include <algorithm>
 #include <cmath>
@@ -74,6 +75,20 @@ double tail_uniform(std::uint64_t seed, std::int64_t position) noexcept {
   return double(splitmix64(key) >> 11) * 0x1.0p-53;
 }
 
+std::int32_t draw_token(const seq_output& out, const logit_params& p) {
+  if (!p.draw.on || out.top.empty()) return -1;
+  const std::size_t k = out.top.size();
+  std::vector<double> prob(k);
+  for (std::size_t i = 0; i < k; ++i) prob[i] = std::exp(double(out.top[i].logit) - double(out.log_normalizer));
+  const double tail = out.tail.token >= 0 ? double(out.tail_mass) : 0.0;
+  const draw_cut cut{.greedy = gpu_worker::is_greedy(p.temperature),
+                     .top_k = p.draw.top_k,
+                     .top_p = p.draw.top_p,
+                     .min_p = p.draw.min_p};
+  const std::int32_t i = draw_pick(prob.data(), std::int32_t(k), tail, cut, draw_uniform(p.seed, out.position));
+  return std::size_t(i) < k ? out.top[std::size_t(i)].token : out.tail.token;
+}
+
 std::string unusable_logits(std::span<const float> logits) {
   bool any_finite = false;
   for (float x : logits) {
@@ -83,7 +98,9 @@ std::string unusable_logits(std::span<const float> logits) {
   return any_finite ? std::string() : "no logit is finite";
 }
 
-seq_output candidates_ref(std::span<const float> logits, const logit_params& p, std::int64_t position) {
+namespace {
+
+seq_output reduce(std::span<const float> logits, const logit_params& p, std::int64_t position) {
   if (logits.empty()) throw std::invalid_argument("candidates_ref: empty vocabulary");
   if (p.top_k < 1) throw std::invalid_argument("candidates_ref: top_k must be >= 1");
   const std::vector<float> l = process(logits, p);
@@ -131,6 +148,15 @@ seq_output candidates_ref(std::span<const float> logits, const logit_params& p, 
     r -= w;
     if (r < 0) break;
   }
+  return out;
+}
+
+}  // namespace
+
+seq_output candidates_ref(std::span<const float> logits, const logit_params& p, std::int64_t position) {
+  seq_output out = reduce(logits, p, position);
+  out.position = position;
+  out.drawn = draw_token(out, p);
   return out;
 }
 

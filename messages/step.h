@@ -38,6 +38,16 @@ inline float penalised(float x, float repetition, float presence, float frequenc
   return keep_finite(x, y);
 }
 
+// The worker's draw of the next token from the candidates it computed (kernels/draw.h), with the
+// sampler's cuts and seed, so that a step planned ahead of this one can feed the token without a
+// trip through the host (sched/scheduler.h). The sampler reports the worker's token then.
+struct draw_params {
+  bool on = false;                  // draw (seq_output::drawn); off: only the sampler draws
+  std::int32_t top_k = 0;           // the sampler's cuts (sampler::sampling_params): 0 keeps all
+  float top_p = 1.f;
+  float min_p = 0.f;
+};
+
 // Logit processing that needs the whole vocabulary; the worker applies it before the top-K cut,
 // in this order: logit bias, penalties, temperature (each step through keep_finite).
 struct logit_params {
@@ -48,13 +58,18 @@ struct logit_params {
   std::vector<std::pair<std::int32_t, std::int32_t>> token_counts;  // (token, occurrences) in the history, for the penalties
   std::vector<std::pair<std::int32_t, float>> logit_bias;          // (token, added to its logit)
   std::int32_t top_k = 64;          // candidates to return, >= 1 (clamped to the vocabulary)
-  std::uint64_t seed = 0;           // the request's seed: with the position, it seeds the tail draw
+  std::uint64_t seed = 0;           // the request's seed: with the position, it seeds the tail draw and the draw
+  draw_params draw;                 // the worker's draw of the next token (temperature and seed above)
 };
 
 // One sequence's part of a step.
 struct seq_step {
   std::uint64_t seq_id = 0;                 // the scheduler's sequence (request) id
   std::vector<std::int32_t> tokens;         // fed this step: a prefill chunk or one decode token
+  // >= 0: tokens is {-1}, and the token fed is the one the worker drew (draw_params) for its
+  // output number feed_from (outputs order) of the step it ran just before, numbered plan.step - 1:
+  // that token never leaves the device before this step runs.
+  std::int32_t feed_from = -1;
   std::int64_t start_pos = 0;               // position of tokens[0]; earlier positions are in the KV cache
   std::vector<std::int32_t> block_table;    // block ids covering positions [0, start_pos + tokens.size())
   bool want_candidates = false;             // the next-token distribution after the last fed token is needed
@@ -92,6 +107,8 @@ struct seq_output {
   float tail_mass = 0.f;                    // probability outside `top` (0 when top covers the vocabulary)
   candidate tail;                           // a token drawn from the distribution restricted to outside `top`,
                                             // seeded by (seed, position); token -1 when tail_mass is 0
+  std::int64_t position = 0;                // the position the chosen token will take (it seeds the draws)
+  std::int32_t drawn = -1;                  // the worker's draw under logit_params::draw, or -1 for none
 };
 
 // The log-probabilities a sequence's score_targets asked for: one per entry, 0 where it was -1.
@@ -105,6 +122,11 @@ struct step_result {
   std::vector<seq_output> outputs;          // one per seq_step with want_candidates, in plan order
   std::vector<seq_scores> scores;           // one per seq_step with score_targets, in plan order
   double execute_ms = 0;                    // time the worker spent on the step
+  // The device's own clock (GPU worker; -1 where not measured, e.g. the CPU worker or the first
+  // step): how long the device sat idle between the end of the step before and the first command
+  // of this one (the host's turn-around between steps), and how long this one kept it busy.
+  double device_idle_us = -1;
+  double device_busy_us = -1;
 };
 
 }  // namespace anvil::gpu_worker

@@ -55,6 +55,15 @@ std::string metrics_text(const engine_stats& s, const connection_counts& connect
   gauge(out, "anvil_kv_usage_ratio", kv.total > 0 ? double(kv.in_use) / double(kv.total) : 0.0,
         "Fraction of KV-cache blocks held by live sequences.");
   counter(out, "anvil_preemptions_total", double(s.sched.preemptions), "Sequences preempted (sent back to recompute).");
+  counter(out, "anvil_steps_total", double(s.sched.steps), "Steps the worker ran.");
+  counter(out, "anvil_steps_ahead_total", double(s.sched.steps_ahead),
+          "Steps planned while the step before ran on the worker (overlapped step loop).");
+  counter(out, "anvil_device_busy_seconds_total", s.sched.device_busy_us / 1e6,
+          "Time the device spent on steps, on its own clock (GPU).");
+  counter(out, "anvil_device_idle_seconds_total", s.sched.device_idle_us / 1e6,
+          "Time the device sat idle between consecutive steps of the step loop (GPU): the host's turn-around.");
+  counter(out, "anvil_device_idle_gaps_total", double(s.sched.timed_gaps),
+          "Gaps between consecutive steps that anvil_device_idle_seconds_total measured.");
   counter(out, "anvil_prefix_cache_queries_total", double(s.kv.prefix_queries), "Prompt tokens looked up in the prefix cache.");
   counter(out, "anvil_prefix_cache_hits_total", double(s.kv.prefix_hits), "Prompt tokens found in the prefix cache.");
   gauge(out, "anvil_prefix_cache_hit_rate",

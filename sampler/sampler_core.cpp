@@ -6,49 +6,13 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "kernels/draw.h"
+
 namespace anvil::sampler {
 namespace {
 
 using gpu_worker::candidate;
 using gpu_worker::seq_output;
-
-// The kept set: the first n candidates, plus the tail entry when the cut may extend past them.
-struct kept {
-  std::size_t n = 0;
-  bool with_tail = false;
-};
-
-// Applies top_k, top_p and min_p as sample_token does (see the header for what happens when the
-// cut would extend past the candidates). prob[i] = p(top[i]), sorted descending; tail = the mass
-// outside the candidates (0 when there is none or no tail token to stand for it).
-kept cut(const std::vector<double>& prob, double tail, const sampling_params& p) {
-  const std::size_t k = prob.size();
-  const bool k_inside = p.top_k > 0 && std::size_t(p.top_k) <= k;
-  kept c{k_inside ? std::size_t(p.top_k) : k, !k_inside && tail > 0};
-
-  if (p.top_p < 1.f) {
-    // top_p is relative to the top-k set's mass: known when top_k cut inside the candidates,
-    // else taken as the whole distribution (exact for top_k = 0 or >= vocab).
-    const double z = std::accumulate(prob.begin(), prob.begin() + std::ptrdiff_t(c.n), 0.0) + (c.with_tail ? tail : 0);
-    double cum = 0;
-    for (std::size_t i = 0; i < c.n; ++i) {
-      cum += prob[i];
-      if (cum >= double(p.top_p) * z) {
-        c = {i + 1, false};
-        break;
-      }
-    }
-  }
-  if (p.min_p > 0.f) {
-    // Every tail token is at most as likely as the last candidate: if that one falls below the
-    // floor, the cut is inside the candidates; if not, the tail may reach it and stays in.
-    const double floor = double(p.min_p) * prob[0];
-    std::size_t n = c.n;
-    while (n > 1 && prob[n - 1] < floor) --n;
-    if (n < c.n || prob[c.n - 1] < floor) c = {n, false};
-  }
-  return c;
-}
 
 // A token the distribution gives no probability at all (a -inf mask, or a logit saturated far
 // below the rest) reports the lowest float rather than -inf, which JSON cannot carry.
@@ -80,46 +44,58 @@ std::optional<std::string> check_candidates(const seq_output& out) {
   return std::nullopt;
 }
 
-choice choose(const seq_output& out, const sampling_params& p, std::mt19937_64& rng, std::int32_t n_logprobs) {
-  if (const auto why = check_candidates(out)) throw std::invalid_argument("choose: " + *why);
-  if (n_logprobs < 0 || n_logprobs > max_logprobs) throw std::invalid_argument("choose: n_logprobs must be in [0, 20]");
-  const double lse = out.log_normalizer;
-  const std::size_t k = out.top.size();
+namespace {
 
+// The n_logprobs alternatives, and the chosen candidate (its index into top, or top.size() for the tail).
+choice report(const seq_output& out, std::size_t index, std::int32_t n_logprobs) {
+  const double lse = out.log_normalizer;
   choice ch;
-  const std::size_t n_alt = std::min(std::size_t(n_logprobs), k);
+  const std::size_t n_alt = std::min(std::size_t(n_logprobs), out.top.size());
   ch.top_logprobs.reserve(n_alt);
   for (std::size_t i = 0; i < n_alt; ++i) ch.top_logprobs.push_back({out.top[i].token, logprob_of(out.top[i], lse)});
-  auto take = [&](const candidate& c, bool from_tail) {
-    ch.token = c.token;
-    ch.logprob = logprob_of(c, lse);
-    ch.from_tail = from_tail;
-    return ch;
-  };
+  ch.from_tail = index >= out.top.size();
+  const candidate& c = ch.from_tail ? out.tail : out.top[index];
+  ch.token = c.token;
+  ch.logprob = logprob_of(c, lse);
+  return ch;
+}
 
-  if (gpu_worker::is_greedy(p.temperature)) return take(out.top[0], false);
+void check_choose(const seq_output& out, std::int32_t n_logprobs) {
+  if (const auto why = check_candidates(out)) throw std::invalid_argument("choose: " + *why);
+  if (n_logprobs < 0 || n_logprobs > max_logprobs) throw std::invalid_argument("choose: n_logprobs must be in [0, 20]");
+}
 
+}  // namespace
+
+choice choose(const seq_output& out, const sampling_params& p, double u, std::int32_t n_logprobs) {
+  check_choose(out, n_logprobs);
+  const std::size_t k = out.top.size();
   std::vector<double> prob(k);
-  for (std::size_t i = 0; i < k; ++i) prob[i] = std::exp(double(out.top[i].logit) - lse);
+  for (std::size_t i = 0; i < k; ++i) prob[i] = std::exp(double(out.top[i].logit) - double(out.log_normalizer));
   const double tail = out.tail.token >= 0 ? double(out.tail_mass) : 0.0;
-  const kept c = cut(prob, tail, p);
+  const kernels::draw_cut cut{.greedy = gpu_worker::is_greedy(p.temperature), .top_k = p.top_k, .top_p = p.top_p, .min_p = p.min_p};
+  const std::int32_t i = kernels::draw_pick(prob.data(), std::int32_t(k), tail, cut, u);
+  return report(out, std::size_t(i) < k ? std::size_t(i) : out.top.size(), n_logprobs);
+}
 
-  // Normalising by what is kept (not by 1) also absorbs the float rounding of log_normalizer.
-  const double total =
-      std::accumulate(prob.begin(), prob.begin() + std::ptrdiff_t(c.n), 0.0) + (c.with_tail ? tail : 0.0);
-  double r = uniform01(rng) * total;
-  for (std::size_t i = 0; i < c.n; ++i) {
-    r -= prob[i];
-    if (r < 0) return take(out.top[i], false);
+choice choose(const seq_output& out, const sampling_params& p, std::mt19937_64& rng, std::int32_t n_logprobs) {
+  check_choose(out, n_logprobs);
+  return choose(out, p, gpu_worker::is_greedy(p.temperature) ? 0.0 : uniform01(rng), n_logprobs);
+}
+
+choice take_drawn(const seq_output& out, std::int32_t n_logprobs) {
+  check_choose(out, n_logprobs);
+  for (std::size_t i = 0; i < out.top.size(); ++i) {
+    if (out.top[i].token == out.drawn) return report(out, i, n_logprobs);
   }
-  // Past the candidates: the tail entry, or (rounding) the last kept candidate.
-  return c.with_tail ? take(out.tail, true) : take(out.top[c.n - 1], false);
+  if (out.drawn >= 0 && out.tail.token == out.drawn && out.tail_mass > 0.f) return report(out, out.top.size(), n_logprobs);
+  throw std::invalid_argument("take_drawn: the drawn token is neither a candidate nor the tail token");
 }
 
 error_code sampler_core::open(std::uint64_t request_id, const sampling_params& p) {
   if (validate(p)) return make_error_code(sampler_errc::invalid_params);
   if (requests_.contains(request_id)) return make_error_code(sampler_errc::already_open);
-  requests_.emplace(request_id, request_state{p, std::mt19937_64(p.seed)});
+  requests_.emplace(request_id, request_state{p});
   return {};
 }
 
@@ -130,7 +106,15 @@ sample_outcome sampler_core::sample(const sample_request& r) {
   if (check_candidates(r.candidates) || r.n_logprobs < 0 || r.n_logprobs > max_logprobs) {
     return make_error_code(sampler_errc::invalid_candidates);
   }
-  return choose(r.candidates, it->second.params, it->second.rng, r.n_logprobs);
+  if (r.candidates.drawn >= 0) {
+    try {
+      return take_drawn(r.candidates, r.n_logprobs);
+    } catch (const std::invalid_argument&) {
+      return make_error_code(sampler_errc::invalid_candidates);
+    }
+  }
+  const sampling_params& p = it->second.params;
+  return choose(r.candidates, p, kernels::draw_uniform(p.seed, r.candidates.position), r.n_logprobs);
 }
 
 std::vector<sample_outcome> sampler_core::sample(std::span<const sample_request> batch) {

@@ -1,7 +1,9 @@
 // sampler_core: the sampler actor's pure core (no Asio). choose() draws a token from the GPU
 // worker's summary of a processed distribution (gpu_worker::seq_output: top-K candidates, the
 // log-normaliser, the tail mass and one tail draw) as sample_token() (sampling.h) would draw from
-// the full logits; sampler_core keeps each request's parameters and seeded generator.
+// the full logits; sampler_core keeps each request's parameters. When the worker drew the token
+// itself (seq_output::drawn, the same kernels::draw_pick with the same uniform) the sampler takes
+// that token: the next step may already have fed it (sched/scheduler.h, overlapped steps).
 //
 // The worker has already applied everything that needs the whole vocabulary (bias, penalties,
 // temperature: kernels/candidates.h), so p(t) = exp(logit(t) - log_normalizer) and the sampler
@@ -10,8 +12,8 @@
 // penalties or the bias. The cuts (top_k, then top_p over the top-k set renormalised, then min_p
 // relative to the most likely token, as sample_token applies them) only ever keep a prefix of the
 // sorted tokens, so they are exact whenever the kept prefix is known to end inside the K
-// candidates: top_k in [1, K], or a top_p / min_p cut that falls inside the candidates. One draw u
-// of the request's generator then picks among the kept candidates in proportion to p.
+// candidates: top_k in [1, K], or a top_p / min_p cut that falls inside the candidates. One uniform
+// u = kernels::draw_uniform(seed, position) then picks among the kept candidates in proportion to p.
 //
 // When the cut would extend past the K candidates (top_k = 0 or top_k > K, and neither top_p nor
 // min_p cuts inside them), the tail joins as one more entry of weight tail_mass, standing for the
@@ -60,11 +62,17 @@ struct choice {
 // log_normalizer, tail_mass in [0, 1], a tail token whenever tail_mass > 0), else what is wrong.
 std::optional<std::string> check_candidates(const gpu_worker::seq_output& out);
 
-// Chooses a token from `out` under `p` (temperature 0: top[0], no draw; else exactly one draw of
-// `rng`) and reports n_logprobs alternatives. Preconditions, which throw std::invalid_argument:
-// check_candidates(out) passes and n_logprobs is in [0, max_logprobs].
+// Chooses a token from `out` under `p` with the uniform u in [0, 1) (temperature 0: top[0], u
+// unused) through kernels::draw_pick, the function the worker draws with, and reports n_logprobs
+// alternatives. Preconditions, which throw std::invalid_argument: check_candidates(out) passes
+// and n_logprobs is in [0, max_logprobs].
+choice choose(const gpu_worker::seq_output& out, const sampling_params& p, double u, std::int32_t n_logprobs);
+// The same with u = uniform01(rng): exactly one draw of `rng`, none when greedy.
 choice choose(const gpu_worker::seq_output& out, const sampling_params& p, std::mt19937_64& rng,
               std::int32_t n_logprobs);
+// The worker's draw (out.drawn) as the choice, with its logprob and the alternatives: it must be
+// a candidate or the tail token (else std::invalid_argument, as for choose's preconditions).
+choice take_drawn(const gpu_worker::seq_output& out, std::int32_t n_logprobs);
 
 // One entry of a sample batch.
 struct sample_request {
@@ -76,9 +84,9 @@ struct sample_request {
 // An entry's answer: the choice, or why this entry failed (sampler_errc).
 using sample_outcome = boost::system::result<choice, error_code>;
 
-// Per-request sampling state. A request's generator advances only when that request samples (one
-// draw per sampled token, none when greedy or when its entry fails), so the same seed gives the
-// same tokens whatever else is in a batch and however requests interleave.
+// Per-request sampling state. A token's uniform depends on the request's seed and the token's
+// position alone (counter-based, kernels/draw.h), so the same seed gives the same tokens whatever
+// else is in a batch, however requests interleave, and whichever side (worker or sampler) drew.
 class sampler_core {
  public:
   // Starts a request: validates p (invalid_params), refuses an id already open (already_open).
@@ -98,7 +106,6 @@ class sampler_core {
  private:
   struct request_state {
     sampling_params params;
-    std::mt19937_64 rng;  // seeded with params.seed
   };
   std::unordered_map<std::uint64_t, request_state> requests_;
 };

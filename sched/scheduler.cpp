@@ -5,9 +5,9 @@
 namespace anvil::sched {
 
 scheduler::scheduler(boost::asio::any_io_executor ex, sched_config cfg, kv::kv_manager& kv, gpu_worker::worker& worker,
-                     sampler::sampler_actor& sampler, event_sink sink, std::size_t mailbox_capacity)
-    : strand_actor(std::move(ex), {"sched", mailbox_capacity}), core_(std::move(cfg)), kv_(kv), worker_(worker),
-      sampler_(sampler), sink_(std::move(sink)) {}
+                     sampler::sampler_actor& sampler, event_sink sink, sched_options opt)
+    : strand_actor(std::move(ex), {"sched", opt.mailbox_capacity}), core_(std::move(cfg)), kv_(kv), worker_(worker),
+      sampler_(sampler), sink_(std::move(sink)), opt_(opt) {}
 
 scheduler::~scheduler() = default;
 
@@ -30,77 +30,122 @@ actors::outcome<void> scheduler::submit(request r, const submit_options& opt) {
 }
 
 void scheduler::kick() {
-  if (looping_ || !core_.has_work()) return;
-  looping_ = true;
-  loop_ = hold();  // async_stop waits for the loop, also one a message accepted before the stop starts
-  step();
+  if (planning_) return;
+  if (executing_ == 0) {
+    if (!core_.has_work()) return idle();
+    if (!looping_) {
+      looping_ = true;
+      loop_ = hold();  // async_stop waits for the loop, also one a message accepted before the stop starts
+    }
+    return plan(false);
+  }
+  if (opt_.overlap && core_.can_plan_ahead()) plan(true);
+}
+
+sched_stats scheduler::stats() const {
+  sched_stats s = core_.stats();
+  s.timed_gaps = device_time_.timed_gaps;
+  s.device_idle_us = device_time_.device_idle_us;
+  s.timed_steps = device_time_.timed_steps;
+  s.device_busy_us = device_time_.device_busy_us;
+  return s;
+}
+
+void scheduler::note_timing(const gpu_worker::step_result& r) {
+  if (r.device_busy_us >= 0) {
+    ++device_time_.timed_steps;
+    device_time_.device_busy_us += r.device_busy_us;
+  }
+  if (unbroken_ && r.device_idle_us >= 0) {
+    ++device_time_.timed_gaps;
+    device_time_.device_idle_us += r.device_idle_us;
+  }
+  unbroken_ = true;
 }
 
 void scheduler::idle() {
+  unbroken_ = false;
+  if (!looping_) return;
   looping_ = false;
   loop_.release();
 }
 
-void scheduler::step() {
-  kv_.async_apply(core_.plan_kv(), on_strand([this](error_code ec, kv::kv_batch_result r) { on_kv(ec, std::move(r)); }));
+void scheduler::plan(bool ahead) {
+  planning_ = true;
+  kv_.async_apply(core_.plan_kv(ahead), on_strand([this](error_code ec, kv::kv_batch_result r) { on_kv(ec, std::move(r)); }));
 }
 
 void scheduler::on_kv(error_code ec, kv::kv_batch_result r) {
+  planning_ = false;
   if (ec) {
     log().error("KV manager failed: {}", ec.message());
     fail_everything(ec, false);
-    return idle();
+    return kick();
   }
   std::optional<gpu_worker::step_plan> plan = core_.plan_step(std::move(r));
-  if (!plan) {
-    // Nothing to feed this step (e.g. everything was cancelled or preempted): go again while
-    // there is work; the core fails a request that can never fit, so this cannot spin forever.
-    emit(core_.take_events());
-    return core_.has_work() ? step() : idle();
-  }
-  emit(core_.take_events());  // admissions and cancellations, before the step runs
-  log().debug("step={} seqs={} copies={}", plan->step, plan->seqs.size(), plan->copies.size());
+  // Admissions and cancellations, before the step runs. With no plan there is nothing to feed this
+  // step (e.g. everything was cancelled or preempted): with nothing in flight the loop goes again
+  // while there is work (the core fails a request that can never fit, so this cannot spin
+  // forever); ahead of a step, the core waits for that step.
+  emit(core_.take_events());
+  if (!plan) return kick();
+  log().debug("step={} seqs={} copies={} in_flight={}", plan->step, plan->seqs.size(), plan->copies.size(), executing_);
+  ++executing_;
   worker_.async_execute(std::move(*plan), on_strand([this](error_code ec2, gpu_worker::step_result res) {
     on_executed(ec2, std::move(res));
   }));
+  kick();  // the next step, ahead of this one
 }
 
 void scheduler::on_executed(error_code ec, gpu_worker::step_result r) {
   if (ec) {
     log().error("step failed on the worker: {}", ec.message());
+    --executing_;
+    unbroken_ = false;
     fail_everything(ec, true);
-    return core_.has_work() ? step() : idle();  // one more KV batch releases the failed requests' blocks
+    return kick();  // one more KV batch releases the failed requests' blocks
   }
+  note_timing(r);
+  // Requests that ended since the step was planned (an end-of-generation token in the step
+  // before, a cancel) are not sampled: their outputs are wasted, and their sampler state may
+  // already be closed.
   std::vector<sampler::sample_request> batch;
   std::vector<std::uint64_t> ids;
+  std::vector<std::size_t> index;
   batch.reserve(r.outputs.size());
-  for (gpu_worker::seq_output& out : r.outputs) {
+  for (std::size_t i = 0; i < r.outputs.size(); ++i) {
+    gpu_worker::seq_output& out = r.outputs[i];
+    if (!core_.live(out.seq_id)) continue;
     ids.push_back(out.seq_id);
+    index.push_back(i);
     const std::int32_t n_logprobs = core_.n_logprobs(out.seq_id);
     batch.push_back({out.seq_id, std::move(out), n_logprobs});
   }
-  sampler_.async_sample(std::move(batch), on_strand([this, ids = std::move(ids)](error_code ec2, std::vector<sampler::sample_outcome> o) mutable {
-    on_sampled(ec2, std::move(o), std::move(ids));
+  sampler_.async_sample(std::move(batch), on_strand([this, ids = std::move(ids), index = std::move(index),
+                                                     n = r.outputs.size()](error_code ec2, std::vector<sampler::sample_outcome> o) mutable {
+    on_sampled(ec2, std::move(o), std::move(ids), std::move(index), n);
   }));
 }
 
-void scheduler::on_sampled(error_code ec, std::vector<sampler::sample_outcome> outcomes, std::vector<std::uint64_t> ids) {
+void scheduler::on_sampled(error_code ec, std::vector<sampler::sample_outcome> outcomes, std::vector<std::uint64_t> ids,
+                           std::vector<std::size_t> index, std::size_t n_outputs) {
+  --executing_;
   if (ec || outcomes.size() != ids.size()) {
     log().error("sampler failed: {}", ec ? ec.message() : "wrong number of answers");
     fail_everything(ec ? ec : make_error_code(errc::dropped), true);
-    return core_.has_work() ? step() : idle();
+    return kick();
   }
-  std::vector<sched::sampled_token> sampled(outcomes.size());
+  std::vector<sched::sampled_token> sampled(n_outputs);
   for (std::size_t i = 0; i < outcomes.size(); ++i) {
     if (outcomes[i]) {
-      sampled[i] = {outcomes[i]->token, outcomes[i]->logprob, std::move(outcomes[i]->top_logprobs)};
-    } else {  // the sequence's candidates were unusable: it fails alone
+      sampled[index[i]] = {outcomes[i]->token, outcomes[i]->logprob, std::move(outcomes[i]->top_logprobs)};
+    } else if (core_.live(ids[i])) {  // the sequence's candidates were unusable: it fails alone
       log().error("req={} sampling failed: {}", ids[i], outcomes[i].error().message());
       core_.fail(ids[i], outcomes[i].error());
     }
   }
   emit(core_.complete_step(std::span<sched::sampled_token>(sampled)));
-  core_.has_work() ? step() : idle();
+  kick();
 }
 
 void scheduler::fail_everything(error_code ec, bool step_in_flight) {

@@ -4,6 +4,12 @@
 // runs while there is work and holds the actor's gate open, so async_stop() waits until every
 // accepted request has finished. Events (tokens, finishes) go to the sink after every step, on
 // the strand; the engine turns them into text for the request streams.
+//
+// Overlapped steps (sched_options::overlap): as soon as step N is on its way to the worker, the
+// scheduler plans step N+1 ahead of it (scheduler_core::can_plan_ahead) and sends it too, so the
+// worker has it queued when N ends and the GPU does not wait for the hops between the actors; N+1
+// feeds the tokens the worker drew in N, which never leave the device first. Without it (or when
+// the core cannot plan ahead) a step is planned once the one before has been sampled.
 #pragma once
 
 #include <cstdint>
@@ -29,10 +35,15 @@ struct submit_options {
   std::int32_t n_logprobs = 0;         // alternatives to report per token, [0, 20]
 };
 
+struct sched_options {
+  bool overlap = true;                 // plan a step ahead of the one in flight where the core can
+  std::size_t mailbox_capacity = 1u << 16;
+};
+
 class scheduler : public actors::strand_actor {
  public:
   scheduler(boost::asio::any_io_executor ex, sched_config cfg, kv::kv_manager& kv, gpu_worker::worker& worker,
-            sampler::sampler_actor& sampler, event_sink sink, std::size_t mailbox_capacity = 1u << 16);
+            sampler::sampler_actor& sampler, event_sink sink, sched_options opt = {});
   ~scheduler();
 
   // Queues a request; completes with its admission error (invalid_argument, context_overflow,
@@ -56,7 +67,7 @@ class scheduler : public actors::strand_actor {
 
   template <class Token>
   auto async_stats(Token&& token) {
-    return ask<sched_stats>(std::forward<Token>(token), [this] { return core_.stats(); });
+    return ask<sched_stats>(std::forward<Token>(token), [this] { return stats(); });
   }
 
   // False once a step failed on the worker (a device fault): every request held then failed,
@@ -65,11 +76,20 @@ class scheduler : public actors::strand_actor {
 
  private:
   actors::outcome<void> submit(request r, const submit_options& opt);
+  // Starts the next plan when one may start: serially with nothing in flight, ahead with one
+  // step in flight; ends the loop when nothing is in flight and no work is left.
   void kick();
-  void step();
+  void plan(bool ahead);
   void on_kv(error_code ec, kv::kv_batch_result r);
   void on_executed(error_code ec, gpu_worker::step_result r);
-  void on_sampled(error_code ec, std::vector<sampler::sample_outcome> outcomes, std::vector<std::uint64_t> ids);
+  // outcomes[i] answers ids[i]; index[i] is its output's place in the step (whose n_outputs outputs
+  // include those of requests that ended before they could be sampled).
+  void on_sampled(error_code ec, std::vector<sampler::sample_outcome> outcomes, std::vector<std::uint64_t> ids,
+                  std::vector<std::size_t> index, std::size_t n_outputs);
+  sched_stats stats() const;
+  // Adds a step's device timing to device_time_; the idle gap only when the loop ran without a
+  // break since the step before (a gap spent waiting for requests is not the step loop's).
+  void note_timing(const gpu_worker::step_result& r);
   void emit(std::vector<seq_event> events);  // to the sink; finished requests' sampler state is closed
   void idle();
   // A step, KV batch or sampling failed: the scheduler turns unhealthy and fails every request
@@ -86,8 +106,13 @@ class scheduler : public actors::strand_actor {
   gpu_worker::worker& worker_;
   sampler::sampler_actor& sampler_;
   event_sink sink_;
+  sched_options opt_;
   actors::in_flight loop_;      // held while the step loop runs
   bool looping_ = false;
+  bool planning_ = false;       // a KV batch is out: one plan at a time
+  std::size_t executing_ = 0;   // steps sent to the worker and not yet completed
+  bool unbroken_ = false;       // a step completed and the loop has not gone idle since
+  sched_stats device_time_;     // the device timing fields only
   std::atomic<bool> healthy_{true};
 };
 

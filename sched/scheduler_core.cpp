@@ -3,18 +3,23 @@
 #include <algorithm>
 #include <cassert>
 #include <map>
+#include <unordered_map>
+#include <utility>
 
 namespace anvil::sched {
 
 scheduler_core::scheduler_core(sched_config cfg) : cfg_(std::move(cfg)) {}
 
 error_code scheduler_core::submit(request r) {
-  // Id 0 is never a request: in_step_ marks a sequence ended mid-step with it.
+  // Id 0 is never a request: in_flight_ marks a sequence ended mid-step with it.
   if (r.id == 0 || r.prompt.empty() || r.max_tokens < 1 || seqs_.count(r.id)) return make_error_code(errc::invalid_argument);
   if (std::int64_t(r.prompt.size()) >= cfg_.max_model_len) return make_error_code(errc::context_overflow);
   if (std::int64_t(waiting_.size()) >= cfg_.max_queue) return make_error_code(errc::overloaded);
   seq_state s;
   s.tokens = r.prompt;
+  if (has_penalties(r)) {
+    for (std::int32_t t : s.tokens) ++s.counts[t];
+  }
   s.n_prompt = std::int64_t(r.prompt.size());
   s.arrival = next_arrival_++;
   s.req = std::move(r);
@@ -42,9 +47,11 @@ void scheduler_core::finish(std::uint64_t id, finish_reason why, std::int32_t to
   seq_state& s = it->second;
   (s.at == where::waiting ? waiting_ : running_).erase(key(s));
   if (s.kv_live) pending_release_.push_back(id);
-  // A sequence cancelled mid-step produces nothing from that step.
-  for (scheduled& sc : in_step_) {
-    if (sc.id == id) sc.id = 0;
+  // A sequence ended mid-step produces nothing from the steps in flight.
+  for (std::vector<scheduled>& step : in_flight_) {
+    for (scheduled& sc : step) {
+      if (sc.id == id) sc.id = 0;
+    }
   }
   seq_event& e = out.emplace_back();
   e.id = id;
@@ -65,15 +72,32 @@ void scheduler_core::to_waiting(seq_state& s, bool release_kv) {
   waiting_.insert(key(s));
 }
 
-kv::kv_batch scheduler_core::plan_kv() {
+bool scheduler_core::has_penalties(const request& r) {
+  const gpu_worker::logit_params& l = r.logits;
+  return l.repetition_penalty != 1.f || l.presence_penalty != 0.f || l.frequency_penalty != 0.f;
+}
+
+bool scheduler_core::device_drawable(const request& r) { return r.logits.draw.on && !has_penalties(r); }
+
+bool scheduler_core::can_plan_ahead() const {
+  if (in_flight_.size() != 1 || ahead_blocked_) return false;
+  for (const scheduled& sc : in_flight_.front()) {
+    if (sc.id != 0 && sc.samples && !device_drawable(seqs_.at(sc.id).req)) return false;
+  }
+  return true;
+}
+
+kv::kv_batch scheduler_core::plan_kv(bool ahead) {
+  assert((!ahead || can_plan_ahead()) && (ahead || in_flight_.empty()) && "plan serially with nothing in flight");
   kv::kv_batch batch;
-  batch.step = std::uint64_t(stats_.steps);
+  batch.step = next_step_;
   // One allocation each: this runs every step for every sequence.
   const std::size_t ops = pending_commits_.size() + pending_release_.size() + running_.size() +
                           2 * std::min<std::size_t>(waiting_.size(), std::size_t(cfg_.max_num_seqs));
   batch.ops.reserve(ops);
   batch.victims.reserve(running_.size());
   planned_.clear();
+  planning_ahead_ = ahead;
   // Commits first, so a sequence finishing this step still leaves its full blocks cached.
   for (kv::kv_op& op : pending_commits_) {
     planned_.push_back({planned_op::kind::commit, op.seq_id, 0});
@@ -86,18 +110,44 @@ kv::kv_batch scheduler_core::plan_kv() {
   }
   pending_release_.clear();
 
+  // Ahead: what the step in flight feeds and samples, per sequence.
+  std::unordered_map<std::uint64_t, in_flight_part> flying;
+  if (ahead) {
+    std::int32_t out = 0;
+    for (const scheduled& sc : in_flight_.front()) {
+      if (sc.id != 0) flying[sc.id] = {sc.n_new, sc.samples ? out : -1};
+      out += sc.samples ? 1 : 0;
+    }
+  }
   std::int64_t budget = cfg_.max_num_batched_tokens, slots = cfg_.max_num_seqs;
   for (const auto& k : running_) {
     if (budget == 0 || slots == 0) break;
     const seq_state& s = seqs_.at(std::get<2>(k));
-    const std::int64_t n_new = std::min({std::int64_t(s.tokens.size()) - s.n_computed, cfg_.max_prefill_chunk, budget});
+    std::int64_t computed = s.n_computed, known = std::int64_t(s.tokens.size());
+    std::int32_t feed_from = -1;
+    if (const auto f = flying.find(s.req.id); f != flying.end()) {
+      computed += f->second.n_new;
+      if (f->second.out_index >= 0) {
+        // It gets a token from the step in flight: leave it out if that token ends it by length
+        // (it keeps its slot until then, so no more than max_num_seqs are ever running).
+        if (s.n_generated + 1 >= s.req.max_tokens || known + 1 >= cfg_.max_model_len) {
+          --slots;
+          continue;
+        }
+        feed_from = f->second.out_index;
+        ++known;
+      }
+    }
+    const std::int64_t n_new = std::min({known - computed, cfg_.max_prefill_chunk, budget});
     assert(n_new > 0 && "a running sequence always has a token to feed");
-    batch.ops.push_back({kv::kv_op::kind::reserve, s.req.id, {}, s.n_computed + n_new, true, 0});
-    planned_.push_back({planned_op::kind::reserve_running, s.req.id, s.n_computed + n_new});
+    batch.ops.push_back({kv::kv_op::kind::reserve, s.req.id, {}, computed + n_new, !ahead, 0});
+    planned_.push_back({planned_op::kind::reserve_running, s.req.id, computed + n_new, computed, feed_from});
     budget -= n_new;
     --slots;
   }
-  for (auto it = running_.rbegin(); it != running_.rend(); ++it) batch.victims.push_back(std::get<2>(*it));
+  if (!ahead) {
+    for (auto it = running_.rbegin(); it != running_.rend(); ++it) batch.victims.push_back(std::get<2>(*it));
+  }
 
   for (const auto& k : waiting_) {
     if (budget == 0 || slots == 0) break;
@@ -114,21 +164,24 @@ kv::kv_batch scheduler_core::plan_kv() {
   return batch;
 }
 
-gpu_worker::seq_step scheduler_core::make_step(const seq_state& s, std::int64_t n_new, std::vector<std::int32_t> table) const {
+gpu_worker::seq_step scheduler_core::make_step(const seq_state& s, std::int64_t start, std::int64_t n_new,
+                                               std::vector<std::int32_t> table, std::int32_t feed_from) const {
   gpu_worker::seq_step st;
   st.seq_id = s.req.id;
-  st.tokens.assign(s.tokens.begin() + s.n_computed, s.tokens.begin() + s.n_computed + n_new);
-  st.start_pos = s.n_computed;
+  st.start_pos = start;
   st.block_table = std::move(table);
-  st.want_candidates = s.n_computed + n_new == std::int64_t(s.tokens.size());
+  if (feed_from >= 0) {  // the token the worker drew in the step in flight
+    st.tokens = {-1};
+    st.feed_from = feed_from;
+    st.want_candidates = true;
+    st.logits = s.req.logits;  // no penalties (device_drawable): no counts to miss
+    return st;
+  }
+  st.tokens.assign(s.tokens.begin() + start, s.tokens.begin() + start + n_new);
+  st.want_candidates = start + n_new == std::int64_t(s.tokens.size());
   if (st.want_candidates) {
     st.logits = s.req.logits;
-    const auto& l = s.req.logits;
-    if (l.repetition_penalty != 1.f || l.presence_penalty != 0.f || l.frequency_penalty != 0.f) {
-      std::map<std::int32_t, std::int32_t> counts;
-      for (std::int32_t t : s.tokens) counts[t]++;
-      st.logits.token_counts.assign(counts.begin(), counts.end());
-    }
+    if (has_penalties(s.req)) st.logits.token_counts.assign(s.counts.begin(), s.counts.end());
   }
   return st;
 }
@@ -142,10 +195,16 @@ std::optional<gpu_worker::step_plan> scheduler_core::plan_step(kv::kv_batch_resu
     to_waiting(it->second, false);
     ++stats_.preemptions;
   }
+  const bool ahead = std::exchange(planning_ahead_, false);
   gpu_worker::step_plan plan;
-  plan.step = std::uint64_t(stats_.steps);
   plan.seqs.reserve(planned_.size());
-  in_step_.clear();
+  std::vector<scheduled> step;
+  const auto add = [&](const seq_state& s, const planned_op& p, kv::kv_op_result& r, std::int64_t start) {
+    const bool samples = p.feed_from >= 0 || p.n_tokens == std::int64_t(s.tokens.size());
+    step.push_back({p.id, p.n_tokens - start, samples});
+    plan.seqs.push_back(make_step(s, start, p.n_tokens - start, std::move(r.block_table), p.feed_from));
+    plan.copies.insert(plan.copies.end(), r.copies.begin(), r.copies.end());
+  };
   bool admission_blocked = false;  // FCFS: once one admission fails, later ones wait too
   for (std::size_t i = 0; i < planned_.size(); ++i) {
     const planned_op& p = planned_[i];
@@ -157,14 +216,16 @@ std::optional<gpu_worker::step_plan> scheduler_core::plan_step(kv::kv_batch_resu
     switch (p.what) {
       case planned_op::kind::reserve_running:
         if (s.at != where::running) break;  // preempted later in the batch
+        if (!r.ok && ahead) {               // it waits for a serial plan, which may preempt
+          ahead_blocked_ = true;
+          break;
+        }
         if (!r.ok) {                        // no room even after the victims: it yields itself
           to_waiting(s, true);
           ++stats_.preemptions;
           break;
         }
-        in_step_.push_back({p.id, p.n_tokens - s.n_computed, p.n_tokens == std::int64_t(s.tokens.size())});
-        plan.seqs.push_back(make_step(s, p.n_tokens - s.n_computed, std::move(r.block_table)));
-        plan.copies.insert(plan.copies.end(), r.copies.begin(), r.copies.end());
+        add(s, p, r, p.start);
         break;
       case planned_op::kind::begin:
         s.n_computed = std::min(r.cached_tokens, std::int64_t(s.tokens.size()) - 1);
@@ -181,11 +242,7 @@ std::optional<gpu_worker::step_plan> scheduler_core::plan_step(kv::kv_batch_resu
         stats_.prompt_tokens += s.n_prompt;
         stats_.cached_prompt_tokens += s.n_computed;
         events_.emplace_back().id = p.id;  // admitted (no token, no finish): queue time ends
-        if (p.n_tokens > s.n_computed) {
-          in_step_.push_back({p.id, p.n_tokens - s.n_computed, p.n_tokens == std::int64_t(s.tokens.size())});
-          plan.seqs.push_back(make_step(s, p.n_tokens - s.n_computed, std::move(r.block_table)));
-          plan.copies.insert(plan.copies.end(), r.copies.begin(), r.copies.end());
-        }
+        if (p.n_tokens > s.n_computed) add(s, p, r, s.n_computed);
         break;
       case planned_op::kind::commit:
       case planned_op::kind::release: break;
@@ -198,7 +255,13 @@ std::optional<gpu_worker::step_plan> scheduler_core::plan_step(kv::kv_batch_resu
   }
   stats_.waiting = std::int64_t(waiting_.size());
   stats_.running = std::int64_t(running_.size());
-  if (plan.seqs.empty()) return std::nullopt;
+  if (plan.seqs.empty()) {
+    if (ahead) ahead_blocked_ = true;  // nothing to run ahead: wait for the step in flight
+    return std::nullopt;
+  }
+  plan.step = next_step_++;
+  stats_.steps_ahead += ahead;
+  in_flight_.push_back(std::move(step));
   return plan;
 }
 
@@ -223,11 +286,15 @@ std::vector<seq_event> scheduler_core::complete_step(std::span<const std::int32_
 }
 
 std::vector<seq_event> scheduler_core::complete_step(std::span<sampled_token> sampled) {
+  assert(!in_flight_.empty() && "complete_step needs a step in flight");
+  const std::vector<scheduled> step = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  ahead_blocked_ = false;
   std::vector<seq_event> out;
-  out.reserve(in_step_.size());
+  out.reserve(step.size());
   std::size_t k = 0;
   ++stats_.steps;
-  for (const scheduled& sc : in_step_) {
+  for (const scheduled& sc : step) {
     sampled_token* answer = sc.samples ? &sampled[k++] : nullptr;
     const std::int32_t token = answer ? answer->token : -1;
     if (sc.id == 0) continue;  // cancelled while the step ran
@@ -240,6 +307,7 @@ std::vector<seq_event> scheduler_core::complete_step(std::span<sampled_token> sa
     }
     if (!sc.samples) continue;
     s.tokens.push_back(token);
+    if (has_penalties(s.req)) ++s.counts[token];
     ++s.n_generated;
     ++stats_.generated_tokens;
     if (const auto why = finished(s)) {
@@ -253,17 +321,19 @@ std::vector<seq_event> scheduler_core::complete_step(std::span<sampled_token> sa
     out.back().top_logprobs = std::move(answer->top_logprobs);
   }
   assert(k == sampled.size() && "one sampled token per sequence that asked");
-  in_step_.clear();
   return out;
 }
 
 std::vector<seq_event> scheduler_core::fail_step(error_code why) {
   std::vector<seq_event> out;
   ++stats_.steps;
-  for (const scheduled& sc : in_step_) {
+  if (in_flight_.empty()) return out;
+  const std::vector<scheduled> step = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  ahead_blocked_ = false;
+  for (const scheduled& sc : step) {
     if (sc.id != 0 && seqs_.count(sc.id)) finish(sc.id, finish_reason::failed, -1, out, why);
   }
-  in_step_.clear();
   return out;
 }
 
@@ -274,7 +344,6 @@ std::vector<seq_event> scheduler_core::fail_all(error_code why) {
   for (const auto& k : running_) ids.push_back(std::get<2>(k));
   for (const auto& k : waiting_) ids.push_back(std::get<2>(k));
   for (std::uint64_t id : ids) finish(id, finish_reason::failed, -1, out, why);
-  in_step_.clear();
   return out;
 }
 

@@ -6,6 +6,15 @@
 //   plan_step(kv)   -> the worker's step plan from the KV answers (preempted sequences go back to
 //                      waiting and will recompute; a chunk of each prompt, one token per decode);
 //   complete_step(sampled tokens) -> events: tokens appended, sequences finished.
+// Planning ahead (the overlapped step loop, sched/scheduler.h): while one step runs on the worker,
+// plan_kv(ahead = true) and plan_step() plan the next as if the running step's sequences had got
+// their tokens: a sequence that samples in it feeds the token the worker draws (seq_step::
+// feed_from), which stays on the device; one that will end by length then is left out; one that
+// ends by an end-of-generation token costs one wasted token, never a wrong one (its event never
+// leaves complete_step). A step is planned ahead only when can_plan_ahead(): one step in flight,
+// every sequence sampling in it drawn on the worker (logit_params::draw) and without penalties
+// (their counts would miss the token in flight), and the last attempt did not come back empty or
+// short of room (then the next plan waits for the step, and may preempt). Steps complete in order.
 // Under the token budget and the sequence cap, decodes are never starved by long prompts:
 // running sequences are served first and a prompt is fed at most max_prefill_chunk tokens a step.
 // Ordering is FCFS within a priority (lower value first). Sequences are plain integers and token
@@ -13,6 +22,8 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
+#include <map>
 #include <optional>
 #include <set>
 #include <span>
@@ -75,6 +86,14 @@ struct sched_stats {
   std::int64_t prompt_tokens = 0;             // admitted prompt tokens
   std::int64_t cached_prompt_tokens = 0;      // of those, found in the prefix cache
   std::int64_t generated_tokens = 0;
+  std::int64_t steps_ahead = 0;               // of the steps, those planned while the one before ran
+  // The device's clock (step_result::device_idle_us / device_busy_us, GPU worker), filled by the
+  // scheduler actor: steps whose idle gap was measured while the step loop ran without a break,
+  // the device's idle time before them in all, and the busy time of every timed step.
+  std::int64_t timed_gaps = 0;
+  double device_idle_us = 0;
+  std::int64_t timed_steps = 0;
+  double device_busy_us = 0;
 };
 
 class scheduler_core {
@@ -90,21 +109,29 @@ class scheduler_core {
   // Fails one waiting or running request with `why` (finish_reason::failed), as cancel() ends it:
   // e.g. its sampling failed this step. The others go on. Unknown ids are ignored.
   void fail(std::uint64_t id, error_code why);
-  bool has_work() const { return !seqs_.empty() || !pending_release_.empty(); }
+  // Requests held, blocks to release, or events to take (a request cancelled before it was
+  // admitted leaves only its event): the loop runs one more KV batch while any is left.
+  bool has_work() const { return !seqs_.empty() || !pending_release_.empty() || !events_.empty(); }
 
-  kv::kv_batch plan_kv();
+  // ahead: plan the step after the one in flight (requires can_plan_ahead()); no preemption.
+  kv::kv_batch plan_kv(bool ahead = false);
   std::optional<gpu_worker::step_plan> plan_step(kv::kv_batch_result kv);  // consumes the tables
-  // `sampled`: one entry per sequence that asked for candidates, in plan order; each appended
-  // token's event carries its logprob and alternatives.
+  bool can_plan_ahead() const;
+  std::size_t steps_in_flight() const { return in_flight_.size(); }
+  // Whether `id` is still held (waiting or running).
+  bool live(std::uint64_t id) const { return seqs_.count(id) != 0; }
+  // Completes the oldest step in flight. `sampled`: one entry per sequence that asked for
+  // candidates, in plan order; each appended token's event carries its logprob and alternatives.
   std::vector<seq_event> complete_step(std::span<sampled_token> sampled);
   std::vector<seq_event> complete_step(std::span<const std::int32_t> tokens);  // tokens alone
-  // The step failed on the worker: its sequences finish with finish_reason::failed and `why`.
+  // The oldest step in flight failed on the worker: its sequences finish with finish_reason::failed
+  // and `why`.
   std::vector<seq_event> fail_step(error_code why = make_error_code(errc::device_fault));
   // The alternatives a request asked to have reported with each token (0 for unknown ids).
   std::int32_t n_logprobs(std::uint64_t id) const;
   // Every sequence still held (running, then waiting, each in queue order) finishes with
   // finish_reason::failed and `why`: after a device fault nothing the device holds can be trusted.
-  // Their blocks are released in the next KV batch.
+  // Their blocks are released in the next KV batch; steps in flight still complete (empty).
   std::vector<seq_event> fail_all(error_code why);
   // Events that happened outside a step: admissions, cancellations (taken after the KV batch
   // that released their blocks, so a cancelled request's blocks are free when it hears of it).
@@ -118,6 +145,9 @@ class scheduler_core {
   struct seq_state {
     request req;
     std::vector<std::int32_t> tokens;  // prompt + generated
+    // (token, occurrences in tokens), ascending, kept as tokens grow and only when the request
+    // has penalties: the step's logit_params::token_counts without a pass over the history.
+    std::map<std::int32_t, std::int32_t> counts;
     std::int64_t n_prompt = 0;
     std::int64_t n_computed = 0;       // tokens whose KV is in the cache
     std::int64_t n_generated = 0;
@@ -131,11 +161,18 @@ class scheduler_core {
     kind what;
     std::uint64_t id;
     std::int64_t n_tokens;             // reserve: positions held after the step
+    std::int64_t start = 0;            // reserve_running: the first position fed
+    std::int32_t feed_from = -1;       // reserve_running ahead: the output of the step in flight it feeds
   };
   struct scheduled {
-    std::uint64_t id;
+    std::uint64_t id;                  // 0: ended while the step was in flight
     std::int64_t n_new;
     bool samples;
+  };
+  // A sequence's part of the step in flight, seen when planning the next one.
+  struct in_flight_part {
+    std::int64_t n_new = 0;
+    std::int32_t out_index = -1;       // its output's index when it samples, else -1
   };
   using queue_key = std::tuple<std::int32_t, std::uint64_t, std::uint64_t>;  // priority, arrival, id
 
@@ -143,8 +180,12 @@ class scheduler_core {
   void to_waiting(seq_state& s, bool release_kv);
   void finish(std::uint64_t id, finish_reason why, std::int32_t token, std::vector<seq_event>& out,
               error_code error = {});
-  gpu_worker::seq_step make_step(const seq_state& s, std::int64_t n_new, std::vector<std::int32_t> table) const;
+  gpu_worker::seq_step make_step(const seq_state& s, std::int64_t start, std::int64_t n_new,
+                                 std::vector<std::int32_t> table, std::int32_t feed_from) const;
   std::optional<finish_reason> finished(const seq_state& s) const;
+  // Whether the worker's draw can stand for the sampler's token in a step planned ahead.
+  static bool device_drawable(const request& r);
+  static bool has_penalties(const request& r);
 
   sched_config cfg_;
   std::unordered_map<std::uint64_t, seq_state> seqs_;
@@ -153,7 +194,10 @@ class scheduler_core {
   std::vector<std::uint64_t> pending_release_;
   std::vector<kv::kv_op> pending_commits_;
   std::vector<planned_op> planned_;
-  std::vector<scheduled> in_step_;
+  bool planning_ahead_ = false;                 // the last plan_kv was ahead of a step in flight
+  bool ahead_blocked_ = false;                  // until the next complete: plan serially
+  std::deque<std::vector<scheduled>> in_flight_;  // steps on the worker, oldest first (at most two)
+  std::uint64_t next_step_ = 0;                 // the number of the next plan
   std::vector<seq_event> events_;
   std::uint64_t next_arrival_ = 0;
   sched_stats stats_;

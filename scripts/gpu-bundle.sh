@@ -18,7 +18,7 @@ mkdir -p "$out/lib"
 cp build-cuda/anvil build-cuda/anvil-bench build-cuda/tests/kernels_gpu_test build-cuda/tests/kernels_gpu_matmul_test build-cuda/tests/kernels_gpu_ops_test \
    build-cuda/tests/gpu_worker_test build-cuda/bench/gpu_roofline "$out/"
 for bin in "$out"/anvil "$out"/anvil-bench "$out"/kernels_gpu_test "$out"/kernels_gpu_matmul_test "$out"/kernels_gpu_ops_test "$out"/gpu_worker_test "$out"/gpu_roofline; do
-  ldd "$bin" | awk '/=> \// {print $3}' | grep -E 'lib(spdlog|fmt|boost|gomp)' | xargs -r cp -n -t "$out/lib"
+  ldd "$bin" | awk '/=> \// && /lib(spdlog|fmt|boost|gomp)/ {print $3}' | xargs -r cp -n -t "$out/lib"
 done
 # Debug info is not needed there and the device machine takes at most 64 MiB per call.
 strip --strip-debug "$out"/anvil "$out"/anvil-bench "$out"/kernels_gpu_test "$out"/kernels_gpu_matmul_test "$out"/kernels_gpu_ops_test "$out"/gpu_worker_test "$out"/gpu_roofline

@@ -89,6 +89,43 @@ TEST(Engine, SpinningActorThreadsGiveTheSameTokensAndBadSpinIsRefused) {
   EXPECT_THROW(engine::create(cfg), std::invalid_argument);
 }
 
+// Overlapped steps (engine_config::overlap_steps): a step planned while the one before runs feeds
+// the token the worker drew there; the sampler then reports that same token. So every request gets
+// exactly the tokens (and logprobs) of serial steps, whatever its sampling, with penalties falling
+// back to serial steps, and nothing is left held.
+TEST(Engine, OverlappedStepsGiveTheTokensOfSerialStepsForEverySamplingKind) {
+  std::map<bool, std::vector<completion>> runs;
+  std::map<bool, engine_stats> stats;
+  for (const bool overlap : {false, true}) {
+    engine_config cfg = tiny_config();
+    cfg.overlap_steps = overlap;
+    auto eng = engine::create(cfg);
+    std::vector<std::future<completion>> futures;
+    for (int i = 0; i < 24; ++i) {
+      futures.push_back(eng->async_generate(anvil::testing::sampling_kinds_request(random_prompt(3 + i % 9, 40 + i), i),
+                                            asio::use_future));
+    }
+    for (auto& f : futures) runs[overlap].push_back(f.get());
+    stats[overlap] = settled_stats(*eng);
+    eng->async_stop(asio::use_future).get();
+  }
+  ASSERT_EQ(runs[true].size(), runs[false].size());
+  int sampled = 0;
+  for (std::size_t i = 0; i < runs[true].size(); ++i) {
+    const completion &a = runs[true][i], &b = runs[false][i];
+    EXPECT_EQ(a.tokens, b.tokens) << "request " << i;
+    EXPECT_EQ(a.finish_reason, b.finish_reason) << "request " << i;
+    sampled += a.tokens.size() > 1;
+  }
+  EXPECT_GT(sampled, 20);
+  EXPECT_GT(stats[true].sched.steps_ahead, 0);
+  EXPECT_EQ(stats[false].sched.steps_ahead, 0);
+  for (const bool overlap : {false, true}) {
+    EXPECT_EQ(stats[overlap].kv.counts.in_use, 0) << overlap;
+    EXPECT_EQ(stats[overlap].sched.timed_steps, 0) << "the CPU worker has no device clock";
+  }
+}
+
 // max_seqs 0 takes the backend's step size (default_max_seqs: 64 on the CPU): with 72 requests
 // waiting and room for all of them in the KV pool, exactly that many run at once; -1 is refused.
 TEST(Engine, MaxSeqsZeroRunsTheBackendsDefaultAtOnceAndANegativeOneIsRefused) {

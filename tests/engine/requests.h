@@ -45,4 +45,25 @@ inline generate_request mixed_request(std::vector<std::int32_t> prompt, std::int
   return r;
 }
 
+// Request `i` of the overlapped-step suites (engine_test, gpu_worker_test): every kind of draw the
+// worker makes for a step planned ahead — greedy, temperature alone, top-k, top-p, min-p, a logit
+// bias, logprobs — and every fifth with a presence penalty (which keeps its steps serial); seeded
+// by `i`, lengths 5..20, ending at end-of-generation tokens where the model draws them.
+inline generate_request sampling_kinds_request(std::vector<std::int32_t> prompt, int i) {
+  generate_request r;
+  r.prompt_tokens = std::move(prompt);
+  r.max_tokens = 5 + (i * 7) % 16;
+  r.sampling.seed = std::uint64_t(1000 + i);
+  switch (i % 6) {
+    case 0: break;  // greedy
+    case 1: r.sampling.temperature = 1.2f; break;
+    case 2: r.sampling.temperature = 0.9f; r.sampling.top_k = 8; break;
+    case 3: r.sampling.temperature = 0.8f; r.sampling.top_p = 0.85f; break;
+    case 4: r.sampling.temperature = 1.0f; r.sampling.min_p = 0.05f; r.sampling.logit_bias = {{7, 2.f}}; break;
+    case 5: r.sampling.temperature = 0.7f; r.sampling.logprobs = 3; break;
+  }
+  if (i % 5 == 4) r.sampling.presence_penalty = 0.5f;
+  return r;
+}
+
 }  // namespace anvil::testing

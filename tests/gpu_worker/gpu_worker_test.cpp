@@ -570,6 +570,43 @@ INSTANTIATE_TEST_SUITE_P(Models, GpuEngine,
                                            model_case{"tiny-qwen3", synth_mix::f16, kernels::kv_dtype::fp8}),
                          [](const auto& param_info) { return case_name(param_info.param); });
 
+// Overlapped steps on the device: a step planned ahead feeds the token the draw kernel chose
+// (kernels/draw.h) in the step before, without it leaving the device's records first. Each
+// request, run alone, gets exactly the tokens of serial steps for every kind of draw; the device
+// clock timed the steps and the gaps between them.
+TEST(GpuEngineOverlap, EachRequestAloneGetsTheTokensOfSerialStepsForEverySamplingKind) {
+  REQUIRE_GPU();
+  const std::string path = synth_fixture("tiny-qwen3", synth_mix::f16);
+  std::map<bool, std::vector<std::vector<std::int32_t>>> runs;
+  std::map<bool, sched::sched_stats> stats;
+  for (const bool overlap : {false, true}) {
+    engine_config cfg = engine_cfg(worker_backend::gpu, path);
+    cfg.overlap_steps = overlap;
+    auto eng = engine::create(cfg);
+    ASSERT_EQ(eng->backend(), worker_backend::gpu);
+    for (int i = 0; i < 12; ++i) {
+      generate_request r = anvil::testing::sampling_kinds_request(random_tokens(4 + 9 * std::uint32_t(i), 300 + std::uint32_t(i)), i);
+      r.max_tokens += 20;
+      runs[overlap].push_back(eng->async_generate(std::move(r), boost::asio::use_future).get().tokens);
+    }
+    stats[overlap] = eng->stats().sched;
+    EXPECT_TRUE(eng->healthy());
+  }
+  for (std::size_t i = 0; i < runs[true].size(); ++i) EXPECT_EQ(runs[true][i], runs[false][i]) << "request " << i;
+  EXPECT_GT(stats[true].steps_ahead, 0);
+  EXPECT_EQ(stats[false].steps_ahead, 0);
+  for (const bool overlap : {false, true}) {
+    const sched::sched_stats& s = stats[overlap];
+    EXPECT_GT(s.timed_steps, 0) << overlap;
+    EXPECT_GT(s.timed_gaps, 0) << overlap;
+    EXPECT_GT(s.device_busy_us, 0) << overlap;
+    EXPECT_GE(s.device_idle_us, 0) << overlap;
+    std::printf("overlap %d: %lld steps (%lld ahead), busy %.1f us per step, idle %.1f us per gap\n", int(overlap),
+                static_cast<long long>(s.steps), static_cast<long long>(s.steps_ahead),
+                s.device_busy_us / double(s.timed_steps), s.device_idle_us / double(s.timed_gaps));
+  }
+}
+
 // The one rule, against the runtime itself: after start-up no CUDA runtime call of anvil's
 // allocates device or pinned memory (each is interposed and counted, device_alloc_counter.h) and
 // the device's free memory does not move (what cuBLAS or the driver might allocate inside

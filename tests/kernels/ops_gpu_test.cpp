@@ -377,7 +377,8 @@ std::vector<unsigned char> run_candidates_gpu(const std::vector<float>& logits, 
                             .max_k = candidates_max_k,
                             .out = dout.data(),
                             .workspace = dws.data(),
-                            .workspace_bytes = ws_bytes};
+                            .workspace_bytes = ws_bytes,
+                            .draw = std::any_of(params.begin(), params.end(), [](const logit_params& l) { return l.draw.on; })};
   // EXPECT, not ANVIL_GPU_CHECK: a function that returns a value cannot ASSERT.
   const hipError_t launched = launch_candidates(p, nullptr);
   EXPECT_EQ(launched, hipSuccess) << hipGetErrorString(launched);
@@ -419,6 +420,11 @@ TEST_P(CandidatesGpu, MatchesCandidatesRef) {
     p.temperature = q.temperature;
     p.seed = 1234567 + s;
     positions[s] = std::int64_t(17 + 1000 * s);
+    // The draw, with cuts of every kind across the sequences (greedy ones take the first).
+    p.draw = {.on = s % 5 != 4,
+              .top_k = s % 2 == 1 ? 0 : std::max(1, q.top_k / 2),
+              .top_p = s % 3 == 0 ? 0.9f : 1.f,
+              .min_p = s % 4 == 1 ? 0.05f : 0.f};
     if (q.bias) {
       for (int i = 0; i < 20; ++i) p.logit_bias.push_back({token(rng), normal(rng)});
       p.logit_bias.push_back(p.logit_bias.front());  // a repeated id adds up
@@ -443,10 +449,15 @@ TEST_P(CandidatesGpu, MatchesCandidatesRef) {
   for (std::size_t s = 0; s < n_seqs; ++s) {
     SCOPED_TRACE("sequence " + std::to_string(s));
     const seq_output ref = candidates_ref(std::span<const float>(logits.data() + s * vocab, vocab), params[s], positions[s]);
-    const seq_output got = unpack_candidates(records.data() + s * rec);
+    seq_output got = unpack_candidates(records.data() + s * rec);
     candidates_record_header h;
     std::memcpy(&h, records.data() + s * rec, sizeof h);
     EXPECT_EQ(h.flags, 0);
+    // The device's draw is the host's from the same record (kernels/draw.h: up to the last bit of
+    // exp, which a boundary this close would need).
+    got.position = positions[s];
+    EXPECT_EQ(got.drawn, draw_token(got, params[s]));
+    if (!params[s].draw.on) EXPECT_EQ(got.drawn, -1);
     ASSERT_EQ(got.top.size(), ref.top.size());
     std::size_t top_mismatch = 0;
     for (std::size_t i = 0; i < ref.top.size(); ++i) {
@@ -491,7 +502,7 @@ TEST(CandidatesGpuEdges, AcceptedParameterSetsGiveFiniteRecordsEqualToTheReferen
   require_device();
   std::mt19937_64 rng(20261124);
   const std::int64_t vocab = 5000;  // two slices, the second short
-  std::size_t mismatched = 0, flagged = 0, sets = 0;
+  std::size_t mismatched = 0, flagged = 0, sets = 0, drawn_differ = 0;
   for (int launch = 0; launch < 48; ++launch) {
     const std::size_t n_seqs = 64;
     std::vector<float> logits;
@@ -519,7 +530,9 @@ TEST(CandidatesGpuEdges, AcceptedParameterSetsGiveFiniteRecordsEqualToTheReferen
                       << " repetition " << sampling[s].repetition_penalty;
         continue;
       }
-      const seq_output got = unpack_candidates(records.data() + s * rec);
+      seq_output got = unpack_candidates(records.data() + s * rec);
+      got.position = positions[s];
+      drawn_differ += got.drawn != draw_token(got, params[s]);
       const seq_output ref =
           candidates_ref(std::span<const float>(logits.data() + s * std::size_t(vocab), std::size_t(vocab)), params[s], positions[s]);
       EXPECT_TRUE(std::isfinite(got.log_normalizer));
@@ -532,8 +545,9 @@ TEST(CandidatesGpuEdges, AcceptedParameterSetsGiveFiniteRecordsEqualToTheReferen
       mismatched += !same;
     }
   }
-  std::printf("  candidates edges: %zu parameter sets, %zu flagged, %zu differ from the reference\n", sets, flagged,
-              mismatched);
+  std::printf("  candidates edges: %zu parameter sets, %zu flagged, %zu differ from the reference, %zu draws differ\n",
+              sets, flagged, mismatched, drawn_differ);
+  EXPECT_EQ(drawn_differ, 0u);
   EXPECT_EQ(flagged, 0u);
   EXPECT_EQ(mismatched, 0u);
 }

@@ -23,6 +23,11 @@ TEST(MetricsText, WritesGaugesCountersAndCumulativeHistogramsInSeconds) {
   s.kv.counts = {.free = 4, .cached = 2, .in_use = 10, .total = 16};
   s.kv.prefix_queries = 100;
   s.kv.prefix_hits = 25;
+  s.sched.steps = 40;
+  s.sched.steps_ahead = 30;
+  s.sched.timed_gaps = 20;
+  s.sched.device_idle_us = 250.0;
+  s.sched.device_busy_us = 2.5e6;
   s.requests.finished_stop = 5;
   s.requests.finished_length = 6;
   s.requests.finished_cancelled = 1;
@@ -40,6 +45,11 @@ TEST(MetricsText, WritesGaugesCountersAndCumulativeHistogramsInSeconds) {
   EXPECT_EQ(m.at("anvil_kv_blocks_cached"), 2);
   EXPECT_DOUBLE_EQ(m.at("anvil_kv_usage_ratio"), 10.0 / 16.0);
   EXPECT_EQ(m.at("anvil_preemptions_total"), 7);
+  EXPECT_EQ(m.at("anvil_steps_total"), 40);
+  EXPECT_EQ(m.at("anvil_steps_ahead_total"), 30);
+  EXPECT_EQ(m.at("anvil_device_idle_gaps_total"), 20);
+  EXPECT_DOUBLE_EQ(m.at("anvil_device_idle_seconds_total"), 250e-6);
+  EXPECT_DOUBLE_EQ(m.at("anvil_device_busy_seconds_total"), 2.5);
   EXPECT_DOUBLE_EQ(m.at("anvil_prefix_cache_hit_rate"), 0.25);
   EXPECT_EQ(m.at("anvil_requests_total{finish_reason=\"stop\"}"), 5);
   EXPECT_EQ(m.at("anvil_requests_total{finish_reason=\"length\"}"), 6);

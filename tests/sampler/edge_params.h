@@ -94,7 +94,8 @@ inline gpu_worker::logit_params logit_params_of(const sampler::sampling_params& 
                                   .token_counts = std::move(counts),
                                   .logit_bias = p.logit_bias,
                                   .top_k = k,
-                                  .seed = p.seed};
+                                  .seed = p.seed,
+                                  .draw = {.on = true, .top_k = p.top_k, .top_p = p.top_p, .min_p = p.min_p}};
 }
 
 // Raw logits as a model might produce them, finite but of any scale: ordinary, large, near the

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "kernels/candidates.h"
+#include "kernels/draw.h"
 #include "sampler/sampler_core.h"
 #include "sampler/sampling.h"
 #include "tests/sampler/edge_params.h"
@@ -87,6 +88,11 @@ TEST(SamplingEdges, NoAcceptedParameterSetGivesANonFiniteNumber) {
     ASSERT_TRUE(ch.token >= 0 && ch.token < vocab);
     ASSERT_TRUE(std::isfinite(ch.logprob));
     for (const auto& t : ch.top_logprobs) ASSERT_TRUE(std::isfinite(t.logprob));
+    // The worker's draw (candidates_ref under logit_params::draw) is the sampler's choice with
+    // the uniform of the same seed and position, and the sampler takes it as it is.
+    const sampler::choice same = sampler::choose(out, sp, kernels::draw_uniform(sp.seed, std::int64_t(i)), 0);
+    ASSERT_EQ(out.drawn, same.token);
+    ASSERT_EQ(sampler::take_drawn(out, sp.logprobs).token, same.token);
 
     // The direct path over the whole vocabulary, with a history that has the same counts.
     std::vector<std::int32_t> history;

@@ -74,7 +74,7 @@ struct harness {
                                                    if (last) all_done.set_value();
                                                  }
                                                },
-                                               mailbox);
+                                               sched::sched_options{.mailbox_capacity = mailbox});
   }
   ~harness() {
     sched->async_stop(asio::use_future).get();

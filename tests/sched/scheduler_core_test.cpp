@@ -3,7 +3,9 @@
 #include "sched/scheduler_core.h"
 
 #include <algorithm>
+#include <deque>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -290,6 +292,190 @@ TEST(SchedulerCore, ASharedPrefixIsComputedOnce) {
   ASSERT_FALSE(d.core.submit(b));
   d.run();
   EXPECT_EQ(d.core.stats().cached_prompt_tokens, 12);  // three full blocks of four
+}
+
+// ---- Planning ahead (the overlapped step loop) ----
+
+// The fake sampler's token at `position` (the position it will take), which the fake worker also
+// "draws": like the real ones, both depend only on the sequence and the position.
+std::int32_t fake_token(std::uint64_t id, std::int64_t position) {
+  return std::int32_t((id * 7 + std::uint64_t(position)) % 50 + 1);
+}
+
+request drawable(request r) {
+  r.logits.draw.on = true;
+  return r;
+}
+
+// Drives the core as the scheduler actor does with overlap on: a step is planned ahead of the one
+// in flight whenever can_plan_ahead(), steps complete in order, and the fake worker resolves
+// feed_from from the step it ran just before (checking the numbering, as the worker shell does).
+struct pipelined_driver : driver {
+  std::deque<gpu_worker::step_plan> flying;
+  std::optional<std::uint64_t> last_step;
+  std::vector<std::int32_t> last_drawn;
+  int ahead_plans = 0, fed = 0, wasted = 0;
+  std::map<std::uint64_t, std::int64_t> next_pos;  // per sequence: the position its next fed token must have
+
+  using driver::driver;
+
+  bool plan(bool ahead) {
+    const kv::kv_batch batch = core.plan_kv(ahead);
+    const kv::kv_batch_result res = kv.apply(batch);
+    EXPECT_EQ(kv.check(), "");
+    const auto p = core.plan_step(res);
+    record(core.take_events());
+    if (!p) return false;
+    ahead_plans += ahead;
+    flying.push_back(*p);
+    plans.push_back(*p);
+    return true;
+  }
+  void complete_oldest() {
+    gpu_worker::step_plan p = std::move(flying.front());
+    flying.pop_front();
+    if (last_step) {
+      EXPECT_EQ(p.step, *last_step + 1);
+    }
+    std::vector<std::int32_t> draws;
+    for (gpu_worker::seq_step& s : p.seqs) {
+      if (s.feed_from >= 0) {
+        EXPECT_EQ(s.tokens, std::vector<std::int32_t>{-1});
+        EXPECT_LT(std::size_t(s.feed_from), last_drawn.size());
+        s.tokens[0] = last_drawn.at(std::size_t(s.feed_from));
+        ++fed;
+      }
+      if (s.want_candidates) draws.push_back(fake_token(s.seq_id, s.start_pos + std::int64_t(s.tokens.size())));
+    }
+    last_step = p.step;
+    last_drawn = draws;
+    const std::vector<seq_event> events = core.complete_step(draws);
+    for (const seq_event& e : events) {
+      if (e.token >= 0) {
+        EXPECT_EQ(finished.count(e.id), 0u) << "a token after the end of " << e.id;
+      }
+    }
+    record(events);
+    wasted += int(draws.size()) - int(std::count_if(events.begin(), events.end(), [](const seq_event& e) { return e.token >= 0; }));
+  }
+  void run(int max_rounds = 10000) {
+    for (int i = 0; i < max_rounds && (core.has_work() || !flying.empty()); ++i) {
+      if (flying.empty() && !plan(false)) continue;
+      if (flying.size() == 1 && core.can_plan_ahead()) plan(true);
+      complete_oldest();
+    }
+    EXPECT_TRUE(flying.empty());
+    kv.apply(core.plan_kv());  // the last releases
+  }
+};
+
+sched_config eog_config() {
+  sched_config c = small_config();
+  c.eog_tokens = {13};  // the fake token at some positions: those requests end early
+  return c;
+}
+
+TEST(SchedulerCoreAhead, PlansAheadAndGivesTheTokensOfSerialPlanning) {
+  driver serial(eog_config(), 200);
+  pipelined_driver ahead(eog_config(), 200);
+  for (std::uint64_t id = 1; id <= 10; ++id) {
+    const request r = drawable(driver::req(id, 3 + id * 5 % 23, 4 + std::int64_t(id * 3 % 17)));
+    ASSERT_FALSE(serial.core.submit(r));
+    ASSERT_FALSE(ahead.core.submit(r));
+  }
+  serial.run();
+  ahead.run();
+  EXPECT_EQ(ahead.generated, serial.generated);
+  EXPECT_EQ(ahead.finished, serial.finished);
+  EXPECT_EQ(ahead.finished.size(), 10u);
+  EXPECT_GT(std::count_if(ahead.finished.begin(), ahead.finished.end(),
+                          [](const auto& f) { return f.second == finish_reason::stop; }), 0)
+      << "no request met the end-of-generation token: the test would not see wasted steps";
+  EXPECT_GT(ahead.ahead_plans, 0);
+  EXPECT_GT(ahead.fed, 0);
+  EXPECT_EQ(ahead.kv.stats().counts.in_use, 0);
+  EXPECT_EQ(ahead.kv.check(), "");
+  EXPECT_FALSE(ahead.core.has_work());
+  // A request ending by length never feeds its last token (prompt + max_tokens - 1); one ending
+  // by an end-of-generation token may cost one wasted token.
+  for (const auto& plan : ahead.plans) {
+    for (const auto& s : plan.seqs) {
+      if (ahead.finished[s.seq_id] != finish_reason::length) continue;
+      const std::int64_t last = std::int64_t(3 + s.seq_id * 5 % 23) + std::int64_t(4 + s.seq_id * 3 % 17) - 1;
+      EXPECT_LT(s.start_pos + std::int64_t(s.tokens.size()) - 1, last) << s.seq_id;
+    }
+  }
+  EXPECT_GT(ahead.wasted, 0);
+}
+
+TEST(SchedulerCoreAhead, ACancelWhileTwoStepsAreInFlightEndsTheRequestOnceAndFreesItsBlocks) {
+  pipelined_driver d(small_config(), 200);
+  ASSERT_FALSE(d.core.submit(drawable(driver::req(1, 5, 50))));
+  ASSERT_FALSE(d.core.submit(drawable(driver::req(2, 5, 50))));
+  ASSERT_TRUE(d.plan(false));
+  d.complete_oldest();  // both prefilled, one token each
+  ASSERT_TRUE(d.plan(false));
+  ASSERT_TRUE(d.core.can_plan_ahead());
+  ASSERT_TRUE(d.plan(true));
+  ASSERT_EQ(d.core.steps_in_flight(), 2u);
+  EXPECT_EQ(d.flying.back().seqs[0].feed_from, 0);
+  d.core.cancel(1);
+  d.record(d.core.take_events());
+  EXPECT_EQ(d.finished[1], finish_reason::cancelled);
+  const std::size_t tokens_of_1 = d.generated[1].size();
+  d.run();
+  EXPECT_EQ(d.generated[1].size(), tokens_of_1) << "a token of the cancelled request came through";
+  EXPECT_EQ(d.finished[2], finish_reason::length);
+  EXPECT_EQ(d.generated[2].size(), 50u);
+  EXPECT_EQ(d.kv.stats().counts.in_use, 0);
+  EXPECT_EQ(d.kv.check(), "");
+}
+
+TEST(SchedulerCoreAhead, PenaltiesOrNoWorkerDrawKeepStepsSerial) {
+  request with_penalty = drawable(driver::req(1, 4, 6));
+  with_penalty.logits.presence_penalty = 0.5f;
+  for (const request& r : {with_penalty, driver::req(2, 4, 6)}) {
+    pipelined_driver d(small_config(), 200);
+    ASSERT_FALSE(d.core.submit(r));
+    ASSERT_TRUE(d.plan(false));
+    EXPECT_FALSE(d.core.can_plan_ahead()) << r.id;
+    d.run();
+    EXPECT_EQ(d.ahead_plans, 0) << r.id;
+    EXPECT_EQ(d.generated[r.id].size(), 6u) << r.id;
+  }
+}
+
+// A request cancelled before it was ever admitted holds no blocks: only its event is left, and
+// the loop must run once more to deliver it (it once went idle with the event untaken).
+TEST(SchedulerCoreAhead, ARequestCancelledBeforeAdmissionKeepsTheLoopGoingUntilItsEventIsTaken) {
+  pipelined_driver d(small_config(), 200);
+  ASSERT_FALSE(d.core.submit(drawable(driver::req(1, 5, 3))));
+  d.core.cancel(1);  // never admitted: no blocks to release, only the event
+  EXPECT_TRUE(d.core.has_work()) << "the cancel's event is not taken yet";
+  d.run();
+  EXPECT_EQ(d.finished[1], finish_reason::cancelled);
+  EXPECT_FALSE(d.core.has_work());
+  EXPECT_TRUE(d.plans.empty());
+}
+
+TEST(SchedulerCoreAhead, NoRoomAheadWaitsForASerialPlanThatMayPreempt) {
+  // A pool too small for three long sequences: ahead plans cannot preempt, so the core falls back
+  // to serial plans, which do; every request still gets the tokens it gets alone.
+  std::map<std::uint64_t, std::vector<std::int32_t>> alone;
+  for (std::uint64_t id = 1; id <= 3; ++id) {
+    driver d(small_config(), 200);
+    ASSERT_FALSE(d.core.submit(drawable(driver::req(id, 6, 30))));
+    d.run();
+    alone[id] = d.generated[id];
+  }
+  pipelined_driver d(small_config(), 16);
+  for (std::uint64_t id = 1; id <= 3; ++id) ASSERT_FALSE(d.core.submit(drawable(driver::req(id, 6, 30))));
+  d.run();
+  EXPECT_GT(d.core.stats().preemptions, 0);
+  EXPECT_GT(d.ahead_plans, 0);
+  for (std::uint64_t id = 1; id <= 3; ++id) EXPECT_EQ(d.generated[id], alone[id]) << id;
+  EXPECT_EQ(d.kv.stats().counts.in_use, 0);
+  EXPECT_EQ(d.kv.check(), "");
 }
 
 }  // namespace
