@@ -48,8 +48,20 @@ class gpu_device {
   // Positions one sequence may reach (the block tables' and decode workspace's capacity).
   std::int64_t max_context() const { return max_blocks_per_seq_ * block_size_; }
   // Runs one checked plan (check_plan passed, every sequence within max_context) and fills
-  // result.outputs.
+  // result.outputs: begin() then collect().
   void execute(const step_plan& plan, step_result& result);
+  // A step in two halves, so that the next is queued on the stream while one runs (overlapped
+  // steps, worker_shell.h): begin() enqueues a checked plan and returns; collect() waits for the
+  // oldest step begun and not collected, and fills its result (`plan` is that step's plan).
+  // At most max_begun steps are begun and not collected (begin throws std::logic_error past it).
+  // A seq_step with feed_from >= 0 feeds the token that the step begun just before drew for that
+  // output, copied on the device (kernels/feed_tokens.h): its tokens[0] is a placeholder.
+  static constexpr std::size_t max_begun = 2;
+  void begin(const step_plan& plan);
+  void collect(const step_plan& plan, step_result& result);
+  // Whether the oldest step begun and not collected has ended on the device (never blocks).
+  bool oldest_ended() const;
+  std::size_t begun_not_collected() const { return std::size_t(begun_ - collected_); }
   std::uint64_t allocations() const { return allocations_; }
   // Decode batch sizes with a captured graph.
   std::int64_t graphs() const;
@@ -72,6 +84,7 @@ class gpu_device {
   // device mirror. The fixed part [0, pairs) is copied whole; the pairs only as far as used.
   struct upload_layout {
     std::size_t ids, positions, slots, tables, context_lens, prefill_seqs, logit_rows, cand_seqs, score_rows, score_targets;
+    std::size_t feed_rows, feed_from;  // the rows fed from the step before, and their outputs there
     std::size_t bias_ids, bias_values, count_ids, count_values, fixed_end, total;
   };
 
@@ -86,15 +99,17 @@ class gpu_device {
 
   // The forward pass, stage by stage (gpu_device_step.cpp).
   void copy_blocks(const step_plan& plan);
-  void lay_out(const step_plan& plan, bool for_graph);
+  // can_feed: the step begun just before ended its begin(), so feed_from may read its records.
+  void lay_out(const step_plan& plan, bool for_graph, bool can_feed);
   void run_body();  // embedding, the layers, the final norm: step_ says the shape
   void run_layer(std::int64_t l);
   void run_attention(std::int64_t l, bool x8_out);  // x8_out: also the o projection's 8-bit input
-  void run_head_and_candidates(const step_plan& plan, step_result& result);
+  // Enqueues the head, the candidates op and the copies of the records and scores back.
+  void run_head_and_candidates(const step_plan& plan);
   void run_scores();
-  // After the step's last command: its end event and the wait for it, then the timing.
-  void finish_step(step_result& result, const char* what);
-  void collect_scores(const step_plan& plan, step_result& result) const;
+  // The feed_from tokens of the step being laid out, on the device (after the upload).
+  void feed();
+  void collect_scores(const step_plan& plan, const float* scores, step_result& result) const;
   // y = x W^T (+ bias) for each projection of x; GEMVs for steps of up to gemv_max_tokens tokens,
   // grouped by weight type into one launch each, except for the weights the quantized GEMM serves
   // faster (kernels::gemm_quant_beats_gemv); with gemm_dtype fp8, the FP8 GEMM for the weights
@@ -131,13 +146,29 @@ class gpu_device {
   kernels::gemm_dtype gemm_dtype_ = kernels::gemm_dtype::f16;
   blas::fp8_gemm fp8_gemm_;  // gemm_dtype fp8: cuBLASLt, created at start-up
   std::vector<void*> device_allocs_, pinned_allocs_;
-  // Step timing on the device's clock (step_result::device_idle_us, device_busy_us): a begin and
-  // an end event per step, two steps' worth, so that the end of the step before is still there
-  // to measure the idle gap from.
-  hipEvent_t step_events_[4] = {};
-  int timing_slot_ = 0;         // this step's pair: step_events_[2 * slot], [2 * slot + 1]
-  bool timed_before_ = false;   // the other pair holds the step before, which ran to its end
-  bool idle_measurable_ = false; // this step's: timed_before_ when it started
+  // What a step begun and not yet collected keeps apart from the next one: its pinned upload
+  // and result buffers, its timing events on the device's clock (step_result::device_busy_us /
+  // device_idle_us), and what its records are for. Slot = steps begun so far % n_slots: one more
+  // than max_begun, so that the end event of the step before a collected one is still there to
+  // time the gap from.
+  struct step_slot {
+    unsigned char* upload_host = nullptr;   // pinned [up_off_.total]
+    unsigned char* records_host = nullptr;  // pinned: candidate records, then the scores
+    float* scores_host = nullptr;
+    hipEvent_t begin = nullptr, end = nullptr;
+    bool active = false;                    // begun, not yet collected
+    bool gap_measurable = false;            // the step begun before it recorded its end event
+    std::size_t record_bytes = 0;           // per record
+    std::vector<std::uint64_t> seq_ids;     // per record: its sequence and the position drawn for
+    std::vector<std::int64_t> positions;
+  };
+  static constexpr std::size_t n_slots = max_begun + 1;
+  step_slot slots_[n_slots];
+  std::uint64_t begun_ = 0, collected_ = 0;  // steps begun (their begin() returned) and collected
+  // The step begun last, for a plan that feeds from it: whether its begin() returned, and its
+  // records on the device (records_dev_ until the next step's candidates op).
+  bool last_begin_ok_ = false;
+  std::size_t last_outputs_ = 0, last_record_bytes_ = 0;
   // Decode graphs: graphs_[b - 1] runs run_body() for b decode sequences (null: run it eagerly).
   std::vector<hipGraphExec_t> graphs_;
 
@@ -166,7 +197,7 @@ class gpu_device {
   unsigned char* upload_dev_ = nullptr;
   upload_layout up_off_{};
 
-  // Pinned host: the per-step upload and the candidate records coming back.
+  // Pinned host: the step being laid out's upload buffer and result buffers (its slot's).
   unsigned char* upload_host_ = nullptr;
   unsigned char* records_host_ = nullptr;
   float* scores_host_ = nullptr;     // [max_tokens], in the records' pinned allocation
@@ -182,12 +213,14 @@ class gpu_device {
     std::int64_t tokens = 0, n_dec = 0, n_pre = 0, stride = 0, max_dec_context = 0, max_pre_tokens = 0;
     std::int64_t n_logit_rows = 0;
     std::int64_t n_scores = 0;  // score targets >= 0, all sequences
+    std::int64_t n_feeds = 0;   // rows fed from the step before (feed_from)
   } step_;
   std::vector<std::size_t> order_;          // plan index of each row: decode sequences first
   std::vector<std::int64_t> first_token_;   // per plan index: its first row of the activations
   std::vector<logit_params> lp_;
   std::vector<std::int64_t> lp_positions_;
   std::vector<std::uint64_t> lp_seq_ids_;
+  std::int32_t lp_max_k_ = 1;  // the records' max_k
 };
 
 }  // namespace anvil::gpu_worker

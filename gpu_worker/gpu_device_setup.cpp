@@ -93,7 +93,10 @@ gpu_device::gpu_device(const model::llm& m, const gpu_worker_config& cfg, memory
     ok(hipGetDeviceProperties(&prop, device_), "read the device's properties");
     mem.device = prop.name;
     ok(hipStreamCreateWithFlags(&stream_, hipStreamNonBlocking), "create the stream");
-    for (hipEvent_t& e : step_events_) ok(hipEventCreate(&e), "create the step timing events");
+    for (step_slot& sl : slots_) {
+      ok(hipEventCreate(&sl.begin), "create the step timing events");
+      ok(hipEventCreate(&sl.end), "create the step timing events");
+    }
     gemm_.algo = kernels::default_gemm_algo();
     gemm_dtype_ = cfg.gemm_dtype;
     if (gemm_dtype_ == kernels::gemm_dtype::fp8) {
@@ -125,6 +128,7 @@ gpu_device::gpu_device(const model::llm& m, const gpu_worker_config& cfg, memory
   try {
     warm_up();
     capture_graphs(std::min(cfg.graph_max_batch, max_seqs_));
+    last_begin_ok_ = false;  // no step feeds from the warm-up's
   } catch (const std::exception& e) {
     throw std::runtime_error(std::string("gpu worker: the warm-up step failed: ") + e.what());
   }
@@ -136,8 +140,9 @@ gpu_device::~gpu_device() {
   for (hipGraphExec_t g : graphs_) {
     if (g) (void)hipGraphExecDestroy(g);
   }
-  for (hipEvent_t e : step_events_) {
-    if (e) (void)hipEventDestroy(e);
+  for (const step_slot& sl : slots_) {
+    if (sl.begin) (void)hipEventDestroy(sl.begin);
+    if (sl.end) (void)hipEventDestroy(sl.end);
   }
   if (have_blas_) (void)blas::destroy(gemm_.blas);
   for (void* p : device_allocs_) (void)hipFree(p);
@@ -247,6 +252,8 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   up_off_.cand_seqs = u.take(S * sizeof(kernels::candidates_seq), 16);
   up_off_.score_rows = u.take(T * 4, 16);
   up_off_.score_targets = u.take(T * 4, 16);
+  up_off_.feed_rows = u.take(S * 4, 16);
+  up_off_.feed_from = u.take(S * 4, 16);
   up_off_.fixed_end = u.size();
   up_off_.bias_ids = u.take(P * 4, 16);
   up_off_.bias_values = u.take(P * 4, 16);
@@ -312,10 +319,19 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   scores_dev_ = fp(scores);
   cand_ws_ = base + cand_ws;
 
-  upload_host_ = static_cast<unsigned char*>(alloc_pinned(up_off_.total, "the step upload buffer"));
-  const std::size_t scores_at = align_up(S * record_bytes, 16);
-  records_host_ = static_cast<unsigned char*>(alloc_pinned(scores_at + T * f, "the candidate records and scores"));
-  scores_host_ = reinterpret_cast<float*>(records_host_ + scores_at);
+  // Per step slot: the upload, then the records and scores coming back (one pinned allocation).
+  const std::size_t records_at = align_up(up_off_.total, 16), scores_at = records_at + align_up(S * record_bytes, 16);
+  for (step_slot& sl : slots_) {
+    auto* p = static_cast<unsigned char*>(alloc_pinned(scores_at + T * f, "a step's upload, records and scores"));
+    sl.upload_host = p;
+    sl.records_host = p + records_at;
+    sl.scores_host = reinterpret_cast<float*>(p + scores_at);
+    sl.seq_ids.reserve(S);
+    sl.positions.reserve(S);
+  }
+  upload_host_ = slots_[0].upload_host;
+  records_host_ = slots_[0].records_host;
+  scores_host_ = slots_[0].scores_host;
   first_token_.reserve(S);
   order_.reserve(S);
   lp_.reserve(S);

@@ -7,11 +7,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
 #include "kernels/attention_decode.h"
 #include "kernels/embedding.h"
+#include "kernels/feed_tokens.h"
 #include "kernels/gemm_quant.h"
 #include "kernels/rms_norm.h"
 #include "kernels/rms_norm_residual.h"
@@ -154,23 +156,92 @@ kernels::rms_norm_residual_params gpu_device::norm_params(const float* delta, co
 }
 
 void gpu_device::execute(const step_plan& plan, step_result& result) {
+  begin(plan);
+  collect(plan, result);
+}
+
+void gpu_device::begin(const step_plan& plan) {
+  if (begun_not_collected() >= max_begun) throw std::logic_error("gpu_device::begin: max_begun steps are not collected");
   ok(hipSetDevice(device_), "select the device");  // per thread: steps run on the worker's own
+  step_slot& slot = slots_[begun_ % n_slots];
+  upload_host_ = slot.upload_host;
+  records_host_ = slot.records_host;
+  scores_host_ = slot.scores_host;
+  slot.gap_measurable = std::exchange(last_begin_ok_, false);
   const std::size_t n = plan.seqs.size();
   const bool decode_only = std::all_of(plan.seqs.begin(), plan.seqs.end(), [](const seq_step& s) { return s.tokens.size() == 1; });
   const hipGraphExec_t graph = decode_only && n <= graphs_.size() ? graphs_[n - 1] : nullptr;
-  lay_out(plan, graph != nullptr);
-  // The device has been idle since the step before ended: the begin event, recorded on an idle
-  // stream, stamps the moment its first command arrives.
-  idle_measurable_ = std::exchange(timed_before_, false);
-  ok(hipEventRecord(step_events_[2 * timing_slot_], stream_), "time the step");
+  lay_out(plan, graph != nullptr, slot.gap_measurable);
+  // The begin event stamps when the device reaches this step: right after the step before ends
+  // when this one was queued behind it, else when its first command arrives.
+  ok(hipEventRecord(slot.begin, stream_), "time the step");
   copy_blocks(plan);
   ok(hipMemcpyAsync(upload_dev_, upload_host_, up_off_.fixed_end, hipMemcpyHostToDevice, stream_), "upload the step");
+  feed();
   if (graph) {
     ok(hipGraphLaunch(graph, stream_), "decode graph");
   } else {
     run_body();
   }
-  run_head_and_candidates(plan, result);
+  run_head_and_candidates(plan);
+  ok(hipEventRecord(slot.end, stream_), "time the step");
+  slot.record_bytes = kernels::candidates_record_bytes(lp_max_k_);
+  slot.seq_ids.assign(lp_seq_ids_.begin(), lp_seq_ids_.end());
+  slot.positions.assign(lp_positions_.begin(), lp_positions_.end());
+  slot.active = true;
+  ++begun_;
+  last_begin_ok_ = true;
+  last_outputs_ = lp_.size();
+  last_record_bytes_ = slot.record_bytes;
+}
+
+bool gpu_device::oldest_ended() const {
+  if (collected_ == begun_) return true;
+  return hipEventQuery(slots_[collected_ % n_slots].end) != hipErrorNotReady;
+}
+
+void gpu_device::collect(const step_plan& plan, step_result& result) {
+  if (collected_ == begun_) throw std::logic_error("gpu_device::collect: no step is begun");
+  step_slot& slot = slots_[collected_ % n_slots];
+  slot.active = false;
+  ++collected_;  // whatever follows: a step that fails here is not collected twice
+  ok(hipEventSynchronize(slot.end), "finish the step");
+  float busy_ms = 0, idle_ms = 0;
+  if (hipEventElapsedTime(&busy_ms, slot.begin, slot.end) == hipSuccess) result.device_busy_us = 1e3 * double(busy_ms);
+  const step_slot& before = slots_[(collected_ + n_slots - 2) % n_slots];
+  if (slot.gap_measurable && hipEventElapsedTime(&idle_ms, before.end, slot.begin) == hipSuccess) {
+    result.device_idle_us = 1e3 * double(idle_ms);
+  }
+  collect_scores(plan, slot.scores_host, result);
+  for (std::size_t i = 0; i < slot.seq_ids.size(); ++i) {
+    const unsigned char* rec = slot.records_host + i * slot.record_bytes;
+    kernels::candidates_record_header h;
+    std::memcpy(&h, rec, sizeof h);
+    if (h.flags != 0) {  // a NaN or +inf logit, or none finite: this sequence fails alone (step.h)
+      seq_output none;
+      none.seq_id = slot.seq_ids[i];
+      result.outputs.push_back(std::move(none));
+      continue;
+    }
+    seq_output out = kernels::unpack_candidates(rec);
+    out.seq_id = slot.seq_ids[i];
+    out.position = slot.positions[i];
+    result.outputs.push_back(std::move(out));
+  }
+}
+
+// The fed rows' tokens from the records of the step begun just before (still in records_dev_:
+// this step's candidates op comes later on the stream).
+void gpu_device::feed() {
+  if (step_.n_feeds == 0) return;
+  ok(kernels::launch_feed_tokens({.ids = dev_at<std::int32_t>(up_off_.ids),
+                                  .rows = dev_at<std::int32_t>(up_off_.feed_rows),
+                                  .from = dev_at<std::int32_t>(up_off_.feed_from),
+                                  .records = records_dev_,
+                                  .record_bytes = last_record_bytes_,
+                                  .n = step_.n_feeds},
+                                 stream_),
+     "feed the drawn tokens");
 }
 
 void gpu_device::run_body() {
@@ -214,7 +285,7 @@ void gpu_device::copy_blocks(const step_plan& plan) {
 
 // The step's rows: sequences feeding one token (decode) first, in plan order, then the chunks,
 // so that decode queries are one contiguous [n_dec, heads, head_dim] block for the decode kernel.
-void gpu_device::lay_out(const step_plan& plan, bool for_graph) {
+void gpu_device::lay_out(const step_plan& plan, bool for_graph, bool can_feed) {
   const std::size_t n = plan.seqs.size();
   order_.clear();
   for (std::size_t i = 0; i < n; ++i) {
@@ -247,9 +318,17 @@ void gpu_device::lay_out(const step_plan& plan, bool for_graph) {
     std::int32_t* row = tables + std::size_t(std::int64_t(r) * step_.stride);
     std::copy_n(s.block_table.begin(), need, row);
     std::fill(row + need, row + step_.stride, 0);
+    if (s.feed_from >= 0) {  // the token the step begun just before drew (feed())
+      if (!can_feed || len != 1 || std::size_t(s.feed_from) >= last_outputs_) {
+        throw std::invalid_argument("seq " + std::to_string(s.seq_id) +
+                                    ": feeds from an output of a step that was not begun just before");
+      }
+      host_at<std::int32_t>(up_off_.feed_rows)[step_.n_feeds] = std::int32_t(t);
+      host_at<std::int32_t>(up_off_.feed_from)[step_.n_feeds++] = s.feed_from;
+    }
     for (std::int64_t j = 0; j < len; ++j, ++t) {
       const std::int64_t pos = s.start_pos + j;
-      ids[t] = s.tokens[std::size_t(j)];
+      ids[t] = s.feed_from >= 0 ? 0 : s.tokens[std::size_t(j)];
       positions[t] = std::int32_t(pos);
       slots[t] = std::int64_t(s.block_table[std::size_t(pos / block_size_)]) * block_size_ + pos % block_size_;
     }
@@ -393,20 +472,19 @@ void gpu_device::run_attention(std::int64_t l, bool x8_out) {
 // The head only for the rows that need logits (gathered first), then the candidates reduction,
 // in as many launches as the logit-bias / penalty pairs need (one, unless they overflow the
 // upload buffer), and the compact records back.
-void gpu_device::run_head_and_candidates(const step_plan& plan, step_result& result) {
+void gpu_device::run_head_and_candidates(const step_plan& plan) {
   const model::hparams& hp = m_.hp;
   const std::int64_t rows = step_.n_logit_rows;
   run_scores();
-  if (rows == 0) {
-    if (step_.n_scores > 0) {
-      ok(hipMemcpyAsync(scores_host_, scores_dev_, std::size_t(step_.n_scores) * sizeof(float), hipMemcpyDeviceToHost,
-                        stream_),
-         "copy the scores back");
-    }
-    finish_step(result, "finish the step");
-    collect_scores(plan, result);
-    return;
+  lp_.clear();
+  lp_positions_.clear();
+  lp_seq_ids_.clear();
+  lp_max_k_ = 1;
+  if (step_.n_scores > 0) {
+    ok(hipMemcpyAsync(scores_host_, scores_dev_, std::size_t(step_.n_scores) * sizeof(float), hipMemcpyDeviceToHost, stream_),
+       "copy the scores back");
   }
+  if (rows == 0) return;
   // A row gather is the embedding op on an F32 table: the final hidden state [tokens, n_embd].
   ok(kernels::launch_embedding({.table = h_,
                                 .type = model::ggml_type::F32,
@@ -419,9 +497,6 @@ void gpu_device::run_head_and_candidates(const step_plan& plan, step_result& res
      "gather the logit rows");
   matmul(output_, nullptr, rows_, logits_, rows);
 
-  lp_.clear();
-  lp_positions_.clear();
-  lp_seq_ids_.clear();
   for (const seq_step& s : plan.seqs) {
     if (!s.want_candidates) continue;
     lp_.push_back(s.logits);
@@ -431,6 +506,7 @@ void gpu_device::run_head_and_candidates(const step_plan& plan, step_result& res
   }
   std::int32_t max_k = 1;
   for (const auto& p : lp_) max_k = std::max(max_k, p.top_k);
+  lp_max_k_ = max_k;
   const std::size_t record_bytes = kernels::candidates_record_bytes(max_k);
 
   std::size_t r0 = 0;
@@ -478,43 +554,6 @@ void gpu_device::run_head_and_candidates(const step_plan& plan, step_result& res
   }
   ok(hipMemcpyAsync(records_host_, records_dev_, lp_.size() * record_bytes, hipMemcpyDeviceToHost, stream_),
      "copy the candidates back");
-  if (step_.n_scores > 0) {
-    ok(hipMemcpyAsync(scores_host_, scores_dev_, std::size_t(step_.n_scores) * sizeof(float), hipMemcpyDeviceToHost, stream_),
-       "copy the scores back");
-  }
-  finish_step(result, "finish the step");
-  collect_scores(plan, result);
-
-  for (std::size_t i = 0; i < lp_.size(); ++i) {
-    const unsigned char* rec = records_host_ + i * record_bytes;
-    kernels::candidates_record_header h;
-    std::memcpy(&h, rec, sizeof h);
-    if (h.flags != 0) {  // a NaN or +inf logit, or none finite: this sequence fails alone (step.h)
-      seq_output none;
-      none.seq_id = lp_seq_ids_[i];
-      result.outputs.push_back(std::move(none));
-      continue;
-    }
-    seq_output out = kernels::unpack_candidates(rec);
-    out.seq_id = lp_seq_ids_[i];
-    out.position = lp_positions_[i];
-    result.outputs.push_back(std::move(out));
-  }
-}
-
-void gpu_device::finish_step(step_result& result, const char* what) {
-  const int slot = timing_slot_;
-  hipEvent_t begin = step_events_[2 * slot], end = step_events_[2 * slot + 1];
-  ok(hipEventRecord(end, stream_), "time the step");
-  ok(hipStreamSynchronize(stream_), what);
-  float busy_ms = 0, idle_ms = 0;
-  if (hipEventElapsedTime(&busy_ms, begin, end) == hipSuccess) result.device_busy_us = 1e3 * double(busy_ms);
-  hipEvent_t end_before = step_events_[2 * (1 - slot) + 1];
-  if (idle_measurable_ && hipEventElapsedTime(&idle_ms, end_before, begin) == hipSuccess) {
-    result.device_idle_us = 1e3 * double(idle_ms);
-  }
-  timed_before_ = true;
-  timing_slot_ = 1 - slot;
 }
 
 // The score targets, max_seqs rows at a time through the logits buffer: gather the rows, the
@@ -543,14 +582,14 @@ void gpu_device::run_scores() {
   }
 }
 
-void gpu_device::collect_scores(const step_plan& plan, step_result& result) const {
+void gpu_device::collect_scores(const step_plan& plan, const float* scores, step_result& result) const {
   std::int64_t k = 0;
   for (const seq_step& s : plan.seqs) {
     if (s.score_targets.empty()) continue;
     seq_scores sc{s.seq_id, std::vector<float>(s.score_targets.size(), 0.f)};
     for (std::size_t j = 0; j < s.score_targets.size(); ++j) {
       if (s.score_targets[j] < 0) continue;
-      const float v = scores_host_[k++];
+      const float v = scores[k++];
       if (!std::isfinite(v)) throw device_failure("scores: seq " + std::to_string(s.seq_id) + " has a NaN or infinite logit");
       sc.logprobs[j] = v;
     }

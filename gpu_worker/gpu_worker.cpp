@@ -26,6 +26,10 @@ class gpu_backend final : public worker_device {
   gpu_backend(const model::llm& m, const gpu_worker_config& cfg, memory_plan& mem) : dev_(m, cfg, mem) {}
 
   void execute(const step_plan& plan, step_result& result) override { dev_.execute(plan, result); }
+  bool queues_steps() const override { return true; }
+  void begin(const step_plan& plan) override { dev_.begin(plan); }
+  void collect(const step_plan& plan, step_result& result) override { dev_.collect(plan, result); }
+  bool oldest_ended() const override { return dev_.oldest_ended(); }
   std::uint64_t allocations() const override { return dev_.allocations(); }
   std::int64_t max_context() const override { return dev_.max_context(); }
 

@@ -19,8 +19,12 @@ std::string check_plan(const step_plan& plan, const memory_plan& mem) {
     for (std::int32_t b : s.block_table) {
       if (b < 0 || b >= mem.n_blocks) return where + "block id out of range";
     }
-    for (std::int32_t t : s.tokens) {
-      if (t < 0 || t >= mem.n_vocab) return where + "token id out of range";
+    if (s.feed_from >= 0) {  // one placeholder, for the token the step before drew
+      if (s.tokens.size() != 1) return where + "a fed sequence feeds exactly one token";
+    } else {
+      for (std::int32_t t : s.tokens) {
+        if (t < 0 || t >= mem.n_vocab) return where + "token id out of range";
+      }
     }
     if (s.want_candidates && s.logits.top_k < 1) return where + "top_k must be at least 1";
     if (!s.score_targets.empty()) {

@@ -1,15 +1,24 @@
 #include "gpu_worker/worker_shell.h"
 
-#include <chrono>
+#include <algorithm>
 #include <exception>
+#include <iterator>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 
+#include <boost/asio/post.hpp>
 #include <spdlog/logger.h>
 
 #include "gpu_worker/plan_check.h"
 
 namespace anvil::gpu_worker {
+
+void worker_device::begin(const step_plan&) { throw std::logic_error("worker_device::begin: this device does not queue steps"); }
+void worker_device::collect(const step_plan&, step_result&) {
+  throw std::logic_error("worker_device::collect: this device does not queue steps");
+}
 
 worker_shell::worker_shell(boost::asio::any_io_executor ex, std::unique_ptr<worker_device> dev, const memory_plan& mem)
     : strand_actor(std::move(ex), {"gpu", 1024}), dev_(std::move(dev)), mem_(mem) {
@@ -18,7 +27,15 @@ worker_shell::worker_shell(boost::asio::any_io_executor ex, std::unique_ptr<work
 }
 
 void worker_shell::execute(step_plan plan, boost::asio::any_completion_handler<worker::execute_signature> handler) {
-  ask<step_result>(std::move(handler), [this, p = std::move(plan)]() mutable -> actors::outcome<step_result> { return run(p); });
+  ask_later<step_result>(std::move(handler), [this, p = std::move(plan)](actors::reply<step_result> r) mutable {
+    if (dev_->queues_steps()) return start(std::move(p), std::move(r));
+    actors::outcome<step_result> o = run(p);
+    if (o) {
+      r(error_code{}, std::move(*o));
+    } else {
+      r.fail(o.error());
+    }
+  });
 }
 
 std::string worker_shell::feed(step_plan& plan) const {
@@ -27,6 +44,7 @@ std::string worker_shell::feed(step_plan& plan) const {
     const std::string where = "seq " + std::to_string(s.seq_id) + ": ";
     if (s.tokens.size() != 1) return where + "a fed sequence feeds exactly one token";
     if (!last_valid_ || plan.step != last_step_ + 1) return where + "feeds from a step that did not run just before";
+    if (dev_->queues_steps()) continue;  // the device takes the token itself
     if (std::size_t(s.feed_from) >= last_drawn_.size() || last_drawn_[std::size_t(s.feed_from)] < 0) {
       return where + "feeds from an output that was not drawn";
     }
@@ -35,16 +53,30 @@ std::string worker_shell::feed(step_plan& plan) const {
   return "";
 }
 
-actors::outcome<step_result> worker_shell::run(step_plan& plan) {
-  std::string why = feed(plan);
-  last_valid_ = false;
-  if (why.empty()) why = check_plan(plan, mem_);
+std::string worker_shell::refuse(const step_plan& plan) const {
+  std::string why = check_plan(plan, mem_);
   for (std::size_t i = 0; why.empty() && i < plan.seqs.size(); ++i) {
     const seq_step& s = plan.seqs[i];
     if (s.start_pos + std::int64_t(s.tokens.size()) > dev_->max_context()) {
       why = "seq " + std::to_string(s.seq_id) + ": past the worker's max_context";
     }
   }
+  return why;
+}
+
+void worker_shell::answer(step_result& result, const step_plan& plan, std::chrono::steady_clock::time_point t0) {
+  for (const seq_output& out : result.outputs) {
+    if (out.top.empty()) log().error("step={} req={}: {}", plan.step, out.seq_id, dev_->unusable(out.seq_id));
+  }
+  allocations_.store(dev_->allocations(), std::memory_order_relaxed);
+  result.execute_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  log().debug("step={} seqs={} ms={:.2f}", plan.step, plan.seqs.size(), result.execute_ms);
+}
+
+actors::outcome<step_result> worker_shell::run(step_plan& plan) {
+  std::string why = feed(plan);
+  last_valid_ = false;
+  if (why.empty()) why = refuse(plan);
   if (!why.empty()) {
     log().error("step={} rejected: {}", plan.step, why);
     return make_error_code(errc::invalid_argument);
@@ -59,17 +91,94 @@ actors::outcome<step_result> worker_shell::run(step_plan& plan) {
     log().error("step={} failed: {}", plan.step, e.what());
     return make_error_code(errc::device_fault);
   }
-  for (const seq_output& out : result.outputs) {
-    if (out.top.empty()) log().error("step={} req={}: {}", plan.step, out.seq_id, dev_->unusable(out.seq_id));
-  }
   last_valid_ = true;
   last_step_ = plan.step;
   last_drawn_.clear();
   for (const seq_output& out : result.outputs) last_drawn_.push_back(out.top.empty() ? -1 : out.drawn);
-  allocations_.store(dev_->allocations(), std::memory_order_relaxed);
-  result.execute_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  log().debug("step={} seqs={} ms={:.2f}", plan.step, plan.seqs.size(), result.execute_ms);
+  answer(result, plan, t0);
   return result;
+}
+
+// A device that queues steps: begin this one now, behind whatever still runs; answers come from
+// poll() (or from here, when a third step must wait for the oldest to be collected).
+void worker_shell::start(step_plan plan, actors::reply<step_result> reply) {
+  std::string why = feed(plan);
+  last_valid_ = false;
+  if (why.empty()) why = refuse(plan);
+  if (!why.empty()) {
+    log().error("step={} rejected: {}", plan.step, why);
+    return reply.fail(make_error_code(errc::invalid_argument));
+  }
+  while (queued_.size() >= 2) collect_oldest().send();  // the step being started holds the shell open
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    dev_->begin(plan);
+  } catch (const std::exception& e) {
+    log().error("step={} failed: {}", plan.step, e.what());
+    return reply.fail(make_error_code(errc::device_fault));
+  }
+  last_valid_ = true;
+  last_step_ = plan.step;
+  if (queued_.empty()) oldest_since_ = t0;
+  queued_.push_back({std::move(plan), std::move(reply), t0});
+  if (!polling_) {
+    polling_ = true;
+    boost::asio::post(get_executor(), [this] { poll(); });
+  }
+}
+
+// Collects the oldest queued step; the caller answers it (its reply keeps the shell alive).
+worker_shell::collected worker_shell::collect_oldest() {
+  queued_step q = std::move(queued_.front());
+  queued_.pop_front();
+  oldest_since_ = std::chrono::steady_clock::now();  // the next one runs on the device from about now
+  step_result result;
+  result.step = q.plan.step;
+  try {
+    dev_->collect(q.plan, result);
+  } catch (const std::exception& e) {
+    log().error("step={} failed: {}", q.plan.step, e.what());
+    return {std::move(q.reply), make_error_code(errc::device_fault)};
+  }
+  if (result.device_busy_us > 0) recent_busy_us_[busy_at_++ % std::size(recent_busy_us_)] = result.device_busy_us;
+  answer(result, q.plan, q.t0);
+  return {std::move(q.reply), std::move(result)};
+}
+
+void worker_shell::collected::send() {
+  if (result) {
+    reply(error_code{}, std::move(*result));
+  } else {
+    reply.fail(result.error());
+  }
+}
+
+// One step answered per call, and answering is the last thing it does: while a step is queued its
+// reply holds the actor open, so the poll posted before the answer finds the shell alive.
+void worker_shell::poll() {
+  polling_ = false;
+  if (queued_.empty()) return;
+  if (dev_->oldest_ended()) {
+    collected c = collect_oldest();
+    if (!queued_.empty()) {
+      polling_ = true;
+      boost::asio::post(get_executor(), [this] { poll(); });
+    }
+    return c.send();
+  }
+  // Far from its end (by the shortest device time of the last few steps), sleep most of the way
+  // instead of polling: a step that arrives meanwhile is begun on waking, still ahead of the
+  // device. Near it, yield.
+  const double since_us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - oldest_since_).count();
+  const double left_us = *std::min_element(std::begin(recent_busy_us_), std::end(recent_busy_us_)) - since_us;
+  if (left_us > 300) {
+    std::this_thread::sleep_for(std::chrono::microseconds(std::int64_t(std::min(left_us - 200, 1000.0))));
+  } else {
+    std::this_thread::yield();
+  }
+  polling_ = true;
+  boost::asio::post(get_executor(), [this] { poll(); });
 }
 
 }  // namespace anvil::gpu_worker

@@ -4,12 +4,18 @@
 // turns any exception out of the device into errc::device_fault (the process lives), logs each
 // sequence the step left without candidates, and publishes the device's allocation count for
 // device_allocations(). The device does the work and owns the memory; the shell only sequences.
-// It also keeps what the last step drew (seq_output::drawn) and resolves a plan's feed_from from
-// it: steps run one at a time, so the step before has ended and its draws are known by then.
+// A plan's feed_from tokens: for a device that runs steps one at a time the shell resolves them
+// from what the step before drew (seq_output::drawn); a device that queues steps (the GPU) takes
+// them on the device, and the shell begins a step as soon as it arrives, even while the one
+// before still runs, then collects and answers steps in order as they end (polling the device
+// from the strand, asleep while the step in hand has far to go).
+
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,6 +43,16 @@ class worker_device {
   virtual std::string describe(const memory_plan& mem) const = 0;
   // Why the last step gave sequence `seq_id` no candidates, and what follows ("...; it fails alone").
   virtual std::string unusable(std::uint64_t seq_id) const = 0;
+
+  // Devices that queue work (the GPU) take a step in two halves, so that the next one is queued
+  // while one runs: begin() enqueues a checked plan (its feed_from tokens taken on the device from
+  // the step begun just before), collect() waits for the oldest step begun and not collected and
+  // fills its result; at most two are begun and not collected. Others run execute() alone.
+  virtual bool queues_steps() const { return false; }
+  virtual void begin(const step_plan& plan);
+  virtual void collect(const step_plan& plan, step_result& result);
+  // Whether the oldest step begun and not collected has ended (never blocks).
+  virtual bool oldest_ended() const { return true; }
 };
 
 class worker_shell : public actors::strand_actor {
@@ -49,7 +65,25 @@ class worker_shell : public actors::strand_actor {
   void execute(step_plan plan, boost::asio::any_completion_handler<worker::execute_signature> handler);
 
  private:
+  // A step begun on a device that queues steps, waiting to be collected and answered.
+  struct queued_step {
+    step_plan plan;
+    actors::reply<step_result> reply;
+    std::chrono::steady_clock::time_point t0;  // when it was begun
+  };
+
   actors::outcome<step_result> run(step_plan& plan);
+  // "" or why the worker refuses `plan` (check_plan, the device's context limit).
+  std::string refuse(const step_plan& plan) const;
+  void start(step_plan plan, actors::reply<step_result> reply);  // a device that queues steps
+  struct collected {
+    actors::reply<step_result> reply;
+    actors::outcome<step_result> result;
+    void send();  // answers the reply with the result
+  };
+  collected collect_oldest();
+  void poll();           // answers the steps that have ended; again later while any is queued
+  void answer(step_result& result, const step_plan& plan, std::chrono::steady_clock::time_point t0);
   // Replaces each feed_from's placeholder by the token drawn for that output in the step before;
   // "" or why the plan cannot be fed (not numbered right after the last step that ran to the end,
   // or an output that was not drawn).
@@ -61,6 +95,14 @@ class worker_shell : public actors::strand_actor {
   bool last_valid_ = false;
   std::uint64_t last_step_ = 0;
   std::vector<std::int32_t> last_drawn_;
+  // A device that queues steps: the steps begun and not answered (oldest first), whether a poll
+  // is posted, when the oldest became the oldest (its start on the device, near enough), and the
+  // device times of the last steps collected (how long the poll may sleep).
+  std::deque<queued_step> queued_;
+  bool polling_ = false;
+  std::chrono::steady_clock::time_point oldest_since_;
+  double recent_busy_us_[8] = {};
+  std::size_t busy_at_ = 0;
   const memory_plan& mem_;
   std::atomic<std::uint64_t> allocations_{0};
 };

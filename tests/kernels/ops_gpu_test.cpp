@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "kernels/candidates.h"
+#include "kernels/feed_tokens.h"
 #include "kernels/rms_norm.h"
 #include "kernels/rms_norm_residual.h"
 #include "kernels/swiglu.h"
@@ -564,6 +565,54 @@ TEST(CandidatesGpuLaunch, RejectsBadShapesWithoutLaunching) {
   p.vocab = candidates_max_vocab + 1;
   EXPECT_EQ(launch_candidates(p, nullptr), hipErrorInvalidValue);
   EXPECT_EQ(hipGetLastError(), hipSuccess);
+}
+
+// feed_tokens: the draws of one step's records written into the next step's ids, on rows in any
+// order; a record that drew nothing (-1) feeds token 0; rows not fed keep their ids; nothing
+// outside the ids is written.
+TEST(FeedTokensGpu, WritesEachFedRowTheDrawOfItsRecordAsTheReference) {
+  require_device();
+  std::mt19937 rng(20261126);
+  for (const std::int32_t max_k : {1, 7, candidates_max_k}) {
+    for (const std::int64_t n_records : {1, 5, 256}) {
+      SCOPED_TRACE("max_k " + std::to_string(max_k) + ", records " + std::to_string(n_records));
+      const std::size_t rec = candidates_record_bytes(max_k);
+      std::vector<unsigned char> records(std::size_t(n_records) * rec, 0xab);
+      for (std::int64_t r = 0; r < n_records; ++r) {
+        candidates_record_header h;
+        h.drawn = r % 7 == 3 ? -1 : std::int32_t(rng() % 150000);
+        std::memcpy(records.data() + std::size_t(r) * rec, &h, sizeof h);
+      }
+      const std::int64_t tokens = 3 * n_records + 11;
+      std::vector<std::int32_t> ids(static_cast<std::size_t>(tokens));
+      for (auto& t : ids) t = std::int32_t(rng() % 1000);
+      // Every record feeds one row, the rows shuffled over the step.
+      std::vector<std::int32_t> rows(static_cast<std::size_t>(tokens)), from(static_cast<std::size_t>(n_records));
+      for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = std::int32_t(i);
+      std::shuffle(rows.begin(), rows.end(), rng);
+      rows.resize(std::size_t(n_records));
+      for (std::size_t i = 0; i < from.size(); ++i) from[i] = std::int32_t(i);
+      std::shuffle(from.begin(), from.end(), rng);
+
+      std::vector<std::int32_t> want = ids;
+      feed_tokens_ref({.ids = want.data(), .rows = rows.data(), .from = from.data(), .records = records.data(),
+                       .record_bytes = rec, .n = n_records});
+      guarded_array<std::int32_t> dids(ids), drows(rows), dfrom(from);
+      guarded_array<unsigned char> drecords(records);
+      ANVIL_GPU_CHECK(launch_feed_tokens({.ids = dids.data(), .rows = drows.data(), .from = dfrom.data(),
+                                          .records = drecords.data(), .record_bytes = rec, .n = n_records},
+                                         nullptr));
+      ANVIL_GPU_CHECK(hipDeviceSynchronize());
+      EXPECT_EQ(dids.download(), want);
+      EXPECT_TRUE(dids.guards_intact() && drows.guards_intact() && dfrom.guards_intact() && drecords.guards_intact());
+      std::size_t zero_fed = 0;
+      for (std::size_t i = 0; i < rows.size(); ++i) zero_fed += want[std::size_t(rows[i])] == 0;
+      if (n_records >= 4) EXPECT_GT(zero_fed, 0u) << "record 3 drew nothing: its row is fed 0";
+    }
+  }
+  EXPECT_EQ(launch_feed_tokens({.n = 0}, nullptr), hipSuccess);
+  EXPECT_EQ(launch_feed_tokens({.n = -1}, nullptr), hipErrorInvalidValue);
+  EXPECT_EQ(launch_feed_tokens({.n = 1}, nullptr), hipErrorInvalidValue);
 }
 
 }  // namespace
