@@ -3,9 +3,9 @@
 // forward pass of one step (gpu_device_step.cpp). Host code compiled by the C++ compiler; it only
 // enqueues the kernels of kernels/ through their launchers.
 // Every device and pinned-host allocation goes through alloc_*(), which counts it; nothing after
-// the constructor calls them. Errors: the constructor throws std::runtime_error; execute() throws
-// device_failure for a failed launch or copy (the shell turns it into errc::device_fault) and
-// std::invalid_argument for a plan the device limits refuse.
+// the constructor calls them. Errors: the constructor throws std::runtime_error; execute(),
+// begin() and collect() throw device_failure for a failed launch or copy (the shell turns it into
+// errc::device_fault) and std::invalid_argument for a plan the device limits refuse.
 #pragma once
 
 #include <cstddef>
@@ -156,7 +156,6 @@ class gpu_device {
     unsigned char* records_host = nullptr;  // pinned: candidate records, then the scores
     float* scores_host = nullptr;
     hipEvent_t begin = nullptr, end = nullptr;
-    bool active = false;                    // begun, not yet collected
     bool gap_measurable = false;            // the step begun before it recorded its end event
     std::size_t record_bytes = 0;           // per record
     std::vector<std::uint64_t> seq_ids;     // per record: its sequence and the position drawn for

@@ -188,7 +188,6 @@ void gpu_device::begin(const step_plan& plan) {
   slot.record_bytes = kernels::candidates_record_bytes(lp_max_k_);
   slot.seq_ids.assign(lp_seq_ids_.begin(), lp_seq_ids_.end());
   slot.positions.assign(lp_positions_.begin(), lp_positions_.end());
-  slot.active = true;
   ++begun_;
   last_begin_ok_ = true;
   last_outputs_ = lp_.size();
@@ -203,7 +202,6 @@ bool gpu_device::oldest_ended() const {
 void gpu_device::collect(const step_plan& plan, step_result& result) {
   if (collected_ == begun_) throw std::logic_error("gpu_device::collect: no step is begun");
   step_slot& slot = slots_[collected_ % n_slots];
-  slot.active = false;
   ++collected_;  // whatever follows: a step that fails here is not collected twice
   ok(hipEventSynchronize(slot.end), "finish the step");
   float busy_ms = 0, idle_ms = 0;

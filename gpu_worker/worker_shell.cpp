@@ -102,20 +102,26 @@ actors::outcome<step_result> worker_shell::run(step_plan& plan) {
 // A device that queues steps: begin this one now, behind whatever still runs; answers come from
 // poll() (or from here, when a third step must wait for the oldest to be collected).
 void worker_shell::start(step_plan plan, actors::reply<step_result> reply) {
+  const auto t0 = std::chrono::steady_clock::now();
+  // Steps are answered in the order they came, a refused or failed one too (the scheduler
+  // completes its steps in order): behind the steps still queued, or at once.
+  const auto fail = [&](error_code ec) {
+    if (queued_.empty()) return reply.fail(ec);
+    queued_.push_back({std::move(plan), std::move(reply), t0, ec});
+  };
   std::string why = feed(plan);
   last_valid_ = false;
   if (why.empty()) why = refuse(plan);
   if (!why.empty()) {
     log().error("step={} rejected: {}", plan.step, why);
-    return reply.fail(make_error_code(errc::invalid_argument));
+    return fail(make_error_code(errc::invalid_argument));
   }
   while (queued_.size() >= 2) collect_oldest().send();  // the step being started holds the shell open
-  const auto t0 = std::chrono::steady_clock::now();
   try {
     dev_->begin(plan);
   } catch (const std::exception& e) {
     log().error("step={} failed: {}", plan.step, e.what());
-    return reply.fail(make_error_code(errc::device_fault));
+    return fail(make_error_code(errc::device_fault));
   }
   last_valid_ = true;
   last_step_ = plan.step;
@@ -131,6 +137,7 @@ void worker_shell::start(step_plan plan, actors::reply<step_result> reply) {
 worker_shell::collected worker_shell::collect_oldest() {
   queued_step q = std::move(queued_.front());
   queued_.pop_front();
+  if (q.error) return {std::move(q.reply), q.error};  // refused, or failed to begin: not on the device
   oldest_since_ = std::chrono::steady_clock::now();  // the next one runs on the device from about now
   step_result result;
   result.step = q.plan.step;
@@ -158,7 +165,7 @@ void worker_shell::collected::send() {
 void worker_shell::poll() {
   polling_ = false;
   if (queued_.empty()) return;
-  if (dev_->oldest_ended()) {
+  if (queued_.front().error || dev_->oldest_ended()) {
     collected c = collect_oldest();
     if (!queued_.empty()) {
       polling_ = true;

@@ -70,6 +70,7 @@ class worker_shell : public actors::strand_actor {
     step_plan plan;
     actors::reply<step_result> reply;
     std::chrono::steady_clock::time_point t0;  // when it was begun
+    error_code error;                          // set: refused or failed to begin, answered with it in turn
   };
 
   actors::outcome<step_result> run(step_plan& plan);

@@ -1,5 +1,7 @@
 #include "sched/scheduler.h"
 
+#include <stdexcept>
+
 #include <spdlog/logger.h>
 
 namespace anvil::sched {
@@ -31,7 +33,7 @@ actors::outcome<void> scheduler::submit(request r, const submit_options& opt) {
 
 void scheduler::kick() {
   if (planning_) return;
-  if (executing_ == 0) {
+  if (done_.empty()) {
     if (!core_.has_work()) return idle();
     if (!looping_) {
       looping_ = true;
@@ -89,21 +91,27 @@ void scheduler::on_kv(error_code ec, kv::kv_batch_result r) {
   // forever); ahead of a step, the core waits for that step.
   emit(core_.take_events());
   if (!plan) return kick();
-  log().debug("step={} seqs={} copies={} in_flight={}", plan->step, plan->seqs.size(), plan->copies.size(), executing_);
-  ++executing_;
-  worker_.async_execute(std::move(*plan), on_strand([this](error_code ec2, gpu_worker::step_result res) {
-    on_executed(ec2, std::move(res));
+  log().debug("step={} seqs={} copies={} in_flight={}", plan->step, plan->seqs.size(), plan->copies.size(), done_.size());
+  const std::uint64_t step = plan->step;
+  done_.push_back(step_done{.step = step, .error = {}, .sampled_ok = false, .sampled = {}});
+  worker_.async_execute(std::move(*plan), on_strand([this, step](error_code ec2, gpu_worker::step_result res) {
+    on_executed(step, ec2, std::move(res));
   }));
   kick();  // the next step, ahead of this one
 }
 
-void scheduler::on_executed(error_code ec, gpu_worker::step_result r) {
+scheduler::step_done& scheduler::done(std::uint64_t step) {
+  for (step_done& d : done_) {
+    if (d.step == step) return d;
+  }
+  throw std::logic_error("scheduler: an answer for a step not in flight");
+}
+
+void scheduler::on_executed(std::uint64_t step, error_code ec, gpu_worker::step_result r) {
   if (ec) {
-    log().error("step failed on the worker: {}", ec.message());
-    --executing_;
-    unbroken_ = false;
-    fail_everything(ec, true);
-    return kick();  // one more KV batch releases the failed requests' blocks
+    log().error("step={} failed on the worker: {}", step, ec.message());
+    done(step).error = ec;
+    return drain();
   }
   note_timing(r);
   // Requests that ended since the step was planned (an end-of-generation token in the step
@@ -121,30 +129,44 @@ void scheduler::on_executed(error_code ec, gpu_worker::step_result r) {
     const std::int32_t n_logprobs = core_.n_logprobs(out.seq_id);
     batch.push_back({out.seq_id, std::move(out), n_logprobs});
   }
-  sampler_.async_sample(std::move(batch), on_strand([this, ids = std::move(ids), index = std::move(index),
+  sampler_.async_sample(std::move(batch), on_strand([this, step, ids = std::move(ids), index = std::move(index),
                                                      n = r.outputs.size()](error_code ec2, std::vector<sampler::sample_outcome> o) mutable {
-    on_sampled(ec2, std::move(o), std::move(ids), std::move(index), n);
+    on_sampled(step, ec2, std::move(o), std::move(ids), std::move(index), n);
   }));
 }
 
-void scheduler::on_sampled(error_code ec, std::vector<sampler::sample_outcome> outcomes, std::vector<std::uint64_t> ids,
-                           std::vector<std::size_t> index, std::size_t n_outputs) {
-  --executing_;
+void scheduler::on_sampled(std::uint64_t step, error_code ec, std::vector<sampler::sample_outcome> outcomes,
+                           std::vector<std::uint64_t> ids, std::vector<std::size_t> index, std::size_t n_outputs) {
+  step_done& d = done(step);
   if (ec || outcomes.size() != ids.size()) {
-    log().error("sampler failed: {}", ec ? ec.message() : "wrong number of answers");
-    fail_everything(ec ? ec : make_error_code(errc::dropped), true);
-    return kick();
+    log().error("step={} sampler failed: {}", step, ec ? ec.message() : "wrong number of answers");
+    d.error = ec ? ec : make_error_code(errc::dropped);
+    return drain();
   }
-  std::vector<sched::sampled_token> sampled(n_outputs);
+  d.sampled.resize(n_outputs);
   for (std::size_t i = 0; i < outcomes.size(); ++i) {
     if (outcomes[i]) {
-      sampled[index[i]] = {outcomes[i]->token, outcomes[i]->logprob, std::move(outcomes[i]->top_logprobs)};
+      d.sampled[index[i]] = {outcomes[i]->token, outcomes[i]->logprob, std::move(outcomes[i]->top_logprobs)};
     } else if (core_.live(ids[i])) {  // the sequence's candidates were unusable: it fails alone
       log().error("req={} sampling failed: {}", ids[i], outcomes[i].error().message());
       core_.fail(ids[i], outcomes[i].error());
     }
   }
-  emit(core_.complete_step(std::span<sched::sampled_token>(sampled)));
+  d.sampled_ok = true;
+  drain();
+}
+
+void scheduler::drain() {
+  while (!done_.empty() && (done_.front().error || done_.front().sampled_ok)) {
+    step_done d = std::move(done_.front());
+    done_.pop_front();
+    if (d.error) {
+      unbroken_ = false;
+      fail_everything(d.error, true);  // one more KV batch then releases the failed requests' blocks
+    } else {
+      emit(core_.complete_step(std::span<sched::sampled_token>(d.sampled)));
+    }
+  }
   kick();
 }
 

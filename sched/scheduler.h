@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <vector>
 
@@ -81,11 +82,23 @@ class scheduler : public actors::strand_actor {
   void kick();
   void plan(bool ahead);
   void on_kv(error_code ec, kv::kv_batch_result r);
-  void on_executed(error_code ec, gpu_worker::step_result r);
+  // A step sent to the worker, until it is completed in the core. Answers for two steps in flight
+  // may come back in either order (the sampler's replies leave through a pool of threads), so
+  // they are kept here and applied in the order the steps were sent (drain).
+  struct step_done {
+    std::uint64_t step = 0;
+    error_code error;                          // the step or its sampling failed
+    bool sampled_ok = false;                   // sampled holds its answer
+    std::vector<sched::sampled_token> sampled;  // one per output, in the step's output order
+  };
+  step_done& done(std::uint64_t step);  // the entry of a step in flight (a logic_error if none)
+  void on_executed(std::uint64_t step, error_code ec, gpu_worker::step_result r);
   // outcomes[i] answers ids[i]; index[i] is its output's place in the step (whose n_outputs outputs
   // include those of requests that ended before they could be sampled).
-  void on_sampled(error_code ec, std::vector<sampler::sample_outcome> outcomes, std::vector<std::uint64_t> ids,
-                  std::vector<std::size_t> index, std::size_t n_outputs);
+  void on_sampled(std::uint64_t step, error_code ec, std::vector<sampler::sample_outcome> outcomes,
+                  std::vector<std::uint64_t> ids, std::vector<std::size_t> index, std::size_t n_outputs);
+  // Completes (or fails) the oldest steps whose answers are in, in order; then kick().
+  void drain();
   sched_stats stats() const;
   // Adds a step's device timing to device_time_; the idle gap only when the loop ran without a
   // break since the step before (a gap spent waiting for requests is not the step loop's).
@@ -110,7 +123,7 @@ class scheduler : public actors::strand_actor {
   actors::in_flight loop_;      // held while the step loop runs
   bool looping_ = false;
   bool planning_ = false;       // a KV batch is out: one plan at a time
-  std::size_t executing_ = 0;   // steps sent to the worker and not yet completed
+  std::deque<step_done> done_;  // steps sent to the worker and not yet completed, oldest first
   bool unbroken_ = false;       // a step completed and the loop has not gone idle since
   sched_stats device_time_;     // the device timing fields only
   std::atomic<bool> healthy_{true};

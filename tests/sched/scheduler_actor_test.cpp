@@ -157,6 +157,60 @@ TEST(SchedulerActor, AWorkerErrorMidRunFailsTheStepsRequestsAndMarksUnhealthy) {
   EXPECT_EQ(ks.counts.free + ks.counts.cached + ks.counts.in_use, ks.counts.total);
 }
 
+// Overlapped steps: with a step planned ahead, two are in flight, and their answers may come back
+// in either order (the worker's here; the sampler's leave through a pool of threads). The test
+// answers the newer first every time it holds two: the steps still complete in order, so the
+// tokens (each the position it takes, 40 + position) come out in order.
+TEST(SchedulerActor, AnswersOfTwoStepsInFlightInEitherOrderCompleteTheStepsInOrder) {
+  harness h(1);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::pair<gpu_worker::step_plan, asio::any_completion_handler<gpu_worker::worker::execute_signature>>> held;
+  EXPECT_CALL(h.worker, do_execute(_, _)).WillRepeatedly(Invoke([&](gpu_worker::step_plan p, auto handler) {
+    std::lock_guard lock(mu);
+    held.emplace_back(std::move(p), std::move(handler));
+    cv.notify_all();
+  }));
+  const auto answer = [](gpu_worker::step_plan& p, auto& handler) {
+    gpu_worker::step_result r;
+    r.step = p.step;
+    for (const auto& s : p.seqs) {
+      if (s.want_candidates) r.outputs.push_back(certain(s.seq_id, std::int32_t(40 + s.start_pos + std::int64_t(s.tokens.size()))));
+    }
+    std::move(handler)(error_code{}, std::move(r));
+  };
+  sched::request r = h.req(1, {1, 2, 3, 4, 5, 6}, 12);
+  r.logits.draw.on = true;  // the worker "draws": steps are planned ahead
+  ASSERT_FALSE(h.submit(std::move(r)));
+  std::future<void> done = h.all_done.get_future();
+  int reversed = 0;
+  while (done.wait_for(std::chrono::milliseconds(0)) != std::future_status::ready) {
+    std::unique_lock lock(mu);
+    cv.wait_for(lock, std::chrono::milliseconds(50), [&] { return held.size() >= 2; });
+    if (held.size() >= 2) {
+      auto newer = std::move(held[1]);
+      auto older = std::move(held[0]);
+      held.erase(held.begin(), held.begin() + 2);
+      lock.unlock();
+      answer(newer.first, newer.second);
+      answer(older.first, older.second);
+      ++reversed;
+    } else if (held.size() == 1) {
+      auto only = std::move(held.front());
+      held.pop_front();
+      lock.unlock();
+      answer(only.first, only.second);
+    }
+  }
+  std::vector<std::int32_t> tokens;
+  for (const auto& e : h.events) {
+    if (e.token >= 0) tokens.push_back(e.token);
+  }
+  EXPECT_EQ(tokens, (std::vector<std::int32_t>{46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57}));
+  EXPECT_GT(reversed, 0) << "no two steps were ever in flight: the test would not see a reordering";
+  EXPECT_TRUE(h.sched->healthy());
+}
+
 TEST(SchedulerActor, UnusableCandidatesFailTheirRequestAloneAndTheEngineStaysHealthy) {
   harness h(2);
   // Sequence 1's logits are never usable (the worker answers it with no candidates, step.h);
