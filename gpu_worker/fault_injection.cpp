@@ -101,12 +101,15 @@ void fault_injecting_worker::impl::done() {
 
 void fault_injecting_worker::impl::start(pending p) {
   const std::int64_t n = next++;
-  // The answer runs where the handler wants it (the scheduler's strand), then the next step starts.
+  // The answer runs where the handler wants it (the scheduler's strand). The next step starts
+  // first: the answer may end the caller's use of this worker (it may be destroyed as soon as the
+  // handler has run), and the next step's own answer still comes after this one, through the same
+  // executor.
   const auto answered = [this](boost::asio::any_completion_handler<execute_signature> h) {
     auto where = boost::asio::get_associated_executor(h, ex);
     return boost::asio::bind_executor(where, [this, h = std::move(h)](error_code ec, step_result r) mutable {
-      std::move(h)(ec, std::move(r));
       done();
+      std::move(h)(ec, std::move(r));
     });
   };
   if (faults.fails(n)) {

@@ -248,9 +248,14 @@ std::optional<gpu_worker::step_plan> scheduler_core::plan_step(kv::kv_batch_resu
       case planned_op::kind::release: break;
     }
   }
-  if (admission_blocked && running_.empty()) {
+  // Blocks that ended sequences still hold (their release waits for the next batch): a request
+  // that ended while this batch was out (a cancel; ahead of a step, the step in flight completing).
+  const bool ended_hold_blocks =
+      std::any_of(pending_release_.begin(), pending_release_.end(), [&](std::uint64_t id) { return !seqs_.count(id); });
+  if (admission_blocked && running_.empty() && !ahead && !ended_hold_blocks) {
     // The cache is as empty as it gets (everything else is free or evictable) and the first
-    // waiting request still does not fit: it never will.
+    // waiting request still does not fit: it never will. Only a serial plan can tell: ahead of a
+    // step, the sequences in flight may have ended since the batch went out, their blocks held.
     finish(std::get<2>(*waiting_.begin()), finish_reason::failed, -1, events_, make_error_code(errc::context_overflow));
   }
   stats_.waiting = std::int64_t(waiting_.size());

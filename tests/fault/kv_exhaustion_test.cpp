@@ -60,9 +60,9 @@ TEST(KvExhaustion, ManyRequestsOnATinyPoolAllCompleteWithTheirSoloOutputs) {
   // 12 blocks of 16 tokens; 16 requests of 3 to 7 blocks each need about seven pools at once.
   engine_config cfg = tiny_engine_config(kv_bytes_for_blocks(12));
   cfg.max_prefill_chunk = 16;
+  std::vector<job> jobs(16);  // before the engine: it must stop before they go (a failing test unwinds)
   auto eng = engine::create(cfg);
   std::mt19937 rng(17);
-  std::vector<job> jobs(16);
   for (std::size_t i = 0; i < jobs.size(); ++i) {
     jobs[i].prompt = random_prompt(20 + rng() % 41, std::uint32_t(1000 + i));
     jobs[i].max_tokens = 20 + std::int64_t(rng() % 21);
@@ -83,9 +83,9 @@ TEST(KvExhaustion, SharedPrefixesSurvivePreemptionAndEviction) {
   // cached and evicted blocks churn while sequences are preempted and recompute.
   engine_config cfg = tiny_engine_config(kv_bytes_for_blocks(10));
   cfg.max_prefill_chunk = 16;
+  std::vector<job> jobs(12);  // before the engine: it must stop before they go (a failing test unwinds)
   auto eng = engine::create(cfg);
   const std::vector<std::int32_t> prefix = random_prompt(48, 5);
-  std::vector<job> jobs(12);
   for (std::size_t i = 0; i < jobs.size(); ++i) {
     jobs[i].prompt = prefix;
     const auto tail = random_prompt(3 + i, std::uint32_t(2000 + i));
@@ -105,8 +105,8 @@ TEST(KvExhaustion, OneSequencePerPoolStillServesEveryone) {
   // Three blocks: each request (24 + 20 tokens) needs all of them, so they take turns.
   engine_config cfg = tiny_engine_config(kv_bytes_for_blocks(3));
   cfg.max_prefill_chunk = 16;
+  std::vector<job> jobs(6);  // before the engine: it must stop before they go (a failing test unwinds)
   auto eng = engine::create(cfg);
-  std::vector<job> jobs(6);
   for (std::size_t i = 0; i < jobs.size(); ++i) {
     jobs[i].prompt = random_prompt(24, std::uint32_t(3000 + i));
     jobs[i].max_tokens = 20;

@@ -458,6 +458,34 @@ TEST(SchedulerCoreAhead, ARequestCancelledBeforeAdmissionKeepsTheLoopGoingUntilI
   EXPECT_TRUE(d.plans.empty());
 }
 
+// A request that finds no room in a plan made ahead of a step is not "too large to ever fit" when
+// the running set is empty by the time the plan comes back: the step in flight may have ended the
+// last running sequence meanwhile, whose blocks are only released by the next batch. (Seen as a
+// context_overflow for a request that fits, under load.)
+TEST(SchedulerCoreAhead, NoRoomAheadWhileTheLastRunningSequenceEndsIsNotANeverFit) {
+  pipelined_driver d(small_config(), 3);  // 12 positions: one request of 6 + 4 at a time
+  ASSERT_FALSE(d.core.submit(drawable(driver::req(1, 6, 4))));
+  ASSERT_FALSE(d.core.submit(drawable(driver::req(2, 6, 4))));
+  for (int i = 0; i < 3; ++i) {  // prefill and two decode steps, one at a time: 3 tokens of 4
+    ASSERT_TRUE(d.plan(false));
+    d.complete_oldest();
+  }
+  ASSERT_EQ(d.generated[1].size(), 3u);
+  ASSERT_TRUE(d.plan(false));  // request 1's last token, in flight
+  ASSERT_TRUE(d.core.can_plan_ahead());
+  const kv::kv_batch batch = d.core.plan_kv(true);    // request 2 asks for room: none yet
+  const kv::kv_batch_result res = d.kv.apply(batch);
+  d.complete_oldest();                                // meanwhile request 1 ends by length
+  EXPECT_FALSE(d.core.plan_step(res));
+  d.record(d.core.take_events());
+  EXPECT_EQ(d.finished.count(2), 0u) << "request 2 fits once request 1's blocks are released";
+  d.run();
+  EXPECT_EQ(d.finished[1], finish_reason::length);
+  EXPECT_EQ(d.finished[2], finish_reason::length);
+  EXPECT_EQ(d.generated[2].size(), 4u);
+  EXPECT_EQ(d.kv.check(), "");
+}
+
 TEST(SchedulerCoreAhead, NoRoomAheadWaitsForASerialPlanThatMayPreempt) {
   // A pool too small for three long sequences: ahead plans cannot preempt, so the core falls back
   // to serial plans, which do; every request still gets the tokens it gets alone.
