@@ -126,7 +126,7 @@ void worker_shell::start(step_plan plan, actors::reply<step_result> reply) {
   last_valid_ = true;
   last_step_ = plan.step;
   if (queued_.empty()) oldest_since_ = t0;
-  queued_.push_back({std::move(plan), std::move(reply), t0});
+  queued_.push_back({std::move(plan), std::move(reply), t0, {}});
   if (!polling_) {
     polling_ = true;
     boost::asio::post(get_executor(), [this] { poll(); });
