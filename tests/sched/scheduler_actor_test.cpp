@@ -86,6 +86,22 @@ struct harness {
     sched->async_submit(std::move(r), {}, [&p](error_code ec) { p.set_value(ec); });
     return p.get_future().get();
   }
+  // The worker answers nothing itself: every step's plan and handler are held for the test, which
+  // completes them from its own thread, when and in what order it chooses.
+  struct held_steps {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<std::pair<gpu_worker::step_plan, asio::any_completion_handler<gpu_worker::worker::execute_signature>>> steps;
+  };
+  held_steps held;
+  void hold_steps() {
+    EXPECT_CALL(worker, do_execute(_, _)).WillRepeatedly(Invoke([this](gpu_worker::step_plan p, auto handler) {
+      std::lock_guard lock(held.mu);
+      held.steps.emplace_back(std::move(p), std::move(handler));
+      held.cv.notify_all();
+    }));
+  }
+
   sched::request req(std::uint64_t id, std::vector<std::int32_t> prompt, std::int64_t max_tokens) {
     sched::request r;
     r.id = id;
@@ -117,20 +133,12 @@ TEST(SchedulerActor, StreamsTheTokensTheWorkerAndSamplerChoose) {
 
 TEST(SchedulerActor, AWorkerErrorMidRunFailsTheStepsRequestsAndMarksUnhealthy) {
   harness h(2);
-  // The test holds every step's handler and completes it from this thread, when it chooses.
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<std::pair<gpu_worker::step_plan, asio::any_completion_handler<gpu_worker::worker::execute_signature>>> held;
-  EXPECT_CALL(h.worker, do_execute(_, _)).WillRepeatedly(Invoke([&](gpu_worker::step_plan p, auto handler) {
-    std::lock_guard lock(mu);
-    held.emplace_back(std::move(p), std::move(handler));
-    cv.notify_all();
-  }));
+  h.hold_steps();
   auto next_step = [&] {
-    std::unique_lock lock(mu);
-    cv.wait(lock, [&] { return !held.empty(); });
-    auto s = std::move(held.front());
-    held.pop_front();
+    std::unique_lock lock(h.held.mu);
+    h.held.cv.wait(lock, [&] { return !h.held.steps.empty(); });
+    auto s = std::move(h.held.steps.front());
+    h.held.steps.pop_front();
     return s;
   };
   ASSERT_FALSE(h.submit(h.req(1, {1, 2, 3}, 50)));
@@ -163,14 +171,7 @@ TEST(SchedulerActor, AWorkerErrorMidRunFailsTheStepsRequestsAndMarksUnhealthy) {
 // tokens (each the position it takes, 40 + position) come out in order.
 TEST(SchedulerActor, AnswersOfTwoStepsInFlightInEitherOrderCompleteTheStepsInOrder) {
   harness h(1);
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<std::pair<gpu_worker::step_plan, asio::any_completion_handler<gpu_worker::worker::execute_signature>>> held;
-  EXPECT_CALL(h.worker, do_execute(_, _)).WillRepeatedly(Invoke([&](gpu_worker::step_plan p, auto handler) {
-    std::lock_guard lock(mu);
-    held.emplace_back(std::move(p), std::move(handler));
-    cv.notify_all();
-  }));
+  h.hold_steps();
   const auto answer = [](gpu_worker::step_plan& p, auto& handler) {
     gpu_worker::step_result r;
     r.step = p.step;
@@ -184,9 +185,10 @@ TEST(SchedulerActor, AnswersOfTwoStepsInFlightInEitherOrderCompleteTheStepsInOrd
   ASSERT_FALSE(h.submit(std::move(r)));
   std::future<void> done = h.all_done.get_future();
   int reversed = 0;
+  auto& held = h.held.steps;
   while (done.wait_for(std::chrono::milliseconds(0)) != std::future_status::ready) {
-    std::unique_lock lock(mu);
-    cv.wait_for(lock, std::chrono::milliseconds(50), [&] { return held.size() >= 2; });
+    std::unique_lock lock(h.held.mu);
+    h.held.cv.wait_for(lock, std::chrono::milliseconds(50), [&] { return held.size() >= 2; });
     if (held.size() >= 2) {
       auto newer = std::move(held[1]);
       auto older = std::move(held[0]);
