@@ -82,7 +82,9 @@ void scheduler::on_kv(error_code ec, kv::kv_batch_result r) {
   if (ec) {
     log().error("KV manager failed: {}", ec.message());
     fail_everything(ec, false);
-    return kick();
+    // No new plan: the KV manager would refuse it too. Steps in flight still complete (drain).
+    if (done_.empty()) idle();
+    return;
   }
   std::optional<gpu_worker::step_plan> plan = core_.plan_step(std::move(r));
   // Admissions and cancellations, before the step runs. With no plan there is nothing to feed this
