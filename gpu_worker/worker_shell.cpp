@@ -73,14 +73,17 @@ void worker_shell::answer(step_result& result, const step_plan& plan, std::chron
   log().debug("step={} seqs={} ms={:.2f}", plan.step, plan.seqs.size(), result.execute_ms);
 }
 
-actors::outcome<step_result> worker_shell::run(step_plan& plan) {
+bool worker_shell::admit(step_plan& plan) {
   std::string why = feed(plan);
-  last_valid_ = false;
+  last_valid_ = false;  // until this step has run (or begun) without failing
   if (why.empty()) why = refuse(plan);
-  if (!why.empty()) {
-    log().error("step={} rejected: {}", plan.step, why);
-    return make_error_code(errc::invalid_argument);
-  }
+  if (why.empty()) return true;
+  log().error("step={} rejected: {}", plan.step, why);
+  return false;
+}
+
+actors::outcome<step_result> worker_shell::run(step_plan& plan) {
+  if (!admit(plan)) return make_error_code(errc::invalid_argument);
   const auto t0 = std::chrono::steady_clock::now();
   step_result result;
   result.step = plan.step;
@@ -109,13 +112,7 @@ void worker_shell::start(step_plan plan, actors::reply<step_result> reply) {
     if (queued_.empty()) return reply.fail(ec);
     queued_.push_back({std::move(plan), std::move(reply), t0, ec});
   };
-  std::string why = feed(plan);
-  last_valid_ = false;
-  if (why.empty()) why = refuse(plan);
-  if (!why.empty()) {
-    log().error("step={} rejected: {}", plan.step, why);
-    return fail(make_error_code(errc::invalid_argument));
-  }
+  if (!admit(plan)) return fail(make_error_code(errc::invalid_argument));
   while (queued_.size() >= 2) collect_oldest().send();  // the step being started holds the shell open
   try {
     dev_->begin(plan);

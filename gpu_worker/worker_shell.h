@@ -73,6 +73,8 @@ class worker_shell : public actors::strand_actor {
     error_code error;                          // set: refused or failed to begin, answered with it in turn
   };
 
+  // Feeds `plan` (feed()) and checks it (refuse()); false, logged, when the worker refuses it.
+  bool admit(step_plan& plan);
   actors::outcome<step_result> run(step_plan& plan);
   // "" or why the worker refuses `plan` (check_plan, the device's context limit).
   std::string refuse(const step_plan& plan) const;

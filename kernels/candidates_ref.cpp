@@ -77,16 +77,12 @@ double tail_uniform(std::uint64_t seed, std::int64_t position) noexcept {
 
 std::int32_t draw_token(const seq_output& out, const logit_params& p) {
   if (!p.draw.on || out.top.empty()) return -1;
-  const std::size_t k = out.top.size();
-  std::vector<double> prob(k);
-  for (std::size_t i = 0; i < k; ++i) prob[i] = std::exp(double(out.top[i].logit) - double(out.log_normalizer));
-  const double tail = out.tail.token >= 0 ? double(out.tail_mass) : 0.0;
   const draw_cut cut{.greedy = gpu_worker::is_greedy(p.temperature),
                      .top_k = p.draw.top_k,
                      .top_p = p.draw.top_p,
                      .min_p = p.draw.min_p};
-  const std::int32_t i = draw_pick(prob.data(), std::int32_t(k), tail, cut, draw_uniform(p.seed, out.position));
-  return std::size_t(i) < k ? out.top[std::size_t(i)].token : out.tail.token;
+  const std::size_t i = draw_index(out, cut, draw_uniform(p.seed, out.position));
+  return i < out.top.size() ? out.top[i].token : out.tail.token;
 }
 
 std::string unusable_logits(std::span<const float> logits) {

@@ -92,3 +92,25 @@ ANVIL_DRAW_HD inline std::int32_t draw_pick(const double* prob, std::int32_t k, 
 }
 
 }  // namespace anvil::kernels
+
+#if !defined(__CUDACC__) && !defined(__HIPCC__)
+#include <cmath>
+#include <vector>
+
+#include "messages/step.h"
+
+namespace anvil::kernels {
+
+// The draw from a step's summary of one distribution, on the host: the worker's CPU twin
+// (candidates_ref's seq_output::drawn) and the sampler (sampler_core::choose) both call it. The
+// index of the drawn candidate in out.top, or out.top.size() for the tail token; out.top non-empty.
+inline std::size_t draw_index(const gpu_worker::seq_output& out, const draw_cut& c, double u) {
+  const std::size_t k = out.top.size();
+  std::vector<double> prob(k);
+  for (std::size_t i = 0; i < k; ++i) prob[i] = std::exp(double(out.top[i].logit) - double(out.log_normalizer));
+  const double tail = out.tail.token >= 0 ? double(out.tail_mass) : 0.0;
+  return std::size_t(draw_pick(prob.data(), std::int32_t(k), tail, c, u));
+}
+
+}  // namespace anvil::kernels
+#endif

@@ -69,13 +69,8 @@ void check_choose(const seq_output& out, std::int32_t n_logprobs) {
 
 choice choose(const seq_output& out, const sampling_params& p, double u, std::int32_t n_logprobs) {
   check_choose(out, n_logprobs);
-  const std::size_t k = out.top.size();
-  std::vector<double> prob(k);
-  for (std::size_t i = 0; i < k; ++i) prob[i] = std::exp(double(out.top[i].logit) - double(out.log_normalizer));
-  const double tail = out.tail.token >= 0 ? double(out.tail_mass) : 0.0;
   const kernels::draw_cut cut{.greedy = gpu_worker::is_greedy(p.temperature), .top_k = p.top_k, .top_p = p.top_p, .min_p = p.min_p};
-  const std::int32_t i = kernels::draw_pick(prob.data(), std::int32_t(k), tail, cut, u);
-  return report(out, std::size_t(i) < k ? std::size_t(i) : out.top.size(), n_logprobs);
+  return report(out, kernels::draw_index(out, cut, u), n_logprobs);
 }
 
 choice choose(const seq_output& out, const sampling_params& p, std::mt19937_64& rng, std::int32_t n_logprobs) {

@@ -200,9 +200,8 @@ std::optional<gpu_worker::step_plan> scheduler_core::plan_step(kv::kv_batch_resu
   plan.seqs.reserve(planned_.size());
   std::vector<scheduled> step;
   const auto add = [&](const seq_state& s, const planned_op& p, kv::kv_op_result& r, std::int64_t start) {
-    const bool samples = p.feed_from >= 0 || p.n_tokens == std::int64_t(s.tokens.size());
-    step.push_back({p.id, p.n_tokens - start, samples});
     plan.seqs.push_back(make_step(s, start, p.n_tokens - start, std::move(r.block_table), p.feed_from));
+    step.push_back({p.id, p.n_tokens - start, plan.seqs.back().want_candidates});  // it samples if it asks
     plan.copies.insert(plan.copies.end(), r.copies.begin(), r.copies.end());
   };
   bool admission_blocked = false;  // FCFS: once one admission fails, later ones wait too
