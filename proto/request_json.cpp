@@ -1,6 +1,8 @@
 #include "proto/request_json.h"
 
+#include <algorithm>
 #include <charconv>
+#include <iterator>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -166,6 +168,27 @@ bool read_logit_bias(reader& r, const json::value& v, sampler::sampling_params& 
   return true;
 }
 
+// The fields each dialect reads (or accepts as metadata: `model`, `user`). Anything else is
+// refused by name, so a client never believes a feature is on that anvil does not have.
+bool known_field(std::string_view key, dialect d) {
+  static constexpr std::string_view shared[] = {
+      "max_tokens",        "stream",           "temperature",       "top_k",      "top_p",
+      "min_p",             "repetition_penalty", "presence_penalty", "frequency_penalty", "seed",
+      "ignore_eos",        "priority",         "logprobs",          "stop",       "logit_bias"};
+  static constexpr std::string_view line_only[] = {"id", "prompt", "messages"};
+  static constexpr std::string_view http_shared[] = {"model", "user", "n", "stream_options"};
+  static constexpr std::string_view completions_only[] = {"prompt", "echo"};
+  static constexpr std::string_view chat_only[] = {"messages", "max_completion_tokens", "top_logprobs"};
+  const auto in = [&](const auto& list) { return std::find(std::begin(list), std::end(list), key) != std::end(list); };
+  if (in(shared)) return true;
+  switch (d) {
+    case dialect::line: return in(line_only);
+    case dialect::completions: return in(http_shared) || in(completions_only);
+    case dialect::chat: return in(http_shared) || in(chat_only);
+  }
+  return false;
+}
+
 }  // namespace
 
 std::string read_request(const json::object& o, dialect d, parsed_request& out) {
@@ -184,6 +207,11 @@ std::string read_request(const json::object& o, dialect d, parsed_request& out) 
     messages = nullptr;
   } else if (!prompt == !messages) {
     return "give exactly one of `prompt` or `messages`";
+  }
+  for (const auto& kv : o) {
+    if (!kv.value().is_null() && !known_field(kv.key(), d)) {
+      return "`" + valid_utf8(kv.key().substr(0, 64)) + "` is not supported by this server";
+    }
   }
   if (prompt && !read_prompt(r, *prompt, req)) return r.why;
   if (messages && !read_messages(r, *messages, req.messages)) return r.why;

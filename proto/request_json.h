@@ -1,7 +1,8 @@
 // Requests as JSON → generate_request: the fields the TCP line protocol and the OpenAI-compatible
 // HTTP API share (PROTOCOL.md lists them), checked for type here; ranges are the engine's to check
-// (engine::explain names the parameter). Unknown fields are ignored; a known field of the wrong
-// type is an error.
+// (engine::explain names the parameter). A field the dialect does not know is refused by name
+// (a client must never believe a feature is on that anvil lacks); a known field of the wrong type
+// is an error; a null field counts as absent.
 #pragma once
 
 #include <cstdint>

@@ -26,7 +26,7 @@ TEST(RequestJson, ReadsEveryLineProtocolField) {
   ASSERT_EQ(read(R"({"id":1,"prompt":"Hi","max_tokens":7,"stream":false,"temperature":0.5,"top_k":40,"top_p":0.9,
                   "min_p":0.05,"repetition_penalty":1.1,"presence_penalty":0.5,"frequency_penalty":-0.5,"seed":42,
                   "logprobs":3,"logit_bias":{"17":-100,"3":2.5},"stop":["\n","END"],"ignore_eos":true,"priority":-2,
-                  "unknown_field":[1,2]})",
+                  "unused":null})",
                  p),
             "");
   const generate_request& r = p.req;
@@ -104,6 +104,25 @@ TEST(RequestJson, WrongTypesAreNamed) {
             "give exactly one of `prompt` or `messages`");
   EXPECT_EQ(why(R"({"id":1,"prompt":"x","stop":["a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"]})"),
             "`stop` holds at most 16 strings");
+}
+
+// A field the dialect does not read is refused by name, never silently ignored: a client sending
+// `tools` or `response_format` must not believe they took effect.
+TEST(RequestJson, UnknownFieldsAreRefusedByName) {
+  EXPECT_EQ(why(R"({"id":1,"prompt":"x","unknown_field":[1,2]})"), "`unknown_field` is not supported by this server");
+  EXPECT_EQ(why(R"({"id":1,"prompt":"x","model":"m"})"), "`model` is not supported by this server");
+  EXPECT_EQ(why(R"({"prompt":"x","suffix":"y"})", dialect::completions), "`suffix` is not supported by this server");
+  EXPECT_EQ(why(R"({"prompt":"x","top_logprobs":2})", dialect::completions),
+            "`top_logprobs` is not supported by this server");
+  EXPECT_EQ(why(R"({"messages":[{"role":"user","content":"x"}],"echo":true})", dialect::chat),
+            "`echo` is not supported by this server");
+  EXPECT_EQ(why(R"({"messages":[{"role":"user","content":"x"}],"prompt":"y"})", dialect::chat),
+            "`prompt` is not supported by this server");
+  // Metadata every OpenAI client may send is accepted; a null field counts as absent.
+  EXPECT_EQ(why(R"({"model":"m","user":"u","prompt":"x","suffix":null})", dialect::completions), "");
+  parsed_request p;
+  EXPECT_EQ(read(R"({"model":"m","prompt":"x","best_of":2})", p, dialect::completions),
+            "`best_of` is not supported by this server");
 }
 
 TEST(RequestJson, NullMeansAbsent) {
