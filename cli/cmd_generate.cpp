@@ -12,6 +12,7 @@
 
 #include "engine/engine.h"
 #include "cli/backend_args.h"
+#include "cli/chat_template_arg.h"
 #include "cli/commands.h"
 #include "cli/model_arg.h"
 #include "model/arch/cpu_forward.h"
@@ -24,6 +25,7 @@ struct generate_args {
   std::string prompt;
   std::string system;
   bool chat = false;
+  std::string chat_template;  // --chat-template FILE
   int n_predict = 128;
   int ctx = 0;  // 0: the model's, at most 4096
   bool ignore_eos = false;
@@ -45,6 +47,7 @@ int run_generate(const generate_args& a) {
   const std::int64_t ctx = a.ctx > 0 ? a.ctx : std::min<std::int64_t>(hp.n_ctx_train, 4096);
   engine_config cfg;
   cfg.model_path = model_path;
+  cfg.chat_template = read_chat_template_file(a.chat_template);
   cfg.max_model_len = ctx;
   cfg.max_seqs = 1;
   apply_backend_args(a.engine, cfg);
@@ -124,6 +127,7 @@ void add_generate_command(CLI::App& app, int& exit_code) {
   cmd->add_option("-n,--n-predict", a->n_predict, "tokens to generate at most")->capture_default_str();
   cmd->add_flag("--chat", a->chat, "wrap the prompt in the model's chat template");
   cmd->add_option("--system", a->system, "system message (with --chat)");
+  add_chat_template_option(cmd, a->chat_template);
   cmd->add_option("--ctx", a->ctx, "context length (default: the model's, at most 4096)");
   cmd->add_flag("--ignore-eos", a->ignore_eos, "keep generating past end-of-generation tokens");
   cmd->add_option("--temp", a->sampling.temperature, "temperature; 0 is greedy")->capture_default_str();

@@ -29,6 +29,7 @@
 #include "engine/engine.h"
 #include "actors/log.h"
 #include "cli/backend_args.h"
+#include "cli/chat_template_arg.h"
 #include "cli/commands.h"
 #include "cli/model_arg.h"
 #include "cli/progress.h"
@@ -43,6 +44,7 @@ namespace asio = boost::asio;
 
 struct serve_args {
   std::string model;
+  std::string chat_template;   // --chat-template FILE
   std::string host = "127.0.0.1";
   int port = 8080;             // HTTP; 0 picks a free port
   int line_port = 8081;        // TCP line protocol; 0 picks a free port, -1 turns it off
@@ -95,6 +97,7 @@ engine_config engine_config_for(const serve_args& a) {
   const model::hparams hp = model::read_hparams(model::gguf_file::open(a.model));
   engine_config cfg;
   cfg.model_path = a.model;
+  cfg.chat_template = read_chat_template_file(a.chat_template);
   cfg.max_model_len = a.ctx > 0 ? a.ctx : std::min<std::int64_t>(hp.n_ctx_train, 4096);
   cfg.max_seqs = a.max_seqs;
   cfg.max_batch_tokens = a.max_batch_tokens;
@@ -255,6 +258,7 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--port", a->port, "HTTP port (0: any free port)")->capture_default_str();
   cmd->add_option("--line-port", a->line_port, "TCP line protocol port (0: any free port, -1: off)")->capture_default_str();
   cmd->add_option("--ctx", a->ctx, "context length: prompt + output tokens (default: the model's, at most 4096)");
+  add_chat_template_option(cmd, a->chat_template);
   cmd->add_option("--max-seqs", a->max_seqs, "sequences per step (default: 256 on the GPU, 64 on the CPU)")
       ->check(CLI::Range(1, 4096));
   cmd->add_option("--max-batch-tokens", a->max_batch_tokens, "tokens per step")->capture_default_str()->check(CLI::Range(1, 1 << 20));

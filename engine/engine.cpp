@@ -64,6 +64,8 @@ struct engine::impl {
   model::llm model;
   model::tokenizer tok;
   std::optional<model::chat_template> chat;
+  std::string chat_unusable;  // why chat requests are refused when `chat` is empty
+  model::chat_syntax syntax;  // the template's reasoning and tool-call syntax
   std::int64_t max_model_len = 0;
   actors::executor_pool pool;
   worker_backend backend = worker_backend::cpu;
@@ -114,9 +116,21 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
   const std::chrono::microseconds idle_spin(cfg.idle_spin_us >= 0 ? cfg.idle_spin_us
                                             : backend == worker_backend::gpu && !cfg.overlap_steps ? 5000 : 0);
   auto p = std::make_unique<impl>(cfg, model::load_llm(model::gguf_file::open(cfg.model_path)), backend, idle_spin);
-  const std::string tmpl = model::chat_template_from_gguf(p->model.file);
   const auto piece = [&](std::int32_t id) { return id >= 0 ? p->tok.token_piece(id) : std::string(); };
-  if (!tmpl.empty() && model::detect_chat_family(tmpl)) p->chat.emplace(tmpl, piece(p->tok.bos()), piece(p->tok.eos()));
+  const std::string tmpl = cfg.chat_template.empty() ? model::chat_template_from_gguf(p->model.file) : cfg.chat_template;
+  if (!cfg.chat_template.empty()) {  // the operator's own template: an error in it stops start-up
+    p->chat.emplace(cfg.chat_template, piece(p->tok.bos()), piece(p->tok.eos()));
+  } else if (tmpl.empty()) {
+    p->chat_unusable = "the model has no chat template (give one with --chat-template FILE)";
+  } else {
+    try {  // the model file's: completions still work when it cannot be parsed
+      p->chat.emplace(tmpl, piece(p->tok.bos()), piece(p->tok.eos()));
+    } catch (const model::model_error& e) {
+      p->chat_unusable = std::string("the model's chat template cannot be used (give one with --chat-template FILE): ") + e.what();
+      p->log->warn("{}", p->chat_unusable);
+    }
+  }
+  if (p->chat) p->syntax = model::detect_chat_syntax(tmpl);
   p->name = std::string(p->model.file.get_string("general.name").value_or(""));
   if (p->name.empty()) p->name = std::filesystem::path(cfg.model_path).filename().string();
   p->max_model_len = cfg.max_model_len > 0 ? cfg.max_model_len : std::min<std::int64_t>(p->model.hp.n_ctx_train, 4096);
@@ -200,6 +214,7 @@ engine::~engine() {
 const model::tokenizer& engine::tokenizer() const { return impl_->tok; }
 std::int64_t engine::max_model_len() const { return impl_->max_model_len; }
 const model::chat_template* engine::chat_template() const { return impl_->chat ? &*impl_->chat : nullptr; }
+const model::chat_syntax& engine::chat_syntax() const { return impl_->syntax; }
 
 error_code engine::impl::check(const generate_request& r, std::string& why) const {
   if (auto bad = sampler::validate(r.sampling, model.hp.n_vocab)) {
@@ -209,7 +224,12 @@ error_code engine::impl::check(const generate_request& r, std::string& why) cons
   } else if (!r.prompt.empty() + !r.messages.empty() + !r.prompt_tokens.empty() != 1) {
     why = "give exactly one of prompt, messages or prompt_tokens";
   } else if (!r.messages.empty() && !chat) {
-    why = "the model has no chat template anvil recognises";
+    why = chat_unusable;
+  } else if (r.messages.empty() && (!r.tools_json.empty() || !r.chat_template_kwargs_json.empty())) {
+    why = "tools and chat_template_kwargs go with messages";
+  } else if (!r.tools_json.empty() && syntax.tools == model::tool_call_syntax::none) {
+    why = "`tools`: this model's chat template has no tool-call syntax anvil parses (Hermes/Qwen <tool_call> or "
+          "Llama 3 JSON), so its calls could not be returned as tool_calls";
   } else {
     return {};
   }
@@ -246,9 +266,13 @@ boost::system::result<std::vector<std::int32_t>, error_code> engine::impl::promp
     return r.prompt_tokens;
   }
   if (!r.messages.empty()) {
-    if (!chat) return refuse("the model has no chat template anvil recognises");
+    if (!chat) return refuse(chat_unusable);
     try {
-      return tok.encode(chat->render(r.messages, true), false, true);
+      return tok.encode(chat->render(model::chat_inputs{.messages = r.messages,
+                                                        .add_generation_prompt = true,
+                                                        .tools_json = r.tools_json,
+                                                        .template_kwargs_json = r.chat_template_kwargs_json}),
+                        false, true);
     } catch (const model::model_error& e) {
       return refuse(std::string("`messages` cannot be rendered: ") + e.what());
     }

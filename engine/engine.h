@@ -32,6 +32,7 @@
 #include "actors/strand_actor.h"
 #include "gpu_worker/fault_injection.h"
 #include "messages/kv_messages.h"
+#include "model/chat/chat_output.h"
 #include "model/chat/chat_template.h"
 #include "sampler/sampler_core.h"
 #include "sampler/sampling.h"
@@ -50,6 +51,7 @@ std::int64_t default_max_seqs(worker_backend b);
 
 struct engine_config {
   std::string model_path;
+  std::string chat_template;                 // Jinja source overriding the GGUF's (--chat-template FILE); "" = the GGUF's
   worker_backend backend = worker_backend::cpu;
   std::int64_t block_size = 16;              // tokens per KV block
   kernels::kv_dtype kv_cache_dtype = kernels::kv_dtype::f16;  // the KV cache's elements: f16 (exact), int8 or fp8
@@ -94,6 +96,10 @@ struct engine_config {
 struct generate_request {
   std::string prompt;                              // raw text (special tokens are recognised), or
   std::vector<model::chat_message> messages;       // a conversation for the model's chat template, or
+  std::string tools_json;                          // with messages: the tool definitions (JSON array) the
+                                                   // template is given as `tools`; "" = none
+  std::string chat_template_kwargs_json;           // with messages: extra template variables (JSON object,
+                                                   // e.g. {"enable_thinking": false}); "" = none
   std::vector<std::int32_t> prompt_tokens;         // token ids as they are
   std::int64_t max_tokens = 16;                    // >= 1; cut to what the context leaves
   sampler::sampling_params sampling;               // temperature, top_k/p, min_p, penalties, seed, logprobs, logit_bias
@@ -199,9 +205,11 @@ class engine : public std::enable_shared_from_this<engine> {
   boost::asio::any_io_executor get_executor() const;  // the engine's own pool
   const model::tokenizer& tokenizer() const;
   std::int64_t max_model_len() const;
-  // The model's chat template (what `messages` are rendered with); nullptr when it has none anvil
-  // recognises. Lets a server show the tokens a conversation becomes (HTTP /tokenize).
+  // The model's chat template (what `messages` are rendered with); nullptr when it has none that
+  // parses. Lets a server show the tokens a conversation becomes (HTTP /tokenize).
   const model::chat_template* chat_template() const;
+  // How the template writes reasoning and tool calls (what a server parses the output with).
+  const model::chat_syntax& chat_syntax() const;
 
  private:
   struct impl;

@@ -36,6 +36,15 @@ bool has_key(const json::object& o, std::string_view key) {
 
 const char* sse_done = "data: [DONE]\n\n";
 
+// One OpenAI tool call, with an id of its own; streamed deltas carry the call's index.
+json::object tool_call_json(const model::parsed_tool_call& call, std::size_t i, bool with_index) {
+  json::object o{{"id", new_response_id("call")},
+                 {"type", "function"},
+                 {"function", json::object{{"name", valid_utf8(call.name)}, {"arguments", valid_utf8(call.arguments)}}}};
+  if (with_index) o["index"] = i;
+  return o;
+}
+
 }  // namespace
 
 http_session::http_session(http_session_hooks hooks, std::string api_key)
@@ -157,9 +166,11 @@ void http_session::tokenize(const http_request& r, const engine& eng) {
     parsed_request p;
     if (std::string why = read_request(o, dialect::chat, p); !why.empty()) return respond_error(400, why, "invalid_request");
     const model::chat_template* tmpl = eng.chat_template();
-    if (!tmpl) return respond_error(400, "the model has no chat template anvil recognises", "invalid_request");
+    if (!tmpl) return respond_error(400, "the model has no usable chat template", "invalid_request");
     try {
-      text = tmpl->render(p.req.messages, true);
+      text = tmpl->render(model::chat_inputs{.messages = p.req.messages,
+                                             .tools_json = p.req.tools_json,
+                                             .template_kwargs_json = p.req.chat_template_kwargs_json});
     } catch (const model::model_error& e) {
       return respond_error(400, e.what(), "invalid_request");
     }
@@ -215,6 +226,21 @@ void http_session::completions(const http_request& r, const std::shared_ptr<engi
     return refuse(why, too_long ? "context_overflow" : "invalid_request");
   }
 
+  // Chat output is split into reasoning, content and tool calls where the template has the syntax.
+  const model::chat_syntax syntax = eng->chat_syntax();
+  const bool split_output = chat && (p.parse_tool_calls || syntax.think_tags);
+  bool opens_thinking = false;
+  if (split_output && syntax.think_tags) {
+    try {
+      opens_thinking = model::prompt_opens_thinking(eng->chat_template()->render(
+          model::chat_inputs{.messages = p.req.messages,
+                             .tools_json = p.req.tools_json,
+                             .template_kwargs_json = p.req.chat_template_kwargs_json}));
+    } catch (const model::model_error& e) {
+      return refuse(std::string("`messages` cannot be rendered: ") + e.what(), "invalid_request");
+    }
+  }
+
   exchange& ex = ex_.emplace(exchange{});  // not emplace(): clang 14 rejects it for a nested struct with initialisers
   ex.serial = ++serial_;
   ex.eng = eng;
@@ -227,7 +253,11 @@ void http_session::completions(const http_request& r, const std::shared_ptr<engi
   if (!chat && p.echo) ex.echo = p.req.prompt.empty() ? eng->tokenizer().decode(p.req.prompt_tokens) : p.req.prompt;
   ex.choices.resize(std::size_t(p.n));
   ex.remaining = ex.choices.size();
-  for (choice& c : ex.choices) c.text_offset = ex.echo.size();
+  ex.parallel_tool_calls = p.parallel_tool_calls;
+  for (choice& c : ex.choices) {
+    c.text_offset = ex.echo.size();
+    if (split_output) c.parser.emplace(syntax, p.parse_tool_calls, opens_thinking);
+  }
 
   const std::uint64_t seed = p.req.sampling.seed, serial = ex.serial;
   for (std::size_t i = 0; i < ex.choices.size(); ++i) {
@@ -300,7 +330,7 @@ void http_session::on_event(std::uint64_t serial, std::size_t index, const strea
   }
   if (ex.stream) {
     if (!ex.started) start_stream();
-    if (!e.text.empty() || (ex.want_logprobs && !e.tokens.empty())) stream_output(index, e);
+    if (!e.text.empty() || (ex.want_logprobs && !e.tokens.empty()) || (e.done && c.parser)) stream_output(index, e);
   } else {
     c.text += e.text;
     if (ex.want_logprobs) {
@@ -348,13 +378,30 @@ void http_session::on_event(std::uint64_t serial, std::size_t index, const strea
                          : json::value(completion_logprobs(tok, lp, ch.text_offset));
     }
     json::object out{{"index", i}};
-    if (ex.chat) {
+    std::string finish_reason = ch.finish_reason;
+    if (ch.parser) {
+      model::chat_output_parser::piece piece = ch.parser->push(ch.text);
+      const model::chat_output_parser::piece rest = ch.parser->finish();
+      piece.reasoning += rest.reasoning;
+      piece.content += rest.content;
+      const std::vector<model::parsed_tool_call> calls = calls_of(ch);
+      json::object message{{"role", "assistant"}};
+      message["content"] = calls.empty() || !piece.content.empty() ? json::value(valid_utf8(piece.content)) : json::value(nullptr);
+      if (!piece.reasoning.empty()) message["reasoning_content"] = valid_utf8(piece.reasoning);
+      if (!calls.empty()) {
+        json::array tool_calls;
+        for (std::size_t k = 0; k < calls.size(); ++k) tool_calls.push_back(tool_call_json(calls[k], k, false));
+        message["tool_calls"] = std::move(tool_calls);
+        if (finish_reason == "stop") finish_reason = "tool_calls";
+      }
+      out["message"] = std::move(message);
+    } else if (ex.chat) {
       out["message"] = json::object{{"role", "assistant"}, {"content", valid_utf8(ch.text)}};
     } else {
       out["text"] = valid_utf8(ex.echo + ch.text);
     }
     out["logprobs"] = std::move(logprobs);
-    out["finish_reason"] = ch.finish_reason;
+    out["finish_reason"] = finish_reason;
     choices.push_back(std::move(out));
   }
   json::object body{{"id", ex.id},
@@ -392,8 +439,21 @@ void http_session::start_stream() {
 
 void http_session::stream_output(std::size_t index, const stream_event& e) {
   exchange& ex = *ex_;
+  choice& c = ex.choices[index];
   json::object ch{{"index", index}};
-  if (ex.chat) {
+  if (c.parser) {
+    model::chat_output_parser::piece piece = c.parser->push(e.text);
+    if (e.done) {
+      const model::chat_output_parser::piece rest = c.parser->finish();
+      piece.reasoning += rest.reasoning;
+      piece.content += rest.content;
+    }
+    json::object delta;
+    if (!piece.reasoning.empty()) delta["reasoning_content"] = valid_utf8(piece.reasoning);
+    if (!piece.content.empty()) delta["content"] = valid_utf8(piece.content);
+    if (delta.empty() && !(ex.want_logprobs && !e.tokens.empty())) return;  // held back: it may open a marker
+    ch["delta"] = std::move(delta);
+  } else if (ex.chat) {
     ch["delta"] = json::object{{"content", valid_utf8(e.text)}};
   } else {
     ch["text"] = valid_utf8(e.text);
@@ -411,7 +471,27 @@ void http_session::stream_output(std::size_t index, const stream_event& e) {
   send_chunk(chunk);
 }
 
+void http_session::stream_delta(std::size_t index, json::object delta) {
+  json::object chunk = chunk_base();
+  chunk["choices"] = json::array{json::object{{"index", index}, {"delta", std::move(delta)}, {"logprobs", nullptr},
+                                              {"finish_reason", nullptr}}};
+  send_chunk(chunk);
+}
+
+// The tool calls a choice's output held (the first only without parallel_tool_calls), each
+// with an id of its own.
+std::vector<model::parsed_tool_call> http_session::calls_of(const choice& c) const {
+  if (!c.parser) return {};
+  std::vector<model::parsed_tool_call> calls = c.parser->tool_calls();
+  if (!ex_->parallel_tool_calls && calls.size() > 1) calls.resize(1);
+  return calls;
+}
+
 void http_session::stream_finish(std::size_t index, const stream_event& e) {
+  const std::vector<model::parsed_tool_call> calls = calls_of(ex_->choices[index]);
+  for (std::size_t i = 0; i < calls.size(); ++i) {  // each call whole, in one delta
+    stream_delta(index, json::object{{"tool_calls", json::array{tool_call_json(calls[i], i, true)}}});
+  }
   json::object ch{{"index", index}};
   if (ex_->chat) {
     ch["delta"] = json::object{};
@@ -419,7 +499,7 @@ void http_session::stream_finish(std::size_t index, const stream_event& e) {
     ch["text"] = "";
   }
   ch["logprobs"] = nullptr;
-  ch["finish_reason"] = e.finish_reason;
+  ch["finish_reason"] = !calls.empty() && e.finish_reason == "stop" ? "tool_calls" : e.finish_reason;
   json::object chunk = chunk_base();
   chunk["choices"] = json::array{std::move(ch)};
   send_chunk(chunk);

@@ -68,6 +68,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
     std::vector<std::vector<sampler::token_logprob>> top;
     std::string finish_reason;
     std::size_t text_offset = 0;                               // completions logprobs: bytes so far
+    std::optional<model::chat_output_parser> parser;           // chat with tools or a thinking template
   };
   // The request in flight: one completion or chat request, n choices.
   struct exchange {
@@ -85,6 +86,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
     std::int64_t prompt_tokens = 0;
     std::int64_t completion_tokens = 0;
     bool started = false;            // streaming: the 200 and the first chunks are out
+    bool parallel_tool_calls = true; // false: only a choice's first tool call is returned
   };
 
   void route(const http_request& r, const std::shared_ptr<engine>& eng);
@@ -98,6 +100,8 @@ class http_session : public std::enable_shared_from_this<http_session> {
   void start_stream();
   void stream_output(std::size_t index, const stream_event& e);
   void stream_finish(std::size_t index, const stream_event& e);
+  void stream_delta(std::size_t index, boost::json::object delta);
+  std::vector<model::parsed_tool_call> calls_of(const choice& c) const;
   void fail(unsigned status, std::string_view message, std::string_view code);  // ends the exchange
   void respond_json(const boost::json::object& o, unsigned status = 200);
   void respond_error(unsigned status, std::string_view message, std::string_view code, std::string allow = {});

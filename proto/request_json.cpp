@@ -87,32 +87,114 @@ struct reader {
   }
 };
 
+// One tool call of an assistant message, as clients send it back: {id, type, function: {name,
+// arguments}}. `arguments` arrives as a JSON string (OpenAI) and is handed to the template as the
+// object it holds (transformers' templates expect one); a string that is not JSON stays a string.
+bool read_tool_call(reader& r, const json::value& v, json::array& out) {
+  const json::object* o = v.if_object();
+  const json::value* fn = o ? o->if_contains("function") : nullptr;
+  const json::object* fo = fn ? fn->if_object() : nullptr;
+  const json::value* name = fo ? fo->if_contains("name") : nullptr;
+  if (!name || !name->is_string()) return r.fail("messages", "tool_calls entries need {\"function\": {\"name\": string, \"arguments\": ...}}");
+  json::object call = *o;
+  json::object f = *fo;
+  if (const json::value* args = fo->if_contains("arguments"); args && args->is_string()) {
+    json::error_code ec;
+    json::value parsed = json::parse(args->get_string(), ec);
+    if (!ec && parsed.is_object()) f["arguments"] = std::move(parsed);
+  }
+  call["function"] = std::move(f);
+  out.push_back(std::move(call));
+  return true;
+}
+
 bool read_messages(reader& r, const json::value& v, std::vector<model::chat_message>& out) {
   if (!v.is_array() || v.get_array().empty()) return r.fail("messages", "must be a non-empty array of {role, content}");
   for (const json::value& m : v.get_array()) {
     const json::object* mo = m.if_object();
     const json::value* role = mo ? mo->if_contains("role") : nullptr;
-    const json::value* content = mo ? mo->if_contains("content") : nullptr;
     if (!role || !role->is_string()) return r.fail("messages", "entries need a string `role`");
-    model::chat_message cm{std::string(role->get_string()), {}};
-    if (content && content->is_string()) {
-      cm.content = std::string(content->get_string());
-    } else if (content && content->is_array()) {  // OpenAI content parts: only text parts
-      for (const json::value& part : content->get_array()) {
-        const json::object* po = part.if_object();
-        const json::value* type = po ? po->if_contains("type") : nullptr;
-        const json::value* text = po ? po->if_contains("text") : nullptr;
-        if (!type || *type != "text" || !text || !text->is_string()) {
-          return r.fail("messages", "content parts must be {\"type\": \"text\", \"text\": string}");
+    model::chat_message cm{.role = std::string(role->get_string()), .content = {}};
+    for (const auto& kv : *mo) {
+      const std::string_view key = kv.key();
+      const json::value& f = kv.value();
+      if (key == "role") continue;
+      if (key == "content") {
+        if (f.is_string()) {
+          cm.content = std::string(f.get_string());
+        } else if (f.is_array()) {  // OpenAI content parts: only text parts
+          for (const json::value& part : f.get_array()) {
+            const json::object* po = part.if_object();
+            const json::value* type = po ? po->if_contains("type") : nullptr;
+            const json::value* text = po ? po->if_contains("text") : nullptr;
+            if (!type || *type != "text" || !text || !text->is_string()) {
+              return r.fail("messages", "content parts must be {\"type\": \"text\", \"text\": string}");
+            }
+            cm.content += text->get_string();
+          }
+        } else if (!f.is_null()) {
+          return r.fail("messages", "entries need a string `content`");
         }
-        cm.content += text->get_string();
+        continue;
       }
-    } else if (!content || !content->is_null()) {
-      return r.fail("messages", "entries need a string `content`");
+      if (f.is_null() || (f.is_array() && f.get_array().empty())) continue;  // what SDKs send back unset
+      if (key == "tool_calls") {
+        if (!f.is_array()) return r.fail("messages", "`tool_calls` must be an array");
+        json::array calls;
+        for (const json::value& c : f.get_array()) {
+          if (!read_tool_call(r, c, calls)) return false;
+        }
+        cm.tool_calls_json = json::serialize(calls);
+      } else if (key == "tool_call_id" || key == "name" || key == "reasoning_content") {
+        if (!f.is_string()) return r.fail("messages", "`" + std::string(key) + "` must be a string");
+        (key == "tool_call_id" ? cm.tool_call_id : key == "name" ? cm.name : cm.reasoning_content) = std::string(f.get_string());
+      } else {
+        return r.fail("messages", "entries with `" + valid_utf8(key.substr(0, 64)) + "` are not supported by this server");
+      }
     }
+    const json::value* content = mo->if_contains("content");
+    cm.content_is_null = !content || content->is_null();
+    if (cm.content_is_null && cm.tool_calls_json.empty()) return r.fail("messages", "entries need a string `content`");
     out.push_back(std::move(cm));
   }
   return true;
+}
+
+// `tools`: [{"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}],
+// handed to the chat template as given.
+bool read_tools(reader& r, const json::value& v, std::string& out) {
+  const json::array* a = v.if_array();
+  if (!a) return r.fail("tools", "must be an array of {\"type\": \"function\", \"function\": {...}}");
+  for (const json::value& t : *a) {
+    const json::object* o = t.if_object();
+    const json::value* type = o ? o->if_contains("type") : nullptr;
+    const json::value* fn = o ? o->if_contains("function") : nullptr;
+    if (!type || *type != "function" || !fn || !fn->is_object()) {
+      return r.fail("tools", "entries must be {\"type\": \"function\", \"function\": {...}}");
+    }
+    const json::object& f = fn->get_object();
+    const json::value* name = f.if_contains("name");
+    if (!name || !name->is_string() || name->get_string().empty()) return r.fail("tools", "functions need a `name`");
+    if (const json::value* p = f.if_contains("parameters"); p && !p->is_object() && !p->is_null()) {
+      return r.fail("tools", "a function's `parameters` must be a JSON schema object");
+    }
+  }
+  if (!a->empty()) out = json::serialize(*a);
+  return true;
+}
+
+// `tool_choice`: "auto" (the default with tools) and "none" are supported; "required" and a
+// named function need constrained decoding, which is refused by name until anvil has it.
+bool read_tool_choice(reader& r, const json::value& v, bool& parse_tools) {
+  if (v == "auto") return true;
+  if (v == "none") {
+    parse_tools = false;
+    return true;
+  }
+  if (v == "required" || v.is_object()) {
+    return r.fail("tool_choice", "\"required\" or a named function is not supported by this server yet (use \"auto\")");
+  }
+  return r.fail("tool_choice", "must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", ...}");
 }
 
 bool read_prompt(reader& r, const json::value& v, generate_request& req) {
@@ -175,10 +257,13 @@ bool known_field(std::string_view key, dialect d) {
       "max_tokens",        "stream",           "temperature",       "top_k",      "top_p",
       "min_p",             "repetition_penalty", "presence_penalty", "frequency_penalty", "seed",
       "ignore_eos",        "priority",         "logprobs",          "stop",       "logit_bias"};
-  static constexpr std::string_view line_only[] = {"id", "prompt", "messages"};
+  static constexpr std::string_view line_only[] = {"id", "prompt", "messages", "tools", "tool_choice",
+                                                   "parallel_tool_calls", "chat_template_kwargs"};
   static constexpr std::string_view http_shared[] = {"model", "user", "n", "stream_options"};
   static constexpr std::string_view completions_only[] = {"prompt", "echo"};
-  static constexpr std::string_view chat_only[] = {"messages", "max_completion_tokens", "top_logprobs"};
+  static constexpr std::string_view chat_only[] = {"messages",    "max_completion_tokens", "top_logprobs",
+                                                   "tools",       "tool_choice",           "parallel_tool_calls",
+                                                   "chat_template_kwargs"};
   const auto in = [&](const auto& list) { return std::find(std::begin(list), std::end(list), key) != std::end(list); };
   if (in(shared)) return true;
   switch (d) {
@@ -215,6 +300,25 @@ std::string read_request(const json::object& o, dialect d, parsed_request& out) 
   }
   if (prompt && !read_prompt(r, *prompt, req)) return r.why;
   if (messages && !read_messages(r, *messages, req.messages)) return r.why;
+  if (messages) {
+    const json::value* tools = r.find("tools");
+    if (tools && !read_tools(r, *tools, req.tools_json)) return r.why;
+    out.parse_tool_calls = !req.tools_json.empty();
+    if (const json::value* c = r.find("tool_choice"); c && !read_tool_choice(r, *c, out.parse_tool_calls)) return r.why;
+    if (!out.parse_tool_calls) req.tools_json.clear();  // tool_choice "none": the model is not shown the tools
+    if (!r.get_bool("parallel_tool_calls", out.parallel_tool_calls)) return r.why;
+    if (const json::value* kw = r.find("chat_template_kwargs")) {
+      if (!kw->is_object()) return "`chat_template_kwargs` must be an object";
+      for (const std::string_view reserved : {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"}) {
+        if (kw->get_object().contains(reserved)) return "`chat_template_kwargs` may not set `" + std::string(reserved) + "`";
+      }
+      if (!kw->get_object().empty()) req.chat_template_kwargs_json = json::serialize(*kw);
+    }
+  } else {
+    for (const std::string_view key : {"tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs"}) {
+      if (r.find(key)) return "`" + std::string(key) + "` goes with `messages`";
+    }
+  }
 
   constexpr std::int64_t big = std::int64_t(1) << 40;
   const char* max_key = d == dialect::chat && r.find("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";

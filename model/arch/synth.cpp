@@ -1,6 +1,9 @@
 #include "model/arch/synth.h"
 
+#include <algorithm>
 #include <cmath>
+#include <map>
+#include <stdexcept>
 
 #include "model/gguf/gguf_tokenizer.h"
 
@@ -192,14 +195,53 @@ void write_synth_model(const synth_options& opt, const std::string& path,
   w.set_u32(a + ".vocab_size", std::uint32_t(n_vocab));
   write_tokenizer_metadata(w, tok, opt.chat_template);
 
+  // greedy_chain: token `from` gets the one-hot embedding of its own dimension; `to`'s output row
+  // reads that dimension, so after the final norm (sqrt(n_embd) on that dimension) its logit leads.
+  std::map<std::int32_t, std::int64_t> chain_dim;
+  std::map<std::int32_t, std::int64_t> chain_to;  // output row → the dimension it reads
+  for (const auto& [from, to] : opt.greedy_chain) {
+    if (sh.tied_output) throw std::invalid_argument("greedy_chain needs a shape with a separate output head");
+    if (from < 0 || to < 0 || from >= n_vocab || to >= n_vocab) throw std::invalid_argument("greedy_chain token out of range");
+    const auto [it, added] = chain_dim.emplace(from, std::int64_t(chain_dim.size()));
+    if (chain_dim.size() > std::size_t(sh.n_embd)) throw std::invalid_argument("greedy_chain has more sources than n_embd");
+    chain_to[to] = it->second;
+  }
+  const bool scripted = !opt.greedy_chain.empty();
+  // The rows of a scripted tensor: nullopt for the tensors the script leaves random.
+  const auto scripted_row = [&](const std::string& name, std::int64_t r, std::vector<float>& v) {
+    std::fill(v.begin(), v.end(), 0.f);
+    if (name == "token_embd.weight") {
+      for (const auto& [from, dim] : chain_dim) {
+        if (from == r) v[std::size_t(dim)] = 1.f;
+      }
+    } else if (name == "output.weight") {
+      if (auto it = chain_to.find(std::int32_t(r)); it != chain_to.end()) v[std::size_t(it->second)] = 4.f;
+    } else if (name == "output_norm.weight") {
+      std::fill(v.begin(), v.end(), 1.f);
+    }
+  };
+  const auto is_scripted = [&](const std::string& name) {
+    return scripted && (name == "token_embd.weight" || name == "output.weight" || name == "output_norm.weight" ||
+                        name.ends_with("attn_output.weight") || name.ends_with("ffn_down.weight"));
+  };
+
   std::uint64_t tensor_index = 0;
   auto add = [&](const std::string& name, std::int64_t in, std::int64_t out, float mean, float stddev, std::int64_t layer) {
     const bool vector = out == 1;
     const ggml_type t = vector ? ggml_type::F32 : synth_weight_type(opt.mix, name, in, layer, sh.n_layer);
     const std::uint64_t stream = mix64(opt.seed ^ name_hash(name)) + tensor_index++;
     std::vector<std::int64_t> dims = vector ? std::vector<std::int64_t>{in} : std::vector<std::int64_t>{in, out};
-    w.add_tensor(name, t, dims, [=](std::span<std::byte> dst) {
+    const bool script = is_scripted(name);
+    w.add_tensor(name, t, dims, [=, &scripted_row](std::span<std::byte> dst) {
       const std::size_t row = *row_bytes(t, in);
+      if (script) {
+        std::vector<float> values(static_cast<std::size_t>(in));
+        for (std::int64_t r = 0; r < out; ++r) {
+          scripted_row(name, vector ? 0 : r, values);
+          quantize_row(t, values.data(), dst.data() + std::size_t(r) * row, in);
+        }
+        return;
+      }
 #pragma omp parallel
       {
         std::vector<float> values(static_cast<std::size_t>(in));

@@ -7,6 +7,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/arch/llm.h"
@@ -37,6 +38,12 @@ struct synth_options {
   std::uint64_t seed = 1;
   std::optional<tokenizer_spec> tokenizer;  // a real tokenizer; else a synthetic byte-level one
   std::string chat_template;                // written as tokenizer.chat_template when not empty
+  // A scripted model, for end-to-end tests of what servers make of an output (tool calls,
+  // reasoning): every layer adds nothing to the residual stream (zero attn_output and ffn_down),
+  // so the next token depends on the current one alone, and greedy decoding answers each `from`
+  // token with its `to` token. Distinct `from` tokens: at most n_embd. Shapes with a separate
+  // output head only.
+  std::vector<std::pair<std::int32_t, std::int32_t>> greedy_chain{};
 };
 
 // A byte-level BPE vocabulary (no merges) of n_vocab tokens: the 256 byte tokens, the control

@@ -16,7 +16,12 @@ loaded_model load_model(std::span<const std::byte> bytes) {
   std::optional<model::chat_template> chat;
   const std::string tmpl = model::chat_template_from_gguf(llm.file);
   const auto piece = [&](std::int32_t id) { return id >= 0 ? tok.token_piece(id) : std::string(); };
-  if (!tmpl.empty() && model::detect_chat_family(tmpl)) chat.emplace(tmpl, piece(tok.bos()), piece(tok.eos()));
+  if (!tmpl.empty()) {
+    try {
+      chat.emplace(tmpl, piece(tok.bos()), piece(tok.eos()));
+    } catch (const model::model_error&) {  // the engine refuses chats then, and serves completions
+    }
+  }
   return {std::move(llm), std::move(tok), std::move(chat)};
 }
 

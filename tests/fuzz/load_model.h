@@ -17,7 +17,7 @@ namespace anvil::fuzz {
 struct loaded_model {
   model::llm llm;
   model::tokenizer tok;
-  std::optional<model::chat_template> chat;  // when the file has a template anvil recognises
+  std::optional<model::chat_template> chat;  // when the file has a template that parses
 };
 
 // Throws model_error naming the problem when the bytes are not a model anvil can run.

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "model/arch/synth.h"
 
@@ -42,6 +43,38 @@ inline const std::string& chatml_fixture() {
     write_synth_model(opt, p);
     return p;
   }();
+  return path;
+}
+
+// A tiny scripted model (synth_options::greedy_chain) with `chat_template`: after the generation
+// prompt's last token ("\n": the synthetic vocabulary's byte token 10) greedy decoding writes
+// `pieces`, one user-defined token each (so they must be distinct), then <|im_end|>. For tests of
+// what a server makes of an output: tool calls, reasoning. Written once per process per name.
+inline std::string scripted_chat_fixture(const std::string& name, const std::string& chat_template,
+                                         const std::vector<std::string>& pieces) {
+  static std::map<std::string, std::string> made;
+  if (auto it = made.find(name); it != made.end()) return it->second;
+  const auto dir = std::filesystem::temp_directory_path() / ("anvil_fixtures_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  synth_options opt;
+  opt.shape = *find_synth_shape("tiny");
+  opt.mix = synth_mix::f32;
+  tokenizer_spec tok = synthetic_tokenizer(opt.shape.n_vocab);
+  constexpr std::int32_t newline = 10, first_free = 300, im_end = 258;
+  std::int32_t prev = newline;
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    const std::int32_t id = first_free + std::int32_t(i);
+    tok.tokens[std::size_t(id)] = pieces[i];
+    tok.token_types[std::size_t(id)] = 4;  // user-defined: printed as its text
+    opt.greedy_chain.emplace_back(prev, id);
+    prev = id;
+  }
+  opt.greedy_chain.emplace_back(prev, im_end);
+  opt.tokenizer = std::move(tok);
+  opt.chat_template = chat_template;
+  const std::string path = (dir / ("scripted-" + name + ".gguf")).string();
+  write_synth_model(opt, path);
+  made[name] = path;
   return path;
 }
 

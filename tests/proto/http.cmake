@@ -1,6 +1,8 @@
 # The OpenAI-compatible HTTP API over loopback against a real engine on a tiny synthetic model,
 # and its Prometheus text. Generous timeout: the disconnect and overload cases run long requests.
+# http_tools_test: tools, tool calls and reasoning through real chat templates (tests/data/chat).
 anvil_add_test(proto_http_test LABELS proto
-  SOURCES proto/metrics_text_test.cpp proto/http_session_test.cpp proto/http_test.cpp
+  SOURCES proto/metrics_text_test.cpp proto/http_session_test.cpp proto/http_test.cpp proto/http_tools_test.cpp
   LIBS anvil_proto
   TIMEOUT 600)
+target_compile_definitions(proto_http_test PRIVATE ANVIL_TEST_DATA_DIR="${PROJECT_SOURCE_DIR}/tests/data")

@@ -1,0 +1,64 @@
+// A model's chat output split the way its template wrote the history: reasoning (Qwen3 and
+// DeepSeek-R1 `<think>...</think>`), the answer's content, and tool calls in the family's syntax:
+//   hermes       <tool_call>{"name": ..., "arguments": {...}}</tool_call>   (Qwen2.5, Qwen3, Hermes)
+//   llama3_json  {"name": ..., "parameters": {...}} as the whole answer      (Llama 3.1 / 3.2 / 3.3)
+// The syntax is read from the template source. The parser is incremental, so a stream can show
+// reasoning and content as they come while holding back only what may start a marker.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace anvil::model {
+
+enum class tool_call_syntax { none, hermes, llama3_json };
+
+struct chat_syntax {
+  tool_call_syntax tools = tool_call_syntax::none;
+  bool think_tags = false;  // the template writes reasoning as <think>...</think>
+};
+
+// What the template's source says about its outputs.
+chat_syntax detect_chat_syntax(std::string_view template_source);
+
+// True when a rendered prompt leaves the model inside a <think> block (DeepSeek-R1 distills and
+// Qwen3 thinking-2507 open it in the generation prompt), so the output starts as reasoning.
+bool prompt_opens_thinking(std::string_view prompt);
+
+struct parsed_tool_call {
+  std::string name;
+  std::string arguments;  // a JSON object, serialised (what OpenAI's `function.arguments` holds)
+};
+
+class chat_output_parser {
+ public:
+  // parse_tools: tools were offered (and tool_choice is not "none"); in_thinking: the prompt
+  // opened a <think> block.
+  chat_output_parser(chat_syntax syntax, bool parse_tools, bool in_thinking);
+
+  struct piece {
+    std::string reasoning;
+    std::string content;
+  };
+  // Feeds the next output text; returns what can be shown now.
+  piece push(std::string_view text);
+  // The end of the output: the rest, and the tool calls found. A call that does not parse stays
+  // in the content as the model wrote it.
+  piece finish();
+  const std::vector<parsed_tool_call>& tool_calls() const { return calls_; }
+
+ private:
+  enum class state { start, thinking, content, tool_body, json_answer };
+  void run(piece& out, bool final);
+  bool take_call(std::string_view body);  // parses one call's JSON; false when it does not parse
+
+  chat_syntax syntax_;
+  bool parse_tools_;
+  state state_;
+  std::string pending_;
+  bool content_started_ = true;  // false after </think> or a tool call: whitespace there is dropped until text comes
+  std::vector<parsed_tool_call> calls_;
+};
+
+}  // namespace anvil::model

@@ -1,0 +1,208 @@
+// What agent frameworks send, end to end over loopback: tools rendered by the model's real chat
+// template (Qwen2.5's, Qwen3's), tool calls in the output returned as OpenAI `tool_calls` (whole
+// and streamed as deltas), reasoning returned as `reasoning_content`, tool-call history sent back,
+// and every option anvil does not support refused by name. The models are scripted (a tiny model
+// whose greedy output is a fixed token chain), so the output the server parses is known.
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <boost/json.hpp>
+#include <gtest/gtest.h>
+
+#include "tests/model/fixtures.h"
+#include "tests/proto/http_loopback.h"
+
+namespace {
+
+using namespace anvil;
+using namespace anvil::http_loopback;
+
+std::string chat_data(const std::string& name) {
+  std::ifstream in(std::filesystem::path(ANVIL_TEST_DATA_DIR) / "chat" / name, std::ios::binary);
+  EXPECT_TRUE(in) << name;
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+engine_config scripted(const std::string& name, const std::string& template_file, const std::vector<std::string>& pieces) {
+  engine_config c = tiny_config();
+  c.model_path = model::testing::scripted_chat_fixture(name, chat_data(template_file), pieces);
+  return c;
+}
+
+const std::vector<std::string> weather_call = {
+    "I will check.\n", "<tool_call>", "\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n", "</tool_call>"};
+
+json::array weather_tools() {
+  return json::parse(R"([{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
+      "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])")
+      .as_array();
+}
+
+json::object ask(json::array tools) {
+  json::object req{{"model", "m"},
+                   {"messages", json::array{json::object{{"role", "user"}, {"content", "Weather in Paris?"}}}},
+                   {"max_tokens", 16},
+                   {"temperature", 0}};
+  if (!tools.empty()) req["tools"] = std::move(tools);
+  return req;
+}
+
+TEST(HttpTools, ToolCallsInTheOutputComeBackAsToolCalls) {
+  server s(scripted("qwen25-call", "qwen2.5.jinja", weather_call));
+  const reply r = s.post("/v1/chat/completions", ask(weather_tools()));
+  ASSERT_EQ(r.status, 200u) << r.body;
+  const json::object& choice = r.json().at("choices").at(0).as_object();
+  EXPECT_EQ(choice.at("finish_reason").as_string(), "tool_calls");
+  const json::object& msg = choice.at("message").as_object();
+  EXPECT_EQ(msg.at("content").as_string(), "I will check.\n");
+  ASSERT_EQ(msg.at("tool_calls").as_array().size(), 1u);
+  const json::object& call = msg.at("tool_calls").at(0).as_object();
+  EXPECT_EQ(call.at("type").as_string(), "function");
+  EXPECT_EQ(call.at("id").as_string().subview().substr(0, 5), "call-");
+  EXPECT_EQ(call.at("function").at("name").as_string(), "get_weather");
+  EXPECT_EQ(json::parse(call.at("function").at("arguments").as_string()), json::parse(R"({"city": "Paris"})"));
+
+  // The prompt carried the tool definitions, rendered by the real template.
+  const reply t = s.post("/tokenize", json::object{{"messages", ask({}).at("messages")}, {"tools", weather_tools()}});
+  ASSERT_EQ(t.status, 200u) << t.body;
+  EXPECT_EQ(r.json().at("usage").at("prompt_tokens").as_int64(), t.json().at("count").as_int64());
+  const reply plain = s.post("/tokenize", json::object{{"messages", ask({}).at("messages")}});
+  EXPECT_GT(t.json().at("count").as_int64(), plain.json().at("count").as_int64() + 50);
+}
+
+TEST(HttpTools, StreamedToolCallsAreDeltasAndTheMarkersNeverShow) {
+  server s(scripted("qwen25-call", "qwen2.5.jinja", weather_call));
+  json::object req = ask(weather_tools());
+  req["stream"] = true;
+  const reply r = s.post("/v1/chat/completions", req);
+  ASSERT_EQ(r.status, 200u) << r.body;
+  const auto events = sse_data(r.body);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  std::string content, finish;
+  std::vector<json::object> calls;
+  for (std::size_t i = 0; i + 1 < events.size(); ++i) {
+    const json::value chunk = json::parse(events[i]);
+    const json::object& ch = chunk.at("choices").at(0).as_object();
+    const json::object& delta = ch.at("delta").as_object();
+    if (const json::value* c = delta.if_contains("content")) content += c->as_string();
+    if (const json::value* tc = delta.if_contains("tool_calls")) {
+      for (const json::value& c : tc->as_array()) calls.push_back(c.as_object());
+    }
+    if (!ch.at("finish_reason").is_null()) finish = ch.at("finish_reason").as_string();
+  }
+  EXPECT_EQ(content, "I will check.\n");
+  EXPECT_EQ(finish, "tool_calls");
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].at("index").as_int64(), 0);
+  EXPECT_EQ(calls[0].at("function").at("name").as_string(), "get_weather");
+  EXPECT_EQ(json::parse(calls[0].at("function").at("arguments").as_string()), json::parse(R"({"city": "Paris"})"));
+}
+
+TEST(HttpTools, WithoutToolsOrWithToolChoiceNoneTheOutputIsContent) {
+  server s(scripted("qwen25-call", "qwen2.5.jinja", weather_call));
+  for (const bool none : {false, true}) {
+    json::object req = ask(none ? weather_tools() : json::array{});
+    if (none) req["tool_choice"] = "none";
+    const reply r = s.post("/v1/chat/completions", req);
+    ASSERT_EQ(r.status, 200u) << r.body;
+    const json::object& choice = r.json().at("choices").at(0).as_object();
+    EXPECT_EQ(choice.at("finish_reason").as_string(), "stop");
+    EXPECT_FALSE(choice.at("message").as_object().contains("tool_calls"));
+    EXPECT_EQ(choice.at("message").at("content").as_string(),
+              "I will check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>");
+  }
+}
+
+TEST(HttpTools, ToolCallHistoryGoesBackThroughTheTemplate) {
+  server s(scripted("qwen25-call", "qwen2.5.jinja", weather_call));
+  const json::array messages = json::parse(R"([
+    {"role": "user", "content": "Weather in Paris?"},
+    {"role": "assistant", "content": null, "refusal": null,
+     "tool_calls": [{"id": "call-1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+    {"role": "tool", "tool_call_id": "call-1", "content": "{\"temp\": 21}"}])").as_array();
+  json::object req{{"messages", messages}, {"tools", weather_tools()}, {"max_tokens", 4}};
+  const reply r = s.post("/v1/chat/completions", req);
+  ASSERT_EQ(r.status, 200u) << r.body;
+  // The rendering holds the call (arguments as the object the string held) and the tool's answer.
+  const reply t = s.post("/tokenize", json::object{{"messages", messages}, {"tools", weather_tools()}});
+  ASSERT_EQ(t.status, 200u) << t.body;
+  std::vector<std::int32_t> ids;
+  for (const json::value& v : t.json().at("tokens").as_array()) ids.push_back(std::int32_t(v.as_int64()));
+  const std::string prompt = s.eng->tokenizer().decode(ids);
+  EXPECT_NE(prompt.find(R"({"name": "get_weather", "arguments": {"city": "Paris"}})"), std::string::npos) << prompt;
+  EXPECT_NE(prompt.find("<tool_response>\n{\"temp\": 21}\n</tool_response>"), std::string::npos) << prompt;
+}
+
+TEST(HttpTools, ReasoningComesBackApartFromTheContent) {
+  server s(scripted("qwen3-think", "qwen3.jinja", {"<think>", "\nThe user greets me.\n", "</think>", "\n\nHello!"}));
+  json::object req = ask({});
+  const reply r = s.post("/v1/chat/completions", req);
+  ASSERT_EQ(r.status, 200u) << r.body;
+  const json::object& msg = r.json().at("choices").at(0).at("message").as_object();
+  EXPECT_EQ(msg.at("reasoning_content").as_string(), "\nThe user greets me.\n");
+  EXPECT_EQ(msg.at("content").as_string(), "Hello!");
+
+  req["stream"] = true;
+  const reply st = s.post("/v1/chat/completions", req);
+  ASSERT_EQ(st.status, 200u) << st.body;
+  std::string reasoning, content;
+  const auto events = sse_data(st.body);
+  for (std::size_t i = 0; i + 1 < events.size(); ++i) {
+    const json::value chunk = json::parse(events[i]);
+    const json::object& delta = chunk.at("choices").at(0).at("delta").as_object();
+    if (const json::value* c = delta.if_contains("content")) content += c->as_string();
+    if (const json::value* c = delta.if_contains("reasoning_content")) reasoning += c->as_string();
+  }
+  EXPECT_EQ(reasoning, "\nThe user greets me.\n");
+  EXPECT_EQ(content, "Hello!");
+
+  // enable_thinking reaches the template: Qwen3 then writes an empty think block into the prompt.
+  json::object off = ask({});
+  off["chat_template_kwargs"] = json::object{{"enable_thinking", false}};
+  const reply t_on = s.post("/tokenize", json::object{{"messages", off.at("messages")}});
+  const reply t_off = s.post("/tokenize", json::object{{"messages", off.at("messages")}, {"chat_template_kwargs", off.at("chat_template_kwargs")}});
+  ASSERT_EQ(t_off.status, 200u) << t_off.body;
+  EXPECT_GT(t_off.json().at("count").as_int64(), t_on.json().at("count").as_int64());
+}
+
+TEST(HttpTools, WhatAnvilCannotDoIsRefusedByName) {
+  server s(scripted("qwen25-call", "qwen2.5.jinja", weather_call));
+  const auto refused = [&](json::object req, std::string_view param) {
+    const reply r = s.post("/v1/chat/completions", req);
+    EXPECT_EQ(r.status, 400u) << r.body;
+    if (r.status == 400u) {
+      EXPECT_EQ(r.json().at("error").at("param").as_string(), param) << r.body;
+    }
+  };
+  json::object required = ask(weather_tools());
+  required["tool_choice"] = "required";
+  refused(required, "tool_choice");
+  json::object schema = ask({});
+  schema["response_format"] = json::object{{"type", "json_object"}};
+  refused(schema, "response_format");
+  json::object bad_tools = ask({});
+  bad_tools["tools"] = json::array{json::object{{"type", "retrieval"}}};
+  refused(bad_tools, "tools");
+  json::object bad_kwargs = ask({});
+  bad_kwargs["chat_template_kwargs"] = json::object{{"messages", 1}};
+  EXPECT_EQ(s.post("/v1/chat/completions", bad_kwargs).status, 400u);
+  // Still serving.
+  EXPECT_EQ(s.post("/v1/chat/completions", ask(weather_tools())).status, 200u);
+}
+
+// A template without a tool-call syntax anvil parses: tools are refused rather than rendered into
+// a prompt whose calls would come back as plain text.
+TEST(HttpTools, ToolsOnATemplateWithoutAToolSyntaxAreRefused) {
+  server s;  // the ChatML fixture
+  const reply r = s.post("/v1/chat/completions", ask(weather_tools()));
+  EXPECT_EQ(r.status, 400u) << r.body;
+  EXPECT_NE(r.body.find("tool-call syntax"), std::string::npos) << r.body;
+}
+
+}  // namespace
