@@ -58,6 +58,7 @@ struct serve_args {
   backend_args engine;  // --backend, --gpu-*, --idle-spin-us
   bool no_prefix_caching = false;
   std::string api_key;
+  std::vector<std::string> allowed_origins;  // CORS
   int threads = 0;             // engine threads; 0: 2
   int net_threads = 2;
   int max_connections = 0;     // per server; 0: from the descriptor limit
@@ -147,6 +148,7 @@ int run_serve(serve_args a) {
   hopt.host = a.host;
   hopt.port = std::uint16_t(a.port);
   hopt.api_key = a.api_key;
+  hopt.allowed_origins = a.allowed_origins;
   hopt.max_connections = std::size_t(a.max_connections);
   proto::http_server http(io, hopt);
   std::vector<std::thread> net;
@@ -272,6 +274,9 @@ void add_serve_command(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(0.01, 0.99));
   add_backend_options(cmd, a->engine);
   cmd->add_flag("--no-prefix-caching", a->no_prefix_caching, "turn automatic prefix caching off");
+  cmd->add_option("--allowed-origins", a->allowed_origins,
+                  "browser origins allowed to call the HTTP API (CORS), e.g. https://app.example.com, or * for any")
+      ->delimiter(',');
   cmd->add_option("--api-key", a->api_key, "require this key (HTTP: Authorization: Bearer KEY; line: {\"auth\": KEY}); or set ANVIL_API_KEY");
   cmd->add_option("--threads", a->threads, "engine threads (default 2)")->check(CLI::Range(0, 256));
   cmd->add_option("--max-connections", a->max_connections,

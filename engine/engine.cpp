@@ -1,5 +1,6 @@
 #include "engine/engine.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -54,8 +55,10 @@ struct engine::impl {
     event_handler on_event;
     std::int64_t prompt_tokens = 0;
     bool finished = false;  // a stop string ended it; later scheduler events are ignored
-    std::optional<request_stream::clock::time_point> last_token;  // for the inter-token histogram
+    std::optional<request_stream::clock::time_point> last_token{};  // for the inter-token histogram
     bool cancel_sent = false;  // the scheduler has its cancel: one per request bounds them (tell_urgent)
+    std::vector<std::int32_t> stop_token_ids;  // the request's: their text is not shown
+    std::optional<std::int64_t> cached_tokens{};  // at the first admission (a recompute may find others)
   };
   // Sends the scheduler one cancel for a live request (streams strand); later ones are no-ops.
   void cancel_once(std::uint64_t id, live_stream& s);
@@ -221,6 +224,11 @@ error_code engine::impl::check(const generate_request& r, std::string& why) cons
     why = *bad;
   } else if (r.max_tokens < 1) {
     why = "max_tokens must be at least 1";
+  } else if (r.min_tokens < 0 || r.min_tokens > r.max_tokens) {
+    why = "`min_tokens` must be in [0, max_tokens]";
+  } else if (std::any_of(r.stop_token_ids.begin(), r.stop_token_ids.end(),
+                         [&](std::int32_t t) { return t < 0 || t >= model.hp.n_vocab; })) {
+    why = "`stop_token_ids` must be token ids below the vocabulary size (" + std::to_string(model.hp.n_vocab) + ")";
   } else if (!r.prompt.empty() + !r.messages.empty() + !r.prompt_tokens.empty() != 1) {
     why = "give exactly one of prompt, messages or prompt_tokens";
   } else if (!r.messages.empty() && !chat) {
@@ -305,6 +313,8 @@ boost::system::result<std::uint64_t, error_code> engine::submit(generate_request
   req.prompt = std::move(*prompt);
   req.priority = r.priority;
   req.ignore_eos = r.ignore_eos;
+  req.stop_token_ids = r.stop_token_ids;
+  req.min_tokens = r.min_tokens;
   req.logits.temperature = r.sampling.temperature;
   req.logits.repetition_penalty = r.sampling.repetition_penalty;
   req.logits.presence_penalty = r.sampling.presence_penalty;
@@ -319,7 +329,10 @@ boost::system::result<std::uint64_t, error_code> engine::submit(generate_request
   // Register the stream first, on its strand; only then may the scheduler produce events for it.
   asio::post(m.streams, [&m, id, req = std::move(req), opt, n_prompt, stop = std::move(r.stop),
                          cb = std::move(on_event), t0 = request_stream::clock::now()]() mutable {
-    m.live.emplace(id, impl::live_stream{request_stream(m.tok, std::move(stop), t0), std::move(cb), n_prompt, false, {}, false});
+    m.live.emplace(id, impl::live_stream{.out = request_stream(m.tok, std::move(stop), t0),
+                                         .on_event = std::move(cb),
+                                         .prompt_tokens = n_prompt,
+                                         .stop_token_ids = req.stop_token_ids});
     ++m.metrics.submitted;
     m.sched->async_submit(std::move(req), opt, asio::bind_executor(m.streams, [&m, id](error_code ec) {
       auto it = m.live.find(id);
@@ -336,7 +349,9 @@ void engine::impl::finish(std::uint64_t id, live_stream& s, const char* reason, 
   e.done = true;
   e.finish_reason = reason;
   e.error = ec;
-  e.usage = {s.prompt_tokens, s.out.completion_tokens()};
+  e.usage = {.prompt_tokens = s.prompt_tokens,
+             .completion_tokens = s.out.completion_tokens(),
+             .cached_prompt_tokens = s.cached_tokens.value_or(0)};
   e.timings = s.out.timings();
   if (refused) {
     ++rejected;
@@ -367,6 +382,7 @@ void engine::impl::on_step_events(std::vector<sched::step_event> events) {
     if (it == live.end()) continue;  // already ended by a stop string
     live_stream& s = it->second;
     if (ev.token < 0 && ev.finish == sched::finish_reason::none) {  // admitted: queue time ends
+      if (!s.cached_tokens) s.cached_tokens = std::min(ev.cached_tokens, s.prompt_tokens);
       s.out.mark_first_step(now);
       continue;
     }
@@ -379,7 +395,9 @@ void engine::impl::on_step_events(std::vector<sched::step_event> events) {
         metrics.itl_ms.observe(std::chrono::duration<double, std::milli>(now - *s.last_token).count());
       }
       s.last_token = now;
-      request_stream::piece p = s.out.push(ev.token, now);
+      const bool stop_token = ev.finish == sched::finish_reason::stop &&
+                              std::find(s.stop_token_ids.begin(), s.stop_token_ids.end(), ev.token) != s.stop_token_ids.end();
+      request_stream::piece p = s.out.push(ev.token, now, stop_token);
       e.text = std::move(p.text);
       e.tokens = {ev.token};
       e.logprobs = {ev.logprob};

@@ -106,11 +106,14 @@ struct generate_request {
   std::vector<std::string> stop;                   // stop strings: output ends before the first one
   std::int32_t priority = 0;                       // lower runs first
   bool ignore_eos = false;
+  std::vector<std::int32_t> stop_token_ids;        // generating one ends the request ("stop"); its text is not shown
+  std::int64_t min_tokens = 0;                     // no end-of-generation or stop token before this many tokens
 };
 
 struct usage {
   std::int64_t prompt_tokens = 0;
   std::int64_t completion_tokens = 0;
+  std::int64_t cached_prompt_tokens = 0;  // of prompt_tokens, those the prefix cache held at admission
 };
 
 struct stream_event {

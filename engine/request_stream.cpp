@@ -22,11 +22,11 @@ std::size_t request_stream::held_back_length() const {
   return keep;
 }
 
-request_stream::piece request_stream::push(std::int32_t token, clock::time_point now) {
+request_stream::piece request_stream::push(std::int32_t token, clock::time_point now, bool hidden) {
   if (!first_token_) first_token_ = now;
   last_token_ = now;
   ++n_tokens_;
-  if (stopped_) return {};
+  if (stopped_ || hidden) return {};
   pending_ += decoder_.push(token);
   // The earliest stop string anywhere in the pending text ends the output.
   std::size_t cut = std::string::npos;

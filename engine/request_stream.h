@@ -33,7 +33,8 @@ class request_stream {
     std::string text;
     bool stopped = false;
   };
-  piece push(std::int32_t token, clock::time_point now);
+  // hidden: the token counts (usage, timings) but its text is not shown (a stop token id).
+  piece push(std::int32_t token, clock::time_point now, bool hidden = false);
   // The end: whatever was held back (an incomplete character, a partial stop-string prefix).
   std::string flush(clock::time_point now);
 

@@ -73,7 +73,7 @@ struct shared_state {
 
 // The status line and headers of an answer. length: Content-Length; nullopt: a stream.
 std::string response_head(unsigned status, std::string_view content_type, std::optional<std::size_t> length, bool chunked,
-                          bool close, std::string_view allow) {
+                          bool close, std::string_view allow, std::string_view cors_origin = {}) {
   std::string h = fmt::format("HTTP/1.1 {} {}\r\nServer: anvil\r\nContent-Type: {}\r\n", status,
                               std::string_view(http::obsolete_reason(http::int_to_status(status))), content_type);
   if (length) {
@@ -83,6 +83,7 @@ std::string response_head(unsigned status, std::string_view content_type, std::o
     if (chunked) h += "Transfer-Encoding: chunked\r\n";
   }
   if (!allow.empty()) h += fmt::format("Allow: {}\r\n", allow);
+  if (!cors_origin.empty()) h += fmt::format("Access-Control-Allow-Origin: {}\r\nVary: Origin\r\n", cors_origin);
   h += close ? "Connection: close\r\n\r\n" : "Connection: keep-alive\r\n\r\n";
   return h;
 }
@@ -279,6 +280,23 @@ class connection : public std::enable_shared_from_this<connection> {
     keep_alive_ = req.keep_alive();
     chunked_ = req.version() >= 11;
     head_only_ = req.method() == http::verb::head;
+    // CORS (--allowed-origins): an allowed Origin is named in every answer's headers; a browser's
+    // preflight is answered here, before the API key, which preflights never carry.
+    cors_ = allowed_origin(req[http::field::origin]);
+    if (req.method() == http::verb::options && req.count(http::field::access_control_request_method) > 0) {
+      const std::string requested(req[http::field::access_control_request_headers]);
+      parser_.reset();
+      in_exchange_ = true;
+      std::string head = response_head(cors_.empty() ? 403 : 204, "text/plain", 0, chunked_, !keep_alive_, {}, cors_);
+      if (!cors_.empty()) {
+        head.insert(head.size() - 2, fmt::format("Access-Control-Allow-Methods: GET, POST, OPTIONS\r\n"
+                                                 "Access-Control-Allow-Headers: {}\r\nAccess-Control-Max-Age: 600\r\n",
+                                                 requested.empty() ? "Authorization, Content-Type" : requested));
+      }
+      close_after_ = !keep_alive_ || stopping_;
+      queue(std::move(head));
+      return exchange_over();
+    }
     // Two Authorization headers are no key at all: which one counts would be a guess.
     const bool one_auth = req.count(http::field::authorization) <= 1;
     http_request r{std::string(req.method_string()), origin_form(req.target()),
@@ -313,7 +331,7 @@ class connection : public std::enable_shared_from_this<connection> {
 
   void respond(http_response r) {
     close_after_ = !keep_alive_ || stopping_;
-    std::string out = response_head(r.status, r.content_type, r.body.size(), chunked_, close_after_, r.allow);
+    std::string out = response_head(r.status, r.content_type, r.body.size(), chunked_, close_after_, r.allow, cors_);
     if (!head_only_) out += r.body;
     queue(std::move(out));
     exchange_over();
@@ -321,7 +339,7 @@ class connection : public std::enable_shared_from_this<connection> {
 
   void start_stream() {
     // HTTP/1.0 has no chunked encoding: the stream then ends with the connection.
-    queue(response_head(200, "text/event-stream", std::nullopt, chunked_, !keep_alive_ || !chunked_, {}));
+    queue(response_head(200, "text/event-stream", std::nullopt, chunked_, !keep_alive_ || !chunked_, {}, cors_));
   }
 
   void stream_event(std::string event) {
@@ -396,6 +414,7 @@ class connection : public std::enable_shared_from_this<connection> {
   // An error the session never sees (malformed HTTP, limits): answer it, then close.
   void refuse(unsigned status, const std::string& message, std::string_view code) {
     keep_alive_ = false;
+    cors_.clear();
     chunked_ = true;
     head_only_ = false;
     parser_.reset();
@@ -451,6 +470,18 @@ class connection : public std::enable_shared_from_this<connection> {
   bool keep_alive_ = true;
   bool chunked_ = true;          // HTTP/1.1: streams use chunked transfer
   bool head_only_ = false;       // a HEAD request: headers only
+  std::string cors_;             // Access-Control-Allow-Origin of this exchange's answer ("" = none)
+
+  // The Access-Control-Allow-Origin value for a request's Origin: "*" when any is allowed, the
+  // origin itself when it is listed, "" otherwise (and for requests without an Origin).
+  std::string allowed_origin(std::string_view origin) const {
+    if (origin.empty()) return {};
+    for (const std::string& o : st_->opt.allowed_origins) {
+      if (o == "*") return "*";
+      if (beast::iequals(o, origin)) return std::string(origin);
+    }
+    return {};
+  }
   bool in_exchange_ = false;     // a request is with the session
   bool watching_ = false;        // a read is pending while a request runs
   bool resume_pending_ = false;  // that read is being cancelled; then read the next request

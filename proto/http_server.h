@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace boost::asio {
 class io_context;
@@ -29,6 +30,7 @@ struct http_server_options {
   std::size_t max_body_bytes = 8u << 20;  // larger bodies: 413
   std::size_t max_queued_bytes = 4u << 20;  // answers waiting for a slow reader before it is cut off
   std::chrono::seconds idle_timeout{60};  // keep-alive connections idle this long are closed; also bounds slow headers/bodies
+  std::vector<std::string> allowed_origins;  // CORS: browser origins allowed to call the API ("*": any); empty: none
   std::size_t max_connections = 0;        // open connections; past it: 503 "overloaded", closed. 0: from the
                                           // descriptor limit (tcp_listener.h, default_max_connections)
 };

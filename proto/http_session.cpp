@@ -220,10 +220,20 @@ void http_session::completions(const http_request& r, const std::shared_ptr<engi
     return refuse(why, "invalid_request");
   }
   if (!has_key(o, "seed")) p.req.sampling.seed = random_seed();
-  // Check once, before anything is queued, so a bad request gets its reason and no choice runs.
-  if (std::string why = eng->explain(p.req); !why.empty()) {
-    const bool too_long = why.find("context holds") != std::string::npos;
-    return refuse(why, too_long ? "context_overflow" : "invalid_request");
+  // One engine request per prompt (a completions request may list several) and choice.
+  std::vector<generate_request> per_prompt;
+  for (std::size_t j = 0; j < std::max<std::size_t>(p.prompts.size(), 1); ++j) {
+    generate_request& g = per_prompt.emplace_back(p.req);
+    if (j < p.prompts.size()) {
+      g.prompt = p.prompts[j].text;
+      g.prompt_tokens = p.prompts[j].tokens;
+    }
+    // Check each before anything is queued, so a bad request gets its reason and no choice runs.
+    if (std::string why = eng->explain(g); !why.empty()) {
+      const bool too_long = why.find("context holds") != std::string::npos;
+      if (p.prompts.size() > 1) why = "prompt " + std::to_string(j) + ": " + why;
+      return refuse(why, too_long ? "context_overflow" : "invalid_request");
+    }
   }
 
   // Chat output is split into reasoning, content and tool calls where the template has the syntax.
@@ -250,19 +260,23 @@ void http_session::completions(const http_request& r, const std::shared_ptr<engi
   ex.want_logprobs = p.want_logprobs;
   ex.id = new_response_id(chat ? "chatcmpl" : "cmpl");
   ex.created = unix_now();
-  if (!chat && p.echo) ex.echo = p.req.prompt.empty() ? eng->tokenizer().decode(p.req.prompt_tokens) : p.req.prompt;
-  ex.choices.resize(std::size_t(p.n));
+  const std::size_t n = std::size_t(p.n);
+  ex.choices.resize(per_prompt.size() * n);  // choice k of prompt j is index j * n + k
   ex.remaining = ex.choices.size();
   ex.parallel_tool_calls = p.parallel_tool_calls;
-  for (choice& c : ex.choices) {
-    c.text_offset = ex.echo.size();
+  for (std::size_t i = 0; i < ex.choices.size(); ++i) {
+    choice& c = ex.choices[i];
+    const generate_request& g = per_prompt[i / n];
+    if (!chat && p.echo) c.echo = g.prompt.empty() ? eng->tokenizer().decode(g.prompt_tokens) : g.prompt;
+    c.text_offset = c.echo.size();
+    c.first_of_prompt = i % n == 0;
     if (split_output) c.parser.emplace(syntax, p.parse_tool_calls, opens_thinking);
   }
 
   const std::uint64_t seed = p.req.sampling.seed, serial = ex.serial;
   for (std::size_t i = 0; i < ex.choices.size(); ++i) {
-    generate_request req = p.req;
-    req.sampling.seed = seed + i;
+    generate_request req = per_prompt[i / n];
+    req.sampling.seed = seed + i % n;
     auto submitted = eng->submit(std::move(req), [weak = weak_from_this(), post = hooks_.post, serial,
                                                   i](const stream_event& e) {
       post([weak, serial, i, e] {
@@ -271,7 +285,7 @@ void http_session::completions(const http_request& r, const std::shared_ptr<engi
     });
     if (!submitted) {
       const error_code ec = submitted.error();
-      const std::string why = eng->explain(p.req);
+      const std::string why = eng->explain(per_prompt[i / n]);
       return fail(http_status(ec), why.empty() ? ec.message() : why, code_name(ec));
     }
     ex.choices[i].engine_id = *submitted;
@@ -343,7 +357,10 @@ void http_session::on_event(std::uint64_t serial, std::size_t index, const strea
 
   c.done = true;
   c.finish_reason = e.finish_reason;
-  ex.prompt_tokens = e.usage.prompt_tokens;
+  if (c.first_of_prompt) {  // each prompt counts once, as its first choice was admitted
+    ex.prompt_tokens += e.usage.prompt_tokens;
+    ex.cached_tokens += e.usage.cached_prompt_tokens;
+  }
   ex.completion_tokens += e.usage.completion_tokens;
   --ex.remaining;
   if (ex.stream) stream_finish(index, e);
@@ -351,7 +368,8 @@ void http_session::on_event(std::uint64_t serial, std::size_t index, const strea
 
   const json::object usage{{"prompt_tokens", ex.prompt_tokens},
                            {"completion_tokens", ex.completion_tokens},
-                           {"total_tokens", ex.prompt_tokens + ex.completion_tokens}};
+                           {"total_tokens", ex.prompt_tokens + ex.completion_tokens},
+                           {"prompt_tokens_details", json::object{{"cached_tokens", ex.cached_tokens}}}};
   if (ex.stream) {
     if (ex.include_usage) {
       json::object last = chunk_base();
@@ -398,7 +416,7 @@ void http_session::on_event(std::uint64_t serial, std::size_t index, const strea
     } else if (ex.chat) {
       out["message"] = json::object{{"role", "assistant"}, {"content", valid_utf8(ch.text)}};
     } else {
-      out["text"] = valid_utf8(ex.echo + ch.text);
+      out["text"] = valid_utf8(ch.echo + ch.text);
     }
     out["logprobs"] = std::move(logprobs);
     out["finish_reason"] = finish_reason;
@@ -426,8 +444,8 @@ void http_session::start_stream() {
     json::object ch{{"index", i}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
     if (ex.chat) {
       ch["delta"] = json::object{{"role", "assistant"}, {"content", ""}};
-    } else if (!ex.echo.empty()) {
-      ch["text"] = valid_utf8(ex.echo);
+    } else if (!ex.choices[i].echo.empty()) {
+      ch["text"] = valid_utf8(ex.choices[i].echo);
     } else {
       continue;
     }

@@ -68,6 +68,8 @@ class http_session : public std::enable_shared_from_this<http_session> {
     std::vector<std::vector<sampler::token_logprob>> top;
     std::string finish_reason;
     std::size_t text_offset = 0;                               // completions logprobs: bytes so far
+    std::string echo;                                          // completions with echo: its prompt's text
+    bool first_of_prompt = false;                              // usage counts its prompt's tokens
     std::optional<model::chat_output_parser> parser;           // chat with tools or a thinking template
   };
   // The request in flight: one completion or chat request, n choices.
@@ -80,11 +82,11 @@ class http_session : public std::enable_shared_from_this<http_session> {
     bool want_logprobs = false;
     std::string id;                  // cmpl-... / chatcmpl-...
     std::int64_t created = 0;
-    std::string echo;                // completions with echo: the prompt text
     std::vector<choice> choices;
     std::size_t remaining = 0;       // choices not done
     std::int64_t prompt_tokens = 0;
     std::int64_t completion_tokens = 0;
+    std::int64_t cached_tokens = 0;  // of prompt_tokens, found in the prefix cache (each prompt's first choice)
     bool started = false;            // streaming: the 200 and the first chunks are out
     bool parallel_tool_calls = true; // false: only a choice's first tool call is returned
   };

@@ -210,7 +210,9 @@ void line_session::on_event(const std::string& key, const stream_event& e) {
       if (!f.top.empty() && !f.top.front().empty()) done["top_logprobs"] = top_logprobs_json(*eng_, f.top);
     }
   }
-  done["usage"] = json::object{{"prompt_tokens", e.usage.prompt_tokens}, {"completion_tokens", e.usage.completion_tokens}};
+  done["usage"] = json::object{{"prompt_tokens", e.usage.prompt_tokens},
+                               {"completion_tokens", e.usage.completion_tokens},
+                               {"prompt_tokens_details", json::object{{"cached_tokens", e.usage.cached_prompt_tokens}}}};
   done["timings"] = json::object{{"queue_ms", e.timings.queue_ms},
                                  {"ttft_ms", e.timings.ttft_ms},
                                  {"total_ms", e.timings.total_ms},

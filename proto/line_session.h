@@ -40,12 +40,12 @@ class line_session : public std::enable_shared_from_this<line_session> {
     boost::json::value id;            // the client's id, echoed on every line
     bool stream = true;
     bool logprobs = false;
-    std::string text;                 // stream == false: the whole output so far
-    std::vector<std::int32_t> tokens;
-    std::vector<float> token_logprobs;
-    std::vector<std::vector<sampler::token_logprob>> top;
-    std::optional<model::chat_output_parser> parser;  // messages with tools or a thinking template
-    std::string output;               // with a parser: the whole output, split on the final line
+    std::string text{};               // stream == false: the whole output so far
+    std::vector<std::int32_t> tokens{};
+    std::vector<float> token_logprobs{};
+    std::vector<std::vector<sampler::token_logprob>> top{};
+    std::optional<model::chat_output_parser> parser{};  // messages with tools or a thinking template
+    std::string output{};             // with a parser: the whole output, split on the final line
     bool parallel_tool_calls = true;
   };
 

@@ -197,22 +197,47 @@ bool read_tool_choice(reader& r, const json::value& v, bool& parse_tools) {
   return r.fail("tool_choice", "must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", ...}");
 }
 
-bool read_prompt(reader& r, const json::value& v, generate_request& req) {
+bool read_token_ids(reader& r, const json::array& a, std::vector<std::int32_t>& out) {
+  out.reserve(a.size());
+  for (const json::value& t : a) {
+    const auto id = r.integer(t);
+    if (!id || *id < 0 || *id > std::numeric_limits<std::int32_t>::max()) {
+      return r.fail("prompt", "token arrays must hold token ids (integers >= 0)");
+    }
+    out.push_back(std::int32_t(*id));
+  }
+  return true;
+}
+
+// A string, an array of token ids, or (completions) a list of either: one prompt each.
+bool read_prompt(reader& r, const json::value& v, dialect d, std::vector<prompt_input>& out) {
   if (v.is_string()) {
-    req.prompt = std::string(v.get_string());
-    if (req.prompt.empty()) return r.fail("prompt", "must not be empty");
+    if (v.get_string().empty()) return r.fail("prompt", "must not be empty");
+    out.push_back({.text = std::string(v.get_string())});
     return true;
   }
   const json::array* a = v.if_array();
   if (!a || a->empty()) return r.fail("prompt", "must be a string or a non-empty array of token ids");
-  if (a->size() == 1 && (*a)[0].is_string()) return read_prompt(r, (*a)[0], req);  // OpenAI's ["text"]
-  req.prompt_tokens.reserve(a->size());
-  for (const json::value& t : *a) {
-    const auto id = r.integer(t);
-    if (!id || *id < 0 || *id > std::numeric_limits<std::int32_t>::max()) {
-      return r.fail("prompt", "arrays must hold token ids (integers >= 0); one prompt per request");
+  const bool list = (*a)[0].is_string() || (*a)[0].is_array();
+  if (!list) {
+    out.emplace_back();
+    return read_token_ids(r, *a, out.back().tokens);
+  }
+  // Elsewhere only OpenAI's ["text"]: one prompt per request.
+  if (d != dialect::completions && (a->size() > 1 || !(*a)[0].is_string())) {
+    return r.fail("prompt", "holds one prompt per request here");
+  }
+  if (a->size() > max_prompts) return r.fail("prompt", "holds at most " + std::to_string(max_prompts) + " prompts");
+  for (const json::value& p : *a) {
+    if (p.is_string()) {
+      if (p.get_string().empty()) return r.fail("prompt", "must not be empty");
+      out.push_back({.text = std::string(p.get_string())});
+    } else if (p.is_array() && !p.get_array().empty()) {
+      out.emplace_back();
+      if (!read_token_ids(r, p.get_array(), out.back().tokens)) return false;
+    } else {
+      return r.fail("prompt", "a list of prompts holds strings or non-empty arrays of token ids");
     }
-    req.prompt_tokens.push_back(std::int32_t(*id));
   }
   return true;
 }
@@ -256,7 +281,8 @@ bool known_field(std::string_view key, dialect d) {
   static constexpr std::string_view shared[] = {
       "max_tokens",        "stream",           "temperature",       "top_k",      "top_p",
       "min_p",             "repetition_penalty", "presence_penalty", "frequency_penalty", "seed",
-      "ignore_eos",        "priority",         "logprobs",          "stop",       "logit_bias"};
+      "ignore_eos",        "priority",         "logprobs",          "stop",       "logit_bias",
+      "stop_token_ids",    "min_tokens"};
   static constexpr std::string_view line_only[] = {"id", "prompt", "messages", "tools", "tool_choice",
                                                    "parallel_tool_calls", "chat_template_kwargs"};
   static constexpr std::string_view http_shared[] = {"model", "user", "n", "stream_options"};
@@ -298,7 +324,11 @@ std::string read_request(const json::object& o, dialect d, parsed_request& out) 
       return "`" + valid_utf8(kv.key().substr(0, 64)) + "` is not supported by this server";
     }
   }
-  if (prompt && !read_prompt(r, *prompt, req)) return r.why;
+  if (prompt) {
+    if (!read_prompt(r, *prompt, d, out.prompts)) return r.why;
+    req.prompt = out.prompts[0].text;
+    req.prompt_tokens = out.prompts[0].tokens;
+  }
   if (messages && !read_messages(r, *messages, req.messages)) return r.why;
   if (messages) {
     const json::value* tools = r.find("tools");
@@ -331,7 +361,7 @@ std::string read_request(const json::object& o, dialect d, parsed_request& out) 
             r.get_float("presence_penalty", s.presence_penalty) &&
             r.get_float("frequency_penalty", s.frequency_penalty) &&
             r.get_int("seed", s.seed, 0, std::numeric_limits<std::int64_t>::max()) &&
-            r.get_bool("ignore_eos", req.ignore_eos) &&
+            r.get_bool("ignore_eos", req.ignore_eos) && r.get_int("min_tokens", req.min_tokens, 0, big) &&
             r.get_int("priority", req.priority, -1000000, 1000000);
   if (!ok) return r.why;
   if (s.top_k < 0) s.top_k = 0;  // -1 means "all" to some clients
@@ -352,8 +382,23 @@ std::string read_request(const json::object& o, dialect d, parsed_request& out) 
 
   if (const json::value* v = r.find("stop"); v && !read_stop(r, *v, req.stop)) return r.why;
   if (const json::value* v = r.find("logit_bias"); v && !read_logit_bias(r, *v, s)) return r.why;
+  if (const json::value* v = r.find("stop_token_ids")) {
+    const json::array* a = v->if_array();
+    if (!a || a->size() > max_stop_strings) {
+      return "`stop_token_ids` must be an array of at most " + std::to_string(max_stop_strings) + " token ids";
+    }
+    for (const json::value& t : *a) {
+      const auto id = r.integer(t);
+      if (!id || *id < 0 || *id > std::numeric_limits<std::int32_t>::max()) return "`stop_token_ids` must hold token ids (integers >= 0)";
+      req.stop_token_ids.push_back(std::int32_t(*id));
+    }
+  }
   if (d != dialect::line) {
     if (!r.get_int("n", out.n, 1, max_choices)) return r.why;
+    if (out.prompts.size() > 1 && std::int64_t(out.prompts.size()) * out.n > max_choices * 4) {
+      return "`prompt` holds " + std::to_string(out.prompts.size()) + " prompts: with `n` " + std::to_string(out.n) +
+             " that is more than " + std::to_string(max_choices * 4) + " choices";
+    }
     if (const json::value* so = r.find("stream_options")) {
       const json::object* soo = so->if_object();
       if (!soo) return "`stream_options` must be an object";

@@ -20,8 +20,16 @@ enum class dialect {
   chat,         // POST /v1/chat/completions: messages, logprobs as a bool + top_logprobs
 };
 
+// One prompt of a completions request: text, or token ids when text is empty.
+struct prompt_input {
+  std::string text{};
+  std::vector<std::int32_t> tokens{};
+};
+
 struct parsed_request {
-  generate_request req;          // what the engine runs
+  generate_request req;          // what the engine runs (with the first prompt)
+  std::vector<prompt_input> prompts;  // completions: every prompt of the request (a list gives several); else
+                                      // the one prompt, or none for messages
   bool stream = false;           // stream chunks as they come
   bool include_usage = false;    // HTTP: stream_options.include_usage
   bool want_logprobs = false;    // report log-probabilities (req.sampling.logprobs alternatives each)
@@ -31,8 +39,10 @@ struct parsed_request {
   bool parallel_tool_calls = true; // false: at most the first call is returned
 };
 
-// The most choices one HTTP request may ask for, and stop strings one request may give.
+// The most choices one HTTP request may ask for (n), prompts one completions request may list
+// (prompts x n at most 4 x max_choices), and stop strings one request may give.
 inline constexpr std::int64_t max_choices = 16;
+inline constexpr std::size_t max_prompts = 16;
 inline constexpr std::size_t max_stop_strings = 16;
 
 // Fills `out` from the request object `o`. Returns "" when every field has the right type, else

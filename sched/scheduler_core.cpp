@@ -164,6 +164,17 @@ kv::kv_batch scheduler_core::plan_kv(bool ahead) {
   return batch;
 }
 
+// min_tokens: while fewer tokens than that are out before this step's one, the tokens that would
+// end the request get a bias no logit survives (the draw, candidates and logprobs all see it).
+void scheduler_core::suppress_ends(const seq_state& s, bool one_in_flight, gpu_worker::logit_params& l) const {
+  if (s.n_generated + (one_in_flight ? 1 : 0) >= s.req.min_tokens) return;
+  constexpr float never = -1e9f;
+  if (!s.req.ignore_eos) {
+    for (const std::int32_t t : cfg_.eog_tokens) l.logit_bias.emplace_back(t, never);
+  }
+  for (const std::int32_t t : s.req.stop_token_ids) l.logit_bias.emplace_back(t, never);
+}
+
 gpu_worker::seq_step scheduler_core::make_step(const seq_state& s, std::int64_t start, std::int64_t n_new,
                                                std::vector<std::int32_t> table, std::int32_t feed_from) const {
   gpu_worker::seq_step st;
@@ -175,6 +186,7 @@ gpu_worker::seq_step scheduler_core::make_step(const seq_state& s, std::int64_t 
     st.feed_from = feed_from;
     st.want_candidates = true;
     st.logits = s.req.logits;  // no penalties (device_drawable): no counts to miss
+    suppress_ends(s, true, st.logits);
     return st;
   }
   st.tokens.assign(s.tokens.begin() + start, s.tokens.begin() + start + n_new);
@@ -182,6 +194,7 @@ gpu_worker::seq_step scheduler_core::make_step(const seq_state& s, std::int64_t 
   if (st.want_candidates) {
     st.logits = s.req.logits;
     if (has_penalties(s.req)) st.logits.token_counts.assign(s.counts.begin(), s.counts.end());
+    suppress_ends(s, false, st.logits);
   }
   return st;
 }
@@ -240,7 +253,11 @@ std::optional<gpu_worker::step_plan> scheduler_core::plan_step(kv::kv_batch_resu
         running_.insert(key(s));
         stats_.prompt_tokens += s.n_prompt;
         stats_.cached_prompt_tokens += s.n_computed;
-        events_.emplace_back().id = p.id;  // admitted (no token, no finish): queue time ends
+        {
+          seq_event& admitted = events_.emplace_back();  // admitted (no token, no finish): queue time ends
+          admitted.id = p.id;
+          admitted.cached_tokens = s.n_computed;
+        }
         if (p.n_tokens > s.n_computed) add(s, p, r, s.n_computed);
         break;
       case planned_op::kind::commit:
@@ -272,6 +289,9 @@ std::optional<gpu_worker::step_plan> scheduler_core::plan_step(kv::kv_batch_resu
 std::optional<finish_reason> scheduler_core::finished(const seq_state& s) const {
   const std::int32_t last = s.tokens.back();
   if (!s.req.ignore_eos && std::find(cfg_.eog_tokens.begin(), cfg_.eog_tokens.end(), last) != cfg_.eog_tokens.end()) {
+    return finish_reason::stop;
+  }
+  if (std::find(s.req.stop_token_ids.begin(), s.req.stop_token_ids.end(), last) != s.req.stop_token_ids.end()) {
     return finish_reason::stop;
   }
   if (s.n_generated >= s.req.max_tokens || std::int64_t(s.tokens.size()) >= cfg_.max_model_len) return finish_reason::length;

@@ -55,6 +55,8 @@ struct request {
   std::int64_t max_tokens = 16;               // tokens to generate at most (>= 1)
   std::int32_t priority = 0;                  // lower runs first; FCFS among equals
   bool ignore_eos = false;                    // keep going past end-of-generation tokens
+  std::vector<std::int32_t> stop_token_ids;   // generating one of these ends the request ("stop"), ignore_eos or not
+  std::int64_t min_tokens = 0;                // end-of-generation and stop tokens are suppressed until this many are out
   std::int32_t n_logprobs = 0;                // alternatives the sampler reports with each token, [0, 20]
   gpu_worker::logit_params logits;            // the worker's logit processing (counts are filled per step)
 };
@@ -68,6 +70,8 @@ struct seq_event {
   error_code error;                           // with finish_reason::failed: why
   float logprob = 0.f;                        // of token, under the processed distribution
   std::vector<sampler::token_logprob> top_logprobs;  // the request's n_logprobs alternatives, with token
+  std::int64_t cached_tokens = 0;             // admission events (no token, no finish): prompt tokens the
+                                              // prefix cache held
 };
 
 // The sampler's answer for one sequence that asked for candidates: its token and what to report
@@ -182,6 +186,7 @@ class scheduler_core {
               error_code error = {});
   gpu_worker::seq_step make_step(const seq_state& s, std::int64_t start, std::int64_t n_new,
                                  std::vector<std::int32_t> table, std::int32_t feed_from) const;
+  void suppress_ends(const seq_state& s, bool one_in_flight, gpu_worker::logit_params& l) const;
   std::optional<finish_reason> finished(const seq_state& s) const;
   // Whether the worker's draw can stand for the sampler's token in a step planned ahead.
   static bool device_drawable(const request& r);

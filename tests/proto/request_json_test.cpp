@@ -125,6 +125,70 @@ TEST(RequestJson, UnknownFieldsAreRefusedByName) {
             "`best_of` is not supported by this server");
 }
 
+TEST(RequestJson, StopTokenIdsMinTokensAndPromptLists) {
+  parsed_request p;
+  ASSERT_EQ(read(R"({"id":1,"prompt":"x","stop_token_ids":[7,9],"min_tokens":3})", p), "");
+  EXPECT_EQ(p.req.stop_token_ids, (std::vector<std::int32_t>{7, 9}));
+  EXPECT_EQ(p.req.min_tokens, 3);
+  EXPECT_EQ(why(R"({"id":1,"prompt":"x","stop_token_ids":[-1]})"), "`stop_token_ids` must hold token ids (integers >= 0)");
+  EXPECT_EQ(why(R"({"id":1,"prompt":"x","min_tokens":-2})"), "`min_tokens` must be in [0, 1099511627776], got -2");
+
+  parsed_request c;
+  ASSERT_EQ(read(R"({"prompt":["a",[1,2],"b"],"n":2})", c, dialect::completions), "");
+  ASSERT_EQ(c.prompts.size(), 3u);
+  EXPECT_EQ(c.prompts[0].text, "a");
+  EXPECT_EQ(c.prompts[1].tokens, (std::vector<std::int32_t>{1, 2}));
+  EXPECT_EQ(c.req.prompt, "a");
+  EXPECT_EQ(why(R"({"id":1,"prompt":["a","b"]})"), "`prompt` holds one prompt per request here");
+  EXPECT_EQ(why(R"({"prompt":["a",""]})", dialect::completions), "`prompt` must not be empty");
+  EXPECT_EQ(why(R"({"prompt":["a",5]})", dialect::completions),
+            "`prompt` a list of prompts holds strings or non-empty arrays of token ids");
+  EXPECT_EQ(why(R"({"prompt":["a","b","c","d","e"],"n":16})", dialect::completions),
+            "`prompt` holds 5 prompts: with `n` 16 that is more than 64 choices");
+}
+
+// Tools and the chat template's keywords: read for messages only, checked for shape.
+TEST(RequestJson, ToolsToolChoiceAndTemplateKeywords) {
+  parsed_request p;
+  ASSERT_EQ(read(R"({"messages":[{"role":"user","content":"x"},
+                     {"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function",
+                       "function":{"name":"f","arguments":"{\"a\": 1}"}}]},
+                     {"role":"tool","tool_call_id":"c","name":"f","content":"ok"}],
+                    "tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],
+                    "chat_template_kwargs":{"enable_thinking":false},"parallel_tool_calls":false})",
+                 p, dialect::chat),
+            "");
+  EXPECT_TRUE(p.parse_tool_calls);
+  EXPECT_FALSE(p.parallel_tool_calls);
+  EXPECT_NE(p.req.tools_json.find("\"name\":\"f\""), std::string::npos);
+  EXPECT_EQ(p.req.chat_template_kwargs_json, R"({"enable_thinking":false})");
+  ASSERT_EQ(p.req.messages.size(), 3u);
+  EXPECT_TRUE(p.req.messages[1].content_is_null);
+  EXPECT_EQ(p.req.messages[1].tool_calls_json,  // arguments: the object the JSON string held
+            R"([{"id":"c","type":"function","function":{"name":"f","arguments":{"a":1}}}])");
+  EXPECT_EQ(p.req.messages[2].tool_call_id, "c");
+  EXPECT_EQ(p.req.messages[2].name, "f");
+
+  parsed_request none;
+  ASSERT_EQ(read(R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],
+                    "tool_choice":"none"})",
+                 none, dialect::chat),
+            "");
+  EXPECT_FALSE(none.parse_tool_calls);
+  EXPECT_TRUE(none.req.tools_json.empty());  // the model is not shown them
+  const std::string m = R"("messages":[{"role":"user","content":"x"}])";
+  EXPECT_EQ(why("{" + m + R"(,"tool_choice":"required"})", dialect::chat),
+            "`tool_choice` \"required\" or a named function is not supported by this server yet (use \"auto\")");
+  EXPECT_EQ(why("{" + m + R"(,"tools":[{"type":"function","function":{}}]})", dialect::chat), "`tools` functions need a `name`");
+  EXPECT_EQ(why("{" + m + R"(,"chat_template_kwargs":{"tools":[]}})", dialect::chat),
+            "`chat_template_kwargs` may not set `tools`");
+  EXPECT_EQ(why(R"({"prompt":"x","tools":[]})", dialect::completions), "`tools` is not supported by this server");
+  EXPECT_EQ(why(R"({"id":1,"prompt":"x","tools":[]})"), "`tools` goes with `messages`");
+  EXPECT_EQ(why(R"({"messages":[{"role":"user","content":"x","audio":{}}]})", dialect::chat),
+            "`messages` entries with `audio` are not supported by this server");
+  EXPECT_EQ(why(R"({"messages":[{"role":"assistant","content":null}]})", dialect::chat), "`messages` entries need a string `content`");
+}
+
 TEST(RequestJson, NullMeansAbsent) {
   parsed_request p;
   ASSERT_EQ(read(R"({"id":1,"prompt":"x","temperature":null,"stop":null})", p), "");
