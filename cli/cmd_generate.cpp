@@ -3,9 +3,12 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <fstream>
 #include <future>
 #include <memory>
 #include <optional>
+#include <sstream>
+#include <stdexcept>
 #include <string>
 
 #include <boost/asio/use_future.hpp>
@@ -26,6 +29,8 @@ struct generate_args {
   std::string system;
   bool chat = false;
   std::string chat_template;  // --chat-template FILE
+  std::string regex;          // --regex PATTERN: structured output
+  std::string json_schema;    // --json-schema FILE: structured output
   int n_predict = 128;
   int ctx = 0;  // 0: the model's, at most 4096
   bool ignore_eos = false;
@@ -66,6 +71,16 @@ int run_generate(const generate_args& a) {
   req.max_tokens = a.n_predict;
   req.sampling = a.sampling;
   req.ignore_eos = a.ignore_eos;
+  if (!a.regex.empty()) {
+    req.constraint = {.what = structured_output::kind::regex, .spec = a.regex, .field = "--regex"};
+  } else if (!a.json_schema.empty()) {
+    std::ifstream in(a.json_schema, std::ios::binary);
+    if (!in) throw std::runtime_error("--json-schema: cannot read " + a.json_schema);
+    std::ostringstream text;
+    text << in.rdbuf();
+    req.constraint = {.what = structured_output::kind::json_schema, .spec = text.str(), .field = "--json-schema"};
+  }
+  if (const std::string why = eng->explain(req); !why.empty()) throw std::invalid_argument(why);
 
   // The host's cost of decoding: process CPU time and wall time from the first token to the last.
   struct clocks {
@@ -128,6 +143,9 @@ void add_generate_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--chat", a->chat, "wrap the prompt in the model's chat template");
   cmd->add_option("--system", a->system, "system message (with --chat)");
   add_chat_template_option(cmd, a->chat_template);
+  cmd->add_option("--regex", a->regex, "structured output: the output must match this regular expression");
+  cmd->add_option("--json-schema", a->json_schema, "structured output: the output is JSON valid against this schema file")
+      ->excludes("--regex");
   cmd->add_option("--ctx", a->ctx, "context length (default: the model's, at most 4096)");
   cmd->add_flag("--ignore-eos", a->ignore_eos, "keep generating past end-of-generation tokens");
   cmd->add_option("--temp", a->sampling.temperature, "temperature; 0 is greedy")->capture_default_str();

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <deque>
+#include <map>
+#include <mutex>
 #include <chrono>
 #include <filesystem>
 #include <optional>
@@ -21,6 +24,8 @@
 #include "gpu_worker/gpu_worker.h"
 #include "kv/kv_manager.h"
 #include "model/gguf/gguf_tokenizer.h"
+#include "sampler/structured/json_schema.h"
+#include "sampler/structured/token_masks.h"
 #include "sampler/sampler.h"
 #include "sched/scheduler.h"
 
@@ -67,6 +72,13 @@ struct engine::impl {
   model::llm model;
   model::tokenizer tok;
   std::optional<model::chat_template> chat;
+  // Structured output: the vocabulary's byte trie (built at start-up) and the compiled
+  // constraints of recent requests by spec, with the masks they have computed (any thread).
+  std::shared_ptr<const sampler::structured::vocab_trie> vocab;
+  std::mutex constraints_mutex;
+  std::map<std::pair<int, std::string>, std::shared_ptr<const sampler::structured::token_masks>> constraints;
+  std::deque<std::pair<int, std::string>> constraint_order;  // oldest first, at most 64 kept
+  std::shared_ptr<const sampler::structured::token_masks> constraint_for(const structured_output& c, std::string& why);
   std::string chat_unusable;  // why chat requests are refused when `chat` is empty
   model::chat_syntax syntax;  // the template's reasoning and tool-call syntax
   std::int64_t max_model_len = 0;
@@ -96,7 +108,7 @@ struct engine::impl {
   // as rejected (refused = true), not as finished.
   void finish(std::uint64_t id, live_stream& s, const char* reason, error_code ec, stream_event e = {},
               bool refused = false);
-  error_code check(const generate_request& r, std::string& why) const;
+  error_code check(const generate_request& r, std::string& why);
   // The prompt's tokens; on a refusal, `why` (when given) says what is wrong, naming the field.
   boost::system::result<std::vector<std::int32_t>, error_code> prompt_of(const generate_request& r,
                                                                          std::string* why = nullptr) const;
@@ -134,6 +146,20 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
     }
   }
   if (p->chat) p->syntax = model::detect_chat_syntax(tmpl);
+  {  // what constrained decoding walks: each generable token's bytes; control and unused tokens never
+    std::vector<std::string> bytes(std::size_t(p->tok.n_vocab()));
+    std::vector<std::int32_t> eog;
+    const model::tokenizer_spec& spec = p->tok.spec();
+    for (std::int32_t id = 0; id < p->tok.n_vocab(); ++id) {
+      if (p->tok.is_eog(id)) {
+        eog.push_back(id);
+        continue;
+      }
+      const std::int32_t type = std::size_t(id) < spec.token_types.size() ? spec.token_types[std::size_t(id)] : 1;
+      if (type == 1 || type == 4 || type == 6) bytes[std::size_t(id)] = p->tok.token_piece(id);  // normal, user-defined, byte
+    }
+    p->vocab = std::make_shared<const sampler::structured::vocab_trie>(std::move(bytes), std::move(eog));
+  }
   p->name = std::string(p->model.file.get_string("general.name").value_or(""));
   if (p->name.empty()) p->name = std::filesystem::path(cfg.model_path).filename().string();
   p->max_model_len = cfg.max_model_len > 0 ? cfg.max_model_len : std::min<std::int64_t>(p->model.hp.n_ctx_train, 4096);
@@ -219,7 +245,41 @@ std::int64_t engine::max_model_len() const { return impl_->max_model_len; }
 const model::chat_template* engine::chat_template() const { return impl_->chat ? &*impl_->chat : nullptr; }
 const model::chat_syntax& engine::chat_syntax() const { return impl_->syntax; }
 
-error_code engine::impl::check(const generate_request& r, std::string& why) const {
+std::shared_ptr<const sampler::structured::token_masks> engine::impl::constraint_for(const structured_output& c,
+                                                                                   std::string& why) {
+  namespace st = sampler::structured;
+  if (c.what == structured_output::kind::none) return nullptr;
+  const std::pair<int, std::string> key{int(c.what), c.spec};
+  {
+    std::lock_guard lock(constraints_mutex);
+    if (auto it = constraints.find(key); it != constraints.end()) return it->second;
+  }
+  try {
+    std::string pattern;
+    if (c.what == structured_output::kind::regex) {
+      pattern = c.spec;
+    } else if (c.what == structured_output::kind::json_object) {
+      pattern = st::json_object_regex();
+    } else {
+      pattern = st::json_schema_regex_of(c.spec);
+    }
+    auto masks = std::make_shared<const st::token_masks>(st::compile_regex(pattern), vocab);
+    (void)masks->mask(masks->start());  // the first step's mask, before the request is queued
+    std::lock_guard lock(constraints_mutex);
+    constraints.emplace(key, masks);
+    constraint_order.push_back(key);
+    if (constraint_order.size() > 64) {
+      constraints.erase(constraint_order.front());
+      constraint_order.pop_front();
+    }
+    return masks;
+  } catch (const st::structured_error& e) {
+    why = "`" + (c.field.empty() ? std::string("constraint") : c.field) + "`: " + e.what();
+    return nullptr;
+  }
+}
+
+error_code engine::impl::check(const generate_request& r, std::string& why) {
   if (auto bad = sampler::validate(r.sampling, model.hp.n_vocab)) {
     why = *bad;
   } else if (r.max_tokens < 1) {
@@ -235,6 +295,8 @@ error_code engine::impl::check(const generate_request& r, std::string& why) cons
     why = chat_unusable;
   } else if (r.messages.empty() && (!r.tools_json.empty() || !r.chat_template_kwargs_json.empty())) {
     why = "tools and chat_template_kwargs go with messages";
+  } else if (r.constraint.what != structured_output::kind::none && !constraint_for(r.constraint, why)) {
+    // why names the field and the problem
   } else if (!r.tools_json.empty() && syntax.tools == model::tool_call_syntax::none) {
     why = "`tools`: this model's chat template has no tool-call syntax anvil parses (Hermes/Qwen <tool_call> or "
           "Llama 3 JSON), so its calls could not be returned as tool_calls";
@@ -315,6 +377,7 @@ boost::system::result<std::uint64_t, error_code> engine::submit(generate_request
   req.ignore_eos = r.ignore_eos;
   req.stop_token_ids = r.stop_token_ids;
   req.min_tokens = r.min_tokens;
+  req.constraint = m.constraint_for(r.constraint, why);
   req.logits.temperature = r.sampling.temperature;
   req.logits.repetition_penalty = r.sampling.repetition_penalty;
   req.logits.presence_penalty = r.sampling.presence_penalty;

@@ -93,6 +93,16 @@ struct engine_config {
   gpu_worker::fault_injection test_faults;
 };
 
+// Structured output: the output must match a regular expression, a JSON schema, or be a JSON
+// object (sampler/structured/). Decoding is constrained token by token, so it always does (unless
+// max_tokens or the context cuts it short: finish_reason "length").
+struct structured_output {
+  enum class kind { none, regex, json_schema, json_object };
+  kind what = kind::none;
+  std::string spec{};   // regex: the pattern; json_schema: the schema as JSON text
+  std::string field{};  // the request field it came from, for error messages ("response_format")
+};
+
 struct generate_request {
   std::string prompt;                              // raw text (special tokens are recognised), or
   std::vector<model::chat_message> messages;       // a conversation for the model's chat template, or
@@ -108,6 +118,7 @@ struct generate_request {
   bool ignore_eos = false;
   std::vector<std::int32_t> stop_token_ids;        // generating one ends the request ("stop"); its text is not shown
   std::int64_t min_tokens = 0;                     // no end-of-generation or stop token before this many tokens
+  structured_output constraint;                    // structured output (none by default)
 };
 
 struct usage {

@@ -85,7 +85,7 @@ class gpu_device {
   struct upload_layout {
     std::size_t ids, positions, slots, tables, context_lens, prefill_seqs, logit_rows, cand_seqs, score_rows, score_targets;
     std::size_t feed_rows, feed_from;  // the rows fed from the step before, and their outputs there
-    std::size_t bias_ids, bias_values, count_ids, count_values, fixed_end, total;
+    std::size_t bias_ids, bias_values, count_ids, count_values, mask_words, fixed_end, total;
   };
 
   void* alloc_device(std::size_t bytes, const char* what);

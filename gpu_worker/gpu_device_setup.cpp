@@ -259,6 +259,7 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   up_off_.bias_values = u.take(P * 4, 16);
   up_off_.count_ids = u.take(P * 4, 16);
   up_off_.count_values = u.take(P * 4, 16);
+  up_off_.mask_words = u.take(S * std::size_t((hp.n_vocab + 31) / 32) * 4, 16);  // constrained decoding
   up_off_.total = u.size();
 
   std::size_t gemm_ws = 0, gemv_ws = 0;

@@ -533,6 +533,7 @@ void gpu_device::run_head_and_candidates(const step_plan& plan) {
     put(up_off_.bias_values, batch.bias_values.data(), batch.bias_values.size() * 4);
     put(up_off_.count_ids, batch.count_ids.data(), batch.count_ids.size() * 4);
     put(up_off_.count_values, batch.count_values.data(), batch.count_values.size() * 4);
+    put(up_off_.mask_words, batch.mask_words.data(), batch.mask_words.size() * 4);
     const kernels::candidates_params cp{.logits = logits_ + r0 * std::size_t(hp.n_vocab),
                                         .vocab = hp.n_vocab,
                                         .n_seqs = std::int64_t(r1 - r0),
@@ -541,6 +542,7 @@ void gpu_device::run_head_and_candidates(const step_plan& plan) {
                                         .bias_values = dev_at<float>(up_off_.bias_values),
                                         .count_ids = dev_at<std::int32_t>(up_off_.count_ids),
                                         .count_values = dev_at<std::int32_t>(up_off_.count_values),
+                                        .mask_words = dev_at<std::uint32_t>(up_off_.mask_words),
                                         .max_k = max_k,
                                         .out = static_cast<unsigned char*>(records_dev_) + r0 * record_bytes,
                                         .workspace = cand_ws_,

@@ -11,6 +11,8 @@
 //     distinct and counts >= 0, top_k >= 1: the scheduler validates requests, so anything else is
 //     a caller bug and throws std::invalid_argument. So does a NaN or +inf raw logit, or a
 //     vocabulary in which no token has a finite processed logit (-inf masks are fine otherwise).
+//   - allowed (a non-empty mask): tokens whose bit is clear are -inf first (they stay -inf
+//     through everything after); the mask must have (vocab + 31) / 32 words.
 //   - bias: l += b (repeated ids add up). Penalties, for each (token, n > 0): repetition first
 //     (l > 0 ? l / r : l * r), then l -= presence + frequency * n — the order sampling.cpp uses.
 //     Temperature t >= min_temperature: l /= t; a smaller t leaves the logits alone (greedy). All
@@ -112,6 +114,7 @@ struct candidates_seq {
   std::int32_t draw_top_k = 0;          // the draw's cuts (kernels/draw.h)
   float draw_top_p = 1.f;
   float draw_min_p = 0.f;
+  std::int32_t mask_begin = -1;         // logit_params::allowed: its words at mask_words[mask_begin, +(vocab+31)/32); -1 none
   double tail_u = 0.0;                  // tail_uniform(seed, position)
   double draw_u = 0.0;                  // draw_uniform(seed, position) (kernels/draw.h)
 };
@@ -147,6 +150,7 @@ struct candidates_params {
   const float* bias_values = nullptr;
   const std::int32_t* count_ids = nullptr;     // concatenated (token, occurrences) pairs
   const std::int32_t* count_values = nullptr;
+  const std::uint32_t* mask_words = nullptr;   // concatenated masks (candidates_seq::mask_begin); may be null when none has one
   std::int32_t max_k = candidates_max_k;       // record capacity, in [1, candidates_max_k]
   void* out = nullptr;                         // n_seqs records of candidates_record_bytes(max_k)
   void* workspace = nullptr;                   // candidates_workspace(n_seqs, vocab, max_k).bytes, 16-byte aligned
@@ -163,6 +167,7 @@ struct candidates_batch {
   std::vector<float> bias_values;
   std::vector<std::int32_t> count_ids;
   std::vector<std::int32_t> count_values;
+  std::vector<std::uint32_t> mask_words;  // the masks of the sequences that have one, concatenated
 };
 candidates_batch pack_candidates(std::span<const gpu_worker::logit_params> params,
                                  std::span<const std::int64_t> positions, std::int64_t vocab,

@@ -4,7 +4,7 @@
 //   1. prep, a block per sequence: bias (one thread, in list order: repeated ids add up exactly as
 //      the reference adds them), then penalties (one thread per distinct id), both with unfused
 //      float arithmetic;
-//   2. slice, a block per (sequence, slice): temperature, written back; the slice's top k in the
+//   2. slice, a block per (sequence, slice): the mask (-inf outside it) and temperature, written back; the slice's top k in the
 //      op's order (logit descending, id ascending) by a radix select on the order-preserving
 //      32-bit key of the logit, in shared memory (4 histogram passes of 8 bits); its members
 //      written in id order. The sequence's top k lies inside the union of its slices' top k;
@@ -244,6 +244,15 @@ __global__ void __launch_bounds__(slice_threads) slice_kernel(candidates_params 
   for (int j = 0; j < per_thread; ++j) {
     const int i = j * slice_threads + tid;
     x[j] = i < n ? l[s0 + i] : 0.f;
+    // Constrained decoding: a token outside the mask is -inf from here on (every later kernel
+    // reads the processed logits back from l).
+    if (i < n && sp.mask_begin >= 0) {
+      const int t = s0 + i;
+      if (!((p.mask_words[sp.mask_begin + (t >> 5)] >> (t & 31)) & 1u)) {
+        x[j] = -INFINITY;
+        l[t] = x[j];
+      }
+    }
   }
   bool bad = false;
 #pragma unroll

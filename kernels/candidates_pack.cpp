@@ -60,6 +60,13 @@ candidates_batch pack_candidates(std::span<const gpu_worker::logit_params> param
     if (std::adjacent_find(ids.begin(), ids.end()) != ids.end()) {
       throw std::invalid_argument("pack_candidates: token_counts lists a token twice");
     }
+    if (!p.allowed.empty()) {
+      if (p.allowed.size() != std::size_t((vocab + 31) / 32)) {
+        throw std::invalid_argument("pack_candidates: the mask does not cover the vocabulary");
+      }
+      c.mask_begin = std::int32_t(b.mask_words.size());
+      b.mask_words.insert(b.mask_words.end(), p.allowed.begin(), p.allowed.end());
+    }
     c.tail_u = tail_uniform(p.seed, positions[s]);
     if (p.draw.on) {
       c.draw = gpu_worker::is_greedy(p.temperature) ? 1 : 2;

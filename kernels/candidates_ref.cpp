@@ -30,6 +30,12 @@ std::vector<float> process(std::span<const float> logits, const logit_params& p)
   for (float x : l) {
     if (std::isnan(x) || x == INFINITY) throw std::invalid_argument("candidates_ref: a raw logit is NaN or +inf");
   }
+  if (!p.allowed.empty()) {  // constrained decoding: tokens outside the mask are -inf from the start
+    if (p.allowed.size() != (vocab + 31) / 32) throw std::invalid_argument("candidates_ref: the mask does not cover the vocabulary");
+    for (std::size_t t = 0; t < vocab; ++t) {
+      if (!((p.allowed[t / 32] >> (t % 32)) & 1u)) l[t] = -INFINITY;
+    }
+  }
   for (const auto& [id, b] : p.logit_bias) {
     check_token(id, vocab, "logit_bias");
     float& x = l[std::size_t(id)];

@@ -57,6 +57,10 @@ struct logit_params {
   float frequency_penalty = 0.f;    // subtracted once per occurrence
   std::vector<std::pair<std::int32_t, std::int32_t>> token_counts;  // (token, occurrences) in the history, for the penalties
   std::vector<std::pair<std::int32_t, float>> logit_bias;          // (token, added to its logit)
+  // Constrained decoding (sampler/structured/): empty, or a bitset over the vocabulary (bit t of
+  // word t / 32) of the tokens allowed next; every other token's logit is -inf before anything
+  // else. The scheduler fills it per step from the request's automaton state.
+  std::vector<std::uint32_t> allowed{};
   std::int32_t top_k = 64;          // candidates to return, >= 1 (clamped to the vocabulary)
   std::uint64_t seed = 0;           // the request's seed: with the position, it seeds the tail draw and the draw
   draw_params draw;                 // the worker's draw of the next token (temperature and seed above)

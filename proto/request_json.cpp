@@ -282,7 +282,7 @@ bool known_field(std::string_view key, dialect d) {
       "max_tokens",        "stream",           "temperature",       "top_k",      "top_p",
       "min_p",             "repetition_penalty", "presence_penalty", "frequency_penalty", "seed",
       "ignore_eos",        "priority",         "logprobs",          "stop",       "logit_bias",
-      "stop_token_ids",    "min_tokens"};
+      "stop_token_ids",    "min_tokens",       "response_format",   "regex"};
   static constexpr std::string_view line_only[] = {"id", "prompt", "messages", "tools", "tool_choice",
                                                    "parallel_tool_calls", "chat_template_kwargs"};
   static constexpr std::string_view http_shared[] = {"model", "user", "n", "stream_options"};
@@ -298,6 +298,37 @@ bool known_field(std::string_view key, dialect d) {
     case dialect::chat: return in(http_shared) || in(chat_only);
   }
   return false;
+}
+
+// `response_format` (OpenAI) and `regex`: what the output must be (engine.h, structured_output).
+bool read_structured(reader& r, structured_output& out) {
+  const json::value* rf = r.find("response_format");
+  const json::value* re = r.find("regex");
+  if (rf && re) return r.fail("regex", "and `response_format` cannot both be given");
+  if (re) {
+    if (!re->is_string() || re->get_string().empty()) return r.fail("regex", "must be a non-empty string");
+    out = {.what = structured_output::kind::regex, .spec = std::string(re->get_string()), .field = "regex"};
+    return true;
+  }
+  if (!rf) return true;
+  const json::object* o = rf->if_object();
+  const json::value* type = o ? o->if_contains("type") : nullptr;
+  if (!type || !type->is_string()) return r.fail("response_format", "must be {\"type\": \"text\" | \"json_object\" | \"json_schema\"}");
+  const std::string_view t = type->get_string();
+  if (t == "text") return true;
+  if (t == "json_object") {
+    out = {.what = structured_output::kind::json_object, .spec = {}, .field = "response_format"};
+    return true;
+  }
+  if (t != "json_schema") return r.fail("response_format", "type must be \"text\", \"json_object\" or \"json_schema\"");
+  const json::value* js = o->if_contains("json_schema");
+  const json::object* jo = js ? js->if_object() : nullptr;
+  const json::value* schema = jo ? jo->if_contains("schema") : nullptr;
+  if (!schema || !(schema->is_object() || schema->is_bool())) {
+    return r.fail("response_format", "json_schema needs {\"name\": ..., \"schema\": {...}}");
+  }
+  out = {.what = structured_output::kind::json_schema, .spec = json::serialize(*schema), .field = "response_format"};
+  return true;
 }
 
 }  // namespace
@@ -382,6 +413,7 @@ std::string read_request(const json::object& o, dialect d, parsed_request& out) 
 
   if (const json::value* v = r.find("stop"); v && !read_stop(r, *v, req.stop)) return r.why;
   if (const json::value* v = r.find("logit_bias"); v && !read_logit_bias(r, *v, s)) return r.why;
+  if (!read_structured(r, req.constraint)) return r.why;
   if (const json::value* v = r.find("stop_token_ids")) {
     const json::array* a = v->if_array();
     if (!a || a->size() > max_stop_strings) {

@@ -21,6 +21,7 @@ error_code scheduler_core::submit(request r) {
     for (std::int32_t t : s.tokens) ++s.counts[t];
   }
   s.n_prompt = std::int64_t(r.prompt.size());
+  if (r.constraint) s.constraint_state = r.constraint->start();
   s.arrival = next_arrival_++;
   s.req = std::move(r);
   waiting_.insert(key(s));
@@ -77,7 +78,10 @@ bool scheduler_core::has_penalties(const request& r) {
   return l.repetition_penalty != 1.f || l.presence_penalty != 0.f || l.frequency_penalty != 0.f;
 }
 
-bool scheduler_core::device_drawable(const request& r) { return r.logits.draw.on && !has_penalties(r); }
+// A constrained request's next mask depends on the token drawn, so its steps are planned serially.
+bool scheduler_core::device_drawable(const request& r) {
+  return r.logits.draw.on && !has_penalties(r) && !r.constraint;
+}
 
 bool scheduler_core::can_plan_ahead() const {
   if (in_flight_.size() != 1 || ahead_blocked_) return false;
@@ -195,6 +199,7 @@ gpu_worker::seq_step scheduler_core::make_step(const seq_state& s, std::int64_t 
     st.logits = s.req.logits;
     if (has_penalties(s.req)) st.logits.token_counts.assign(s.counts.begin(), s.counts.end());
     suppress_ends(s, false, st.logits);
+    if (s.req.constraint) st.logits.allowed = s.req.constraint->mask(s.constraint_state);
   }
   return st;
 }
@@ -294,6 +299,8 @@ std::optional<finish_reason> scheduler_core::finished(const seq_state& s) const 
   if (std::find(s.req.stop_token_ids.begin(), s.req.stop_token_ids.end(), last) != s.req.stop_token_ids.end()) {
     return finish_reason::stop;
   }
+  // A constrained output that nothing can extend is complete: no end token needs sampling.
+  if (s.req.constraint && s.req.constraint->complete(s.constraint_state)) return finish_reason::stop;
   if (s.n_generated >= s.req.max_tokens || std::int64_t(s.tokens.size()) >= cfg_.max_model_len) return finish_reason::length;
   return std::nullopt;
 }
@@ -334,7 +341,11 @@ std::vector<seq_event> scheduler_core::complete_step(std::span<sampled_token> sa
     if (has_penalties(s.req)) ++s.counts[token];
     ++s.n_generated;
     ++stats_.generated_tokens;
-    if (const auto why = finished(s)) {
+    if (s.req.constraint) s.constraint_state = s.req.constraint->advance(s.constraint_state, token);
+    if (s.req.constraint && s.constraint_state == sampler::structured::dfa::dead) {
+      // The mask allows only what the automaton takes: a token outside it is a broken worker.
+      finish(sc.id, finish_reason::failed, token, out, make_error_code(errc::device_fault));
+    } else if (const auto why = finished(s)) {
       finish(sc.id, *why, token, out);
     } else {
       out.emplace_back();

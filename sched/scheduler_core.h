@@ -35,6 +35,7 @@
 #include "messages/step.h"
 #include "messages/kv_messages.h"
 #include "sampler/sampler_core.h"
+#include "sampler/structured/token_masks.h"
 
 namespace anvil::sched {
 
@@ -57,6 +58,10 @@ struct request {
   bool ignore_eos = false;                    // keep going past end-of-generation tokens
   std::vector<std::int32_t> stop_token_ids;   // generating one of these ends the request ("stop"), ignore_eos or not
   std::int64_t min_tokens = 0;                // end-of-generation and stop tokens are suppressed until this many are out
+  // Constrained decoding (structured output): each step's candidates come from the tokens the
+  // automaton allows next (logit_params::allowed); the request ends when its output is complete.
+  // Shared and immutable but for its lazily filled mask cache (thread-safe).
+  std::shared_ptr<const sampler::structured::token_masks> constraint{};
   std::int32_t n_logprobs = 0;                // alternatives the sampler reports with each token, [0, 20]
   gpu_worker::logit_params logits;            // the worker's logit processing (counts are filled per step)
 };
@@ -155,6 +160,7 @@ class scheduler_core {
     std::int64_t n_prompt = 0;
     std::int64_t n_computed = 0;       // tokens whose KV is in the cache
     std::int64_t n_generated = 0;
+    std::int32_t constraint_state = 0;  // with req.constraint: the automaton's state after the output so far
     std::uint64_t arrival = 0;
     where at = where::waiting;
     bool kv_live = false;              // begun in the KV manager: must be released

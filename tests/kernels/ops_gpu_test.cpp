@@ -336,6 +336,7 @@ struct cand_seq_case {
   bool penalties;
   bool bias;
   int logit_kind;  // 0: continuous, 1: quantised (many ties), 2: mostly -inf, 3: all equal
+  int mask = 0;    // constrained decoding (logit_params::allowed): 0 none, 1 two tokens in five, 2 one token
 };
 
 struct cand_case {
@@ -362,6 +363,7 @@ std::vector<unsigned char> run_candidates_gpu(const std::vector<float>& logits, 
   guarded_array<float> dbias_values(b.bias_values.empty() ? std::vector<float>{0.f} : b.bias_values);
   guarded_array<std::int32_t> dcount_ids(b.count_ids.empty() ? std::vector<std::int32_t>{0} : b.count_ids);
   guarded_array<std::int32_t> dcount_values(b.count_values.empty() ? std::vector<std::int32_t>{0} : b.count_values);
+  guarded_array<std::uint32_t> dmask(b.mask_words.empty() ? std::vector<std::uint32_t>{0} : b.mask_words);
   guarded_array<unsigned char> dout(params.size() * rec);
   dout.poison();
   const std::size_t ws_bytes = candidates_workspace(std::int64_t(params.size()), vocab, candidates_max_k).bytes;
@@ -375,6 +377,7 @@ std::vector<unsigned char> run_candidates_gpu(const std::vector<float>& logits, 
                             .bias_values = dbias_values.data(),
                             .count_ids = dcount_ids.data(),
                             .count_values = dcount_values.data(),
+                            .mask_words = dmask.data(),
                             .max_k = candidates_max_k,
                             .out = dout.data(),
                             .workspace = dws.data(),
@@ -388,7 +391,7 @@ std::vector<unsigned char> run_candidates_gpu(const std::vector<float>& logits, 
   const std::vector<unsigned char> records = dout.download();
   EXPECT_TRUE(dout.guards_intact() && dlogits.guards_intact() && dseqs.guards_intact() && dws.guards_intact());
   EXPECT_TRUE(dbias_ids.guards_intact() && dbias_values.guards_intact());
-  EXPECT_TRUE(dcount_ids.guards_intact() && dcount_values.guards_intact());
+  EXPECT_TRUE(dcount_ids.guards_intact() && dcount_values.guards_intact() && dmask.guards_intact());
   return records;
 }
 
@@ -430,6 +433,13 @@ TEST_P(CandidatesGpu, MatchesCandidatesRef) {
       for (int i = 0; i < 20; ++i) p.logit_bias.push_back({token(rng), normal(rng)});
       p.logit_bias.push_back(p.logit_bias.front());  // a repeated id adds up
       p.logit_bias.push_back({std::int32_t(vocab - 1), 5.f});
+    }
+    if (q.mask != 0) {
+      p.allowed.assign((vocab + 31) / 32, 0u);
+      for (std::size_t t = 0; t < vocab; ++t) {
+        const bool on = q.mask == 1 ? (t * 7919) % 5 < 2 || t + 1 == vocab : t == vocab / 3;
+        if (on) p.allowed[t / 32] |= 1u << (t % 32);
+      }
     }
     if (q.penalties) {
       p.repetition_penalty = 1.3f;
@@ -490,6 +500,11 @@ std::vector<cand_case> candidate_cases() {
   cases.push_back({4097, {{256, 1.f, false, false, 1}, {5, 0.8f, true, true, 0}}});
   cases.push_back({8192 + 100, {{256, 1.f, false, false, 3}, {3, 0.f, false, false, 3}, {256, 0.6f, false, false, 1}}});
   cases.push_back({candidates_max_vocab, {{40, 1.f, false, false, 0}, {256, 1.f, false, false, 3}}});
+  // Constrained decoding: masks beside unmasked sequences, with bias and penalties; a mask of one token.
+  for (std::int64_t vocab : {1000, 151936}) {
+    cases.push_back({vocab, {{64, 1.f, true, true, 0, 1}, {256, 0.f, false, false, 1}, {16, 0.8f, false, true, 0, 2},
+                             {256, 1.f, false, false, 1, 1}}});
+  }
   return cases;
 }
 

@@ -184,7 +184,7 @@ TEST(HttpTools, WhatAnvilCannotDoIsRefusedByName) {
   required["tool_choice"] = "required";
   refused(required, "tool_choice");
   json::object schema = ask({});
-  schema["response_format"] = json::object{{"type", "json_object"}};
+  schema["response_format"] = json::object{{"type", "xml"}};
   refused(schema, "response_format");
   json::object bad_tools = ask({});
   bad_tools["tools"] = json::array{json::object{{"type", "retrieval"}}};
@@ -205,4 +205,50 @@ TEST(HttpTools, ToolsOnATemplateWithoutAToolSyntaxAreRefused) {
   EXPECT_NE(r.body.find("tool-call syntax"), std::string::npos) << r.body;
 }
 
+// Structured output through the API: response_format json_schema / json_object and `regex` give
+// outputs that parse and validate whatever the (random) model prefers; bad ones are named.
+TEST(HttpTools, ResponseFormatAndRegexConstrainTheOutput) {
+  server s;  // the ChatML fixture: random weights
+  const json::value schema = json::parse(R"({"type": "object", "properties": {
+      "name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"},
+      "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 3}}, "required": ["name", "age"]})");
+  for (int seed = 0; seed < 4; ++seed) {
+    json::object req = ask({});
+    req["max_tokens"] = 600;
+    req["temperature"] = 1.0;
+    req["seed"] = seed;
+    req["response_format"] = json::object{{"type", "json_schema"}, {"json_schema", json::object{{"name", "person"}, {"schema", schema}, {"strict", true}}}};
+    const reply r = s.post("/v1/chat/completions", req);
+    ASSERT_EQ(r.status, 200u) << r.body;
+    const std::string content(r.json().at("choices").at(0).at("message").at("content").as_string());
+    json::error_code ec;
+    const json::value v = json::parse(content, ec);
+    ASSERT_FALSE(ec) << content;
+    EXPECT_TRUE(v.at("name").is_string() && v.at("age").is_int64()) << content;
+    EXPECT_EQ(r.json().at("choices").at(0).at("finish_reason").as_string(), "stop");
+
+    req["response_format"] = json::object{{"type", "json_object"}};
+    const reply o = s.post("/v1/chat/completions", req);
+    ASSERT_EQ(o.status, 200u) << o.body;
+    if (o.json().at("choices").at(0).at("finish_reason").as_string() == "stop") {
+      EXPECT_TRUE(json::parse(o.json().at("choices").at(0).at("message").at("content").as_string()).is_object());
+    }
+  }
+  json::object re{{"prompt", "x"}, {"max_tokens", 50}, {"temperature", 1.0}, {"regex", "(red|green|blue)-[0-9]{2}"}};
+  const reply r = s.post("/v1/completions", re);
+  ASSERT_EQ(r.status, 200u) << r.body;
+  const std::string text(r.json().at("choices").at(0).at("text").as_string());
+  EXPECT_TRUE(text.size() == 6 || text.size() == 7 || text.size() == 8) << text;
+  EXPECT_NE(std::string("rgb").find(text[0]), std::string::npos) << text;
+
+  json::object bad = ask({});
+  bad["response_format"] = json::object{{"type", "json_schema"}, {"json_schema", json::object{{"name", "x"}, {"schema", json::parse(R"({"not": {}})")}}}};
+  const reply b = s.post("/v1/chat/completions", bad);
+  EXPECT_EQ(b.status, 400u) << b.body;
+  EXPECT_EQ(b.json().at("error").at("param").as_string(), "response_format") << b.body;
+  EXPECT_EQ(s.post("/v1/completions", json::object{{"prompt", "x"}, {"regex", "(a"}}).status, 400u);
+  EXPECT_EQ(s.settled().kv.counts.in_use, 0);
+}
+
 }  // namespace
+

@@ -235,7 +235,8 @@ class renderer {
                              " argument(s)"};
       }
       for (std::size_t i = 0; i < def->params.size(); ++i) {
-        const auto& [pname, dflt] = def->params[i];
+        const std::string& pname = def->params[i].first;
+        const expr_ptr& dflt = def->params[i].second;
         value v;
         if (i < a.positional.size()) {
           v = a.positional[i];

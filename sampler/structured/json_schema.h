@@ -1,0 +1,31 @@
+// JSON schemas as regular expressions (regex.h), so that every output the automaton allows is
+// JSON that validates. Supported: `type` (object, array, string, integer, number, boolean, null,
+// or a list of them), `properties` + `required` (properties in the schema's order; optional ones
+// may be left out; no others are generated), `items`, `minItems`/`maxItems`, `enum`, `const`,
+// `anyOf`/`oneOf`, `$ref` into `$defs`/`definitions` (recursion unrolled to a fixed depth),
+// `minLength`/`maxLength`, `pattern`, `format` (date, time, date-time, uuid, email) and
+// integer `minimum` >= 0. Anything that would change what validates and is not in this list
+// (`not`, `allOf`, `patternProperties`, `if`, numeric bounds that cannot be written as digits,
+// ...) is refused with a structured_error naming it, never ignored.
+//
+// Whitespace: none inside the JSON but one optional space after ':' and ','; strings are JSON
+// strings of any UTF-8 (escapes included) unless the schema bounds them.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include <boost/json/fwd.hpp>
+
+namespace anvil::sampler::structured {
+
+// Throws structured_error for a schema it cannot express.
+std::string json_schema_regex(const boost::json::value& schema);
+
+// The same from the schema's JSON text (throws structured_error when it is not JSON).
+std::string json_schema_regex_of(std::string_view schema_json);
+
+// Any JSON object (response_format json_object), nested at most `max_depth` levels.
+std::string json_object_regex(int max_depth = 3);
+
+}  // namespace anvil::sampler::structured
