@@ -79,6 +79,9 @@ struct engine::impl {
   std::map<std::pair<int, std::string>, std::shared_ptr<const sampler::structured::token_masks>> constraints;
   std::deque<std::pair<int, std::string>> constraint_order;  // oldest first, at most 64 kept
   std::shared_ptr<const sampler::structured::token_masks> constraint_for(const structured_output& c, std::string& why);
+  // The request's constraint: its own, or its tool calls in the template's syntax when
+  // tool_call_required; what = none with `why` set when it cannot be built.
+  structured_output constraint_of(const generate_request& r, std::string& why) const;
   std::string chat_unusable;  // why chat requests are refused when `chat` is empty
   model::chat_syntax syntax;  // the template's reasoning and tool-call syntax
   std::int64_t max_model_len = 0;
@@ -279,6 +282,26 @@ std::shared_ptr<const sampler::structured::token_masks> engine::impl::constraint
   }
 }
 
+structured_output engine::impl::constraint_of(const generate_request& r, std::string& why) const {
+  namespace st = sampler::structured;
+  if (!r.tool_call_required) return r.constraint;
+  if (r.constraint.what != structured_output::kind::none) {
+    why = "`tool_choice` \"required\" or a named function cannot be combined with `response_format` or `regex`";
+    return {};
+  }
+  const bool hermes = syntax.tools == model::tool_call_syntax::hermes;
+  const st::tool_call_format format = hermes ? st::tool_call_format{"<tool_call>\n", "\n</tool_call>", "arguments"}
+                                             : st::tool_call_format{"", "", "parameters"};
+  try {
+    return {.what = structured_output::kind::regex,
+            .spec = st::tool_calls_regex(r.tools_json, r.tool_call_name, format, r.parallel_tool_calls && hermes),
+            .field = "tool_choice"};
+  } catch (const st::structured_error& e) {
+    why = std::string("`tool_choice`: ") + e.what();
+    return {};
+  }
+}
+
 error_code engine::impl::check(const generate_request& r, std::string& why) {
   if (auto bad = sampler::validate(r.sampling, model.hp.n_vocab)) {
     why = *bad;
@@ -295,11 +318,13 @@ error_code engine::impl::check(const generate_request& r, std::string& why) {
     why = chat_unusable;
   } else if (r.messages.empty() && (!r.tools_json.empty() || !r.chat_template_kwargs_json.empty())) {
     why = "tools and chat_template_kwargs go with messages";
-  } else if (r.constraint.what != structured_output::kind::none && !constraint_for(r.constraint, why)) {
-    // why names the field and the problem
   } else if (!r.tools_json.empty() && syntax.tools == model::tool_call_syntax::none) {
     why = "`tools`: this model's chat template has no tool-call syntax anvil parses (Hermes/Qwen <tool_call> or "
           "Llama 3 JSON), so its calls could not be returned as tool_calls";
+  } else if (const structured_output c = constraint_of(r, why); !why.empty()) {
+    // why names the field and the problem
+  } else if (c.what != structured_output::kind::none && !constraint_for(c, why)) {
+    // why names the field and the problem
   } else {
     return {};
   }
@@ -377,7 +402,7 @@ boost::system::result<std::uint64_t, error_code> engine::submit(generate_request
   req.ignore_eos = r.ignore_eos;
   req.stop_token_ids = r.stop_token_ids;
   req.min_tokens = r.min_tokens;
-  req.constraint = m.constraint_for(r.constraint, why);
+  req.constraint = m.constraint_for(m.constraint_of(r, why), why);
   req.logits.temperature = r.sampling.temperature;
   req.logits.repetition_penalty = r.sampling.repetition_penalty;
   req.logits.presence_penalty = r.sampling.presence_penalty;

@@ -108,6 +108,10 @@ struct generate_request {
   std::vector<model::chat_message> messages;       // a conversation for the model's chat template, or
   std::string tools_json;                          // with messages: the tool definitions (JSON array) the
                                                    // template is given as `tools`; "" = none
+  bool tool_call_required = false;                 // with tools: the output is tool calls, constrained to the
+                                                   // template's syntax (tool_choice "required" or a function)
+  std::string tool_call_name;                      // with tool_call_required: the only function, or "" for any
+  bool parallel_tool_calls = true;                 // with tool_choice: several calls may follow each other
   std::string chat_template_kwargs_json;           // with messages: extra template variables (JSON object,
                                                    // e.g. {"enable_thinking": false}); "" = none
   std::vector<std::int32_t> prompt_tokens;         // token ids as they are

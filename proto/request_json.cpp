@@ -183,18 +183,27 @@ bool read_tools(reader& r, const json::value& v, std::string& out) {
   return true;
 }
 
-// `tool_choice`: "auto" (the default with tools) and "none" are supported; "required" and a
-// named function need constrained decoding, which is refused by name until anvil has it.
-bool read_tool_choice(reader& r, const json::value& v, bool& parse_tools) {
+// `tool_choice`: "auto" (the default with tools), "none", "required", or
+// {"type": "function", "function": {"name": ...}}; the last two constrain the output (engine.h).
+bool read_tool_choice(reader& r, const json::value& v, bool& parse_tools, generate_request& req) {
   if (v == "auto") return true;
   if (v == "none") {
     parse_tools = false;
     return true;
   }
-  if (v == "required" || v.is_object()) {
-    return r.fail("tool_choice", "\"required\" or a named function is not supported by this server yet (use \"auto\")");
+  if (v == "required") {
+    req.tool_call_required = true;
+    return true;
   }
-  return r.fail("tool_choice", "must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", ...}");
+  const json::object* o = v.if_object();
+  const json::value* fn = o ? o->if_contains("function") : nullptr;
+  const json::value* name = fn && fn->is_object() ? fn->get_object().if_contains("name") : nullptr;
+  if (name && name->is_string() && !name->get_string().empty()) {
+    req.tool_call_required = true;
+    req.tool_call_name = std::string(name->get_string());
+    return true;
+  }
+  return r.fail("tool_choice", "must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}");
 }
 
 bool read_token_ids(reader& r, const json::array& a, std::vector<std::int32_t>& out) {
@@ -365,9 +374,12 @@ std::string read_request(const json::object& o, dialect d, parsed_request& out) 
     const json::value* tools = r.find("tools");
     if (tools && !read_tools(r, *tools, req.tools_json)) return r.why;
     out.parse_tool_calls = !req.tools_json.empty();
-    if (const json::value* c = r.find("tool_choice"); c && !read_tool_choice(r, *c, out.parse_tool_calls)) return r.why;
+    const json::value* choice = r.find("tool_choice");
+    if (choice && !read_tool_choice(r, *choice, out.parse_tool_calls, req)) return r.why;
+    if (req.tool_call_required && req.tools_json.empty()) return "`tool_choice` needs `tools`";
     if (!out.parse_tool_calls) req.tools_json.clear();  // tool_choice "none": the model is not shown the tools
     if (!r.get_bool("parallel_tool_calls", out.parallel_tool_calls)) return r.why;
+    req.parallel_tool_calls = out.parallel_tool_calls;
     if (const json::value* kw = r.find("chat_template_kwargs")) {
       if (!kw->is_object()) return "`chat_template_kwargs` must be an object";
       for (const std::string_view reserved : {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"}) {

@@ -286,4 +286,36 @@ std::string json_schema_regex_of(std::string_view schema_json) {
 
 std::string json_object_regex(int max_depth) { return object_re(max_depth); }
 
+std::string tool_calls_regex(std::string_view tools_json, std::string_view only_name, const tool_call_format& format,
+                             bool parallel) {
+  json::error_code ec;
+  const json::value tools = json::parse(tools_json, ec);
+  if (ec || !tools.is_array()) throw structured_error("tools: not a JSON array");
+  std::vector<std::string> calls;
+  for (const json::value& t : tools.get_array()) {
+    const json::object* fn = t.is_object() && t.get_object().contains("function") ? t.get_object().at("function").if_object() : nullptr;
+    const json::value* name = fn ? fn->if_contains("name") : nullptr;
+    if (!name || !name->is_string()) throw structured_error("tools: a function without a name");
+    if (!only_name.empty() && name->get_string() != only_name) continue;
+    json::value params = json::object{{"type", "object"}};
+    if (const json::value* p = fn->if_contains("parameters"); p && p->is_object()) params = *p;
+    json::object call{{"type", "object"},
+                      {"properties", json::object{{"name", json::object{{"const", *name}}}, {format.args_key, params}}},
+                      {"required", json::array{"name", json::string(format.args_key)}}};
+    if (params.is_object()) {  // $defs of the parameters, where their $refs look
+      for (const char* defs : {"$defs", "definitions"}) {
+        if (const json::value* d = params.get_object().if_contains(defs)) call[defs] = *d;
+      }
+    }
+    try {
+      calls.push_back(escape(format.open) + json_schema_regex(call) + escape(format.close));
+    } catch (const structured_error& e) {
+      throw structured_error("tool `" + std::string(name->get_string()) + "`: " + e.what());
+    }
+  }
+  if (calls.empty()) throw structured_error("tool_choice names no function of `tools`");
+  const std::string one = alternatives(calls);
+  return parallel ? one + "(?:\n" + one + ")*" : one;
+}
+
 }  // namespace anvil::sampler::structured

@@ -25,6 +25,19 @@ std::string json_schema_regex(const boost::json::value& schema);
 // The same from the schema's JSON text (throws structured_error when it is not JSON).
 std::string json_schema_regex_of(std::string_view schema_json);
 
+// Tool calls as a model writes them (tool_choice "required" or a named function): one call, or
+// with `parallel` several separated by "\n", each `open` + {"name": ..., "<args_key>": ...} +
+// `close`, the arguments valid against that tool's `parameters` (any object when it has none).
+// tools_json is the request's OpenAI `tools` array; only_name, when not empty, keeps that one.
+// Throws structured_error when a parameters schema cannot be expressed or the name is unknown.
+struct tool_call_format {
+  std::string_view open;      // "<tool_call>\n" (Hermes/Qwen) or "" (Llama 3 JSON)
+  std::string_view close;     // "\n</tool_call>" or ""
+  std::string_view args_key;  // "arguments" or "parameters"
+};
+std::string tool_calls_regex(std::string_view tools_json, std::string_view only_name, const tool_call_format& format,
+                             bool parallel);
+
 // Any JSON object (response_format json_object), nested at most `max_depth` levels.
 std::string json_object_regex(int max_depth = 3);
 

@@ -180,8 +180,8 @@ TEST(HttpTools, WhatAnvilCannotDoIsRefusedByName) {
       EXPECT_EQ(r.json().at("error").at("param").as_string(), param) << r.body;
     }
   };
-  json::object required = ask(weather_tools());
-  required["tool_choice"] = "required";
+  json::object required = ask({});
+  required["tool_choice"] = "required";  // without tools
   refused(required, "tool_choice");
   json::object schema = ask({});
   schema["response_format"] = json::object{{"type", "xml"}};
@@ -248,6 +248,59 @@ TEST(HttpTools, ResponseFormatAndRegexConstrainTheOutput) {
   EXPECT_EQ(b.json().at("error").at("param").as_string(), "response_format") << b.body;
   EXPECT_EQ(s.post("/v1/completions", json::object{{"prompt", "x"}, {"regex", "(a"}}).status, 400u);
   EXPECT_EQ(s.settled().kv.counts.in_use, 0);
+}
+
+// tool_choice "required" and a named function constrain the output to the template's tool-call
+// syntax, with arguments valid against the tool's parameters, whatever the model prefers (the
+// scripted model would write prose first).
+TEST(HttpTools, RequiredAndNamedToolChoiceForceValidCalls) {
+  server s(scripted("qwen25-call", "qwen2.5.jinja", weather_call));
+  const json::array tools = json::parse(R"([
+    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+      "properties": {"city": {"enum": ["Paris", "Rome"]}, "unit": {"enum": ["c", "f"]}}, "required": ["city"]}}},
+    {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}])").as_array();
+  for (int seed = 0; seed < 3; ++seed) {
+    json::object req = ask(tools);
+    req["tool_choice"] = "required";
+    req["parallel_tool_calls"] = false;
+    req["temperature"] = 1.0;
+    req["seed"] = seed;
+    req["max_tokens"] = 200;
+    const reply r = s.post("/v1/chat/completions", req);
+    ASSERT_EQ(r.status, 200u) << r.body;
+    const json::object& choice = r.json().at("choices").at(0).as_object();
+    EXPECT_EQ(choice.at("finish_reason").as_string(), "tool_calls") << r.body;
+    ASSERT_TRUE(choice.at("message").as_object().contains("tool_calls")) << r.body;
+    ASSERT_EQ(choice.at("message").at("tool_calls").as_array().size(), 1u) << r.body;
+    const json::object& fn = choice.at("message").at("tool_calls").at(0).at("function").as_object();
+    const json::value args = json::parse(fn.at("arguments").as_string());
+    if (fn.at("name").as_string() == "get_weather") {
+      EXPECT_TRUE(args.at("city") == "Paris" || args.at("city") == "Rome") << args;
+    } else {
+      EXPECT_EQ(fn.at("name").as_string(), "get_time");
+      EXPECT_EQ(args, json::object{});
+    }
+  }
+  json::object named = ask(tools);
+  named["tool_choice"] = json::object{{"type", "function"}, {"function", json::object{{"name", "get_time"}}}};
+  named["max_tokens"] = 200;
+  named["parallel_tool_calls"] = false;
+  const reply r = s.post("/v1/chat/completions", named);
+  ASSERT_EQ(r.status, 200u) << r.body;
+  ASSERT_TRUE(r.json().at("choices").at(0).at("message").as_object().contains("tool_calls")) << r.body;
+  const json::array& calls = r.json().at("choices").at(0).at("message").at("tool_calls").as_array();
+  ASSERT_FALSE(calls.empty()) << r.body;
+  for (const json::value& c : calls) EXPECT_EQ(c.at("function").at("name").as_string(), "get_time");
+
+  json::object unknown = ask(tools);
+  unknown["tool_choice"] = json::object{{"type", "function"}, {"function", json::object{{"name", "nope"}}}};
+  const reply u = s.post("/v1/chat/completions", unknown);
+  EXPECT_EQ(u.status, 400u) << u.body;
+  EXPECT_EQ(u.json().at("error").at("param").as_string(), "tool_choice") << u.body;
+  json::object both = ask(tools);
+  both["tool_choice"] = "required";
+  both["response_format"] = json::object{{"type", "json_object"}};
+  EXPECT_EQ(s.post("/v1/chat/completions", both).status, 400u);
 }
 
 }  // namespace

@@ -177,8 +177,15 @@ TEST(RequestJson, ToolsToolChoiceAndTemplateKeywords) {
   EXPECT_FALSE(none.parse_tool_calls);
   EXPECT_TRUE(none.req.tools_json.empty());  // the model is not shown them
   const std::string m = R"("messages":[{"role":"user","content":"x"}])";
-  EXPECT_EQ(why("{" + m + R"(,"tool_choice":"required"})", dialect::chat),
-            "`tool_choice` \"required\" or a named function is not supported by this server yet (use \"auto\")");
+  parsed_request req;
+  ASSERT_EQ(read("{" + m + R"(,"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"f"}}})",
+                 req, dialect::chat),
+            "");
+  EXPECT_TRUE(req.req.tool_call_required);
+  EXPECT_EQ(req.req.tool_call_name, "f");
+  EXPECT_EQ(why("{" + m + R"(,"tool_choice":"required"})", dialect::chat), "`tool_choice` needs `tools`");
+  EXPECT_EQ(why("{" + m + R"(,"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function"}})", dialect::chat),
+            "`tool_choice` must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}");
   EXPECT_EQ(why("{" + m + R"(,"tools":[{"type":"function","function":{}}]})", dialect::chat), "`tools` functions need a `name`");
   EXPECT_EQ(why("{" + m + R"(,"chat_template_kwargs":{"tools":[]}})", dialect::chat),
             "`chat_template_kwargs` may not set `tools`");
