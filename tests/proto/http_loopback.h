@@ -151,4 +151,26 @@ inline std::vector<std::string> sse_data(const std::string& body) {
   return out;
 }
 
+// What a streamed chat answer's deltas add up to (its first choice): content, reasoning, the
+// tool calls as sent, and the finish reason; every event but the final [DONE] is a chunk.
+struct chat_stream {
+  std::string content, reasoning, finish;
+  std::vector<json::object> tool_calls;
+};
+inline chat_stream streamed_chat(const std::vector<std::string>& events) {
+  chat_stream s;
+  for (std::size_t i = 0; i + 1 < events.size(); ++i) {
+    const json::value chunk = json::parse(events[i]);
+    const json::object& ch = chunk.at("choices").at(0).as_object();
+    const json::object& delta = ch.at("delta").as_object();
+    if (const json::value* c = delta.if_contains("content")) s.content += c->as_string();
+    if (const json::value* c = delta.if_contains("reasoning_content")) s.reasoning += c->as_string();
+    if (const json::value* tc = delta.if_contains("tool_calls")) {
+      for (const json::value& c : tc->as_array()) s.tool_calls.push_back(c.as_object());
+    }
+    if (!ch.at("finish_reason").is_null()) s.finish = ch.at("finish_reason").as_string();
+  }
+  return s;
+}
+
 }  // namespace anvil::http_loopback

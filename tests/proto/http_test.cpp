@@ -33,13 +33,7 @@
 namespace {
 
 using namespace anvil;
-namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
-namespace json = boost::json;
-using tcp = asio::ip::tcp;
-using namespace std::chrono_literals;
-using namespace anvil::http_loopback;
+using namespace anvil::http_loopback;  // asio, beast, http, json, tcp, chrono literals
 
 json::object greedy_completion(std::int64_t max_tokens) {
   return json::object{{"model", "whatever"}, {"prompt", "Hello there"}, {"max_tokens", max_tokens},
@@ -168,13 +162,7 @@ TEST(HttpApi, ChatCompletionsRenderTheTemplate) {
   const json::object first = json::parse(events[0]).as_object();
   EXPECT_EQ(first.at("object").as_string(), "chat.completion.chunk");
   EXPECT_EQ(first.at("choices").at(0).at("delta").at("role").as_string(), "assistant");
-  std::string streamed;
-  for (std::size_t i = 0; i + 1 < events.size(); ++i) {
-    const json::value chunk = json::parse(events[i]);
-    const json::object& delta = chunk.at("choices").at(0).at("delta").as_object();
-    if (const json::value* c = delta.if_contains("content")) streamed += c->as_string();
-  }
-  EXPECT_EQ(streamed, content);
+  EXPECT_EQ(streamed_chat(events).content, content);
 }
 
 TEST(HttpApi, NChoicesAreIndexedAndSeededApart) {

@@ -84,18 +84,10 @@ TEST(HttpTools, StreamedToolCallsAreDeltasAndTheMarkersNeverShow) {
   const auto events = sse_data(r.body);
   ASSERT_GE(events.size(), 3u);
   EXPECT_EQ(events.back(), "[DONE]");
-  std::string content, finish;
-  std::vector<json::object> calls;
-  for (std::size_t i = 0; i + 1 < events.size(); ++i) {
-    const json::value chunk = json::parse(events[i]);
-    const json::object& ch = chunk.at("choices").at(0).as_object();
-    const json::object& delta = ch.at("delta").as_object();
-    if (const json::value* c = delta.if_contains("content")) content += c->as_string();
-    if (const json::value* tc = delta.if_contains("tool_calls")) {
-      for (const json::value& c : tc->as_array()) calls.push_back(c.as_object());
-    }
-    if (!ch.at("finish_reason").is_null()) finish = ch.at("finish_reason").as_string();
-  }
+  const chat_stream st = streamed_chat(events);
+  const std::string& content = st.content;
+  const std::string& finish = st.finish;
+  const std::vector<json::object>& calls = st.tool_calls;
   EXPECT_EQ(content, "I will check.\n");
   EXPECT_EQ(finish, "tool_calls");
   ASSERT_EQ(calls.size(), 1u);
@@ -151,14 +143,8 @@ TEST(HttpTools, ReasoningComesBackApartFromTheContent) {
   req["stream"] = true;
   const reply st = s.post("/v1/chat/completions", req);
   ASSERT_EQ(st.status, 200u) << st.body;
-  std::string reasoning, content;
-  const auto events = sse_data(st.body);
-  for (std::size_t i = 0; i + 1 < events.size(); ++i) {
-    const json::value chunk = json::parse(events[i]);
-    const json::object& delta = chunk.at("choices").at(0).at("delta").as_object();
-    if (const json::value* c = delta.if_contains("content")) content += c->as_string();
-    if (const json::value* c = delta.if_contains("reasoning_content")) reasoning += c->as_string();
-  }
+  const chat_stream streamed = streamed_chat(sse_data(st.body));
+  const std::string &reasoning = streamed.reasoning, &content = streamed.content;
   EXPECT_EQ(reasoning, "\nThe user greets me.\n");
   EXPECT_EQ(content, "Hello!");
 
