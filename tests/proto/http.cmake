@@ -3,7 +3,7 @@
 # http_tools_test: tools, tool calls and reasoning through real chat templates (tests/data/chat).
 anvil_add_test(proto_http_test LABELS proto
   SOURCES proto/metrics_text_test.cpp proto/http_session_test.cpp proto/http_test.cpp proto/http_tools_test.cpp
-          proto/http_fields_test.cpp
+          proto/http_fields_test.cpp proto/http_loopback.cpp
   LIBS anvil_proto
   TIMEOUT 600)
 target_compile_definitions(proto_http_test PRIVATE ANVIL_TEST_DATA_DIR="${PROJECT_SOURCE_DIR}/tests/data")

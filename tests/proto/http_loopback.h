@@ -1,23 +1,15 @@
 // The HTTP test harness: a real http_server with a real engine on io threads, one request per
-// fresh loopback connection (Beast client), and the SSE payloads of a streamed body. Shared by the
-// HTTP API suites; header-only, so each suite is one translation unit.
+// fresh loopback connection (a Beast client, in http_loopback.cpp), and the SSE payloads of a
+// streamed body. Shared by the HTTP API suites.
 #pragma once
 
-#include <chrono>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/read.hpp>
-#include <boost/asio/use_future.hpp>
-#include <boost/asio/write.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 #include <boost/json.hpp>
 #include <gtest/gtest.h>
 
@@ -27,12 +19,7 @@
 
 namespace anvil::http_loopback {
 
-namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
 namespace json = boost::json;
-using tcp = asio::ip::tcp;
-using namespace std::chrono_literals;
 
 inline engine_config tiny_config() {
   engine_config c;
@@ -45,94 +32,54 @@ inline engine_config tiny_config() {
   return c;
 }
 
+// Header names compare case-insensitively, as HTTP's do.
+struct header_less {
+  bool operator()(const std::string& a, const std::string& b) const;
+};
+
 struct reply {
   unsigned status = 0;
   std::string content_type;
   std::string body;
-  http::fields headers;
+  std::map<std::string, std::string, header_less> headers;
   mutable std::optional<json::value> parsed;
+  std::string header(const std::string& name) const {  // "" when absent
+    const auto it = headers.find(name);
+    return it == headers.end() ? std::string() : it->second;
+  }
   const json::value& json() const {  // parsed once, so references into it stay valid
     if (!parsed) parsed = json::parse(body);
     return *parsed;
   }
 };
 
-// A running server on its own io threads; the engine is optional (set_engine later).
+// A running server on its own io threads; the engine is optional (set_engine later). Beast and
+// Asio live in http_loopback.cpp, so the suites that include this compile quickly.
 struct server {
-  asio::io_context io;
-  asio::executor_work_guard<asio::io_context::executor_type> work{io.get_executor()};
   std::shared_ptr<engine> eng;
   std::unique_ptr<proto::http_server> srv;
-  std::vector<std::thread> threads;
 
-  explicit server(std::optional<engine_config> cfg = tiny_config(), proto::http_server_options opt = {}) {
-    srv = std::make_unique<proto::http_server>(io, std::move(opt));
-    if (cfg) {
-      eng = engine::create(*cfg);
-      srv->set_engine(eng);
-    }
-    for (int i = 0; i < 2; ++i) threads.emplace_back([this] { io.run(); });
-  }
-  ~server() {
-    srv->stop();
-    if (eng) eng->async_stop(asio::use_future).get();
-    work.reset();
-    io.stop();
-    for (auto& t : threads) t.join();
-    srv.reset();
-  }
-  std::uint16_t port() const { return srv->port(); }
+  explicit server(std::optional<engine_config> cfg = tiny_config(), proto::http_server_options opt = {});
+  ~server();
+  std::uint16_t port() const;
 
-  // One request on a fresh connection.
-  reply call(http::verb method, std::string target, std::string body = {}, std::vector<std::pair<std::string, std::string>> hdrs = {}) {
-    asio::io_context cio;
-    tcp::socket sock(cio);
-    sock.connect({asio::ip::make_address("127.0.0.1"), port()});
-    http::request<http::string_body> req{method, target, 11};
-    req.set(http::field::host, "localhost");
-    for (auto& [k, v] : hdrs) req.set(k, v);
-    if (!body.empty() || method == http::verb::post) {
-      req.set(http::field::content_type, "application/json");
-      req.body() = std::move(body);
-      req.prepare_payload();
-    }
-    http::write(sock, req);
-    beast::flat_buffer buf;
-    http::response_parser<http::string_body> parser;
-    parser.body_limit(64u << 20);
-    http::read(sock, buf, parser);
-    auto& res = parser.get();
-    reply r{res.result_int(), std::string(res[http::field::content_type]), res.body(), res.base(), {}};
-    return r;
-  }
+  // One request on a fresh connection; `method` as sent ("GET", "POST", "OPTIONS", ...).
+  reply call(std::string method, std::string target, std::string body = {},
+             std::vector<std::pair<std::string, std::string>> hdrs = {});
   reply post(std::string target, const json::value& body, std::vector<std::pair<std::string, std::string>> hdrs = {}) {
-    return call(http::verb::post, std::move(target), json::serialize(body), std::move(hdrs));
+    return call("POST", std::move(target), json::serialize(body), std::move(hdrs));
   }
   reply get(std::string target, std::vector<std::pair<std::string, std::string>> hdrs = {}) {
-    return call(http::verb::get, std::move(target), {}, std::move(hdrs));
+    return call("GET", std::move(target), {}, std::move(hdrs));
   }
-
   // Raw bytes in, everything the server sends until it closes.
-  std::string raw(const std::string& bytes) {
-    asio::io_context cio;
-    tcp::socket sock(cio);
-    sock.connect({asio::ip::make_address("127.0.0.1"), port()});
-    asio::write(sock, asio::buffer(bytes));
-    std::string out;
-    boost::system::error_code ec;
-    asio::read(sock, asio::dynamic_buffer(out), ec);
-    return out;
-  }
-
+  std::string raw(const std::string& bytes);
   // Stats once the engine is quiet and every block is back; gives up after a minute.
-  engine_stats settled() {
-    engine_stats s = eng->stats();
-    for (int i = 0; i < 6000 && (s.kv.counts.in_use != 0 || s.sched.running + s.sched.waiting != 0 || s.live_requests != 0); ++i) {
-      std::this_thread::sleep_for(10ms);
-      s = eng->stats();
-    }
-    return s;
-  }
+  engine_stats settled();
+
+ private:
+  struct io;
+  std::unique_ptr<io> io_;
 };
 
 // The `data:` payloads of an SSE body, in order.
