@@ -72,8 +72,9 @@ struct engine::impl {
   model::llm model;
   model::tokenizer tok;
   std::optional<model::chat_template> chat;
-  // Structured output: the vocabulary's byte trie (built at start-up) and the compiled
-  // constraints of recent requests by spec, with the masks they have computed (any thread).
+  // Structured output: the vocabulary's byte trie (built by the first constrained request, not at
+  // start-up) and the compiled constraints of recent requests by spec, with the masks they have
+  // computed (any thread, under the mutex).
   std::shared_ptr<const sampler::structured::vocab_trie> vocab;
   std::mutex constraints_mutex;
   std::map<std::pair<int, std::string>, std::shared_ptr<const sampler::structured::token_masks>> constraints;
@@ -111,7 +112,10 @@ struct engine::impl {
   // as rejected (refused = true), not as finished.
   void finish(std::uint64_t id, live_stream& s, const char* reason, error_code ec, stream_event e = {},
               bool refused = false);
-  error_code check(const generate_request& r, std::string& why);
+  // Whether the engine can run `r`; `why` names the problem. Its compiled constraint, when it has
+  // one, goes to `constraint` (submit hands it to the scheduler).
+  error_code check(const generate_request& r, std::string& why,
+                   std::shared_ptr<const sampler::structured::token_masks>* constraint = nullptr);
   // The prompt's tokens; on a refusal, `why` (when given) says what is wrong, naming the field.
   boost::system::result<std::vector<std::int32_t>, error_code> prompt_of(const generate_request& r,
                                                                          std::string* why = nullptr) const;
@@ -137,7 +141,7 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
   const auto piece = [&](std::int32_t id) { return id >= 0 ? p->tok.token_piece(id) : std::string(); };
   const std::string tmpl = cfg.chat_template.empty() ? model::chat_template_from_gguf(p->model.file) : cfg.chat_template;
   if (!cfg.chat_template.empty()) {  // the operator's own template: an error in it stops start-up
-    p->chat.emplace(cfg.chat_template, piece(p->tok.bos()), piece(p->tok.eos()));
+    p->chat.emplace(tmpl, piece(p->tok.bos()), piece(p->tok.eos()));
   } else if (tmpl.empty()) {
     p->chat_unusable = "the model has no chat template (give one with --chat-template FILE)";
   } else {
@@ -149,20 +153,6 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
     }
   }
   if (p->chat) p->syntax = model::detect_chat_syntax(tmpl);
-  {  // what constrained decoding walks: each generable token's bytes; control and unused tokens never
-    std::vector<std::string> bytes(std::size_t(p->tok.n_vocab()));
-    std::vector<std::int32_t> eog;
-    const model::tokenizer_spec& spec = p->tok.spec();
-    for (std::int32_t id = 0; id < p->tok.n_vocab(); ++id) {
-      if (p->tok.is_eog(id)) {
-        eog.push_back(id);
-        continue;
-      }
-      const std::int32_t type = std::size_t(id) < spec.token_types.size() ? spec.token_types[std::size_t(id)] : 1;
-      if (type == 1 || type == 4 || type == 6) bytes[std::size_t(id)] = p->tok.token_piece(id);  // normal, user-defined, byte
-    }
-    p->vocab = std::make_shared<const sampler::structured::vocab_trie>(std::move(bytes), std::move(eog));
-  }
   p->name = std::string(p->model.file.get_string("general.name").value_or(""));
   if (p->name.empty()) p->name = std::filesystem::path(cfg.model_path).filename().string();
   p->max_model_len = cfg.max_model_len > 0 ? cfg.max_model_len : std::min<std::int64_t>(p->model.hp.n_ctx_train, 4096);
@@ -248,6 +238,18 @@ std::int64_t engine::max_model_len() const { return impl_->max_model_len; }
 const model::chat_template* engine::chat_template() const { return impl_->chat ? &*impl_->chat : nullptr; }
 const model::chat_syntax& engine::chat_syntax() const { return impl_->syntax; }
 
+std::optional<model::chat_output_parser> engine::output_parser(const generate_request& r) const {
+  const impl& m = *impl_;
+  const bool tools = !r.tools_json.empty();
+  if (r.messages.empty() || !m.chat || !(tools || m.syntax.think_tags)) return std::nullopt;
+  const bool opens_thinking =
+      m.syntax.think_tags && model::prompt_opens_thinking(m.chat->render(model::chat_inputs{
+                                 .messages = r.messages,
+                                 .tools_json = r.tools_json,
+                                 .template_kwargs_json = r.chat_template_kwargs_json}));
+  return model::chat_output_parser(m.syntax, tools, opens_thinking, r.parallel_tool_calls);
+}
+
 std::shared_ptr<const sampler::structured::token_masks> engine::impl::constraint_for(const structured_output& c,
                                                                                    std::string& why) {
   namespace st = sampler::structured;
@@ -258,6 +260,25 @@ std::shared_ptr<const sampler::structured::token_masks> engine::impl::constraint
     if (auto it = constraints.find(key); it != constraints.end()) return it->second;
   }
   try {
+    std::shared_ptr<const st::vocab_trie> trie;
+    {
+      std::lock_guard lock(constraints_mutex);
+      if (!vocab) {  // each generable token's bytes; control and unused tokens never
+        std::vector<std::string> bytes(std::size_t(tok.n_vocab()));
+        std::vector<std::int32_t> eog;
+        const model::tokenizer_spec& spec = tok.spec();
+        for (std::int32_t id = 0; id < tok.n_vocab(); ++id) {
+          if (tok.is_eog(id)) {
+            eog.push_back(id);
+            continue;
+          }
+          const std::int32_t type = std::size_t(id) < spec.token_types.size() ? spec.token_types[std::size_t(id)] : 1;
+          if (type == 1 || type == 4 || type == 6) bytes[std::size_t(id)] = tok.token_piece(id);  // normal, user-defined, byte
+        }
+        vocab = std::make_shared<const st::vocab_trie>(std::move(bytes), std::move(eog));
+      }
+      trie = vocab;
+    }
     std::string pattern;
     if (c.what == structured_output::kind::regex) {
       pattern = c.spec;
@@ -266,7 +287,7 @@ std::shared_ptr<const sampler::structured::token_masks> engine::impl::constraint
     } else {
       pattern = st::json_schema_regex_of(c.spec);
     }
-    auto masks = std::make_shared<const st::token_masks>(st::compile_regex(pattern), vocab);
+    auto masks = std::make_shared<const st::token_masks>(st::compile_regex(pattern), std::move(trie));
     (void)masks->mask(masks->start());  // the first step's mask, before the request is queued
     std::lock_guard lock(constraints_mutex);
     constraints.emplace(key, masks);
@@ -302,7 +323,8 @@ structured_output engine::impl::constraint_of(const generate_request& r, std::st
   }
 }
 
-error_code engine::impl::check(const generate_request& r, std::string& why) {
+error_code engine::impl::check(const generate_request& r, std::string& why,
+                               std::shared_ptr<const sampler::structured::token_masks>* constraint) {
   if (auto bad = sampler::validate(r.sampling, model.hp.n_vocab)) {
     why = *bad;
   } else if (r.max_tokens < 1) {
@@ -323,9 +345,10 @@ error_code engine::impl::check(const generate_request& r, std::string& why) {
           "Llama 3 JSON), so its calls could not be returned as tool_calls";
   } else if (const structured_output c = constraint_of(r, why); !why.empty()) {
     // why names the field and the problem
-  } else if (c.what != structured_output::kind::none && !constraint_for(c, why)) {
+  } else if (auto masks = constraint_for(c, why); c.what != structured_output::kind::none && !masks) {
     // why names the field and the problem
   } else {
+    if (constraint) *constraint = std::move(masks);
     return {};
   }
   return make_error_code(errc::invalid_argument);
@@ -384,7 +407,8 @@ boost::system::result<std::uint64_t, error_code> engine::submit(generate_request
     ++m.rejected;
     return ec;
   };
-  if (const error_code ec = m.check(r, why)) {
+  std::shared_ptr<const sampler::structured::token_masks> constraint;
+  if (const error_code ec = m.check(r, why, &constraint)) {
     m.log->debug("request refused: {}", why);
     return refuse(ec);
   }
@@ -402,7 +426,7 @@ boost::system::result<std::uint64_t, error_code> engine::submit(generate_request
   req.ignore_eos = r.ignore_eos;
   req.stop_token_ids = r.stop_token_ids;
   req.min_tokens = r.min_tokens;
-  req.constraint = m.constraint_for(m.constraint_of(r, why), why);
+  req.constraint = std::move(constraint);
   req.logits.temperature = r.sampling.temperature;
   req.logits.repetition_penalty = r.sampling.repetition_penalty;
   req.logits.presence_penalty = r.sampling.presence_penalty;

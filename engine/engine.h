@@ -111,7 +111,8 @@ struct generate_request {
   bool tool_call_required = false;                 // with tools: the output is tool calls, constrained to the
                                                    // template's syntax (tool_choice "required" or a function)
   std::string tool_call_name;                      // with tool_call_required: the only function, or "" for any
-  bool parallel_tool_calls = true;                 // with tool_choice: several calls may follow each other
+  bool parallel_tool_calls = true;                 // with tools: several calls may be returned (and, with
+                                                   // tool_call_required, follow each other); else the first
   std::string chat_template_kwargs_json;           // with messages: extra template variables (JSON object,
                                                    // e.g. {"enable_thinking": false}); "" = none
   std::vector<std::int32_t> prompt_tokens;         // token ids as they are
@@ -226,8 +227,13 @@ class engine : public std::enable_shared_from_this<engine> {
   // The model's chat template (what `messages` are rendered with); nullptr when it has none that
   // parses. Lets a server show the tokens a conversation becomes (HTTP /tokenize).
   const model::chat_template* chat_template() const;
-  // How the template writes reasoning and tool calls (what a server parses the output with).
+  // How the template writes reasoning and tool calls.
   const model::chat_syntax& chat_syntax() const;
+  // What a server splits a request's output with (reasoning, content, tool calls as the template
+  // writes them): nullopt for prompts, and for chats with neither tools nor a thinking template.
+  // Renders the conversation to see whether the prompt opens a <think> block; throws model_error
+  // when it cannot be rendered.
+  std::optional<model::chat_output_parser> output_parser(const generate_request& r) const;
 
  private:
   struct impl;

@@ -237,18 +237,11 @@ void http_session::completions(const http_request& r, const std::shared_ptr<engi
   }
 
   // Chat output is split into reasoning, content and tool calls where the template has the syntax.
-  const model::chat_syntax syntax = eng->chat_syntax();
-  const bool split_output = chat && (p.parse_tool_calls || syntax.think_tags);
-  bool opens_thinking = false;
-  if (split_output && syntax.think_tags) {
-    try {
-      opens_thinking = model::prompt_opens_thinking(eng->chat_template()->render(
-          model::chat_inputs{.messages = p.req.messages,
-                             .tools_json = p.req.tools_json,
-                             .template_kwargs_json = p.req.chat_template_kwargs_json}));
-    } catch (const model::model_error& e) {
-      return refuse(std::string("`messages` cannot be rendered: ") + e.what(), "invalid_request");
-    }
+  std::optional<model::chat_output_parser> parser;
+  try {
+    parser = eng->output_parser(p.req);
+  } catch (const model::model_error& e) {
+    return refuse(std::string("`messages` cannot be rendered: ") + e.what(), "invalid_request");
   }
 
   exchange& ex = ex_.emplace(exchange{});  // not emplace(): clang 14 rejects it for a nested struct with initialisers
@@ -263,14 +256,13 @@ void http_session::completions(const http_request& r, const std::shared_ptr<engi
   const std::size_t n = std::size_t(p.n);
   ex.choices.resize(per_prompt.size() * n);  // choice k of prompt j is index j * n + k
   ex.remaining = ex.choices.size();
-  ex.parallel_tool_calls = p.parallel_tool_calls;
   for (std::size_t i = 0; i < ex.choices.size(); ++i) {
     choice& c = ex.choices[i];
     const generate_request& g = per_prompt[i / n];
     if (!chat && p.echo) c.echo = g.prompt.empty() ? eng->tokenizer().decode(g.prompt_tokens) : g.prompt;
     c.text_offset = c.echo.size();
     c.first_of_prompt = i % n == 0;
-    if (split_output) c.parser.emplace(syntax, p.parse_tool_calls, opens_thinking);
+    c.parser = parser;
   }
 
   const std::uint64_t seed = p.req.sampling.seed, serial = ex.serial;
@@ -398,11 +390,8 @@ void http_session::on_event(std::uint64_t serial, std::size_t index, const strea
     json::object out{{"index", i}};
     std::string finish_reason = ch.finish_reason;
     if (ch.parser) {
-      model::chat_output_parser::piece piece = ch.parser->push(ch.text);
-      const model::chat_output_parser::piece rest = ch.parser->finish();
-      piece.reasoning += rest.reasoning;
-      piece.content += rest.content;
-      const std::vector<model::parsed_tool_call> calls = calls_of(ch);
+      const model::chat_output_parser::piece piece = ch.parser->push(ch.text, true);
+      const std::vector<model::parsed_tool_call>& calls = ch.parser->tool_calls();
       json::object message{{"role", "assistant"}};
       message["content"] = calls.empty() || !piece.content.empty() ? json::value(valid_utf8(piece.content)) : json::value(nullptr);
       if (!piece.reasoning.empty()) message["reasoning_content"] = valid_utf8(piece.reasoning);
@@ -460,12 +449,7 @@ void http_session::stream_output(std::size_t index, const stream_event& e) {
   choice& c = ex.choices[index];
   json::object ch{{"index", index}};
   if (c.parser) {
-    model::chat_output_parser::piece piece = c.parser->push(e.text);
-    if (e.done) {
-      const model::chat_output_parser::piece rest = c.parser->finish();
-      piece.reasoning += rest.reasoning;
-      piece.content += rest.content;
-    }
+    const model::chat_output_parser::piece piece = c.parser->push(e.text, e.done);
     json::object delta;
     if (!piece.reasoning.empty()) delta["reasoning_content"] = valid_utf8(piece.reasoning);
     if (!piece.content.empty()) delta["content"] = valid_utf8(piece.content);
@@ -496,17 +480,9 @@ void http_session::stream_delta(std::size_t index, json::object delta) {
   send_chunk(chunk);
 }
 
-// The tool calls a choice's output held (the first only without parallel_tool_calls), each
-// with an id of its own.
-std::vector<model::parsed_tool_call> http_session::calls_of(const choice& c) const {
-  if (!c.parser) return {};
-  std::vector<model::parsed_tool_call> calls = c.parser->tool_calls();
-  if (!ex_->parallel_tool_calls && calls.size() > 1) calls.resize(1);
-  return calls;
-}
-
 void http_session::stream_finish(std::size_t index, const stream_event& e) {
-  const std::vector<model::parsed_tool_call> calls = calls_of(ex_->choices[index]);
+  const choice& c = ex_->choices[index];
+  const std::vector<model::parsed_tool_call> calls = c.parser ? c.parser->tool_calls() : std::vector<model::parsed_tool_call>{};
   for (std::size_t i = 0; i < calls.size(); ++i) {  // each call whole, in one delta
     stream_delta(index, json::object{{"tool_calls", json::array{tool_call_json(calls[i], i, true)}}});
   }

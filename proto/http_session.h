@@ -88,7 +88,6 @@ class http_session : public std::enable_shared_from_this<http_session> {
     std::int64_t completion_tokens = 0;
     std::int64_t cached_tokens = 0;  // of prompt_tokens, found in the prefix cache (each prompt's first choice)
     bool started = false;            // streaming: the 200 and the first chunks are out
-    bool parallel_tool_calls = true; // false: only a choice's first tool call is returned
   };
 
   void route(const http_request& r, const std::shared_ptr<engine>& eng);
@@ -103,7 +102,6 @@ class http_session : public std::enable_shared_from_this<http_session> {
   void stream_output(std::size_t index, const stream_event& e);
   void stream_finish(std::size_t index, const stream_event& e);
   void stream_delta(std::size_t index, boost::json::object delta);
-  std::vector<model::parsed_tool_call> calls_of(const choice& c) const;
   void fail(unsigned status, std::string_view message, std::string_view code);  // ends the exchange
   void respond_json(const boost::json::object& o, unsigned status = 200);
   void respond_error(unsigned status, std::string_view message, std::string_view code, std::string allow = {});

@@ -110,20 +110,11 @@ void line_session::submit(json::object& o) {
   }
 
   flight f{.engine_id = 0, .id = id, .stream = p.stream, .logprobs = p.want_logprobs};
-  f.parallel_tool_calls = p.parallel_tool_calls;
-  const model::chat_syntax syntax = eng_->chat_syntax();
-  if (!p.req.messages.empty() && (p.parse_tool_calls || syntax.think_tags) && eng_->chat_template()) {
-    bool opens_thinking = false;
-    try {
-      opens_thinking = syntax.think_tags && model::prompt_opens_thinking(eng_->chat_template()->render(
-                                                model::chat_inputs{.messages = p.req.messages,
-                                                                   .tools_json = p.req.tools_json,
-                                                                   .template_kwargs_json = p.req.chat_template_kwargs_json}));
-    } catch (const model::model_error& e) {
-      eng_->note_rejected();
-      return error(id, "invalid_request", std::string("`messages` cannot be rendered: ") + e.what());
-    }
-    f.parser.emplace(syntax, p.parse_tool_calls, opens_thinking);
+  try {
+    f.parser = eng_->output_parser(p.req);
+  } catch (const model::model_error& e) {
+    eng_->note_rejected();
+    return error(id, "invalid_request", std::string("`messages` cannot be rendered: ") + e.what());
   }
   std::weak_ptr<line_session> weak = weak_from_this();
   const generate_request copy = p.req;  // for the message, should the engine refuse it
@@ -187,12 +178,10 @@ void line_session::on_event(const std::string& key, const stream_event& e) {
 
   json::object done{{"id", f.id}, {"done", true}, {"finish_reason", e.finish_reason}};
   if (f.parser) {  // the output split as the template writes it: reasoning, content, tool calls
-    model::chat_output_parser::piece piece = f.parser->push(f.output);
-    const model::chat_output_parser::piece rest = f.parser->finish();
-    std::vector<model::parsed_tool_call> calls = f.parser->tool_calls();
-    if (!f.parallel_tool_calls && calls.size() > 1) calls.resize(1);
-    done["reasoning_content"] = valid_utf8(piece.reasoning + rest.reasoning);
-    done["content"] = valid_utf8(piece.content + rest.content);
+    const model::chat_output_parser::piece piece = f.parser->push(f.output, true);
+    const std::vector<model::parsed_tool_call>& calls = f.parser->tool_calls();
+    done["reasoning_content"] = valid_utf8(piece.reasoning);
+    done["content"] = valid_utf8(piece.content);
     if (!calls.empty()) {
       json::array tool_calls;
       for (const model::parsed_tool_call& c : calls) {

@@ -46,7 +46,6 @@ class line_session : public std::enable_shared_from_this<line_session> {
     std::vector<std::vector<sampler::token_logprob>> top{};
     std::optional<model::chat_output_parser> parser{};  // messages with tools or a thinking template
     std::string output{};             // with a parser: the whole output, split on the final line
-    bool parallel_tool_calls = true;
   };
 
   void on_event(const std::string& key, const stream_event& e);

@@ -185,10 +185,10 @@ bool read_tools(reader& r, const json::value& v, std::string& out) {
 
 // `tool_choice`: "auto" (the default with tools), "none", "required", or
 // {"type": "function", "function": {"name": ...}}; the last two constrain the output (engine.h).
-bool read_tool_choice(reader& r, const json::value& v, bool& parse_tools, generate_request& req) {
+bool read_tool_choice(reader& r, const json::value& v, generate_request& req) {
   if (v == "auto") return true;
   if (v == "none") {
-    parse_tools = false;
+    req.tools_json.clear();  // the model is not shown the tools, and its output is not parsed for calls
     return true;
   }
   if (v == "required") {
@@ -373,13 +373,10 @@ std::string read_request(const json::object& o, dialect d, parsed_request& out) 
   if (messages) {
     const json::value* tools = r.find("tools");
     if (tools && !read_tools(r, *tools, req.tools_json)) return r.why;
-    out.parse_tool_calls = !req.tools_json.empty();
     const json::value* choice = r.find("tool_choice");
-    if (choice && !read_tool_choice(r, *choice, out.parse_tool_calls, req)) return r.why;
+    if (choice && !read_tool_choice(r, *choice, req)) return r.why;
     if (req.tool_call_required && req.tools_json.empty()) return "`tool_choice` needs `tools`";
-    if (!out.parse_tool_calls) req.tools_json.clear();  // tool_choice "none": the model is not shown the tools
-    if (!r.get_bool("parallel_tool_calls", out.parallel_tool_calls)) return r.why;
-    req.parallel_tool_calls = out.parallel_tool_calls;
+    if (!r.get_bool("parallel_tool_calls", req.parallel_tool_calls)) return r.why;
     if (const json::value* kw = r.find("chat_template_kwargs")) {
       if (!kw->is_object()) return "`chat_template_kwargs` must be an object";
       for (const std::string_view reserved : {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"}) {

@@ -35,8 +35,6 @@ struct parsed_request {
   bool want_logprobs = false;    // report log-probabilities (req.sampling.logprobs alternatives each)
   std::int64_t n = 1;            // HTTP: choices to generate (seeds seed, seed+1, ...)
   bool echo = false;             // completions: the prompt is repeated before the output
-  bool parse_tool_calls = false; // chat: tools were offered (tool_choice not "none"): the output's calls become tool_calls
-  bool parallel_tool_calls = true; // false: at most the first call is returned
 };
 
 // The most choices one HTTP request may ask for (n), prompts one completions request may list

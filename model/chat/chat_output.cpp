@@ -46,20 +46,15 @@ bool prompt_opens_thinking(std::string_view prompt) {
   return prompt.ends_with(think_open);
 }
 
-chat_output_parser::chat_output_parser(chat_syntax syntax, bool parse_tools, bool in_thinking)
-    : syntax_(syntax), parse_tools_(parse_tools && syntax.tools != tool_call_syntax::none),
+chat_output_parser::chat_output_parser(chat_syntax syntax, bool parse_tools, bool in_thinking, bool parallel)
+    : syntax_(syntax), parse_tools_(parse_tools && syntax.tools != tool_call_syntax::none), parallel_(parallel),
       state_(in_thinking && syntax.think_tags ? state::thinking : state::start) {}
 
-chat_output_parser::piece chat_output_parser::push(std::string_view text) {
+chat_output_parser::piece chat_output_parser::push(std::string_view text, bool last) {
   pending_ += text;
   piece out;
-  run(out, false);
-  return out;
-}
-
-chat_output_parser::piece chat_output_parser::finish() {
-  piece out;
-  run(out, true);
+  run(out, last);
+  if (last && !parallel_ && calls_.size() > 1) calls_.resize(1);
   return out;
 }
 

@@ -34,18 +34,17 @@ struct parsed_tool_call {
 class chat_output_parser {
  public:
   // parse_tools: tools were offered (and tool_choice is not "none"); in_thinking: the prompt
-  // opened a <think> block.
-  chat_output_parser(chat_syntax syntax, bool parse_tools, bool in_thinking);
+  // opened a <think> block; parallel: several calls may be returned (else only the first).
+  chat_output_parser(chat_syntax syntax, bool parse_tools, bool in_thinking, bool parallel = true);
 
   struct piece {
     std::string reasoning;
     std::string content;
   };
-  // Feeds the next output text; returns what can be shown now.
-  piece push(std::string_view text);
-  // The end of the output: the rest, and the tool calls found. A call that does not parse stays
-  // in the content as the model wrote it.
-  piece finish();
+  // Feeds the next output text; returns what can be shown now. With `last`, that text ends the
+  // output: everything held back comes out too, and tool_calls() is complete. A call that does
+  // not parse stays in the content as the model wrote it.
+  piece push(std::string_view text, bool last = false);
   const std::vector<parsed_tool_call>& tool_calls() const { return calls_; }
 
  private:
@@ -55,6 +54,7 @@ class chat_output_parser {
 
   chat_syntax syntax_;
   bool parse_tools_;
+  bool parallel_;
   state state_;
   std::string pending_;
   bool content_started_ = true;  // false after </think> or a tool call: whitespace there is dropped until text comes

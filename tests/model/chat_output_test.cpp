@@ -24,7 +24,7 @@ split parse(chat_syntax syntax, bool tools, bool thinking, const std::string& te
     s.reasoning += piece.reasoning;
     s.content += piece.content;
   }
-  const auto rest = p.finish();
+  const auto rest = p.push({}, true);
   s.reasoning += rest.reasoning;
   s.content += rest.content;
   s.calls = p.tool_calls();
@@ -77,6 +77,11 @@ TEST(ChatOutput, HermesToolCalls) {
   EXPECT_EQ(s.calls[0].name, "get_weather");
   EXPECT_EQ(s.calls[0].arguments, R"({"city":"Paris"})");
   EXPECT_EQ(s.calls[1].arguments, "{}");
+  // Without parallel calls only the first is returned.
+  chat_output_parser one(qwen3, true, false, false);
+  one.push("<tool_call>{\"name\": \"a\"}</tool_call><tool_call>{\"name\": \"b\"}</tool_call>", true);
+  ASSERT_EQ(one.tool_calls().size(), 1u);
+  EXPECT_EQ(one.tool_calls()[0].name, "a");
   // A call cut off by the length limit still parses when its JSON is whole.
   EXPECT_EQ(both(qwen3, true, false, "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1}}").calls.size(), 1u);
   // Not JSON: the text stays content, as written.

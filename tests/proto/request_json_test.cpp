@@ -158,8 +158,8 @@ TEST(RequestJson, ToolsToolChoiceAndTemplateKeywords) {
                     "chat_template_kwargs":{"enable_thinking":false},"parallel_tool_calls":false})",
                  p, dialect::chat),
             "");
-  EXPECT_TRUE(p.parse_tool_calls);
-  EXPECT_FALSE(p.parallel_tool_calls);
+  EXPECT_FALSE(p.req.tools_json.empty());  // the output is parsed for calls
+  EXPECT_FALSE(p.req.parallel_tool_calls);
   EXPECT_NE(p.req.tools_json.find("\"name\":\"f\""), std::string::npos);
   EXPECT_EQ(p.req.chat_template_kwargs_json, R"({"enable_thinking":false})");
   ASSERT_EQ(p.req.messages.size(), 3u);
@@ -174,7 +174,6 @@ TEST(RequestJson, ToolsToolChoiceAndTemplateKeywords) {
                     "tool_choice":"none"})",
                  none, dialect::chat),
             "");
-  EXPECT_FALSE(none.parse_tool_calls);
   EXPECT_TRUE(none.req.tools_json.empty());  // the model is not shown them
   const std::string m = R"("messages":[{"role":"user","content":"x"}])";
   parsed_request req;
