@@ -85,6 +85,9 @@ struct engine::impl {
   structured_output constraint_of(const generate_request& r, std::string& why) const;
   std::string chat_unusable;  // why chat requests are refused when `chat` is empty
   model::chat_syntax syntax;  // the template's reasoning and tool-call syntax
+  // The control tokens among syntax.markers() (Mistral's [TOOL_CALLS]): an output that is parsed
+  // or constrained shows them as text, and constraints may generate them.
+  std::vector<std::int32_t> marker_ids;
   std::int64_t max_model_len = 0;
   actors::executor_pool pool;
   worker_backend backend = worker_backend::cpu;
@@ -153,6 +156,12 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
     }
   }
   if (p->chat) p->syntax = model::detect_chat_syntax(tmpl);
+  for (const std::string_view marker : p->syntax.markers()) {
+    const std::vector<std::string>& tokens = p->tok.spec().tokens;
+    for (std::int32_t id = 0; id < p->tok.n_vocab(); ++id) {
+      if (p->tok.is_control(id) && tokens[std::size_t(id)] == marker) p->marker_ids.push_back(id);
+    }
+  }
   p->name = std::string(p->model.file.get_string("general.name").value_or(""));
   if (p->name.empty()) p->name = std::filesystem::path(cfg.model_path).filename().string();
   p->max_model_len = cfg.max_model_len > 0 ? cfg.max_model_len : std::min<std::int64_t>(p->model.hp.n_ctx_train, 4096);
@@ -275,6 +284,7 @@ std::shared_ptr<const sampler::structured::token_masks> engine::impl::constraint
           const std::int32_t type = std::size_t(id) < spec.token_types.size() ? spec.token_types[std::size_t(id)] : 1;
           if (type == 1 || type == 4 || type == 6) bytes[std::size_t(id)] = tok.token_piece(id);  // normal, user-defined, byte
         }
+        for (const std::int32_t id : marker_ids) bytes[std::size_t(id)] = tok.token_piece(id);
         vocab = std::make_shared<const st::vocab_trie>(std::move(bytes), std::move(eog));
       }
       trie = vocab;
@@ -310,12 +320,19 @@ structured_output engine::impl::constraint_of(const generate_request& r, std::st
     why = "`tool_choice` \"required\" or a named function cannot be combined with `response_format` or `regex`";
     return {};
   }
-  const bool hermes = syntax.tools == model::tool_call_syntax::hermes;
-  const st::tool_call_format format = hermes ? st::tool_call_format{"<tool_call>\n", "\n</tool_call>", "arguments"}
-                                             : st::tool_call_format{"", "", "parameters"};
+  using model::tool_call_syntax;
+  st::tool_call_format format{.open = "", .close = "", .args_key = "parameters"};  // Llama 3 JSON: one call
+  if (syntax.tools == tool_call_syntax::hermes) {
+    format = {.open = "<tool_call>\n", .close = "\n</tool_call>", .args_key = "arguments"};
+  } else if (syntax.tools == tool_call_syntax::mistral_json) {
+    format = {.open = "", .close = "", .args_key = "arguments", .separator = ", ", .list_open = "[TOOL_CALLS][", .list_close = "]"};
+  } else if (syntax.tools == tool_call_syntax::mistral_args) {
+    format = {.open = "[TOOL_CALLS]", .close = "", .args_key = "", .separator = "", .args_marker = "[ARGS]"};
+  }
+  const bool parallel = r.parallel_tool_calls && syntax.tools != tool_call_syntax::llama3_json;
   try {
     return {.what = structured_output::kind::regex,
-            .spec = st::tool_calls_regex(r.tools_json, r.tool_call_name, format, r.parallel_tool_calls && hermes),
+            .spec = st::tool_calls_regex(r.tools_json, r.tool_call_name, format, parallel),
             .field = "tool_choice"};
   } catch (const st::structured_error& e) {
     why = std::string("`tool_choice`: ") + e.what();
@@ -341,8 +358,8 @@ error_code engine::impl::check(const generate_request& r, std::string& why,
   } else if (r.messages.empty() && (!r.tools_json.empty() || !r.chat_template_kwargs_json.empty())) {
     why = "tools and chat_template_kwargs go with messages";
   } else if (!r.tools_json.empty() && syntax.tools == model::tool_call_syntax::none) {
-    why = "`tools`: this model's chat template has no tool-call syntax anvil parses (Hermes/Qwen <tool_call> or "
-          "Llama 3 JSON), so its calls could not be returned as tool_calls";
+    why = "`tools`: this model's chat template has no tool-call syntax anvil parses (Hermes/Qwen <tool_call>, "
+          "Llama 3 JSON or Mistral [TOOL_CALLS]), so its calls could not be returned as tool_calls";
   } else if (const structured_output c = constraint_of(r, why); !why.empty()) {
     // why names the field and the problem
   } else if (auto masks = constraint_for(c, why); c.what != structured_output::kind::none && !masks) {
@@ -439,9 +456,12 @@ boost::system::result<std::uint64_t, error_code> engine::submit(generate_request
   sched::submit_options opt{r.sampling, r.sampling.logprobs};
 
   // Register the stream first, on its strand; only then may the scheduler produce events for it.
-  asio::post(m.streams, [&m, id, req = std::move(req), opt, n_prompt, stop = std::move(r.stop),
+  // Markers the output parser reads (or a constraint may write) are shown as text.
+  std::vector<std::int32_t> shown;
+  if (req.constraint || (!r.messages.empty() && (!r.tools_json.empty() || m.syntax.think_tags))) shown = m.marker_ids;
+  asio::post(m.streams, [&m, id, req = std::move(req), opt, n_prompt, stop = std::move(r.stop), shown = std::move(shown),
                          cb = std::move(on_event), t0 = request_stream::clock::now()]() mutable {
-    m.live.emplace(id, impl::live_stream{.out = request_stream(m.tok, std::move(stop), t0),
+    m.live.emplace(id, impl::live_stream{.out = request_stream(m.tok, std::move(stop), t0, std::move(shown)),
                                          .on_event = std::move(cb),
                                          .prompt_tokens = n_prompt,
                                          .stop_token_ids = req.stop_token_ids});

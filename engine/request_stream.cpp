@@ -4,8 +4,9 @@
 
 namespace anvil {
 
-request_stream::request_stream(const model::tokenizer& tok, std::vector<std::string> stop, clock::time_point submitted)
-    : decoder_(tok), stop_(std::move(stop)), submitted_(submitted) {
+request_stream::request_stream(const model::tokenizer& tok, std::vector<std::string> stop, clock::time_point submitted,
+                               std::vector<std::int32_t> shown_control)
+    : decoder_(tok, true, std::move(shown_control)), stop_(std::move(stop)), submitted_(submitted) {
   std::erase_if(stop_, [](const std::string& s) { return s.empty(); });
 }
 

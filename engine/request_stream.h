@@ -25,7 +25,9 @@ class request_stream {
  public:
   using clock = std::chrono::steady_clock;
 
-  request_stream(const model::tokenizer& tok, std::vector<std::string> stop, clock::time_point submitted);
+  // shown_control: control tokens shown as their text (incremental_decoder's `shown`).
+  request_stream(const model::tokenizer& tok, std::vector<std::string> stop, clock::time_point submitted,
+                 std::vector<std::int32_t> shown_control = {});
 
   // A generated token: returns the text that can be shown now, and whether a stop string ended
   // the output (then nothing after it is shown, and the request should be cancelled).

@@ -36,9 +36,11 @@ bool has_key(const json::object& o, std::string_view key) {
 
 const char* sse_done = "data: [DONE]\n\n";
 
-// One OpenAI tool call, with an id of its own; streamed deltas carry the call's index.
-json::object tool_call_json(const model::parsed_tool_call& call, std::size_t i, bool with_index) {
-  json::object o{{"id", new_response_id("call")},
+// One OpenAI tool call, with an id of its own (in the form the model's template accepts back);
+// streamed deltas carry the call's index.
+json::object tool_call_json(const model::parsed_tool_call& call, std::size_t i, bool with_index,
+                            const model::chat_syntax& syntax) {
+  json::object o{{"id", model::new_tool_call_id(syntax)},
                  {"type", "function"},
                  {"function", json::object{{"name", valid_utf8(call.name)}, {"arguments", valid_utf8(call.arguments)}}}};
   if (with_index) o["index"] = i;
@@ -397,7 +399,7 @@ void http_session::on_event(std::uint64_t serial, std::size_t index, const strea
       if (!piece.reasoning.empty()) message["reasoning_content"] = valid_utf8(piece.reasoning);
       if (!calls.empty()) {
         json::array tool_calls;
-        for (std::size_t k = 0; k < calls.size(); ++k) tool_calls.push_back(tool_call_json(calls[k], k, false));
+        for (std::size_t k = 0; k < calls.size(); ++k) tool_calls.push_back(tool_call_json(calls[k], k, false, ex.eng->chat_syntax()));
         message["tool_calls"] = std::move(tool_calls);
         if (finish_reason == "stop") finish_reason = "tool_calls";
       }
@@ -484,7 +486,7 @@ void http_session::stream_finish(std::size_t index, const stream_event& e) {
   const choice& c = ex_->choices[index];
   const std::vector<model::parsed_tool_call> calls = c.parser ? c.parser->tool_calls() : std::vector<model::parsed_tool_call>{};
   for (std::size_t i = 0; i < calls.size(); ++i) {  // each call whole, in one delta
-    stream_delta(index, json::object{{"tool_calls", json::array{tool_call_json(calls[i], i, true)}}});
+    stream_delta(index, json::object{{"tool_calls", json::array{tool_call_json(calls[i], i, true, ex_->eng->chat_syntax())}}});
   }
   json::object ch{{"index", index}};
   if (ex_->chat) {

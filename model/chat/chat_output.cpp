@@ -1,6 +1,8 @@
 #include "model/chat/chat_output.h"
 
 #include <algorithm>
+#include <optional>
+#include <random>
 
 #include <boost/json.hpp>
 
@@ -11,6 +13,7 @@ namespace json = boost::json;
 
 constexpr std::string_view think_open = "<think>", think_close = "</think>";
 constexpr std::string_view call_open = "<tool_call>", call_close = "</tool_call>";
+constexpr std::string_view mistral_calls = "[TOOL_CALLS]", mistral_args = "[ARGS]", mistral_call_id = "[CALL_ID]";
 
 bool is_ws(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 
@@ -27,11 +30,47 @@ std::size_t marker_tail(std::string_view s, std::string_view marker) {
   return 0;
 }
 
+// A call from its name and arguments (an object, a string holding one, or absent).
+std::optional<parsed_tool_call> call_of(std::string_view name, const json::value* args) {
+  if (name.empty()) return std::nullopt;
+  std::string arguments = "{}";
+  if (args && args->is_string()) {  // already serialised by the model
+    json::error_code ec;
+    json::value inner = json::parse(args->get_string(), ec);
+    if (ec || !inner.is_object()) return std::nullopt;
+    arguments = json::serialize(inner);
+  } else if (args && args->is_object()) {
+    arguments = json::serialize(*args);
+  } else if (args && !args->is_null()) {
+    return std::nullopt;
+  }
+  return parsed_tool_call{std::string(name), std::move(arguments)};
+}
+
 }  // namespace
+
+std::vector<std::string_view> chat_syntax::markers() const {
+  std::vector<std::string_view> m;
+  if (think_tags) m.insert(m.end(), {think_open, think_close});
+  if (tools == tool_call_syntax::hermes) m.insert(m.end(), {call_open, call_close});
+  if (mistral()) m.insert(m.end(), {mistral_calls, mistral_args, mistral_call_id});
+  return m;
+}
+
+std::string new_tool_call_id(const chat_syntax& syntax) {
+  static constexpr std::string_view alnum = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  std::string id = syntax.mistral() ? "" : "call_";
+  for (int i = 0, n = syntax.mistral() ? 9 : 24; i < n; ++i) id += alnum[rng() % alnum.size()];
+  return id;
+}
 
 chat_syntax detect_chat_syntax(std::string_view src) {
   chat_syntax s;
-  if (src.find(call_open) != std::string_view::npos) {
+  if (src.find(mistral_calls) != std::string_view::npos) {
+    s.tools = src.find(mistral_args) != std::string_view::npos ? tool_call_syntax::mistral_args
+                                                                : tool_call_syntax::mistral_json;
+  } else if (src.find(call_open) != std::string_view::npos) {
     s.tools = tool_call_syntax::hermes;
   } else if (src.find("<|python_tag|>") != std::string_view::npos ||
              src.find("Given the following functions") != std::string_view::npos) {
@@ -58,26 +97,62 @@ chat_output_parser::piece chat_output_parser::push(std::string_view text, bool l
   return out;
 }
 
+std::string_view chat_output_parser::call_marker() const {
+  return syntax_.tools == tool_call_syntax::hermes ? call_open : syntax_.mistral() ? mistral_calls : std::string_view();
+}
+
 bool chat_output_parser::take_call(std::string_view body) {
   json::error_code ec;
   json::value v = json::parse(lstrip(body), ec);
   if (ec || !v.is_object()) return false;
   const json::object& o = v.get_object();
   const json::value* name = o.if_contains("name");
-  if (!name || !name->is_string() || name->get_string().empty()) return false;
+  if (!name || !name->is_string()) return false;
   const json::value* args = o.if_contains("arguments");
   if (!args) args = o.if_contains("parameters");
-  std::string arguments = "{}";
-  if (args && args->is_string()) {  // already serialised by the model
-    json::value inner = json::parse(args->get_string(), ec);
-    if (ec || !inner.is_object()) return false;
-    arguments = json::serialize(inner);
-  } else if (args && args->is_object()) {
-    arguments = json::serialize(*args);
-  } else if (args && !args->is_null()) {
-    return false;
+  std::optional<parsed_tool_call> call = call_of(name->get_string(), args);
+  if (call) calls_.push_back(std::move(*call));
+  return call.has_value();
+}
+
+bool chat_output_parser::take_json_calls(std::string_view text) {
+  json::error_code ec;
+  const json::value whole = json::parse(text, ec);
+  if (!ec && whole.is_array()) {
+    bool ok = !whole.get_array().empty();
+    for (const json::value& c : whole.get_array()) ok = ok && take_call(json::serialize(c));
+    return ok;
   }
-  calls_.push_back({std::string(name->get_string()), std::move(arguments)});
+  if (!ec) return take_call(text);
+  bool ok = true;  // Llama 3.2's parallel form: calls separated by ';'
+  while (ok && !lstrip(text).empty()) {
+    const std::size_t semi = text.find(';');
+    ok = take_call(text.substr(0, semi));
+    text = semi == std::string_view::npos ? std::string_view() : text.substr(semi + 1);
+  }
+  return ok;
+}
+
+bool chat_output_parser::take_mistral_calls(std::string_view text) {
+  // Either form after the first marker: a JSON list, or name[ARGS]{...} (with an optional
+  // [CALL_ID]id before [ARGS]) per call, each call after its own [TOOL_CALLS].
+  if (lstrip(text).starts_with('[') || lstrip(text).starts_with('{')) return take_json_calls(text);
+  while (!text.empty()) {
+    const std::size_t next = text.find(mistral_calls);
+    std::string_view one = text.substr(0, next);
+    text = next == std::string_view::npos ? std::string_view() : text.substr(next + mistral_calls.size());
+    const std::size_t args_at = one.find(mistral_args);
+    if (args_at == std::string_view::npos) return false;
+    std::string_view name = one.substr(0, args_at);
+    name = name.substr(0, name.find(mistral_call_id));
+    while (!name.empty() && is_ws(name.back())) name.remove_suffix(1);
+    json::error_code ec;
+    const json::value args = json::parse(one.substr(args_at + mistral_args.size()), ec);
+    if (ec) return false;
+    std::optional<parsed_tool_call> call = call_of(lstrip(name), &args);
+    if (!call || call->name.find_first_of(" \t\n{}[]\"") != std::string::npos) return false;
+    calls_.push_back(std::move(*call));
+  }
   return true;
 }
 
@@ -117,19 +192,20 @@ void chat_output_parser::run(piece& out, bool final) {
           if (pending_.empty()) return;
           content_started_ = true;
         }
-        if (!parse_tools_ || syntax_.tools != tool_call_syntax::hermes) {
+        const std::string_view marker = parse_tools_ ? call_marker() : std::string_view();
+        if (marker.empty()) {
           out.content += pending_;
           pending_.clear();
           return;
         }
-        const std::size_t at = pending_.find(call_open);
+        const std::size_t at = pending_.find(marker);
         if (at != std::string::npos) {
           out.content += pending_.substr(0, at);
-          pending_.erase(0, at + call_open.size());
-          state_ = state::tool_body;
+          pending_.erase(0, at + marker.size());
+          state_ = syntax_.mistral() ? state::mistral_calls : state::tool_body;
           continue;
         }
-        const std::size_t keep = final ? 0 : marker_tail(pending_, call_open);
+        const std::size_t keep = final ? 0 : marker_tail(pending_, marker);
         out.content += pending_.substr(0, pending_.size() - keep);
         pending_.erase(0, pending_.size() - keep);
         return;
@@ -147,30 +223,14 @@ void chat_output_parser::run(piece& out, bool final) {
         if (pending_.empty()) return;
         continue;
       }
-      case state::json_answer: {
+      case state::json_answer:
+      case state::mistral_calls: {
         if (!final) return;
-        // One call, or several as a JSON array or separated by ';' (Llama 3.2's parallel form).
-        json::error_code ec;
-        const json::value whole = json::parse(pending_, ec);
-        bool ok = false;
         const std::size_t before = calls_.size();
-        if (!ec && whole.is_array()) {
-          ok = !whole.get_array().empty();
-          for (const json::value& c : whole.get_array()) ok = ok && take_call(json::serialize(c));
-        } else if (!ec) {
-          ok = take_call(pending_);
-        } else {
-          ok = true;
-          std::string_view rest = pending_;
-          while (ok && !lstrip(rest).empty()) {
-            const std::size_t semi = rest.find(';');
-            ok = take_call(rest.substr(0, semi));
-            rest = semi == std::string_view::npos ? std::string_view() : rest.substr(semi + 1);
-          }
-        }
-        if (!ok) {
+        const bool ok = state_ == state::json_answer ? take_json_calls(pending_) : take_mistral_calls(pending_);
+        if (!ok) {  // not calls after all: the text as the model wrote it
           calls_.resize(before);
-          out.content += pending_;
+          out.content += (state_ == state::mistral_calls ? std::string(mistral_calls) : std::string()) + pending_;
         }
         pending_.clear();
         state_ = state::content;

@@ -160,11 +160,13 @@ bool tokenizer::is_control(std::int32_t id) const {
 
 const tokenizer_spec& tokenizer::spec() const { return state_->spec; }
 
-incremental_decoder::incremental_decoder(const tokenizer& t, bool skip_special)
-    : tokenizer_(&t), skip_special_(skip_special), strip_leading_space_(t.state_->strip_leading_space) {}
+incremental_decoder::incremental_decoder(const tokenizer& t, bool skip_special, std::vector<std::int32_t> shown)
+    : tokenizer_(&t), skip_special_(skip_special), shown_(std::move(shown)),
+      strip_leading_space_(t.state_->strip_leading_space) {}
 
 std::string incremental_decoder::push(std::int32_t id) {
-  if (const std::string* piece = tokenizer_->piece_for_output(id, skip_special_)) pending_ += *piece;
+  const bool skip = skip_special_ && std::find(shown_.begin(), shown_.end(), id) == shown_.end();
+  if (const std::string* piece = tokenizer_->piece_for_output(id, skip)) pending_ += *piece;
   if (strip_leading_space_ && !pending_.empty()) {  // the space decode() strips from the whole text
     if (pending_[0] == ' ') pending_.erase(0, 1);
     strip_leading_space_ = false;

@@ -74,16 +74,18 @@ class tokenizer {
 // never half of one. flush() at the end returns whatever was held back, unchanged: bytes that
 // never became valid UTF-8 are passed through, not replaced by U+FFFD, so the concatenation of
 // every push() and the final flush() equals tokenizer::decode(ids, skip_special) exactly.
-// The tokenizer must outlive the decoder.
+// The tokenizer must outlive the decoder. `shown`: control tokens written as their text even with
+// skip_special (the markers an output parser reads, such as Mistral's [TOOL_CALLS]).
 class incremental_decoder {
  public:
-  explicit incremental_decoder(const tokenizer& t, bool skip_special = true);
+  explicit incremental_decoder(const tokenizer& t, bool skip_special = true, std::vector<std::int32_t> shown = {});
   std::string push(std::int32_t id);
   std::string flush();
 
  private:
   const tokenizer* tokenizer_;
   bool skip_special_;
+  std::vector<std::int32_t> shown_;
   bool strip_leading_space_;  // "llama" + add_space_prefix: drop one leading space, as decode() does
   std::string pending_;       // bytes of an incomplete UTF-8 sequence
 };

@@ -299,15 +299,20 @@ std::string tool_calls_regex(std::string_view tools_json, std::string_view only_
     if (!only_name.empty() && name->get_string() != only_name) continue;
     json::value params = json::object{{"type", "object"}};
     if (const json::value* p = fn->if_contains("parameters"); p && p->is_object()) params = *p;
-    json::object call{{"type", "object"},
-                      {"properties", json::object{{"name", json::object{{"const", *name}}}, {format.args_key, params}}},
-                      {"required", json::array{"name", json::string(format.args_key)}}};
-    if (params.is_object()) {  // $defs of the parameters, where their $refs look
-      for (const char* defs : {"$defs", "definitions"}) {
-        if (const json::value* d = params.get_object().if_contains(defs)) call[defs] = *d;
-      }
-    }
     try {
+      if (!format.args_marker.empty()) {
+        calls.push_back(escape(format.open) + escape(name->get_string()) + escape(format.args_marker) +
+                        json_schema_regex(params) + escape(format.close));
+        continue;
+      }
+      json::object call{{"type", "object"},
+                        {"properties", json::object{{"name", json::object{{"const", *name}}}, {format.args_key, params}}},
+                        {"required", json::array{"name", json::string(format.args_key)}}};
+      if (params.is_object()) {  // $defs of the parameters, where their $refs look
+        for (const char* defs : {"$defs", "definitions"}) {
+          if (const json::value* d = params.get_object().if_contains(defs)) call[defs] = *d;
+        }
+      }
       calls.push_back(escape(format.open) + json_schema_regex(call) + escape(format.close));
     } catch (const structured_error& e) {
       throw structured_error("tool `" + std::string(name->get_string()) + "`: " + e.what());
@@ -315,7 +320,8 @@ std::string tool_calls_regex(std::string_view tools_json, std::string_view only_
   }
   if (calls.empty()) throw structured_error("tool_choice names no function of `tools`");
   const std::string one = alternatives(calls);
-  return parallel ? one + "(?:\n" + one + ")*" : one;
+  return escape(format.list_open) + (parallel ? one + "(?:" + escape(format.separator) + one + ")*" : one) +
+         escape(format.list_close);
 }
 
 }  // namespace anvil::sampler::structured

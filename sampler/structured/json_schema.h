@@ -26,14 +26,20 @@ std::string json_schema_regex(const boost::json::value& schema);
 std::string json_schema_regex_of(std::string_view schema_json);
 
 // Tool calls as a model writes them (tool_choice "required" or a named function): one call, or
-// with `parallel` several separated by "\n", each `open` + {"name": ..., "<args_key>": ...} +
-// `close`, the arguments valid against that tool's `parameters` (any object when it has none).
+// with `parallel` several joined by `separator`, all between `list_open` and `list_close`; each
+// call is `open` + {"name": ..., "<args_key>": ...} + `close`, or, where `args_marker` is set,
+// `open` + name + args_marker + the arguments + `close` (Mistral's [TOOL_CALLS]name[ARGS]{...}).
+// The arguments are valid against that tool's `parameters` (any object when it has none).
 // tools_json is the request's OpenAI `tools` array; only_name, when not empty, keeps that one.
 // Throws structured_error when a parameters schema cannot be expressed or the name is unknown.
 struct tool_call_format {
-  std::string_view open;      // "<tool_call>\n" (Hermes/Qwen) or "" (Llama 3 JSON)
-  std::string_view close;     // "\n</tool_call>" or ""
-  std::string_view args_key;  // "arguments" or "parameters"
+  std::string_view open{};         // "<tool_call>\n" (Hermes/Qwen), "" (Llama 3 JSON), "[TOOL_CALLS]" (Mistral)
+  std::string_view close{};        // "\n</tool_call>" or ""
+  std::string_view args_key{};     // "arguments" or "parameters"
+  std::string_view separator = "\n";
+  std::string_view list_open{};    // "[TOOL_CALLS][" (Mistral's JSON list)
+  std::string_view list_close{};   // "]"
+  std::string_view args_marker{};  // "[ARGS]": the name written bare before it, the arguments after
 };
 std::string tool_calls_regex(std::string_view tools_json, std::string_view only_name, const tool_call_format& format,
                              bool parallel);

@@ -2,6 +2,8 @@
 // the same whether the text comes at once or one byte at a time (a stream).
 #include "model/chat/chat_output.h"
 
+#include <algorithm>
+#include <cctype>
 #include <string>
 #include <vector>
 
@@ -43,12 +45,16 @@ split both(chat_syntax syntax, bool tools, bool thinking, const std::string& tex
 
 const chat_syntax qwen3{.tools = tool_call_syntax::hermes, .think_tags = true};
 const chat_syntax llama3{.tools = tool_call_syntax::llama3_json, .think_tags = false};
+const chat_syntax nemo{.tools = tool_call_syntax::mistral_json, .think_tags = false};
+const chat_syntax small32{.tools = tool_call_syntax::mistral_args, .think_tags = false};
 
 TEST(ChatOutput, SyntaxComesFromTheTemplateSource) {
   EXPECT_EQ(detect_chat_syntax("{{ '<tool_call>' }}<think></think>").tools, tool_call_syntax::hermes);
   EXPECT_TRUE(detect_chat_syntax("<think>x</think>").think_tags);
   EXPECT_EQ(detect_chat_syntax("Given the following functions, please respond").tools, tool_call_syntax::llama3_json);
   EXPECT_EQ(detect_chat_syntax("{{ messages }}").tools, tool_call_syntax::none);
+  EXPECT_EQ(detect_chat_syntax("{{- \"[TOOL_CALLS][\" }}").tools, tool_call_syntax::mistral_json);
+  EXPECT_EQ(detect_chat_syntax("'[TOOL_CALLS]' + name + '[ARGS]'").tools, tool_call_syntax::mistral_args);
   EXPECT_TRUE(prompt_opens_thinking("<|Assistant|><think>\n"));
   EXPECT_FALSE(prompt_opens_thinking("<think>\n\n</think>\n\n"));
 }
@@ -102,6 +108,47 @@ TEST(ChatOutput, Llama3JsonAnswers) {
   EXPECT_TRUE(text.calls.empty());
   EXPECT_EQ(text.content, "{not a call} and text");
   EXPECT_EQ(both(llama3, true, false, "Sure: {\"name\": \"x\"}").content, "Sure: {\"name\": \"x\"}");
+}
+
+TEST(ChatOutput, MistralToolCallsInBothForms) {
+  // v0.3 / Nemo: one JSON list after the marker (a call's "id" is ignored).
+  const split s = both(nemo, true, false,
+                       "Checking. [TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, "
+                       "\"id\": \"abcDEF123\"}, {\"name\": \"t\", \"arguments\": {}}]");
+  EXPECT_EQ(s.content, "Checking. ");
+  ASSERT_EQ(s.calls.size(), 2u);
+  EXPECT_EQ(s.calls[0].name, "get_weather");
+  EXPECT_EQ(s.calls[0].arguments, R"({"city":"Paris"})");
+  EXPECT_EQ(s.calls[1].name, "t");
+  // Small 3.2 / Magistral: name[ARGS]{...} after each marker, with or without a call id.
+  const split a = both(small32, true, false,
+                       "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]get_time[CALL_ID]a1b2c3d4e[ARGS]{}");
+  EXPECT_EQ(a.content, "");
+  ASSERT_EQ(a.calls.size(), 2u);
+  EXPECT_EQ(a.calls[0].name, "get_weather");
+  EXPECT_EQ(a.calls[0].arguments, R"({"city":"Paris"})");
+  EXPECT_EQ(a.calls[1].name, "get_time");
+  EXPECT_EQ(a.calls[1].arguments, "{}");
+  // Either form parses with either template (models of one generation write the other's).
+  EXPECT_EQ(both(small32, true, false, "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}]").calls.size(), 1u);
+  // What does not parse stays content as written, the marker included.
+  for (const std::string bad : {"[TOOL_CALLS]f[ARGS]{not json", "[TOOL_CALLS]no args", "[TOOL_CALLS]two words[ARGS]{}"}) {
+    const split b = both(small32, true, false, "x " + bad);
+    EXPECT_TRUE(b.calls.empty()) << bad;
+    EXPECT_EQ(b.content, "x " + bad);
+  }
+  // Without tools the marker is text like any other.
+  EXPECT_EQ(both(nemo, false, false, "[TOOL_CALLS][]").content, "[TOOL_CALLS][]");
+}
+
+TEST(ChatOutput, MarkersAndCallIdsFollowTheSyntax) {
+  EXPECT_EQ(small32.markers(), (std::vector<std::string_view>{"[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"}));
+  EXPECT_EQ(qwen3.markers(), (std::vector<std::string_view>{"<think>", "</think>", "<tool_call>", "</tool_call>"}));
+  const std::string m = new_tool_call_id(nemo);  // what Mistral's templates accept back
+  EXPECT_EQ(m.size(), 9u);
+  EXPECT_TRUE(std::all_of(m.begin(), m.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)); })) << m;
+  EXPECT_TRUE(new_tool_call_id(qwen3).starts_with("call_"));
+  EXPECT_NE(new_tool_call_id(qwen3), new_tool_call_id(qwen3));
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -47,11 +48,13 @@ inline const std::string& chatml_fixture() {
 }
 
 // A tiny scripted model (synth_options::greedy_chain) with `chat_template`: after the generation
-// prompt's last token ("\n": the synthetic vocabulary's byte token 10) greedy decoding writes
-// `pieces`, one user-defined token each (so they must be distinct), then <|im_end|>. For tests of
-// what a server makes of an output: tool calls, reasoning. Written once per process per name.
+// prompt's last byte (`after`: "\n" by default; the synthetic vocabulary's byte b is token b) greedy decoding writes
+// `pieces`, one user-defined token each (so they must be distinct; those in `control` are control
+// tokens, as Mistral's [TOOL_CALLS] is), then <|im_end|>. For tests of what a server makes of an
+// output: tool calls, reasoning. Written once per process per name.
 inline std::string scripted_chat_fixture(const std::string& name, const std::string& chat_template,
-                                         const std::vector<std::string>& pieces) {
+                                         const std::vector<std::string>& pieces,
+                                         const std::set<std::string>& control = {}, unsigned char after = '\n') {
   static std::map<std::string, std::string> made;
   if (auto it = made.find(name); it != made.end()) return it->second;
   const auto dir = std::filesystem::temp_directory_path() / ("anvil_fixtures_" + std::to_string(::getpid()));
@@ -60,12 +63,12 @@ inline std::string scripted_chat_fixture(const std::string& name, const std::str
   opt.shape = *find_synth_shape("tiny");
   opt.mix = synth_mix::f32;
   tokenizer_spec tok = synthetic_tokenizer(opt.shape.n_vocab);
-  constexpr std::int32_t newline = 10, first_free = 300, im_end = 258;
-  std::int32_t prev = newline;
+  constexpr std::int32_t first_free = 300, im_end = 258;
+  std::int32_t prev = after;
   for (std::size_t i = 0; i < pieces.size(); ++i) {
     const std::int32_t id = first_free + std::int32_t(i);
     tok.tokens[std::size_t(id)] = pieces[i];
-    tok.token_types[std::size_t(id)] = 4;  // user-defined: printed as its text
+    tok.token_types[std::size_t(id)] = control.contains(pieces[i]) ? 3 : 4;  // user-defined: printed as its text
     opt.greedy_chain.emplace_back(prev, id);
     prev = id;
   }

@@ -5,6 +5,7 @@
 // whose greedy output is a fixed token chain), so the output the server parses is known.
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -28,9 +29,10 @@ std::string chat_data(const std::string& name) {
   return s.str();
 }
 
-engine_config scripted(const std::string& name, const std::string& template_file, const std::vector<std::string>& pieces) {
+engine_config scripted(const std::string& name, const std::string& template_file, const std::vector<std::string>& pieces,
+                       const std::set<std::string>& control = {}, unsigned char after = '\n') {
   engine_config c = tiny_config();
-  c.model_path = model::testing::scripted_chat_fixture(name, chat_data(template_file), pieces);
+  c.model_path = model::testing::scripted_chat_fixture(name, chat_data(template_file), pieces, control, after);
   return c;
 }
 
@@ -63,7 +65,7 @@ TEST(HttpTools, ToolCallsInTheOutputComeBackAsToolCalls) {
   ASSERT_EQ(msg.at("tool_calls").as_array().size(), 1u);
   const json::object& call = msg.at("tool_calls").at(0).as_object();
   EXPECT_EQ(call.at("type").as_string(), "function");
-  EXPECT_EQ(call.at("id").as_string().subview().substr(0, 5), "call-");
+  EXPECT_EQ(call.at("id").as_string().subview().substr(0, 5), "call_");
   EXPECT_EQ(call.at("function").at("name").as_string(), "get_weather");
   EXPECT_EQ(json::parse(call.at("function").at("arguments").as_string()), json::parse(R"({"city": "Paris"})"));
 
@@ -289,5 +291,65 @@ TEST(HttpTools, RequiredAndNamedToolChoiceForceValidCalls) {
   EXPECT_EQ(s.post("/v1/chat/completions", both).status, 400u);
 }
 
-}  // namespace
+// Mistral's tool calls: [TOOL_CALLS] and [ARGS] are control tokens, which a plain output skips;
+// with tools they are read. Both forms (Nemo's JSON list, Small 3.2's name[ARGS]{...}) come back
+// as tool_calls whose ids the template accepts when the conversation is sent back.
+TEST(HttpTools, MistralToolCallsComeBackAndTheirIdsGoBack) {
+  const std::set<std::string> control = {"[TOOL_CALLS]", "[ARGS]"};
+  struct form {
+    const char* name;
+    const char* template_file;
+    std::vector<std::string> pieces;
+  };
+  const form forms[] = {
+      {"mistral-args", "mistral-small-3.2.jinja", {"Checking.", "[TOOL_CALLS]", "get_weather", "[ARGS]", "{\"city\": \"Paris\"}"}},
+      {"mistral-json", "mistral-nemo.jinja", {"[TOOL_CALLS]", "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]"}},
+  };
+  for (const form& f : forms) {
+    engine_config c = scripted(f.name, f.template_file, f.pieces, control, ']');  // the prompt ends "[/INST]"
+    c.max_model_len = 4096;  // Small 3.2's default system prompt is long
+    server s(c);
+    const reply r = s.post("/v1/chat/completions", ask(weather_tools()));
+    ASSERT_EQ(r.status, 200u) << f.name << r.body;
+    const json::object& choice = r.json().at("choices").at(0).as_object();
+    EXPECT_EQ(choice.at("finish_reason").as_string(), "tool_calls") << f.name << r.body;
+    ASSERT_TRUE(choice.at("message").as_object().contains("tool_calls")) << f.name << r.body;
+    const json::object& call = choice.at("message").at("tool_calls").at(0).as_object();
+    EXPECT_EQ(call.at("function").at("name").as_string(), "get_weather");
+    EXPECT_EQ(json::parse(call.at("function").at("arguments").as_string()), json::parse(R"({"city": "Paris"})"));
+    EXPECT_EQ(call.at("id").as_string().size(), 9u) << call;
+    const json::value content = choice.at("message").at("content");
+    EXPECT_EQ(content.is_null() ? std::string() : std::string(content.as_string()), f.pieces.size() == 5 ? "Checking." : "");
 
+    // Streamed: the call is one delta, and the markers never show as content.
+    json::object req = ask(weather_tools());
+    req["stream"] = true;
+    const chat_stream st = streamed_chat(sse_data(s.post("/v1/chat/completions", req).body));
+    EXPECT_EQ(st.finish, "tool_calls");
+    ASSERT_EQ(st.tool_calls.size(), 1u);
+    EXPECT_EQ(st.content.find("[TOOL_CALLS]"), std::string::npos) << st.content;
+
+    // The conversation goes back with the returned id: the template (which raises on any other
+    // id form) renders it.
+    json::array history = ask({}).at("messages").as_array();
+    history.push_back(json::object{{"role", "assistant"}, {"content", nullptr}, {"tool_calls", json::array{call}}});
+    history.push_back(json::object{{"role", "tool"}, {"tool_call_id", call.at("id")}, {"content", "{\"temp\": 21}"}});
+    const reply back = s.post("/v1/chat/completions", json::object{{"messages", history}, {"tools", weather_tools()}, {"max_tokens", 4}});
+    EXPECT_EQ(back.status, 200u) << f.name << back.body;
+
+    // tool_choice "required": the output is forced into this form, its calls valid.
+    json::object required = ask(weather_tools());
+    required["tool_choice"] = "required";
+    required["temperature"] = 1.0;
+    required["seed"] = 7;
+    required["max_tokens"] = 100;
+    const reply q = s.post("/v1/chat/completions", required);
+    ASSERT_EQ(q.status, 200u) << f.name << q.body;
+    ASSERT_TRUE(q.json().at("choices").at(0).at("message").as_object().contains("tool_calls")) << f.name << q.body;
+    const json::object& fn = q.json().at("choices").at(0).at("message").at("tool_calls").at(0).at("function").as_object();
+    EXPECT_EQ(fn.at("name").as_string(), "get_weather");
+    EXPECT_TRUE(json::parse(fn.at("arguments").as_string()).at("city").is_string()) << fn;
+  }
+}
+
+}  // namespace

@@ -110,6 +110,24 @@ TEST(StructuredJsonSchema, OrderOptionalPropertiesRefsAndRefusals) {
   }
 }
 
+// Tool calls in each family's form, their arguments valid against the tool's parameters.
+TEST(StructuredJsonSchema, ToolCallsInEachFamilysForm) {
+  const std::string tools = R"([{"type":"function","function":{"name":"w","parameters":{"type":"object",
+      "properties":{"city":{"enum":["Paris","Rome"]}},"required":["city"]}}},{"type":"function","function":{"name":"t"}}])";
+  const dfa hermes = compile_regex(tool_calls_regex(tools, "", {.open = "<tool_call>\n", .close = "\n</tool_call>", .args_key = "arguments"}, true));
+  EXPECT_TRUE(hermes.matches("<tool_call>\n{\"name\": \"w\", \"arguments\": {\"city\": \"Rome\"}}\n</tool_call>\n"
+                             "<tool_call>\n{\"name\":\"t\",\"arguments\":{}}\n</tool_call>"));
+  EXPECT_FALSE(hermes.matches("<tool_call>\n{\"name\": \"w\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>"));
+  const dfa list = compile_regex(tool_calls_regex(
+      tools, "", {.args_key = "arguments", .separator = ", ", .list_open = "[TOOL_CALLS][", .list_close = "]"}, true));
+  EXPECT_TRUE(list.matches(R"([TOOL_CALLS][{"name": "w", "arguments": {"city": "Paris"}}, {"name": "t", "arguments": {}}])"));
+  EXPECT_FALSE(list.matches(R"([TOOL_CALLS]{"name": "w", "arguments": {"city": "Paris"}})"));
+  const dfa args = compile_regex(tool_calls_regex(tools, "w", {.open = "[TOOL_CALLS]", .separator = "", .args_marker = "[ARGS]"}, true));
+  EXPECT_TRUE(args.matches(R"([TOOL_CALLS]w[ARGS]{"city": "Paris"}[TOOL_CALLS]w[ARGS]{"city":"Rome"})"));
+  EXPECT_FALSE(args.matches(R"([TOOL_CALLS]t[ARGS]{})"));  // only the named one
+  EXPECT_THROW(tool_calls_regex(tools, "nope", {}, false), structured_error);
+}
+
 TEST(StructuredTokenMasks, AMaskIsExactlyTheTokensTheAutomatonTakes) {
   // A small vocabulary of pieces, an end-of-generation token (5) and a never-allowed one (6).
   const std::vector<std::string> bytes = {"{", "\"", "a", "\"a\"", "}", "", "", ":", " ", "1", "12", "{\"", "\":"};
