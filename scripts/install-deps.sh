@@ -21,7 +21,7 @@ if [[ "${1:-}" == "--gpu" ]]; then
   packages+=(hipcc libamdhip64-dev)
 fi
 if ! command -v npm >/dev/null; then
-  packages+=(nodejs npm)                   # test data and the independent GGUF reader
+  packages+=(nodejs npm)                   # test data, the independent GGUF reader, the OpenAI client
 fi
 
 sudo=""
@@ -32,5 +32,7 @@ $sudo apt-get install -y -q "${packages[@]}"
 
 # Hugging Face's GGUF parser, which the gguf tests read anvil's files with.
 npm ci --prefix tools/gguf-check --no-audit --no-fund --loglevel=error
+# The OpenAI Node client, whose examples the HTTP API tests run (tests/proto/openai_client_test.cpp).
+npm ci --prefix tests/proto/openai-js --no-audit --no-fund --loglevel=error
 # Real tokenizers (Qwen3, Llama 3) for the tokenizer tests.
 scripts/fetch-tokenizers.sh

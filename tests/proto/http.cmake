@@ -7,3 +7,10 @@ anvil_add_test(proto_http_test LABELS proto
   LIBS anvil_proto
   TIMEOUT 600)
 target_compile_definitions(proto_http_test PRIVATE ANVIL_TEST_DATA_DIR="${PROJECT_SOURCE_DIR}/tests/data")
+# The OpenAI Node client's examples against the server (tests/proto/openai-js, installed by
+# `npm ci --prefix tests/proto/openai-js`).
+anvil_add_test(proto_openai_client_test LABELS proto
+  SOURCES proto/openai_client_test.cpp proto/http_loopback.cpp
+  LIBS anvil_proto
+  TIMEOUT 300)
+target_compile_definitions(proto_openai_client_test PRIVATE ANVIL_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
