@@ -30,6 +30,7 @@ struct generate_args {
   bool chat = false;
   std::string chat_template;  // --chat-template FILE
   std::string regex;          // --regex PATTERN: structured output
+  std::string grammar_file;   // --grammar-file FILE: structured output (GBNF)
   std::string json_schema;    // --json-schema FILE: structured output
   int n_predict = 128;
   int ctx = 0;  // 0: the model's, at most 4096
@@ -73,12 +74,17 @@ int run_generate(const generate_args& a) {
   req.ignore_eos = a.ignore_eos;
   if (!a.regex.empty()) {
     req.constraint = {.what = structured_output::kind::regex, .spec = a.regex, .field = "--regex"};
-  } else if (!a.json_schema.empty()) {
-    std::ifstream in(a.json_schema, std::ios::binary);
-    if (!in) throw std::runtime_error("--json-schema: cannot read " + a.json_schema);
+  } else if (!a.json_schema.empty() || !a.grammar_file.empty()) {
+    const bool schema = !a.json_schema.empty();
+    const std::string& file = schema ? a.json_schema : a.grammar_file;
+    const std::string option = schema ? "--json-schema" : "--grammar-file";
+    std::ifstream in(file, std::ios::binary);
+    if (!in) throw std::runtime_error(option + ": cannot read " + file);
     std::ostringstream text;
     text << in.rdbuf();
-    req.constraint = {.what = structured_output::kind::json_schema, .spec = text.str(), .field = "--json-schema"};
+    req.constraint = {.what = schema ? structured_output::kind::json_schema : structured_output::kind::grammar,
+                      .spec = text.str(),
+                      .field = option};
   }
   if (const std::string why = eng->explain(req); !why.empty()) throw std::invalid_argument(why);
 
@@ -144,8 +150,11 @@ void add_generate_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--system", a->system, "system message (with --chat)");
   add_chat_template_option(cmd, a->chat_template);
   cmd->add_option("--regex", a->regex, "structured output: the output must match this regular expression");
-  cmd->add_option("--json-schema", a->json_schema, "structured output: the output is JSON valid against this schema file")
+  auto* schema = cmd->add_option("--json-schema", a->json_schema, "structured output: the output is JSON valid against this schema file")
       ->excludes("--regex");
+  cmd->add_option("--grammar-file", a->grammar_file, "structured output: the output matches this GBNF grammar (llama.cpp's syntax)")
+      ->excludes("--regex")
+      ->excludes(schema);
   cmd->add_option("--ctx", a->ctx, "context length (default: the model's, at most 4096)");
   cmd->add_flag("--ignore-eos", a->ignore_eos, "keep generating past end-of-generation tokens");
   cmd->add_option("--temp", a->sampling.temperature, "temperature; 0 is greedy")->capture_default_str();

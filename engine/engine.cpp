@@ -24,6 +24,7 @@
 #include "gpu_worker/gpu_worker.h"
 #include "kv/kv_manager.h"
 #include "model/gguf/gguf_tokenizer.h"
+#include "sampler/structured/gbnf.h"
 #include "sampler/structured/json_schema.h"
 #include "sampler/structured/token_masks.h"
 #include "sampler/sampler.h"
@@ -289,15 +290,17 @@ std::shared_ptr<const sampler::structured::token_masks> engine::impl::constraint
       }
       trie = vocab;
     }
-    std::string pattern;
+    st::dfa automaton;
     if (c.what == structured_output::kind::regex) {
-      pattern = c.spec;
+      automaton = st::compile_regex(c.spec);
     } else if (c.what == structured_output::kind::json_object) {
-      pattern = st::json_object_regex();
+      automaton = st::compile_regex(st::json_object_regex());
+    } else if (c.what == structured_output::kind::grammar) {
+      automaton = st::compile_gbnf(c.spec);
     } else {
-      pattern = st::json_schema_regex_of(c.spec);
+      automaton = st::compile_regex(st::json_schema_regex_of(c.spec));
     }
-    auto masks = std::make_shared<const st::token_masks>(st::compile_regex(pattern), std::move(trie));
+    auto masks = std::make_shared<const st::token_masks>(std::move(automaton), std::move(trie));
     (void)masks->mask(masks->start());  // the first step's mask, before the request is queued
     std::lock_guard lock(constraints_mutex);
     constraints.emplace(key, masks);

@@ -93,13 +93,13 @@ struct engine_config {
   gpu_worker::fault_injection test_faults;
 };
 
-// Structured output: the output must match a regular expression, a JSON schema, or be a JSON
-// object (sampler/structured/). Decoding is constrained token by token, so it always does (unless
+// Structured output: the output must match a regular expression, a JSON schema or a GBNF grammar,
+// or be a JSON object (sampler/structured/). Decoding is constrained token by token, so it always does (unless
 // max_tokens or the context cuts it short: finish_reason "length").
 struct structured_output {
-  enum class kind { none, regex, json_schema, json_object };
+  enum class kind { none, regex, json_schema, json_object, grammar };
   kind what = kind::none;
-  std::string spec{};   // regex: the pattern; json_schema: the schema as JSON text
+  std::string spec{};   // regex: the pattern; json_schema: the schema as JSON text; grammar: GBNF
   std::string field{};  // the request field it came from, for error messages ("response_format")
 };
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <tuple>
 
 #include <boost/json.hpp>
 
@@ -291,7 +292,7 @@ bool known_field(std::string_view key, dialect d) {
       "max_tokens",        "stream",           "temperature",       "top_k",      "top_p",
       "min_p",             "repetition_penalty", "presence_penalty", "frequency_penalty", "seed",
       "ignore_eos",        "priority",         "logprobs",          "stop",       "logit_bias",
-      "stop_token_ids",    "min_tokens",       "response_format",   "regex"};
+      "stop_token_ids",    "min_tokens",       "response_format",   "regex",      "grammar"};
   static constexpr std::string_view line_only[] = {"id", "prompt", "messages", "tools", "tool_choice",
                                                    "parallel_tool_calls", "chat_template_kwargs"};
   static constexpr std::string_view http_shared[] = {"model", "user", "n", "stream_options"};
@@ -309,14 +310,21 @@ bool known_field(std::string_view key, dialect d) {
   return false;
 }
 
-// `response_format` (OpenAI) and `regex`: what the output must be (engine.h, structured_output).
+// `response_format` (OpenAI), `regex` and `grammar` (GBNF): what the output must be (engine.h,
+// structured_output); one of them at most.
 bool read_structured(reader& r, structured_output& out) {
   const json::value* rf = r.find("response_format");
   const json::value* re = r.find("regex");
-  if (rf && re) return r.fail("regex", "and `response_format` cannot both be given");
-  if (re) {
-    if (!re->is_string() || re->get_string().empty()) return r.fail("regex", "must be a non-empty string");
-    out = {.what = structured_output::kind::regex, .spec = std::string(re->get_string()), .field = "regex"};
+  const json::value* gr = r.find("grammar");
+  if (rf && rf->is_object() && rf->get_object().if_contains("type") && rf->get_object().at("type") == "text") rf = nullptr;
+  if (bool(rf) + bool(re) + bool(gr) > 1) {
+    return r.fail(gr ? "grammar" : "regex", "only one of `response_format`, `regex` and `grammar` may be given");
+  }
+  for (const auto& [field, value, what] : {std::tuple{"regex", re, structured_output::kind::regex},
+                                           std::tuple{"grammar", gr, structured_output::kind::grammar}}) {
+    if (!value) continue;
+    if (!value->is_string() || value->get_string().empty()) return r.fail(field, "must be a non-empty string");
+    out = {.what = what, .spec = std::string(value->get_string()), .field = field};
     return true;
   }
   if (!rf) return true;

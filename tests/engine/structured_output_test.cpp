@@ -1,6 +1,6 @@
 // Structured output through the engine: 1,000 random JSON schemas (tests/sampler/random_schemas.h)
 // decoded by a random-weight model with temperature 1, 64 at a time, every output parsing and
-// validating and ending by itself; regular expressions and json_object the same way; bad
+// validating and ending by itself; regular expressions, GBNF grammars and json_object the same way; bad
 // constraints refused with the field named; constrained and unconstrained requests sharing steps.
 #include <future>
 #include <string>
@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/engine.h"
+#include "sampler/structured/gbnf.h"
 #include "sampler/structured/regex.h"
 #include "tests/engine/requests.h"
 #include "tests/model/fixtures.h"
@@ -107,6 +108,37 @@ TEST(StructuredOutput, RegexAndJsonObjectAndUnconstrainedNeighbours) {
   EXPECT_FALSE(eng->submit(bad, [](const stream_event&) {}));
   generate_request bad_re = constrained({.what = structured_output::kind::regex, .spec = "(a", .field = "regex"}, 1);
   EXPECT_NE(eng->explain(bad_re).find("`regex`: regex:"), std::string::npos) << eng->explain(bad_re);
+  eng->async_stop(asio::use_future).get();
+}
+
+// A recursive GBNF grammar (arithmetic with parentheses): every output is in its language and ends
+// by itself (the unrolled language is finite); a bad grammar is refused naming the field and line.
+TEST(StructuredOutput, GrammarsConstrainTheOutput) {
+  auto eng = engine::create(config());
+  const std::string grammar = R"gbnf(# sums of numbers and bracketed sums
+root ::= expr "="
+expr ::= term (("+" | "-") term){0,3}
+term ::= [0-9]{1,3} | "(" expr ")"
+)gbnf";
+  const sampler::structured::dfa d = sampler::structured::compile_gbnf(grammar);
+  std::vector<std::future<completion>> outs;
+  for (int i = 0; i < 12; ++i) {
+    outs.push_back(eng->async_generate(
+        constrained({.what = structured_output::kind::grammar, .spec = grammar, .field = "grammar"}, 200u + std::uint64_t(i)),
+        asio::use_future));
+  }
+  int bracketed = 0;
+  for (auto& f : outs) {
+    const completion c = f.get();
+    EXPECT_TRUE(d.matches(c.text)) << c.text;
+    EXPECT_EQ(c.finish_reason, "stop") << c.text;
+    bracketed += c.text.find('(') != std::string::npos;
+  }
+  EXPECT_GT(bracketed, 0);  // the recursive alternative is reachable
+  generate_request bad = constrained({.what = structured_output::kind::grammar, .spec = "root ::= a\na ::= \"(\" b",
+                                      .field = "grammar"}, 1);
+  EXPECT_NE(eng->explain(bad).find("`grammar`: grammar line 2: rule `b` is not defined"), std::string::npos)
+      << eng->explain(bad);
   eng->async_stop(asio::use_future).get();
 }
 

@@ -229,6 +229,21 @@ TEST(HttpTools, ResponseFormatAndRegexConstrainTheOutput) {
   EXPECT_TRUE(text.size() == 6 || text.size() == 7 || text.size() == 8) << text;
   EXPECT_NE(std::string("rgb").find(text[0]), std::string::npos) << text;
 
+  // A GBNF grammar, as llama.cpp's `grammar` field takes it; with a regex too it is refused.
+  json::object gr{{"prompt", "x"}, {"max_tokens", 50}, {"temperature", 1.0},
+                  {"grammar", "root ::= color \"-\" [0-9]{2}\ncolor ::= \"red\" | \"green\" | \"blue\""}};
+  const reply g = s.post("/v1/completions", gr);
+  ASSERT_EQ(g.status, 200u) << g.body;
+  const std::string gtext(g.json().at("choices").at(0).at("text").as_string());
+  EXPECT_TRUE(gtext.size() >= 6 && gtext.size() <= 8 && gtext[gtext.size() - 3] == '-') << gtext;
+  gr["regex"] = "a";
+  const reply both = s.post("/v1/completions", gr);
+  EXPECT_EQ(both.status, 400u) << both.body;
+  EXPECT_EQ(both.json().at("error").at("param").as_string(), "grammar") << both.body;
+  const reply bad_g = s.post("/v1/completions", json::object{{"prompt", "x"}, {"grammar", "root ::= nowhere"}});
+  EXPECT_EQ(bad_g.status, 400u) << bad_g.body;
+  EXPECT_EQ(bad_g.json().at("error").at("param").as_string(), "grammar") << bad_g.body;
+
   json::object bad = ask({});
   bad["response_format"] = json::object{{"type", "json_schema"}, {"json_schema", json::object{{"name", "x"}, {"schema", json::parse(R"({"not": {}})")}}}};
   const reply b = s.post("/v1/chat/completions", bad);

@@ -9,6 +9,7 @@
 #include <boost/json.hpp>
 #include <gtest/gtest.h>
 
+#include "sampler/structured/gbnf.h"
 #include "sampler/structured/json_schema.h"
 #include "sampler/structured/regex.h"
 #include "sampler/structured/token_masks.h"
@@ -126,6 +127,73 @@ TEST(StructuredJsonSchema, ToolCallsInEachFamilysForm) {
   EXPECT_TRUE(args.matches(R"([TOOL_CALLS]w[ARGS]{"city": "Paris"}[TOOL_CALLS]w[ARGS]{"city":"Rome"})"));
   EXPECT_FALSE(args.matches(R"([TOOL_CALLS]t[ARGS]{})"));  // only the named one
   EXPECT_THROW(tool_calls_regex(tools, "nope", {}, false), structured_error);
+}
+
+// GBNF grammars: llama.cpp's syntax, recursion unrolled to a bounded nesting, refusals named.
+TEST(StructuredGbnf, GrammarsMatchWhatTheySay) {
+  const auto g = [](std::string_view grammar) { return compile_gbnf(grammar); };
+  const dfa yes_no = g(R"(root ::= ("yes" | "no") "." # a comment
+)");
+  EXPECT_TRUE(yes_no.matches("yes."));
+  EXPECT_FALSE(yes_no.matches("maybe."));
+  // Rules over several lines, classes, escapes, repeats, any character.
+  const dfa list = g(R"(
+root ::= item ("," ws item){0,2}
+item ::=
+  [a-zA-Z_] [a-zA-Z0-9_\-]* | "\"" [^"\n]+ "\""
+ws   ::= [ \t]?
+)");
+  EXPECT_TRUE(list.matches("a1,b-2, \"x y\""));
+  EXPECT_FALSE(list.matches("a,b,c,d"));  // {0,2}
+  EXPECT_FALSE(list.matches("1a"));
+  EXPECT_TRUE(g(R"(root ::= "\u00e9" [\u4e00-\u9fff]+ . "\x41")").matches("é世界\nA"));
+  // Recursion, unrolled: nesting up to the bound matches, deeper does not.
+  const dfa parens = compile_regex(gbnf_regex("root ::= p\np ::= \"(\" p* \")\"", 3));
+  EXPECT_TRUE(parens.matches("(()(()))"));
+  EXPECT_FALSE(parens.matches("((()))()"));  // not one group
+  EXPECT_FALSE(parens.matches("(((())))"));  // four deep
+  // llama.cpp's json.gbnf, unchanged.
+  const dfa json_g = g(R"(
+root   ::= object
+value  ::= object | array | string | number | ("true" | "false" | "null") ws
+
+object ::=
+  "{" ws (
+            string ":" ws value
+    ("," ws string ":" ws value)*
+  )? "}" ws
+
+array  ::=
+  "[" ws (
+            value
+    ("," ws value)*
+  )? "]" ws
+
+string ::=
+  "\"" (
+    [^"\\\x7F\x00-\x1F] |
+    "\\" (["\\bfnrt] | "u" [0-9a-fA-F]{4}) # escapes
+  )* "\"" ws
+
+number ::= ("-"? ([0-9] | [1-9] [0-9]{0,15})) ("." [0-9]+)? ([eE] [-+]? [0-9] [1-9]{0,15})? ws
+
+# Optional space: by convention, applied in this grammar after literal chars when allowed
+ws ::= | " " | "\n" [ \t]{0,20}
+)");
+  EXPECT_TRUE(json_g.matches(R"({"a": [1, 2.5, {"b": null}], "c": "d\n"})"));
+  EXPECT_FALSE(json_g.matches(R"({"a": })"));
+  for (const char* bad : {"root ::= \"a", "root ::= [a-", "root ::= x", "x ::= \"a\"", "root ::= \"a\"\nroot ::= \"b\"",
+                          "root ::= (\"a\"", "root ::= \"a\"{3,1}", "root ::= r\nr ::= \"(\" r \")\"", "root ::= \"\\q\"",
+                          "root ::= \"a\" | nowhere"}) {
+    EXPECT_THROW(compile_gbnf(bad), structured_error) << bad;
+  }
+  try {
+    compile_gbnf("root ::= a\n\na ::= \"x\" b");
+    FAIL();
+  } catch (const structured_error& e) {
+    EXPECT_NE(std::string(e.what()).find("line 3"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("`b`"), std::string::npos) << e.what();
+  }
 }
 
 TEST(StructuredTokenMasks, AMaskIsExactlyTheTokensTheAutomatonTakes) {
