@@ -78,7 +78,13 @@ struct engine::impl {
   // computed (any thread, under the mutex).
   std::shared_ptr<const sampler::structured::vocab_trie> vocab;
   std::mutex constraints_mutex;
-  std::map<std::pair<int, std::string>, std::shared_ptr<const sampler::structured::token_masks>> constraints;
+  // A constraint that does not compile is kept too (masks null, the error), so a client repeating
+  // a pathological pattern does not pay its compilation again.
+  struct compiled_constraint {
+    std::shared_ptr<const sampler::structured::token_masks> masks;
+    std::string error;
+  };
+  std::map<std::pair<int, std::string>, compiled_constraint> constraints;
   std::deque<std::pair<int, std::string>> constraint_order;  // oldest first, at most 64 kept
   std::shared_ptr<const sampler::structured::token_masks> constraint_for(const structured_output& c, std::string& why);
   // The request's constraint: its own, or its tool calls in the template's syntax when
@@ -265,10 +271,22 @@ std::shared_ptr<const sampler::structured::token_masks> engine::impl::constraint
   namespace st = sampler::structured;
   if (c.what == structured_output::kind::none) return nullptr;
   const std::pair<int, std::string> key{int(c.what), c.spec};
+  const auto field = "`" + (c.field.empty() ? std::string("constraint") : c.field) + "`: ";
   {
     std::lock_guard lock(constraints_mutex);
-    if (auto it = constraints.find(key); it != constraints.end()) return it->second;
+    if (auto it = constraints.find(key); it != constraints.end()) {
+      if (!it->second.masks) why = field + it->second.error;
+      return it->second.masks;
+    }
   }
+  const auto keep = [&](compiled_constraint entry) {
+    std::lock_guard lock(constraints_mutex);
+    if (constraints.emplace(key, std::move(entry)).second) constraint_order.push_back(key);
+    if (constraint_order.size() > 64) {
+      constraints.erase(constraint_order.front());
+      constraint_order.pop_front();
+    }
+  };
   try {
     std::shared_ptr<const st::vocab_trie> trie;
     {
@@ -302,16 +320,11 @@ std::shared_ptr<const sampler::structured::token_masks> engine::impl::constraint
     }
     auto masks = std::make_shared<const st::token_masks>(std::move(automaton), std::move(trie));
     (void)masks->mask(masks->start());  // the first step's mask, before the request is queued
-    std::lock_guard lock(constraints_mutex);
-    constraints.emplace(key, masks);
-    constraint_order.push_back(key);
-    if (constraint_order.size() > 64) {
-      constraints.erase(constraint_order.front());
-      constraint_order.pop_front();
-    }
+    keep({.masks = masks, .error = {}});
     return masks;
   } catch (const st::structured_error& e) {
-    why = "`" + (c.field.empty() ? std::string("constraint") : c.field) + "`: " + e.what();
+    why = field + e.what();
+    keep({.masks = nullptr, .error = e.what()});
     return nullptr;
   }
 }

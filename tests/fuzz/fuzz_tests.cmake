@@ -45,6 +45,7 @@ anvil_add_fuzz_target(fuzz_tokenizer SOURCES ${ANVIL_FUZZ_DIR}/fuzz_tokenizer.cp
 anvil_add_fuzz_target(fuzz_request_json SOURCES ${ANVIL_FUZZ_DIR}/fuzz_request_json.cpp LIBS anvil_proto)
 anvil_add_fuzz_target(fuzz_chat_template SOURCES ${ANVIL_FUZZ_DIR}/fuzz_chat_template.cpp LIBS anvil_chat
                       MUTATIONS 1000)
+anvil_add_fuzz_target(fuzz_structured SOURCES ${ANVIL_FUZZ_DIR}/fuzz_structured.cpp LIBS anvil_structured)
 anvil_add_fuzz_target(fuzz_line_session SOURCES ${ANVIL_FUZZ_DIR}/fuzz_line_session.cpp LIBS anvil_fuzz_sessions
                       MUTATIONS 500)
 anvil_add_fuzz_target(fuzz_http_session SOURCES ${ANVIL_FUZZ_DIR}/fuzz_http_session.cpp LIBS anvil_fuzz_sessions

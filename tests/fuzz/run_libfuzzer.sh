@@ -10,7 +10,7 @@ build=$(cd "$1" && pwd)
 seconds=${2:-60}
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d /tmp/anvil-fuzz.XXXXXX)
-targets=(gguf tokenizer request_json chat_template line_session http_session)
+targets=(gguf tokenizer request_json chat_template structured line_session http_session)
 
 run_one() {
   local t=$1
