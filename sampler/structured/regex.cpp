@@ -534,4 +534,11 @@ dfa compile_regex(std::string_view pattern, std::int32_t max_states) {
   return d;
 }
 
+void append_utf8(std::string& out, char32_t c) {
+  unsigned char b[4];
+  int n = 0;
+  encode(c, b, n);
+  out.append(reinterpret_cast<const char*>(b), std::size_t(n));
+}
+
 }  // namespace anvil::sampler::structured

@@ -33,6 +33,9 @@ struct dfa {
   bool matches(std::string_view text) const;  // the whole text
 };
 
+// Appends code point `c` as UTF-8.
+void append_utf8(std::string& out, char32_t c);
+
 // Throws structured_error for a syntax error, an unsupported construct (backreferences,
 // lookaround, lazy quantifiers), a repeat count over 1000, or a DFA of more than max_states.
 dfa compile_regex(std::string_view pattern, std::int32_t max_states = 20000);
