@@ -333,7 +333,7 @@ structured_output engine::impl::constraint_of(const generate_request& r, std::st
   namespace st = sampler::structured;
   if (!r.tool_call_required) return r.constraint;
   if (r.constraint.what != structured_output::kind::none) {
-    why = "`tool_choice` \"required\" or a named function cannot be combined with `response_format` or `regex`";
+    why = "`tool_choice` \"required\" or a named function cannot be combined with `response_format`, `regex` or `grammar`";
     return {};
   }
   using model::tool_call_syntax;

@@ -318,7 +318,7 @@ bool read_structured(reader& r, structured_output& out) {
   const json::value* gr = r.find("grammar");
   if (rf && rf->is_object() && rf->get_object().if_contains("type") && rf->get_object().at("type") == "text") rf = nullptr;
   if (bool(rf) + bool(re) + bool(gr) > 1) {
-    return r.fail(gr ? "grammar" : "regex", "only one of `response_format`, `regex` and `grammar` may be given");
+    return r.fail(gr ? "grammar" : "regex", "cannot be given with another of `response_format`, `regex` and `grammar`");
   }
   for (const auto& [field, value, what] : {std::tuple{"regex", re, structured_output::kind::regex},
                                            std::tuple{"grammar", gr, structured_output::kind::grammar}}) {

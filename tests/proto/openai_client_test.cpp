@@ -4,11 +4,13 @@
 // Structured output: the shipped model with a ChatML template. The client comes from the npm
 // registry (`npm ci --prefix tests/proto/openai-js`, which scripts/install-deps.sh runs).
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
 #include <string>
+#include <string_view>
 
 #include <gtest/gtest.h>
 
@@ -31,9 +33,15 @@ std::string read_file(const fs::path& p) {
   return s.str();
 }
 
+// `node` from PATH (the child is spawned without a shell).
 std::string node_path() {
-  for (const char* dir : {"/usr/bin", "/usr/local/bin"}) {
-    if (fs::exists(fs::path(dir) / "node")) return (fs::path(dir) / "node").string();
+  const char* path = std::getenv("PATH");
+  std::string_view dirs = path ? path : "/usr/local/bin:/usr/bin";
+  while (!dirs.empty()) {
+    const std::size_t colon = dirs.find(':');
+    const fs::path candidate = fs::path(dirs.substr(0, colon)) / "node";
+    if (fs::exists(candidate)) return candidate.string();
+    dirs = colon == std::string_view::npos ? std::string_view() : dirs.substr(colon + 1);
   }
   return {};
 }

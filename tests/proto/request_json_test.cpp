@@ -147,6 +147,28 @@ TEST(RequestJson, StopTokenIdsMinTokensAndPromptLists) {
             "`prompt` holds 5 prompts: with `n` 16 that is more than 64 choices");
 }
 
+// Structured output fields on every dialect: one of response_format, regex and grammar.
+TEST(RequestJson, StructuredOutputFields) {
+  for (const dialect d : {dialect::line, dialect::completions}) {
+    parsed_request p;
+    ASSERT_EQ(read(d == dialect::line ? R"({"id":1,"prompt":"x","grammar":"root ::= \"a\""})"
+                                      : R"({"prompt":"x","grammar":"root ::= \"a\""})",
+                   p, d),
+              "");
+    EXPECT_EQ(p.req.constraint.what, structured_output::kind::grammar);
+    EXPECT_EQ(p.req.constraint.spec, "root ::= \"a\"");
+    EXPECT_EQ(p.req.constraint.field, "grammar");
+  }
+  parsed_request r;
+  ASSERT_EQ(read(R"({"id":1,"prompt":"x","regex":"[ab]+","response_format":{"type":"text"}})", r), "");
+  EXPECT_EQ(r.req.constraint.what, structured_output::kind::regex);
+  EXPECT_EQ(why(R"({"id":1,"prompt":"x","regex":"a","grammar":"root ::= \"a\""})"),
+            "`grammar` cannot be given with another of `response_format`, `regex` and `grammar`");
+  EXPECT_EQ(why(R"({"id":1,"prompt":"x","grammar":""})"), "`grammar` must be a non-empty string");
+  EXPECT_EQ(why(R"({"id":1,"prompt":"x","regex":"a","response_format":{"type":"json_object"}})"),
+            "`regex` cannot be given with another of `response_format`, `regex` and `grammar`");
+}
+
 // Tools and the chat template's keywords: read for messages only, checked for shape.
 TEST(RequestJson, ToolsToolChoiceAndTemplateKeywords) {
   parsed_request p;
