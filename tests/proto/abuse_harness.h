@@ -141,6 +141,17 @@ class steady_client {
     if (failures_.size() < 20) failures_.push_back(std::move(what));
   }
 
+  // One request on the connection `c`, kept from the request before. The server may have closed
+  // it meanwhile for being idle past its limit (a loaded machine stretches the time between
+  // requests): then a new one is opened first, as a real client does. A connection closed while
+  // a request is on it is still a failure.
+  template <class Exchange>
+  std::string on_connection(std::unique_ptr<line_client>& c, std::uint16_t port, Exchange exchange) {
+    if (c && c->closed_by_server(0ms)) c.reset();
+    if (!c) c = std::make_unique<line_client>(port);
+    return exchange(*c);
+  }
+
   void run(std::uint16_t line_port, std::uint16_t http_port) {
     namespace json = boost::json;
     const std::string body = R"({"prompt":[5,6,7],"max_tokens":4,"ignore_eos":true,"temperature":0})";
@@ -148,9 +159,11 @@ class steady_client {
     std::unique_ptr<line_client> tcp, web;
     for (int i = 0; !stop_; ++i) {
       try {
-        if (!tcp) tcp = std::make_unique<line_client>(line_port);
-        tcp->send_line(R"({"id":)" + std::to_string(i) + R"(,"prompt":[5,6,7],"max_tokens":4,"ignore_eos":true,"stream":false})");
-        const json::object o = tcp->read_json(60s);
+        const json::object o = json::parse(on_connection(tcp, line_port, [&](line_client& c) {
+                                 c.send_line(R"({"id":)" + std::to_string(i) +
+                                             R"(,"prompt":[5,6,7],"max_tokens":4,"ignore_eos":true,"stream":false})");
+                                 return json::serialize(c.read_json(60s));
+                               })).as_object();
         if (o.at("id") != i || o.at("finish_reason") != "length" || o.at("usage").at("completion_tokens") != 4) {
           fail("line: " + json::serialize(o));
         } else if (const std::string t(o.at("text").as_string()); line_text && t != *line_text) {
@@ -159,18 +172,22 @@ class steady_client {
           line_text = t;
           ++ok_;
         }
-        if (!web) web = std::make_unique<line_client>(http_port);  // keep-alive
-        web->send(http_request_bytes("POST", "/v1/completions", body));
-        const auto r = read_http_reply(*web, 60s);
-        if (!r || r->status != 200) {
-          fail("http: " + (r ? std::to_string(r->status) + " " + r->body : std::string("no answer")));
+        unsigned status = 0;
+        const std::string answer = on_connection(web, http_port, [&](line_client& c) {  // keep-alive
+          c.send(http_request_bytes("POST", "/v1/completions", body));
+          const auto r = read_http_reply(c, 60s);
+          status = r ? r->status : 0;
+          return r ? r->body : std::string();
+        });
+        if (status != 200) {
+          fail("http: " + (status ? std::to_string(status) + " " + answer : std::string("no answer")));
           web.reset();
           continue;
         }
-        const json::value v = r->json();
+        const json::value v = json::parse(answer);
         const std::string t(v.at("choices").at(0).at("text").as_string());
         if (v.at("usage").at("completion_tokens") != 4 || (http_text && t != *http_text)) {
-          fail("http: " + r->body);
+          fail("http: " + answer);
         } else {
           http_text = t;
           ++ok_;
