@@ -17,6 +17,7 @@ constexpr std::size_t max_tried_bytes = 64u << 10;  // a longer expression would
 constexpr int max_nesting_tried = 3;
 constexpr int max_repeat = 1000;
 constexpr int max_depth = 200;  // of groups inside groups while parsing
+constexpr int max_ref_depth = 100;  // of rules inside rules while unrolling (each is a group of the regex)
 
 struct node {
   enum class kind { literal, char_class, any, ref, seq, alt, repeat } what = kind::literal;
@@ -111,37 +112,40 @@ class parser {
     return seq;  // may be empty: the empty string
   }
 
+  // At most one repeat operator per element (llama.cpp's parser reads one too; a stack of them
+  // would nest without bound).
   node repeats(node item) {
-    for (;;) {
-      if (pos_ >= s_.size()) return item;
-      const char c = s_[pos_];
-      int lo = 0, hi = -1;
-      if (c == '*') {
+    if (pos_ >= s_.size()) return item;
+    const char c = s_[pos_];
+    int lo = 0, hi = -1;
+    if (c == '*') {
+      ++pos_;
+    } else if (c == '+') {
+      lo = 1;
+      ++pos_;
+    } else if (c == '?') {
+      hi = 1;
+      ++pos_;
+    } else if (c == '{') {
+      ++pos_;
+      lo = number();
+      hi = lo;
+      if (pos_ < s_.size() && s_[pos_] == ',') {
         ++pos_;
-      } else if (c == '+') {
-        lo = 1;
-        ++pos_;
-      } else if (c == '?') {
-        hi = 1;
-        ++pos_;
-      } else if (c == '{') {
-        ++pos_;
-        lo = number();
-        hi = lo;
-        if (pos_ < s_.size() && s_[pos_] == ',') {
-          ++pos_;
-          hi = pos_ < s_.size() && s_[pos_] == '}' ? -1 : number();
-        }
-        if (pos_ >= s_.size() || s_[pos_] != '}') fail("expected } closing a repeat count");
-        ++pos_;
-        if (hi != -1 && hi < lo) fail("a repeat {m,n} needs m <= n");
-      } else {
-        return item;
+        hi = pos_ < s_.size() && s_[pos_] == '}' ? -1 : number();
       }
-      node r{.what = node::kind::repeat, .min = lo, .max = hi, .line = line_};
-      r.children.push_back(std::move(item));
-      item = std::move(r);
+      if (pos_ >= s_.size() || s_[pos_] != '}') fail("expected } closing a repeat count");
+      ++pos_;
+      if (hi != -1 && hi < lo) fail("a repeat {m,n} needs m <= n");
+    } else {
+      return item;
     }
+    if (pos_ < s_.size() && std::string_view("*+?{").find(s_[pos_]) != std::string_view::npos) {
+      fail("a repeat operator right after another");
+    }
+    node r{.what = node::kind::repeat, .min = lo, .max = hi, .line = line_};
+    r.children.push_back(std::move(item));
+    return r;
   }
 
   int number() {
@@ -302,8 +306,14 @@ class emitter {
     }
     int& active = active_[name];
     if (active >= max_nesting_) return std::nullopt;
+    if (depth_ >= max_ref_depth) {
+      throw structured_error("grammar line " + std::to_string(line) + ": rules refer to rules more than " +
+                             std::to_string(max_ref_depth) + " deep");
+    }
     ++active;
+    ++depth_;
     piece p = emit(it->second);
+    --depth_;
     --active_[name];
     return p;
   }
@@ -365,7 +375,8 @@ class emitter {
 
   const std::map<std::string, node>& rules_;
   int max_nesting_;
-  std::map<std::string, int> active_;
+  std::map<std::string, int> active_;  // each rule's references on the path being unrolled
+  int depth_ = 0;                      // all of them
 };
 
 // Every name a rule uses is defined (also where unrolling never reaches it).

@@ -11,8 +11,8 @@
 // rule appears at most `max_nesting` times inside itself (the alternatives that would go deeper
 // are left out), so every output matches the grammar and nesting deeper than that is not
 // generated, the bound JSON schemas' `$ref` has too. A rule whose every alternative needs deeper
-// nesting (no way out) is refused, as are undefined names and grammars whose unrolled expression
-// exceeds 4 MB.
+// nesting (no way out) is refused, as are undefined names, chains of rules more than 100 deep and
+// grammars whose unrolled expression exceeds 4 MB.
 #pragma once
 
 #include <string>

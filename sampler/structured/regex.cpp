@@ -109,41 +109,43 @@ class parser {
     return v;
   }
 
+  // At most one quantifier per atom: another one right after it is an error, as in Python's re
+  // ("multiple repeat") and ECMAScript (and a stack of them would nest without bound).
   node_ptr quantified(node_ptr a) {
-    while (!at_end()) {
-      int lo = 0, hi = 0;
-      const char c = p_[i_];
-      if (c == '*') {
-        lo = 0, hi = -1;
+    if (at_end()) return a;
+    int lo = 0, hi = 0;
+    const char c = p_[i_];
+    const auto count_follows = [&] { return !at_end() && p_[i_] == '{' && i_ + 1 < p_.size() && p_[i_ + 1] >= '0' && p_[i_ + 1] <= '9'; };
+    if (c == '*') {
+      lo = 0, hi = -1;
+      ++i_;
+    } else if (c == '+') {
+      lo = 1, hi = -1;
+      ++i_;
+    } else if (c == '?') {
+      lo = 0, hi = 1;
+      ++i_;
+    } else if (count_follows()) {
+      ++i_;
+      lo = hi = number();
+      if (!at_end() && p_[i_] == ',') {
         ++i_;
-      } else if (c == '+') {
-        lo = 1, hi = -1;
-        ++i_;
-      } else if (c == '?') {
-        lo = 0, hi = 1;
-        ++i_;
-      } else if (c == '{' && i_ + 1 < p_.size() && p_[i_ + 1] >= '0' && p_[i_ + 1] <= '9') {
-        ++i_;
-        lo = hi = number();
-        if (!at_end() && p_[i_] == ',') {
-          ++i_;
-          hi = !at_end() && p_[i_] == '}' ? -1 : number();
-        }
-        if (at_end() || p_[i_] != '}') fail("'{' without its '}'");
-        ++i_;
-        if (lo > max_repeat || hi > max_repeat) fail("a repeat count over " + std::to_string(max_repeat));
-        if (hi >= 0 && hi < lo) fail("a repeat range whose maximum is below its minimum");
-      } else {
-        return a;
+        hi = !at_end() && p_[i_] == '}' ? -1 : number();
       }
-      if (!at_end() && (p_[i_] == '?' || p_[i_] == '+')) fail("lazy and possessive quantifiers are not supported");
-      auto r = make(node::kind::repeat);
-      r->min = lo;
-      r->max = hi;
-      r->kids.push_back(std::move(a));
-      a = std::move(r);
+      if (at_end() || p_[i_] != '}') fail("'{' without its '}'");
+      ++i_;
+      if (lo > max_repeat || hi > max_repeat) fail("a repeat count over " + std::to_string(max_repeat));
+      if (hi >= 0 && hi < lo) fail("a repeat range whose maximum is below its minimum");
+    } else {
+      return a;
     }
-    return a;
+    if (!at_end() && (p_[i_] == '?' || p_[i_] == '+')) fail("lazy and possessive quantifiers are not supported");
+    if (!at_end() && (p_[i_] == '*' || count_follows())) fail("a quantifier after a quantifier (multiple repeat)");
+    auto r = make(node::kind::repeat);
+    r->min = lo;
+    r->max = hi;
+    r->kids.push_back(std::move(a));
+    return r;
   }
 
   // One UTF-8 character of the pattern.

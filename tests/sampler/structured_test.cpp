@@ -24,6 +24,12 @@ namespace json = boost::json;
 
 TEST(StructuredRegex, MatchesWhatTheSyntaxSays) {
   const auto m = [](std::string_view re, std::string_view text) { return compile_regex(re).matches(text); };
+  // One quantifier per atom, as in Python's re: a stack of them is refused (100,000 of them once
+  // overflowed the compiler's stack).
+  for (const std::string& bad : {std::string("a**"), std::string("a*{2}"), std::string("a{2}{3}"), "a" + std::string(100000, '*')}) {
+    EXPECT_THROW(compile_regex(bad), structured_error) << bad.substr(0, 10);
+  }
+  EXPECT_TRUE(m("(?:a*)*b", "aab"));
   EXPECT_TRUE(m("abc", "abc"));
   EXPECT_FALSE(m("abc", "abcd"));  // the whole output matches
   EXPECT_TRUE(m("^a(b|cd)*e$", "acdbbe"));
@@ -187,6 +193,16 @@ ws ::= | " " | "\n" [ \t]{0,20}
                           "root ::= \"a\" | nowhere"}) {
     EXPECT_THROW(compile_gbnf(bad), structured_error) << bad;
   }
+  // Inputs that would nest without bound (stacked repeats, long chains of rules, deep groups) are
+  // refused, not recursed into: each came in one request and would have overflowed the stack.
+  std::string stars(100000, '*'), chain = "root ::= a0\n";
+  for (int i = 0; i < 20000; ++i) chain += "a" + std::to_string(i) + " ::= \"x\" a" + std::to_string(i + 1) + "\n";
+  chain += "a20000 ::= \"y\"\n";
+  for (const std::string& bad : {"root ::= \"a\"" + stars, std::string("root ::= \"a\"*{2}"), chain,
+                                 "root ::= " + std::string(5000, '(') + "\"a\"" + std::string(5000, ')')}) {
+    EXPECT_THROW(compile_gbnf(bad), structured_error) << bad.substr(0, 40);
+  }
+  EXPECT_NO_THROW(compile_gbnf("root ::= (\"a\"*)* (\"b\"{2})+"));  // repeats of groups of repeats are fine
   try {
     compile_gbnf("root ::= a\n\na ::= \"x\" b");
     FAIL();
