@@ -95,6 +95,8 @@ struct engine::impl {
   // The control tokens among syntax.markers() (Mistral's [TOOL_CALLS]): an output that is parsed
   // or constrained shows them as text, and constraints may generate them.
   std::vector<std::int32_t> marker_ids;
+  // Whether a server splits r's output (engine::output_parser): a chat with tools or reasoning.
+  bool parses_output(const generate_request& r) const;
   std::int64_t max_model_len = 0;
   actors::executor_pool pool;
   worker_backend backend = worker_backend::cpu;
@@ -254,10 +256,14 @@ std::int64_t engine::max_model_len() const { return impl_->max_model_len; }
 const model::chat_template* engine::chat_template() const { return impl_->chat ? &*impl_->chat : nullptr; }
 const model::chat_syntax& engine::chat_syntax() const { return impl_->syntax; }
 
+bool engine::impl::parses_output(const generate_request& r) const {
+  return !r.messages.empty() && chat && (!r.tools_json.empty() || syntax.think_tags);
+}
+
 std::optional<model::chat_output_parser> engine::output_parser(const generate_request& r) const {
   const impl& m = *impl_;
   const bool tools = !r.tools_json.empty();
-  if (r.messages.empty() || !m.chat || !(tools || m.syntax.think_tags)) return std::nullopt;
+  if (!m.parses_output(r)) return std::nullopt;
   const bool opens_thinking =
       m.syntax.think_tags && model::prompt_opens_thinking(m.chat->render(model::chat_inputs{
                                  .messages = r.messages,
@@ -474,7 +480,7 @@ boost::system::result<std::uint64_t, error_code> engine::submit(generate_request
   // Register the stream first, on its strand; only then may the scheduler produce events for it.
   // Markers the output parser reads (or a constraint may write) are shown as text.
   std::vector<std::int32_t> shown;
-  if (req.constraint || (!r.messages.empty() && (!r.tools_json.empty() || m.syntax.think_tags))) shown = m.marker_ids;
+  if (req.constraint || m.parses_output(r)) shown = m.marker_ids;
   asio::post(m.streams, [&m, id, req = std::move(req), opt, n_prompt, stop = std::move(r.stop), shown = std::move(shown),
                          cb = std::move(on_event), t0 = request_stream::clock::now()]() mutable {
     m.live.emplace(id, impl::live_stream{.out = request_stream(m.tok, std::move(stop), t0, std::move(shown)),

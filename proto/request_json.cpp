@@ -316,7 +316,9 @@ bool read_structured(reader& r, structured_output& out) {
   const json::value* rf = r.find("response_format");
   const json::value* re = r.find("regex");
   const json::value* gr = r.find("grammar");
-  if (rf && rf->is_object() && rf->get_object().if_contains("type") && rf->get_object().at("type") == "text") rf = nullptr;
+  if (const json::object* fo = rf ? rf->if_object() : nullptr) {  // {"type": "text"}: no constraint
+    if (const json::value* t = fo->if_contains("type"); t && *t == "text") rf = nullptr;
+  }
   if (bool(rf) + bool(re) + bool(gr) > 1) {
     return r.fail(gr ? "grammar" : "regex", "cannot be given with another of `response_format`, `regex` and `grammar`");
   }
@@ -332,7 +334,6 @@ bool read_structured(reader& r, structured_output& out) {
   const json::value* type = o ? o->if_contains("type") : nullptr;
   if (!type || !type->is_string()) return r.fail("response_format", "must be {\"type\": \"text\" | \"json_object\" | \"json_schema\"}");
   const std::string_view t = type->get_string();
-  if (t == "text") return true;
   if (t == "json_object") {
     out = {.what = structured_output::kind::json_object, .spec = {}, .field = "response_format"};
     return true;

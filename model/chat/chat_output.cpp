@@ -103,13 +103,16 @@ std::string_view chat_output_parser::call_marker() const {
 
 bool chat_output_parser::take_call(std::string_view body) {
   json::error_code ec;
-  json::value v = json::parse(lstrip(body), ec);
-  if (ec || !v.is_object()) return false;
-  const json::object& o = v.get_object();
-  const json::value* name = o.if_contains("name");
+  const json::value v = json::parse(lstrip(body), ec);
+  return !ec && take_call(v);
+}
+
+bool chat_output_parser::take_call(const json::value& v) {
+  const json::object* o = v.if_object();
+  const json::value* name = o ? o->if_contains("name") : nullptr;
   if (!name || !name->is_string()) return false;
-  const json::value* args = o.if_contains("arguments");
-  if (!args) args = o.if_contains("parameters");
+  const json::value* args = o->if_contains("arguments");
+  if (!args) args = o->if_contains("parameters");
   std::optional<parsed_tool_call> call = call_of(name->get_string(), args);
   if (call) calls_.push_back(std::move(*call));
   return call.has_value();
@@ -120,10 +123,10 @@ bool chat_output_parser::take_json_calls(std::string_view text) {
   const json::value whole = json::parse(text, ec);
   if (!ec && whole.is_array()) {
     bool ok = !whole.get_array().empty();
-    for (const json::value& c : whole.get_array()) ok = ok && take_call(json::serialize(c));
+    for (const json::value& c : whole.get_array()) ok = ok && take_call(c);
     return ok;
   }
-  if (!ec) return take_call(text);
+  if (!ec) return take_call(whole);
   bool ok = true;  // Llama 3.2's parallel form: calls separated by ';'
   while (ok && !lstrip(text).empty()) {
     const std::size_t semi = text.find(';');

@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include <boost/json/fwd.hpp>
+
 namespace anvil::model {
 
 enum class tool_call_syntax { none, hermes, llama3_json, mistral_json, mistral_args };
@@ -63,7 +65,8 @@ class chat_output_parser {
  private:
   enum class state { start, thinking, content, tool_body, json_answer, mistral_calls };
   void run(piece& out, bool final);
-  bool take_call(std::string_view body);  // parses one call's JSON; false when it does not parse
+  bool take_call(std::string_view body);          // parses one call's JSON; false when it does not parse
+  bool take_call(const boost::json::value& call);  // {"name": ..., "arguments" | "parameters": ...}
   bool take_json_calls(std::string_view text);     // one call, a JSON array of them, or ';'-separated
   bool take_mistral_calls(std::string_view text);  // what follows the first [TOOL_CALLS]
   std::string_view call_marker() const;            // what starts a call in the content

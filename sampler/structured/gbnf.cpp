@@ -275,35 +275,14 @@ class parser {
   int line_ = 1;
 };
 
-std::string escape_literal(std::string_view bytes) {
-  std::string out;
-  for (const char c : bytes) {
-    const unsigned char u = static_cast<unsigned char>(c);
-    if (std::string_view("\\^$.|?*+()[]{}").find(c) != std::string_view::npos) {
-      out += '\\';
-      out += c;
-    } else if (u < 0x20 || u == 0x7F) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02X", unsigned(u));
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
 using piece = std::optional<std::string>;  // nullopt: nothing can match (a recursion cut off)
 
 class emitter {
  public:
   emitter(const std::map<std::string, node>& rules, int max_nesting) : rules_(rules), max_nesting_(max_nesting) {}
 
+  // `name` is defined (check_refs).
   piece rule(const std::string& name, int line) {
-    const auto it = rules_.find(name);
-    if (it == rules_.end()) {
-      throw structured_error("grammar line " + std::to_string(line) + ": rule `" + name + "` is not defined");
-    }
     int& active = active_[name];
     if (active >= max_nesting_) return std::nullopt;
     if (depth_ >= max_ref_depth) {
@@ -312,7 +291,7 @@ class emitter {
     }
     ++active;
     ++depth_;
-    piece p = emit(it->second);
+    piece p = emit(rules_.at(name));
     --depth_;
     --active_[name];
     return p;
@@ -327,7 +306,7 @@ class emitter {
 
   piece emit(const node& n) {
     switch (n.what) {
-      case node::kind::literal: return escape_literal(n.text);
+      case node::kind::literal: return escape_regex(n.text);
       case node::kind::char_class: return n.text;
       case node::kind::any: return std::string("(?:.|\\n)");
       case node::kind::ref: {

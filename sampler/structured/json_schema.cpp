@@ -23,14 +23,6 @@ constexpr std::string_view string_char =
 constexpr std::string_view integer_re = "(?:0|[1-9][0-9]{0,15})";
 constexpr int max_ref_depth = 3;
 
-std::string escape(std::string_view s) {
-  std::string out;
-  for (const char c : s) {
-    if (std::string_view("\\^$.|?*+()[]{}").find(c) != std::string_view::npos) out += '\\';
-    out += c;
-  }
-  return out;
-}
 
 std::string any_string(std::string_view repeat = "*") { return "\"" + std::string(string_char) + std::string(repeat) + "\""; }
 
@@ -87,11 +79,11 @@ class compiler {
       }
     }
     if (const json::value* ref = o->if_contains("$ref")) return reference(*ref, at);
-    if (const json::value* c = o->if_contains("const")) return escape(json::serialize(*c));
+    if (const json::value* c = o->if_contains("const")) return escape_regex(json::serialize(*c));
     if (const json::value* e = o->if_contains("enum")) {
       if (!e->is_array() || e->get_array().empty()) throw structured_error("json_schema: `enum` at " + at + " must be a non-empty array");
       std::vector<std::string> parts;
-      for (const json::value& v : e->get_array()) parts.push_back(escape(json::serialize(v)));
+      for (const json::value& v : e->get_array()) parts.push_back(escape_regex(json::serialize(v)));
       return alternatives(parts);
     }
     for (const char* key : {"anyOf", "oneOf"}) {
@@ -226,7 +218,7 @@ class compiler {
         if (req) return std::nullopt;
         continue;
       }
-      members.push_back({escape(json::serialize(json::string(kv.key()))) + ":" + std::string(sp) + *v, req});
+      members.push_back({escape_regex(json::serialize(json::string(kv.key()))) + ":" + std::string(sp) + *v, req});
     }
     // Properties in order, the optional ones skippable: one alternative per property that can
     // come first (no required one before it), so commas only ever go between members.
@@ -301,8 +293,8 @@ std::string tool_calls_regex(std::string_view tools_json, std::string_view only_
     if (const json::value* p = fn->if_contains("parameters"); p && p->is_object()) params = *p;
     try {
       if (!format.args_marker.empty()) {
-        calls.push_back(escape(format.open) + escape(name->get_string()) + escape(format.args_marker) +
-                        json_schema_regex(params) + escape(format.close));
+        calls.push_back(escape_regex(format.open) + escape_regex(name->get_string()) + escape_regex(format.args_marker) +
+                        json_schema_regex(params) + escape_regex(format.close));
         continue;
       }
       json::object call{{"type", "object"},
@@ -313,15 +305,15 @@ std::string tool_calls_regex(std::string_view tools_json, std::string_view only_
           if (const json::value* d = params.get_object().if_contains(defs)) call[defs] = *d;
         }
       }
-      calls.push_back(escape(format.open) + json_schema_regex(call) + escape(format.close));
+      calls.push_back(escape_regex(format.open) + json_schema_regex(call) + escape_regex(format.close));
     } catch (const structured_error& e) {
       throw structured_error("tool `" + std::string(name->get_string()) + "`: " + e.what());
     }
   }
   if (calls.empty()) throw structured_error("tool_choice names no function of `tools`");
   const std::string one = alternatives(calls);
-  return escape(format.list_open) + (parallel ? one + "(?:" + escape(format.separator) + one + ")*" : one) +
-         escape(format.list_close);
+  return escape_regex(format.list_open) + (parallel ? one + "(?:" + escape_regex(format.separator) + one + ")*" : one) +
+         escape_regex(format.list_close);
 }
 
 }  // namespace anvil::sampler::structured

@@ -543,4 +543,23 @@ void append_utf8(std::string& out, char32_t c) {
   out.append(reinterpret_cast<const char*>(b), std::size_t(n));
 }
 
+std::string escape_regex(std::string_view literal) {
+  static constexpr char hex[] = "0123456789ABCDEF";
+  std::string out;
+  for (const char c : literal) {
+    const auto u = static_cast<unsigned char>(c);
+    if (std::string_view("\\^$.|?*+()[]{}").find(c) != std::string_view::npos) {
+      out += '\\';
+      out += c;
+    } else if (u < 0x20 || u == 0x7F) {
+      out += "\\x";
+      out += hex[u >> 4];
+      out += hex[u & 15];
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 }  // namespace anvil::sampler::structured

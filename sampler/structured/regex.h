@@ -36,6 +36,9 @@ struct dfa {
 // Appends code point `c` as UTF-8.
 void append_utf8(std::string& out, char32_t c);
 
+// The pattern that matches exactly `literal`: metacharacters escaped, control bytes as \xHH.
+std::string escape_regex(std::string_view literal);
+
 // Throws structured_error for a syntax error, an unsupported construct (backreferences,
 // lookaround, lazy quantifiers), a repeat count over 1000, or a DFA of more than max_states.
 dfa compile_regex(std::string_view pattern, std::int32_t max_states = 20000);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -110,25 +111,25 @@ TEST(ChatOutput, Llama3JsonAnswers) {
   EXPECT_EQ(both(llama3, true, false, "Sure: {\"name\": \"x\"}").content, "Sure: {\"name\": \"x\"}");
 }
 
+using calls = std::vector<std::pair<std::string, std::string>>;
+calls names_and_arguments(const split& s) {
+  calls out;
+  for (const parsed_tool_call& c : s.calls) out.emplace_back(c.name, c.arguments);
+  return out;
+}
+
 TEST(ChatOutput, MistralToolCallsInBothForms) {
   // v0.3 / Nemo: one JSON list after the marker (a call's "id" is ignored).
   const split s = both(nemo, true, false,
                        "Checking. [TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, "
                        "\"id\": \"abcDEF123\"}, {\"name\": \"t\", \"arguments\": {}}]");
   EXPECT_EQ(s.content, "Checking. ");
-  ASSERT_EQ(s.calls.size(), 2u);
-  EXPECT_EQ(s.calls[0].name, "get_weather");
-  EXPECT_EQ(s.calls[0].arguments, R"({"city":"Paris"})");
-  EXPECT_EQ(s.calls[1].name, "t");
+  EXPECT_EQ(names_and_arguments(s), (calls{{"get_weather", R"({"city":"Paris"})"}, {"t", "{}"}}));
   // Small 3.2 / Magistral: name[ARGS]{...} after each marker, with or without a call id.
   const split a = both(small32, true, false,
                        "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]get_time[CALL_ID]a1b2c3d4e[ARGS]{}");
   EXPECT_EQ(a.content, "");
-  ASSERT_EQ(a.calls.size(), 2u);
-  EXPECT_EQ(a.calls[0].name, "get_weather");
-  EXPECT_EQ(a.calls[0].arguments, R"({"city":"Paris"})");
-  EXPECT_EQ(a.calls[1].name, "get_time");
-  EXPECT_EQ(a.calls[1].arguments, "{}");
+  EXPECT_EQ(names_and_arguments(a), (calls{{"get_weather", R"({"city":"Paris"})"}, {"get_time", "{}"}}));
   // Either form parses with either template (models of one generation write the other's).
   EXPECT_EQ(both(small32, true, false, "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}]").calls.size(), 1u);
   // What does not parse stays content as written, the marker included.
