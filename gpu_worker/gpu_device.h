@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "gpu_worker/gpu_worker.h"
+#include "gpu_worker/op_profile.h"
 #include "kernels/attention_prefill.h"
 #include "kernels/candidates.h"
 #include "kernels/gemm.h"
@@ -79,6 +80,10 @@ class gpu_device {
     const float *attn_norm = nullptr, *ffn_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
     const float *bq = nullptr, *bk = nullptr, *bv = nullptr;
     matrix wq, wk, wv, wo, gate, up, down;
+    // gemm_dtype fp8: q, k and v stacked into one FP8 copy (one GEMM per layer where there were
+    // three; wq/wk/wv then have none), and their biases, if any, into one vector.
+    kernels::fp8_matrix qkv_fp8{};
+    const float* bqkv = nullptr;
   };
   // Byte offsets of the per-step upload sections; the same in the pinned host buffer and its
   // device mirror. The fixed part [0, pairs) is copied whole; the pairs only as far as used.
@@ -121,6 +126,10 @@ class gpu_device {
     float* y = nullptr;
   };
   void project(std::span<const projection> ps, const float* x, std::int64_t n_tokens, bool x8_ready);
+  // Whether a step of n_tokens takes the FP8 GEMM (gemm_dtype fp8, from gemm_fp8_min_tokens), and
+  // the context its launches share.
+  bool fp8_step(std::int64_t n_tokens) const;
+  kernels::gemm_fp8_context fp8_context();
   void matmul(const matrix& w, const float* bias, const float* x, float* y, std::int64_t n_tokens, bool x8_ready = false);
   // Whether the kernel producing a GEMV input of `width` columns writes its 8-bit form too (steps
   // of up to gemv_max_tokens tokens, int8 activations, widths the fused writers take).
@@ -144,6 +153,7 @@ class gpu_device {
   kernels::gemm_context gemm_;
   bool have_blas_ = false;
   kernels::gemm_dtype gemm_dtype_ = kernels::gemm_dtype::f16;
+  bool fp8_stack_qkv_ = true;
   blas::fp8_gemm fp8_gemm_;  // gemm_dtype fp8: cuBLASLt, created at start-up
   std::vector<void*> device_allocs_, pinned_allocs_;
   // What a step begun and not yet collected keeps apart from the next one: its pinned upload
@@ -170,6 +180,8 @@ class gpu_device {
   std::size_t last_outputs_ = 0, last_record_bytes_ = 0;
   // Decode graphs: graphs_[b - 1] runs run_body() for b decode sequences (null: run it eagerly).
   std::vector<hipGraphExec_t> graphs_;
+  // ANVIL_OP_PROFILE: per-op device times of steps run eagerly (op_profile.h).
+  op_profile prof_;
 
   // Weights: one allocation; host tensor address -> device address.
   unsigned char* weights_ = nullptr;
@@ -183,6 +195,9 @@ class gpu_device {
   // Scratch (one allocation): activations [max_tokens, ...], gathered rows and logits [max_seqs, ...].
   float *x_ = nullptr, *h_ = nullptr, *q_ = nullptr, *k_ = nullptr, *v_ = nullptr, *attn_ = nullptr, *o_ = nullptr;
   float *gate_ = nullptr, *up_ = nullptr, *rows_ = nullptr, *logits_ = nullptr;
+  // The stacked q/k/v projection's output [max_tokens, q + 2 kv widths] (gemm_dtype fp8): gate_'s
+  // room when it is wide enough (gate_ is free from the down projection to the next gate/up).
+  float* qkv_ = nullptr;
   void* records_dev_ = nullptr;
   void* attn_ws_ = nullptr;
   std::size_t attn_ws_bytes_ = 0;
@@ -193,6 +208,7 @@ class gpu_device {
   std::size_t gemv_ws_bytes_ = 0;
   kernels::gemv_activations gemv_activations_ = kernels::gemv_activations::int8;
   float* scores_dev_ = nullptr;      // [max_tokens] log-probabilities of the score targets
+  double* rope_angles_ = nullptr;    // [max_tokens][rope_dim / 2] (sin, cos): the step's, for every layer
   unsigned char* upload_dev_ = nullptr;
   upload_layout up_off_{};
 

@@ -8,7 +8,11 @@
 #include <cstring>
 #include <string>
 
+#include <spdlog/logger.h>
+
+#include "actors/log.h"
 #include "kernels/attention_decode.h"
+#include "kernels/rope_kv_write.h"
 
 namespace anvil::gpu_worker {
 namespace {
@@ -99,6 +103,7 @@ gpu_device::gpu_device(const model::llm& m, const gpu_worker_config& cfg, memory
     }
     gemm_.algo = kernels::default_gemm_algo();
     gemm_dtype_ = cfg.gemm_dtype;
+    fp8_stack_qkv_ = cfg.fp8_stack_qkv;
     if (gemm_dtype_ == kernels::gemm_dtype::fp8) {
       if (!kernels::gemm_fp8_supported(device_) || fp8_gemm_.create() != blas::ok) {
         throw std::runtime_error("gpu worker: --gemm-dtype fp8 needs FP8 tensor cores (NVIDIA compute capability 8.9+) "
@@ -133,6 +138,10 @@ gpu_device::gpu_device(const model::llm& m, const gpu_worker_config& cfg, memory
     throw std::runtime_error(std::string("gpu worker: the warm-up step failed: ") + e.what());
   }
   mem.decode_graphs = graphs();
+  if (op_profile::requested()) {
+    prof_.create(n_slots, std::size_t(12 * hp.n_layer + 32));  // the marks of gpu_device_step.cpp
+    log::get("gpu")->warn("ANVIL_OP_PROFILE: steps run eagerly, each op timed on its own (slower steps)");
+  }
 }
 
 gpu_device::~gpu_device() {
@@ -303,6 +312,10 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   const std::size_t records = c.take(S * record_bytes), attn_ws = c.take(attn_ws_bytes_);
   const std::size_t gemm_at = c.take(gemm_ws), blas_at = c.take(blas_ws), upload = c.take(up_off_.total);
   const std::size_t gemv_at = c.take(gemv_ws), scores = c.take(T * f), cand_ws = c.take(cand_ws_bytes_);
+  const std::size_t angles = c.take(kernels::rope_angles_bytes(max_tokens_, hp.rope_dim));
+  const std::size_t qkv_w = q_w + 2 * kv_w;
+  const bool own_qkv = gemm_dtype_ == kernels::gemm_dtype::fp8 && qkv_w > std::size_t(hp.n_ff);
+  const std::size_t qkv = own_qkv ? c.take(T * qkv_w * f) : 0;
   auto* base = static_cast<unsigned char*>(alloc_device(c.size(), "activation scratch and workspaces"));
   mem.scratch_bytes = c.size();
   const auto fp = [base](std::size_t off) { return reinterpret_cast<float*>(base + off); };
@@ -319,6 +332,8 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   upload_dev_ = base + upload;
   scores_dev_ = fp(scores);
   cand_ws_ = base + cand_ws;
+  rope_angles_ = reinterpret_cast<double*>(base + angles);
+  if (gemm_dtype_ == kernels::gemm_dtype::fp8) qkv_ = own_qkv ? fp(qkv) : gate_;
 
   // Per step slot: the upload, then the records and scores coming back (one pinned allocation).
   const std::size_t records_at = align_up(up_off_.total, 16), scores_at = records_at + align_up(S * record_bytes, 16);
@@ -343,7 +358,8 @@ void gpu_device::plan_scratch(memory_plan& mem) {
 // gemm_dtype fp8: an E4M3 copy of every layer weight and of the output head (steps with 32+
 // logit or score rows) whose shape the path takes, in one allocation, each made on the device
 // from the uploaded weight (dequantized through the GEMM workspace, then quantized with one scale
-// per matrix).
+// per matrix). A layer's q, k and v make one stacked copy (one scale for the three) where the
+// workspace holds them dequantized together, with their biases in one vector after it.
 void gpu_device::make_fp8_copies(memory_plan& mem) {
   std::vector<matrix*> todo;
   carver c;
@@ -353,13 +369,29 @@ void gpu_device::make_fp8_copies(memory_plan& mem) {
     todo.push_back(w);
     at.push_back(c.take(kernels::fp8_matrix_bytes(w->in, w->out)));
   };
+  struct stacked {
+    layer* l;
+    std::size_t codes, bias;  // offsets; bias: only for a layer with biases
+  };
+  std::vector<stacked> stacks;
   for (layer& l : layers_) {
-    for (matrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) add(w);
+    const std::int64_t in = l.wq.in, out = l.wq.out + l.wk.out + l.wv.out;
+    const bool stack = fp8_stack_qkv_ && l.wk.in == in && l.wv.in == in && kernels::gemm_fp8_shape_ok(in, out) &&
+                       std::size_t(in) * std::size_t(out) * 2 <= gemm_.workspace_bytes;
+    if (stack) {
+      const std::size_t codes = c.take(kernels::fp8_matrix_bytes(in, out));
+      const bool biased = l.bq || l.bk || l.bv;
+      stacks.push_back({.l = &l, .codes = codes, .bias = biased ? c.take(std::size_t(out) * sizeof(float)) : 0});
+    } else {
+      for (matrix* w : {&l.wq, &l.wk, &l.wv}) add(w);
+    }
+    for (matrix* w : {&l.wo, &l.gate, &l.up, &l.down}) add(w);
   }
   add(&output_);
-  if (todo.empty()) return;
+  if (todo.empty() && stacks.empty()) return;
   auto* base = static_cast<unsigned char*>(alloc_device(c.size(), "the FP8 weight copies"));
   mem.fp8_weight_bytes = c.size();
+  mem.fp8_stacked_layers = std::int64_t(stacks.size());
   try {
     for (std::size_t i = 0; i < todo.size(); ++i) {
       matrix& w = *todo[i];
@@ -367,6 +399,26 @@ void gpu_device::make_fp8_copies(memory_plan& mem) {
                                          stream_),
          "make a weight's FP8 copy");
       w.fp8 = kernels::fp8_matrix_at(base + at[i], w.in, w.out);
+    }
+    for (const stacked& s : stacks) {
+      layer& l = *s.l;
+      const kernels::fp8_stack_part parts[] = {{.type = l.wq.type, .w = l.wq.w, .out = l.wq.out},
+                                               {.type = l.wk.type, .w = l.wk.w, .out = l.wk.out},
+                                               {.type = l.wv.type, .w = l.wv.w, .out = l.wv.out}};
+      const std::int64_t out = l.wq.out + l.wk.out + l.wv.out;
+      ok(kernels::launch_make_fp8_stacked(parts, l.wq.in, gemm_.workspace, gemm_.workspace_bytes, base + s.codes, stream_),
+         "make a layer's stacked q/k/v FP8 copy");
+      l.qkv_fp8 = kernels::fp8_matrix_at(base + s.codes, l.wq.in, out);
+      if (!(l.bq || l.bk || l.bv)) continue;
+      auto* bias = reinterpret_cast<float*>(base + s.bias);
+      std::int64_t row = 0;
+      for (const auto& [b, n] : {std::pair{l.bq, l.wq.out}, std::pair{l.bk, l.wk.out}, std::pair{l.bv, l.wv.out}}) {
+        ok(b ? hipMemcpyAsync(bias + row, b, std::size_t(n) * sizeof(float), hipMemcpyDeviceToDevice, stream_)
+             : hipMemsetAsync(bias + row, 0, std::size_t(n) * sizeof(float), stream_),
+           "stack the q/k/v biases");
+        row += n;
+      }
+      l.bqkv = bias;
     }
     ok(hipStreamSynchronize(stream_), "make the FP8 weight copies");
   } catch (const device_failure& e) {

@@ -43,13 +43,25 @@ void gpu_device::matmul(const matrix& w, const float* bias, const float* x, floa
   project(std::span<const projection>(&p, 1), x, n_tokens, x8_ready);
 }
 
+bool gpu_device::fp8_step(std::int64_t n_tokens) const {
+  return gemm_dtype_ == kernels::gemm_dtype::fp8 && n_tokens >= kernels::gemm_fp8_min_tokens;
+}
+
+kernels::gemm_fp8_context gpu_device::fp8_context() {
+  return {.blas = &fp8_gemm_,
+          .workspace = gemm_.workspace,
+          .workspace_bytes = gemm_.workspace_bytes,
+          .blas_workspace = gemm_.blas_workspace,
+          .blas_workspace_bytes = gemm_.blas_workspace_bytes};
+}
+
 void gpu_device::project(std::span<const projection> ps, const float* x, std::int64_t n_tokens, bool x8_ready) {
   // GEMMs above gemv_max_tokens, and below it for the weights where the quantized GEMM beats the
   // GEMV (kernels/gemm_quant.h); GEMVs for the rest. The quantized GEMMs go first, on one
   // conversion of x for all of them (in the workspace the others' dequantization overwrites).
   const bool all_gemm = n_tokens > kernels::gemv_max_tokens;
   const bool quantized = gemm_.algo == kernels::gemm_algo::quantized;
-  const bool fp8 = gemm_dtype_ == kernels::gemm_dtype::fp8 && n_tokens >= kernels::gemm_fp8_min_tokens;
+  const bool fp8 = fp8_step(n_tokens);
   const auto by_fp8 = [&](const matrix& w) { return fp8 && w.fp8.codes != nullptr; };
   const auto by_gemm = [&](const matrix& w) {
     return all_gemm || (quantized && kernels::gemm_quant_beats_gemv(w.type, n_tokens, w.in, w.out));
@@ -59,11 +71,7 @@ void gpu_device::project(std::span<const projection> ps, const float* x, std::in
   };
   if (fp8) {
     // One quantization of x per group of up to gemv_max_group projections (q/k/v, gate/up).
-    const kernels::gemm_fp8_context ctx{.blas = &fp8_gemm_,
-                                        .workspace = gemm_.workspace,
-                                        .workspace_bytes = gemm_.workspace_bytes,
-                                        .blas_workspace = gemm_.blas_workspace,
-                                        .blas_workspace_bytes = gemm_.blas_workspace_bytes};
+    const kernels::gemm_fp8_context ctx = fp8_context();
     kernels::gemm_fp8_projection group[kernels::gemv_max_group];
     std::size_t n = 0;
     const auto flush = [&] {
@@ -170,11 +178,13 @@ void gpu_device::begin(const step_plan& plan) {
   slot.gap_measurable = std::exchange(last_begin_ok_, false);
   const std::size_t n = plan.seqs.size();
   const bool decode_only = std::all_of(plan.seqs.begin(), plan.seqs.end(), [](const seq_step& s) { return s.tokens.size() == 1; });
-  const hipGraphExec_t graph = decode_only && n <= graphs_.size() ? graphs_[n - 1] : nullptr;
+  const hipGraphExec_t graph = decode_only && n <= graphs_.size() && !prof_.on() ? graphs_[n - 1] : nullptr;
   lay_out(plan, graph != nullptr, slot.gap_measurable);
   // The begin event stamps when the device reaches this step: right after the step before ends
   // when this one was queued behind it, else when its first command arrives.
   ok(hipEventRecord(slot.begin, stream_), "time the step");
+  prof_.start(begun_ % n_slots, step_.n_pre == 0, step_.tokens);
+  prof_.mark("copy-on-write, upload, feed", stream_);
   copy_blocks(plan);
   ok(hipMemcpyAsync(upload_dev_, upload_host_, up_off_.fixed_end, hipMemcpyHostToDevice, stream_), "upload the step");
   feed();
@@ -184,6 +194,7 @@ void gpu_device::begin(const step_plan& plan) {
     run_body();
   }
   run_head_and_candidates(plan);
+  prof_.end(stream_);
   ok(hipEventRecord(slot.end, stream_), "time the step");
   slot.record_bytes = kernels::candidates_record_bytes(lp_max_k_);
   slot.seq_ids.assign(lp_seq_ids_.begin(), lp_seq_ids_.end());
@@ -204,6 +215,7 @@ void gpu_device::collect(const step_plan& plan, step_result& result) {
   step_slot& slot = slots_[collected_ % n_slots];
   ++collected_;  // whatever follows: a step that fails here is not collected twice
   ok(hipEventSynchronize(slot.end), "finish the step");
+  prof_.finish((collected_ - 1) % n_slots);
   float busy_ms = 0, idle_ms = 0;
   if (hipEventElapsedTime(&busy_ms, slot.begin, slot.end) == hipSuccess) result.device_busy_us = 1e3 * double(busy_ms);
   const step_slot& before = slots_[(collected_ + n_slots - 2) % n_slots];
@@ -245,6 +257,7 @@ void gpu_device::feed() {
 void gpu_device::run_body() {
   const model::hparams& hp = m_.hp;
   const std::int64_t T = step_.tokens;
+  prof_.mark("embedding", stream_);
   ok(kernels::launch_embedding({.table = tok_embd_,
                                 .type = m_.tok_embd.type,
                                 .n_embd = hp.n_embd,
@@ -254,6 +267,17 @@ void gpu_device::run_body() {
                                 .out = x_},
                                stream_),
      "embedding");
+  prof_.mark("rope angles", stream_);
+  ok(kernels::launch_rope_angles({.positions = dev_at<std::int32_t>(up_off_.positions),
+                                  .n_tokens = T,
+                                  .rot_dim = hp.rope_dim,
+                                  .freq_base = hp.rope_base,
+                                  .freq_scale = hp.rope_freq_scale,
+                                  .freq_factors = rope_freqs_,
+                                  .out = rope_angles_},
+                                 stream_),
+     "rope angles");
+  prof_.mark("norm", stream_);
   ok(kernels::launch_rms_norm_residual(norm_params(nullptr, layers_[0].attn_norm), stream_), "attention norm");
   for (std::int64_t l = 0; l < hp.n_layer; ++l) run_layer(l);
 }
@@ -366,38 +390,70 @@ void gpu_device::run_layer(std::int64_t l) {
   const std::int64_t T = step_.tokens;
   // The norm before each projection group wrote its 8-bit form too when x8_fused (norm_params).
   const bool x8_embd = x8_fused(hp.n_embd);
-  const projection qkv[] = {{&w.wq, w.bq, q_}, {&w.wk, w.bk, k_}, {&w.wv, w.bv, v_}};
-  project(qkv, h_, T, x8_embd);
+  // With a stacked FP8 copy, q, k and v come out of one GEMM as one row per token, which the
+  // Q/K norms and the RoPE read in place (strides); the rotated q goes to q_ as usual.
+  const bool stacked = w.qkv_fp8.codes != nullptr && fp8_step(T);
+  const std::int64_t q_w = hp.n_head * hp.head_dim, kv_w = hp.n_head_kv * hp.head_dim;
+  const std::int64_t stride = stacked ? q_w + 2 * kv_w : 0;
+  float* q_in = stacked ? qkv_ : q_;
+  float* k_in = stacked ? qkv_ + q_w : k_;
+  float* v_in = stacked ? qkv_ + q_w + kv_w : v_;
+  prof_.mark("q/k/v projection", stream_);
+  if (stacked) {
+    const kernels::gemm_fp8_projection p{.w = &w.qkv_fp8, .bias = w.bqkv, .y = qkv_};
+    ok(kernels::launch_gemm_fp8_group(std::span(&p, 1), h_, T, fp8_context(), stream_), "fp8 gemm");
+  } else {
+    const projection qkv[] = {{&w.wq, w.bq, q_}, {&w.wk, w.bk, k_}, {&w.wv, w.bv, v_}};
+    project(qkv, h_, T, x8_embd);
+  }
   if (hp.qk_norm) {
-    ok(kernels::launch_rms_norm(
-           {.x = q_, .weight = w.q_norm, .y = q_, .rows = T * hp.n_head, .cols = hp.head_dim, .eps = hp.rms_eps},
-           stream_),
+    prof_.mark("q/k norm", stream_);
+    ok(kernels::launch_rms_norm({.x = q_in,
+                                 .weight = w.q_norm,
+                                 .y = q_in,
+                                 .rows = T * hp.n_head,
+                                 .cols = hp.head_dim,
+                                 .eps = hp.rms_eps,
+                                 .group_rows = stacked ? hp.n_head : 0,
+                                 .group_stride = stride},
+                                stream_),
        "q norm");
-    ok(kernels::launch_rms_norm(
-           {.x = k_, .weight = w.k_norm, .y = k_, .rows = T * hp.n_head_kv, .cols = hp.head_dim, .eps = hp.rms_eps},
-           stream_),
+    ok(kernels::launch_rms_norm({.x = k_in,
+                                 .weight = w.k_norm,
+                                 .y = k_in,
+                                 .rows = T * hp.n_head_kv,
+                                 .cols = hp.head_dim,
+                                 .eps = hp.rms_eps,
+                                 .group_rows = stacked ? hp.n_head_kv : 0,
+                                 .group_stride = stride},
+                                stream_),
        "k norm");
   }
   kernels::rope_kv_write_params rp{.q = q_,
-                                   .k = k_,
-                                   .v = v_,
+                                   .k = k_in,
+                                   .v = v_in,
+                                   .q_in = stacked ? q_in : nullptr,
+                                   .q_in_stride = stride,
+                                   .k_stride = stride,
+                                   .v_stride = stride,
                                    .cache = kv_layer(l),
                                    .n_tokens = T,
                                    .n_heads = hp.n_head,
                                    .rot_dim = hp.rope_dim,
-                                   .positions = dev_at<std::int32_t>(up_off_.positions),
+                                   .angles = rope_angles_,
                                    .slots = dev_at<std::int64_t>(up_off_.slots),
-                                   .freq_base = hp.rope_base,
-                                   .freq_scale = hp.rope_freq_scale,
-                                   .freq_factors = rope_freqs_,
                                    .style = hp.rope};
+  prof_.mark("rope + kv write", stream_);
   ok(kernels::launch_rope_kv_write(rp, stream_), "rope + kv write");
   // Decode-only steps: attention writes the o projection's 8-bit input itself.
   const bool x8_attn = step_.n_pre == 0 && x8_fused(hp.n_head * hp.head_dim);
   run_attention(l, x8_attn);
+  prof_.mark("o projection", stream_);
   matmul(w.wo, nullptr, attn_, o_, T, x8_attn);
+  prof_.mark("norm", stream_);
   ok(kernels::launch_rms_norm_residual(norm_params(o_, w.ffn_norm), stream_), "ffn norm");
   const projection gate_up[] = {{&w.gate, nullptr, gate_}, {&w.up, nullptr, up_}};
+  prof_.mark("gate/up projection", stream_);
   project(gate_up, h_, T, x8_embd);
   kernels::swiglu_rows_params sw{.gate = gate_,
                                  .up = up_,
@@ -413,8 +469,11 @@ void gpu_device::run_layer(std::int64_t l) {
     sw.yq = x8.q;
     sw.yq_scales = x8.ds;
   }
+  prof_.mark("swiglu", stream_);
   ok(kernels::launch_swiglu(sw, stream_), "swiglu");
+  prof_.mark("down projection", stream_);
   matmul(w.down, nullptr, gate_, o_, T, x8_ff);
+  prof_.mark("norm", stream_);
   // The residual add fused with the next norm: the next layer's attention norm, or the final one
   // (whose output the head gathers and quantizes itself).
   if (l + 1 < hp.n_layer) {
@@ -450,6 +509,7 @@ void gpu_device::run_attention(std::int64_t l, bool x8_out) {
       p.yq = x8.q;
       p.yq_scales = x8.ds;
     }
+    prof_.mark("decode attention", stream_);
     ok(kernels::launch_attention_decode(p, stream_), "decode attention");
   }
   if (step_.n_pre > 0) {
@@ -463,6 +523,7 @@ void gpu_device::run_attention(std::int64_t l, bool x8_out) {
                                               .block_tables = tables + step_.n_dec * step_.stride,
                                               .block_table_stride = step_.stride,
                                               .scale = scale};
+    prof_.mark("prefill attention", stream_);
     ok(kernels::launch_attention_prefill(p, stream_), "prefill attention");
   }
 }
@@ -473,6 +534,7 @@ void gpu_device::run_attention(std::int64_t l, bool x8_out) {
 void gpu_device::run_head_and_candidates(const step_plan& plan) {
   const model::hparams& hp = m_.hp;
   const std::int64_t rows = step_.n_logit_rows;
+  prof_.mark("scores", stream_);
   run_scores();
   lp_.clear();
   lp_positions_.clear();
@@ -484,6 +546,7 @@ void gpu_device::run_head_and_candidates(const step_plan& plan) {
   }
   if (rows == 0) return;
   // A row gather is the embedding op on an F32 table: the final hidden state [tokens, n_embd].
+  prof_.mark("head", stream_);
   ok(kernels::launch_embedding({.table = h_,
                                 .type = model::ggml_type::F32,
                                 .n_embd = hp.n_embd,
@@ -507,6 +570,7 @@ void gpu_device::run_head_and_candidates(const step_plan& plan) {
   lp_max_k_ = max_k;
   const std::size_t record_bytes = kernels::candidates_record_bytes(max_k);
 
+  prof_.mark("candidates", stream_);
   std::size_t r0 = 0;
   while (r0 < lp_.size()) {
     // As many sequences as fit the pair buffers (at least one).

@@ -40,7 +40,8 @@ class gpu_backend final : public worker_device {
         mem.device, mem.n_blocks, mem.block_size, double(mem.kv_bytes) / 1e6, kernels::kv_dtype_name(mem.kv_cache_dtype),
         double(mem.weight_bytes) / 1e6,
         mem.gemm_dtype == kernels::gemm_dtype::fp8
-            ? fmt::format(" + {:.1f} MB of FP8 copies (--gemm-dtype fp8)", double(mem.fp8_weight_bytes) / 1e6)
+            ? fmt::format(" + {:.1f} MB of FP8 copies (--gemm-dtype fp8; q/k/v stacked in {} layers)",
+                          double(mem.fp8_weight_bytes) / 1e6, mem.fp8_stacked_layers)
             : std::string(),
         double(mem.scratch_bytes) / 1e6, mem.max_batch_tokens, mem.max_seqs, dev_.allocations(), mem.decode_graphs);
   }

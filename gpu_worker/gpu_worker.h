@@ -36,6 +36,9 @@ struct gpu_worker_config {
   // weight and of the output head is made at start-up (counted in the memory plan), and start-up
   // fails on a device without FP8 tensor cores or cuBLASLt.
   kernels::gemm_dtype gemm_dtype = kernels::gemm_dtype::f16;
+  // gemm_dtype fp8: each layer's q, k and v in one stacked copy with one scale (one GEMM where
+  // there were three). Off only to measure what the stacking itself changes (gpu_worker_test).
+  bool fp8_stack_qkv = true;
   std::int64_t max_logit_pairs = 1 << 18;   // logit-bias + penalty-count pairs uploaded per candidates launch
   int device = 0;                           // device ordinal
   // GEMVs (steps of up to 8 tokens) of quantized weights multiply f32 activations with the

@@ -34,6 +34,7 @@ struct memory_plan {
   std::size_t scratch_bytes = 0;        // activations and logits for a full step
   kernels::gemm_dtype gemm_dtype = kernels::gemm_dtype::f16;  // the math of steps of many tokens (GPU)
   std::size_t fp8_weight_bytes = 0;     // the layer weights' FP8 copies (GPU, gemm_dtype fp8)
+  std::int64_t fp8_stacked_layers = 0;  // layers whose q, k and v share one stacked FP8 copy
   std::int64_t decode_graphs = 0;       // decode batch sizes replayed from a graph (GPU)
 };
 

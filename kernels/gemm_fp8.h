@@ -74,11 +74,30 @@ inline float fp8_quantize_tensor_ref(const float* x, std::int64_t n, std::uint8_
 hipError_t launch_make_fp8_matrix(model::ggml_type type, const void* w, std::int64_t in, std::int64_t out,
                                   void* scratch, std::size_t scratch_bytes, void* dst, hipStream_t stream);
 
+// One weight of a stacked copy: `out` rows of the copy's `in` values, as GGUF stores them.
+struct fp8_stack_part {
+  model::ggml_type type = model::ggml_type::F16;
+  const void* w = nullptr;
+  std::int64_t out = 0;
+};
+// The copy of several weights with the same `in`, stacked row-wise into one matrix with one scale
+// (q, k and v as one projection: one GEMM where there were three small ones): each part
+// dequantized (F16: copied) into `scratch` (the sum of the outs x in halves, 16-byte aligned),
+// then quantized at `dst` (fp8_matrix_bytes(in, sum of the outs)). Start-up only.
+hipError_t launch_make_fp8_stacked(std::span<const fp8_stack_part> parts, std::int64_t in, void* scratch,
+                                   std::size_t scratch_bytes, void* dst, hipStream_t stream);
+
 // Quantizes `rows` x `cols` f32 values (cols a multiple of 4, x 16-byte aligned, codes 4-byte
 // aligned) into E4M3 codes [rows][cols] and the one scale, in the format above; row_max is
 // scratch for `rows` floats. The per-step quantization of x, exposed for its op test.
 hipError_t launch_quantize_fp8(const float* x, std::int64_t rows, std::int64_t cols, std::uint8_t* codes, float* scale,
                                float* row_max, hipStream_t stream);
+
+// The second half of launch_quantize_fp8 alone, for x whose row maxima a producer kernel already
+// wrote (row_max[r]: the largest finite magnitude of row r, as launch_quantize_fp8 computes it).
+// gpu_roofline prices it beside the whole quantization; no producer writes the maxima yet.
+hipError_t launch_encode_fp8(const float* x, std::int64_t rows, std::int64_t cols, const float* row_max,
+                             std::uint8_t* codes, float* scale, hipStream_t stream);
 
 // Workspace bytes for x of up to max_tokens tokens of `in` values (its codes, scale, row maxima).
 std::size_t gemm_fp8_workspace_bytes(std::int64_t in, std::int64_t max_tokens);

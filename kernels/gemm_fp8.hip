@@ -82,16 +82,18 @@ __global__ void __launch_bounds__(quant_threads)
 
 unsigned row_blocks(std::int64_t rows) { return unsigned(std::min<std::int64_t>(rows, 65535)); }
 
+// The row maxima are `given` (a producer wrote them) or computed into `scratch`.
 template <class T>
 hipError_t quantize(const T* x, std::int64_t rows, std::int64_t cols, std::uint8_t* codes, float* scale,
-                    float* row_max, hipStream_t stream) {
+                    float* scratch, const float* given, hipStream_t stream) {
   if (rows < 0 || cols <= 0 || cols % 4 != 0 || cols >= (std::int64_t(1) << 31) || !gpu::aligned16(x) ||
-      reinterpret_cast<std::uintptr_t>(codes) % 4 != 0 || scale == nullptr || row_max == nullptr) {
+      reinterpret_cast<std::uintptr_t>(codes) % 4 != 0 || scale == nullptr || (scratch == nullptr && given == nullptr)) {
     return hipErrorInvalidValue;
   }
   if (rows == 0) return hipSuccess;
-  row_max_kernel<T><<<row_blocks(rows), quant_threads, 0, stream>>>(x, rows, int(cols), row_max);
-  encode_kernel<T><<<row_blocks(rows), quant_threads, 0, stream>>>(x, rows, int(cols), row_max, codes, scale);
+  if (given == nullptr) row_max_kernel<T><<<row_blocks(rows), quant_threads, 0, stream>>>(x, rows, int(cols), scratch);
+  encode_kernel<T><<<row_blocks(rows), quant_threads, 0, stream>>>(x, rows, int(cols), given ? given : scratch, codes,
+                                                                   scale);
   return hipGetLastError();
 }
 
@@ -132,12 +134,43 @@ hipError_t launch_make_fp8_matrix(model::ggml_type type, const void* w, std::int
     if (const hipError_t e = launch_dequantize(type, w, s, out, in, stream); e != hipSuccess) return e;
     halves = s;
   }
-  return quantize(halves, out, in, codes, scale, row_max, stream);
+  return quantize(halves, out, in, codes, scale, row_max, nullptr, stream);
+}
+
+hipError_t launch_make_fp8_stacked(std::span<const fp8_stack_part> parts, std::int64_t in, void* scratch,
+                                   std::size_t scratch_bytes, void* dst, hipStream_t stream) {
+  std::int64_t out = 0;
+  for (const fp8_stack_part& p : parts) {
+    if (p.w == nullptr || p.out <= 0 || !gpu::aligned16(p.w)) return hipErrorInvalidValue;
+    out += p.out;
+  }
+  if (parts.empty() || !gemm_fp8_shape_ok(in, out) || !gpu::aligned16(dst) || !gpu::aligned16(scratch) ||
+      scratch_bytes < std::size_t(in) * std::size_t(out) * 2) {
+    return hipErrorInvalidValue;
+  }
+  auto* halves = static_cast<std::uint16_t*>(scratch);
+  std::int64_t row = 0;
+  for (const fp8_stack_part& p : parts) {
+    std::uint16_t* at = halves + row * in;  // in % 16 == 0: every part's rows stay 16-byte aligned
+    const hipError_t e = p.type == model::ggml_type::F16
+                             ? hipMemcpyAsync(at, p.w, std::size_t(p.out) * std::size_t(in) * 2, hipMemcpyDeviceToDevice, stream)
+                             : launch_dequantize(p.type, p.w, at, p.out, in, stream);
+    if (e != hipSuccess) return e;
+    row += p.out;
+  }
+  auto* codes = static_cast<std::uint8_t*>(dst);
+  auto* scale = reinterpret_cast<float*>(codes + codes_bytes(in, out));
+  return quantize(static_cast<const std::uint16_t*>(halves), out, in, codes, scale, scale + 64, nullptr, stream);
 }
 
 hipError_t launch_quantize_fp8(const float* x, std::int64_t rows, std::int64_t cols, std::uint8_t* codes, float* scale,
                                float* row_max, hipStream_t stream) {
-  return quantize(x, rows, cols, codes, scale, row_max, stream);
+  return quantize(x, rows, cols, codes, scale, row_max, nullptr, stream);
+}
+
+hipError_t launch_encode_fp8(const float* x, std::int64_t rows, std::int64_t cols, const float* row_max,
+                             std::uint8_t* codes, float* scale, hipStream_t stream) {
+  return quantize(x, rows, cols, codes, scale, nullptr, row_max, stream);
 }
 
 std::size_t gemm_fp8_workspace_bytes(std::int64_t in, std::int64_t max_tokens) {
@@ -162,7 +195,7 @@ hipError_t launch_gemm_fp8_group(std::span<const gemm_fp8_projection> ps, const 
   }
   auto* x_codes = static_cast<std::uint8_t*>(ctx.workspace);
   auto* x_scale = reinterpret_cast<float*>(x_codes + codes_bytes(in, n_tokens));
-  if (const hipError_t e = quantize(x, n_tokens, in, x_codes, x_scale, x_scale + 64, stream); e != hipSuccess) return e;
+  if (const hipError_t e = quantize(x, n_tokens, in, x_codes, x_scale, x_scale + 64, nullptr, stream); e != hipSuccess) return e;
   for (const gemm_fp8_projection& p : ps) {
     // Row-major y[n_tokens][out] is column-major [out x n_tokens] = W^T-as-stored times x.
     if (ctx.blas->run(int(p.w->out), int(n_tokens), int(in), p.w->codes, p.w->scale, x_codes, x_scale, p.y,

@@ -18,9 +18,9 @@
 #include <optional>
 #include <string_view>
 
-#if defined(__CUDACC__) || defined(__HIPCC__)
+#if !defined(ANVIL_HOST_DEVICE) && (defined(__CUDACC__) || defined(__HIPCC__))
 #define ANVIL_HOST_DEVICE __host__ __device__
-#else
+#elif !defined(ANVIL_HOST_DEVICE)
 #define ANVIL_HOST_DEVICE
 #endif
 

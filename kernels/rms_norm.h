@@ -6,6 +6,12 @@
 
 #include <cstdint>
 
+#if !defined(ANVIL_HOST_DEVICE) && (defined(__CUDACC__) || defined(__HIPCC__))
+#define ANVIL_HOST_DEVICE __host__ __device__
+#elif !defined(ANVIL_HOST_DEVICE)
+#define ANVIL_HOST_DEVICE
+#endif
+
 namespace anvil::kernels {
 
 struct rms_norm_params {
@@ -15,7 +21,17 @@ struct rms_norm_params {
   std::int64_t rows = 0;          // number of independent rows (tokens)
   std::int64_t cols = 0;          // normalised dimension (hidden size), > 0
   float eps = 1e-6f;              // added to the mean square before the square root
+  // Rows in groups, for qwen3's Q/K norm on the q or k heads inside each token's fused q/k/v
+  // row: with group_rows > 0, row r lies at (r / group_rows) * group_stride + (r % group_rows) *
+  // cols, in x and in y alike; 0 (the default): row r at r * cols.
+  std::int64_t group_rows = 0;
+  std::int64_t group_stride = 0;
 };
+
+// Where row r starts, in elements from x (and y).
+ANVIL_HOST_DEVICE constexpr std::int64_t rms_norm_row_at(const rms_norm_params& p, std::int64_t r) {
+  return p.group_rows > 0 ? r / p.group_rows * p.group_stride + r % p.group_rows * p.cols : r * p.cols;
+}
 
 // CPU reference: sums squares in double, one pass to normalise.
 void rms_norm_ref(const rms_norm_params& p);

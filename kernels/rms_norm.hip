@@ -14,8 +14,8 @@ __global__ void __launch_bounds__(block_size) rms_norm_kernel(rms_norm_params p)
   gpu::dependency_wait();  // launched with gpu::launch_dependent
   gpu::allow_dependents();
   const std::int64_t row = blockIdx.x;
-  const float* x = p.x + row * p.cols;
-  float* y = p.y + row * p.cols;
+  const float* x = p.x + rms_norm_row_at(p, row);
+  float* y = p.y + rms_norm_row_at(p, row);
   const float* w = p.weight;
 
   float sum_sq = 0.f;
@@ -62,8 +62,8 @@ __global__ void __launch_bounds__(block_size) rms_norm_short_rows_kernel(rms_nor
   for (int r = threadIdx.x / gpu::warp_size; r < rows_per_block; r += warps) {
     const std::int64_t row = std::int64_t(blockIdx.x) * rows_per_block + r;
     if (row >= p.rows) break;  // uniform across the warp: the shuffles stay convergent
-    const float* x = p.x + row * p.cols;
-    float* y = p.y + row * p.cols;
+    const float* x = p.x + rms_norm_row_at(p, row);
+    float* y = p.y + rms_norm_row_at(p, row);
     float v[short_row_max / 32];
     float sum_sq = 0.f;
 #pragma unroll
@@ -88,13 +88,16 @@ using gpu::aligned16;
 
 hipError_t launch_rms_norm(const rms_norm_params& p, hipStream_t stream) {
   if (p.rows == 0) return hipSuccess;
-  if (p.rows < 0 || p.rows > 0x7fffffff || p.cols <= 0) return hipErrorInvalidValue;
+  if (p.rows < 0 || p.rows > 0x7fffffff || p.cols <= 0 || p.group_rows < 0 ||
+      (p.group_rows > 0 && p.group_stride < p.group_rows * p.cols)) {
+    return hipErrorInvalidValue;
+  }
   if (p.cols <= short_row_max && p.rows > 1) {
     const dim3 grid(static_cast<unsigned>((p.rows + rows_per_block - 1) / rows_per_block));
     gpu::launch_dependent(rms_norm_short_rows_kernel, grid, dim3(block_size), stream, p);
     return hipGetLastError();
   }
-  const bool vec4 = p.cols % 4 == 0 && aligned16(p.x) && aligned16(p.y) && aligned16(p.weight);
+  const bool vec4 = p.cols % 4 == 0 && p.group_stride % 4 == 0 && aligned16(p.x) && aligned16(p.y) && aligned16(p.weight);
   const dim3 grid(static_cast<unsigned>(p.rows));
   if (vec4) {
     gpu::launch_dependent(rms_norm_kernel<true>, grid, dim3(block_size), stream, p);

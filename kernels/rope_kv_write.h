@@ -4,8 +4,14 @@
 // (kernels/rope.h, kernels/attention.h), with the cache of the device (kernels/attention.h,
 // paged_kv_device; kernels/kv_quant.h). k and v themselves are left unchanged: after this op only
 // the cache holds the rotated k.
+//
+// The angles are computed apart, once per step for every layer (rope_angles_params): each
+// token's position gives the same (sin, cos) pairs in every layer and every head, and computing
+// them in double (as rope_ref does, so that a position of 100k keeps its angle) for each head of
+// each layer was most of the op's time (bench/GPU_NOTES.md, session 17).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels/attention.h"
@@ -14,20 +20,37 @@
 namespace anvil::kernels {
 
 struct rope_kv_write_params {
-  float* q = nullptr;                       // [n_tokens, n_heads, head_dim], rotated in place
-  const float* k = nullptr;                 // [n_tokens, n_kv_heads, head_dim]
-  const float* v = nullptr;                 // [n_tokens, n_kv_heads, head_dim]
+  float* q = nullptr;                       // [n_tokens, n_heads, head_dim], rotated in place (or from q_in)
+  const float* k = nullptr;                 // [n_tokens, n_kv_heads, head_dim], rows k_stride apart
+  const float* v = nullptr;                 // [n_tokens, n_kv_heads, head_dim], rows v_stride apart
+  // Inputs inside one fused q/k/v row per token (the FP8 path's stacked projection): q_in, when
+  // set, is read (rows q_in_stride apart) and the rotated q written to q, packed; k_stride and
+  // v_stride are the elements from one token's k (v) row to the next, 0 for packed rows.
+  const float* q_in = nullptr;
+  std::int64_t q_in_stride = 0, k_stride = 0, v_stride = 0;
   paged_kv_device cache;                       // one layer; n_kv_heads and head_dim describe k and v too
   std::int64_t n_tokens = 0;
   std::int64_t n_heads = 0;                 // query heads
   std::int64_t rot_dim = 0;                 // even, <= head_dim, <= max_rot_dim
-  const std::int32_t* positions = nullptr;  // [n_tokens]
+  const double* angles = nullptr;           // [n_tokens][rot_dim / 2] (sin, cos): launch_rope_angles
   const std::int64_t* slots = nullptr;      // [n_tokens]: block_id * block_size + offset; < 0: not written
+  rope_style style = rope_style::normal;
+};
+
+// The (sin, cos) of each token's angle for each of the rot_dim / 2 rotated pairs, pair i of
+// position p at theta = p * freq_scale * freq_base^(-2i / rot_dim) / freq_factors[i], in double.
+struct rope_angles_params {
+  const std::int32_t* positions = nullptr;  // [n_tokens]
+  std::int64_t n_tokens = 0;
+  std::int64_t rot_dim = 0;                 // even, <= max_rot_dim
   float freq_base = 10000.f;
   float freq_scale = 1.f;
   const float* freq_factors = nullptr;      // [rot_dim / 2] or null
-  rope_style style = rope_style::normal;
+  double* out = nullptr;                    // [n_tokens][rot_dim / 2][2]: sin, then cos
 };
+inline std::size_t rope_angles_bytes(std::int64_t n_tokens, std::int64_t rot_dim) {
+  return std::size_t(n_tokens) * std::size_t(rot_dim) * sizeof(double);
+}
 
 inline constexpr std::int64_t rope_max_rot_dim = 512;
 
@@ -39,8 +62,12 @@ inline constexpr std::int64_t rope_max_rot_dim = 512;
 namespace anvil::kernels {
 // A block per token and group of heads (8-bit caches: and per kv head). Rejects
 // (hipErrorInvalidValue) rot_dim odd or > min(head_dim, 512), an 8-bit cache with head_dim > 512
-// or without its scales, or more heads than 65535 blocks of a grid column hold.
+// or without its scales, a stride shorter than its row, or more heads than 65535 blocks of a
+// grid column hold.
 // Slots are trusted to lie inside the cache (the KV manager hands them out).
 hipError_t launch_rope_kv_write(const rope_kv_write_params& p, hipStream_t stream);
+// A thread per (token, pair). Rejects (hipErrorInvalidValue) rot_dim odd or > 512 and a missing
+// output.
+hipError_t launch_rope_angles(const rope_angles_params& p, hipStream_t stream);
 }  // namespace anvil::kernels
 #endif

@@ -1,11 +1,12 @@
 // RoPE + KV write. A 2-D grid: x over tokens, y over groups of heads — the token's q heads, then
 // its kv heads — so that one token's work spreads over many multiprocessors (a decode step has
 // one token per sequence; a block per token left a whole layer's rotation to one multiprocessor).
-// Each thread takes (head, pair) elements and computes its pair's angle itself — in double, like
-// rope_ref, so a position of 100k does not lose the angle to float rounding — then rotates q in
-// place, or rotates k into the f16 cache. A block holding kv heads also stores their dimensions
-// past rot_dim and copies their v into the cache. With an 8-bit cache a kv head takes a block of
-// its own, which needs the whole rotated row before it can scale it.
+// Each thread takes (head, pair) elements and reads its pair's (sin, cos) from the step's table
+// (launch_rope_angles, computed in double like rope_ref, so a position of 100k does not lose the
+// angle to float rounding), then rotates q in place, or rotates k into the f16 cache. A block
+// holding kv heads also stores their dimensions past rot_dim and copies their v into the cache.
+// With an 8-bit cache a kv head takes a block of its own, which needs the whole rotated row
+// before it can scale it.
 #include "kernels/rope_kv_write.h"
 
 namespace anvil::kernels {
@@ -18,11 +19,29 @@ __device__ __forceinline__ void pair_index(rope_style style, int i, int half, in
   b = style == rope_style::normal ? 2 * i + 1 : i + half;
 }
 
-// The pair's angle, in double like rope_ref.
-__device__ __forceinline__ void angle(const rope_kv_write_params& p, double pos, int i, double& s, double& c) {
+// Pair i's (sin, cos) for token t, from the step's table.
+__device__ __forceinline__ void angle(const rope_kv_write_params& p, std::int64_t t, int i, double& s, double& c) {
+  const double* a = p.angles + (t * (p.rot_dim / 2) + i) * 2;
+  s = a[0];
+  c = a[1];
+}
+
+// The table: a thread per (token, pair), in double like rope_ref.
+__global__ void __launch_bounds__(block_size) rope_angles_kernel(rope_angles_params p) {
+  gpu::dependency_wait();  // launched with gpu::launch_dependent
+  gpu::allow_dependents();
+  const std::int64_t half = p.rot_dim / 2;
+  const std::int64_t e = std::int64_t(blockIdx.x) * block_size + threadIdx.x;
+  if (e >= p.n_tokens * half) return;
+  const std::int64_t t = e / half;
+  const int i = int(e % half);
+  const double pos = double(p.positions[t]) * double(p.freq_scale);
   double theta = pos * pow(double(p.freq_base), -2.0 * double(i) / double(p.rot_dim));
   if (p.freq_factors) theta /= double(p.freq_factors[i]);
+  double s, c;
   sincos(theta, &s, &c);
+  p.out[2 * e] = s;
+  p.out[2 * e + 1] = c;
 }
 
 // (x0, x1) rotated by the angle with sine s and cosine c, in double, rounded to float as rope_ref stores.
@@ -41,10 +60,10 @@ __device__ void rope_heads(const rope_kv_write_params& p, std::int64_t t, int h0
   const int n_q = int(p.n_heads), n_kv = int(p.cache.n_kv_heads);
   const std::int64_t slot = p.slots[t];  // < 0: a padding token, q rotated, nothing cached
   const std::int64_t row = std::int64_t(n_kv) * hd;
-  const double pos = double(p.positions[t]) * double(p.freq_scale);
   float* q = p.q + t * p.n_heads * hd;
-  const float* k = p.k + t * row;
-  const float* v = p.v + t * row;
+  const float* qi = p.q_in ? p.q_in + t * p.q_in_stride : q;
+  const float* k = p.k + t * (p.k_stride ? p.k_stride : row);
+  const float* v = p.v + t * (p.v_stride ? p.v_stride : row);
   gpu::half_bits* kc = static_cast<gpu::half_bits*>(p.cache.k) + (slot < 0 ? 0 : slot) * row;
   gpu::half_bits* vc = static_cast<gpu::half_bits*>(p.cache.v) + (slot < 0 ? 0 : slot) * row;
 
@@ -52,12 +71,12 @@ __device__ void rope_heads(const rope_kv_write_params& p, std::int64_t t, int h0
     const int h = h0 + e / half, i = e % half;
     if (h >= n_q && slot < 0) continue;
     double s, c;
-    angle(p, pos, i, s, c);
+    angle(p, t, i, s, c);
     int a, b;
     pair_index(p.style, i, half, a, b);
     if (h < n_q) {
-      float* x = q + std::int64_t(h) * hd;
-      rotate(x[a], x[b], s, c, x[a], x[b]);
+      const std::int64_t base = std::int64_t(h) * hd;
+      rotate(qi[base + a], qi[base + b], s, c, q[base + a], q[base + b]);
     } else {
       const std::int64_t base = std::int64_t(h - n_q) * hd;
       float y0, y1;  // float first, as rope_ref stores float, then f16
@@ -66,8 +85,14 @@ __device__ void rope_heads(const rope_kv_write_params& p, std::int64_t t, int h0
       kc[base + b] = gpu::float_to_half(y1);
     }
   }
-  if (slot < 0) return;
   const int pass = hd - int(p.rot_dim);
+  if (p.q_in) {  // q's dimensions past rot_dim, copied out of the fused row
+    for (int h = h0; h < min(h1, n_q); ++h) {
+      const std::int64_t base = std::int64_t(h) * hd + p.rot_dim;
+      for (int e = threadIdx.x; e < pass; e += block_size) q[base + e] = qi[base + e];
+    }
+  }
+  if (slot < 0) return;
   for (int h = max(h0, n_q); h < h1; ++h) {
     const std::int64_t base = std::int64_t(h - n_q) * hd;
     for (int e = threadIdx.x; e < pass; e += block_size) {
@@ -98,7 +123,8 @@ __device__ float block_amax(float a, float* red) {
 
 // The 8-bit cache: blocks y < q_groups rotate q heads as above; block q_groups + h takes kv head h
 // of the token: its rotated k and its v to shared memory, each row's amax, then the codes and the
-// scales (kernels/kv_quant.h, the same arithmetic as kv_quantize_row).
+// scales (kernels/kv_quant.h, the same arithmetic as kv_quantize_row). (A warp per kv head, four
+// to a block, in registers and without barriers, measured slower: bench/GPU_NOTES.md, session 17.)
 template <kv_dtype T>
 __global__ void __launch_bounds__(block_size) rope_kv_write8_kernel(rope_kv_write_params p, int group, int q_groups) {
   gpu::dependency_wait();  // launched with gpu::launch_dependent
@@ -113,19 +139,20 @@ __global__ void __launch_bounds__(block_size) rope_kv_write8_kernel(rope_kv_writ
   const std::int64_t slot = p.slots[t];
   if (slot < 0) return;  // uniform: a padding token caches nothing
   const int kvh = int(blockIdx.y) - q_groups, half = int(p.rot_dim / 2), hd = int(p.cache.head_dim);
-  const std::int64_t in = (t * p.cache.n_kv_heads + kvh) * hd;
-  const double pos = double(p.positions[t]) * double(p.freq_scale);
+  const std::int64_t row_len = p.cache.n_kv_heads * hd;
+  const float* k = p.k + t * (p.k_stride ? p.k_stride : row_len) + std::int64_t(kvh) * hd;
+  const float* v = p.v + t * (p.v_stride ? p.v_stride : row_len) + std::int64_t(kvh) * hd;
   for (int i = threadIdx.x; i < half; i += block_size) {
     double s, c;
-    angle(p, pos, i, s, c);
+    angle(p, t, i, s, c);
     int a, b;
     pair_index(p.style, i, half, a, b);
-    rotate(p.k[in + a], p.k[in + b], s, c, kr[a], kr[b]);
+    rotate(k[a], k[b], s, c, kr[a], kr[b]);
   }
   float ka = 0.f, va = 0.f;
   for (int e = threadIdx.x; e < hd; e += block_size) {
-    if (e >= p.rot_dim) kr[e] = p.k[in + e];
-    vr[e] = p.v[in + e];
+    if (e >= p.rot_dim) kr[e] = k[e];
+    vr[e] = v[e];
     va = kv_amax_step(va, vr[e]);
   }
   __syncthreads();  // kr complete
@@ -152,7 +179,13 @@ hipError_t launch_rope_kv_write(const rope_kv_write_params& p, hipStream_t strea
   if (p.n_tokens == 0) return hipSuccess;
   const std::int64_t hd = p.cache.head_dim;
   if (p.n_tokens < 0 || p.n_tokens > 0x7fffffff || p.n_heads <= 0 || p.cache.n_kv_heads <= 0 || hd <= 0 ||
-      p.rot_dim < 0 || p.rot_dim % 2 != 0 || p.rot_dim > hd || p.rot_dim > rope_max_rot_dim) {
+      p.rot_dim < 0 || p.rot_dim % 2 != 0 || p.rot_dim > hd || p.rot_dim > rope_max_rot_dim ||
+      (p.rot_dim > 0 && p.angles == nullptr)) {
+    return hipErrorInvalidValue;
+  }
+  const std::int64_t kv_row = p.cache.n_kv_heads * hd;
+  if ((p.k_stride != 0 && p.k_stride < kv_row) || (p.v_stride != 0 && p.v_stride < kv_row) ||
+      (p.q_in != nullptr && p.q_in_stride < p.n_heads * hd)) {
     return hipErrorInvalidValue;
   }
   const int group = heads_per_block(p.rot_dim / 2);
@@ -172,6 +205,19 @@ hipError_t launch_rope_kv_write(const rope_kv_write_params& p, hipStream_t strea
   if (groups > 65535 || p.n_heads > 0x7fffffff) return hipErrorInvalidValue;
   gpu::launch_dependent(rope_kv_write_kernel, dim3(static_cast<unsigned>(p.n_tokens), static_cast<unsigned>(groups)),
                         dim3(block_size), stream, p, group);
+  return hipGetLastError();
+}
+
+hipError_t launch_rope_angles(const rope_angles_params& p, hipStream_t stream) {
+  if (p.n_tokens < 0 || p.rot_dim < 0 || p.rot_dim % 2 != 0 || p.rot_dim > rope_max_rot_dim ||
+      (p.n_tokens > 0 && p.rot_dim > 0 && (p.out == nullptr || p.positions == nullptr))) {
+    return hipErrorInvalidValue;
+  }
+  const std::int64_t n = p.n_tokens * (p.rot_dim / 2);
+  if (n == 0) return hipSuccess;
+  if (n > std::int64_t(0x7fffffff) * block_size / 2) return hipErrorInvalidValue;
+  gpu::launch_dependent(rope_angles_kernel, dim3(static_cast<unsigned>((n + block_size - 1) / block_size)),
+                        dim3(block_size), stream, p);
   return hipGetLastError();
 }
 

@@ -259,8 +259,11 @@ void fp8_gemm_table(const fp8_table_args& a) {
   std::printf("\nFP8 GEMM (cuBLASLt, E4M3, one scale per matrix) against the f16 GEMM and today's Q4_K path, us; limit: "
               "products at the f16 rate %.0f TFLOP/s (FP8's ideal: half that time)\n",
               a.gemm_tflops);
-  std::printf("%-13s %6s | %8s | %9s | %9s %7s | %9s %9s | %9s %7s | %8s %8s\n", "out x in", "tokens", "f16 lim",
-              "q4k path", "f16 blas", "TFLOP/s", "fp8 blas", "fast acc", "fp8 path", "TFLOP/s", "nmse", "fast");
+  std::printf("(6144x4096 and 28672x4096: q/k/v and gate/up as one matrix each; x quant: both quantization kernels,\n"
+              " x encode: the second alone, as when a producer writes the row maxima)\n");
+  std::printf("%-13s %6s | %8s | %9s | %9s %7s | %9s %9s | %9s %7s | %8s %8s | %7s %8s\n", "out x in", "tokens", "f16 lim",
+              "q4k path", "f16 blas", "TFLOP/s", "fp8 blas", "fast acc", "fp8 path", "TFLOP/s", "nmse", "fast",
+              "x quant", "x encode");
   blas::fp8_gemm lt;
   if (lt.create() != blas::ok) {
     std::printf("cuBLASLt handle could not be created\n");
@@ -268,13 +271,14 @@ void fp8_gemm_table(const fp8_table_args& a) {
   }
   constexpr std::int64_t max_tokens = 2048;
   device_mem ws(kernels::gemm_fp8_workspace_bytes(14336, max_tokens));
-  device_mem y16(std::size_t(max_tokens) * 14336 * 4);
+  device_mem y16(std::size_t(max_tokens) * 28672 * 4);  // the widest shape's f16 reference
   const kernels::gemm_fp8_context ctx{.blas = &lt,
                                       .workspace = ws.p,
                                       .workspace_bytes = ws.n,
                                       .blas_workspace = a.blas_ws->p,
                                       .blas_workspace_bytes = a.blas_ws->n};
-  for (shape s : {shape{4096, 4096}, shape{1024, 4096}, shape{14336, 4096}, shape{4096, 14336}}) {
+  for (shape s : {shape{4096, 4096}, shape{1024, 4096}, shape{6144, 4096}, shape{14336, 4096}, shape{28672, 4096},
+                  shape{4096, 14336}}) {
     const int m = int(s.out), k = int(s.in);
     const std::size_t elems = std::size_t(m) * std::size_t(k);
     // Copies of the f16 weight and of its 8-bit copy, enough to exceed L2 four times, as for the GEMV.
@@ -368,13 +372,26 @@ void fp8_gemm_table(const fp8_table_args& a) {
           (fast ? err_fast : err) = nmse(y16.as<float>(), a.y, std::size_t(n) * std::size_t(m));
         }
       }
+      // x's quantization alone: both kernels, and the encoding from row maxima already written.
+      const double quant_us = 1e3 * time_graph_ms(
+                                        [&](int, hipStream_t st) {
+                                          CHECK(kernels::launch_quantize_fp8(a.x, nt, k, ws.as<std::uint8_t>(), xs,
+                                                                             xs + 64, st));
+                                        },
+                                        8, a.reps);
+      const double encode_us = 1e3 * time_graph_ms(
+                                         [&](int, hipStream_t st) {
+                                           CHECK(kernels::launch_encode_fp8(a.x, nt, k, xs + 64, ws.as<std::uint8_t>(),
+                                                                            xs, st));
+                                         },
+                                         8, a.reps);
       const double flop = 2.0 * double(nt) * double(m) * double(k);
       const double lim_us = a.gemm_tflops > 0 ? flop / (a.gemm_tflops * 1e12) * 1e6 : 0.0;
       char dims[32];
       std::snprintf(dims, sizeof dims, "%dx%d", m, k);
-      std::printf("%-13s %6d | %8.1f | %9.1f | %9.1f %7.1f | %9.1f %9.1f | %9.1f %7.1f | %8.1e %8.1e\n", dims, n, lim_us,
-                  q4_us, f16_us, flop / (f16_us * 1e-6) / 1e12, lt_plain_us, lt_fast_us, path_us,
-                  path_us > 0 ? flop / (path_us * 1e-6) / 1e12 : 0.0, err, err_fast);
+      std::printf("%-13s %6d | %8.1f | %9.1f | %9.1f %7.1f | %9.1f %9.1f | %9.1f %7.1f | %8.1e %8.1e | %7.1f %8.1f\n", dims,
+                  n, lim_us, q4_us, f16_us, flop / (f16_us * 1e-6) / 1e12, lt_plain_us, lt_fast_us, path_us,
+                  path_us > 0 ? flop / (path_us * 1e-6) / 1e12 : 0.0, err, err_fast, quant_us, encode_us);
     }
   }
 }

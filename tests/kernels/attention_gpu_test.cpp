@@ -120,12 +120,30 @@ struct rope_inputs {
 };
 
 // The inputs on the device, and the launch's parameters over a given cache.
+// The angles table is computed on the device first, as the worker does once per step.
 struct rope_device {
   guarded_array<float> q, k, v, factors;
   guarded_array<std::int32_t> positions;
   guarded_array<std::int64_t> slots;
-  explicit rope_device(const rope_inputs& in)
-      : q(in.q), k(in.k), v(in.v), factors(in.factors), positions(in.positions), slots(in.slots) {}
+  guarded_array<double> angles;
+  rope_device(const rope_inputs& in, const rope_case& c)
+      : q(in.q),
+        k(in.k),
+        v(in.v),
+        factors(in.factors),
+        positions(in.positions),
+        slots(in.slots),
+        angles(std::max<std::size_t>(1, rope_angles_bytes(c.n_tokens, c.rot_dim) / sizeof(double))) {
+    EXPECT_EQ(launch_rope_angles({.positions = positions.data(),
+                                  .n_tokens = c.n_tokens,
+                                  .rot_dim = c.rot_dim,
+                                  .freq_base = 500000.f,
+                                  .freq_scale = 0.5f,
+                                  .freq_factors = c.factors ? factors.data() : nullptr,
+                                  .out = angles.data()},
+                                 nullptr),
+              hipSuccess);
+  }
   rope_kv_write_params params(const rope_case& c, const paged_kv_device& cache) const {
     return {.q = q.data(),
             .k = k.data(),
@@ -134,16 +152,13 @@ struct rope_device {
             .n_tokens = c.n_tokens,
             .n_heads = c.n_heads,
             .rot_dim = c.rot_dim,
-            .positions = positions.data(),
+            .angles = angles.data(),
             .slots = slots.data(),
-            .freq_base = 500000.f,
-            .freq_scale = 0.5f,
-            .freq_factors = c.factors ? factors.data() : nullptr,
             .style = c.style};
   }
   bool intact() const {
     return q.guards_intact() && k.guards_intact() && v.guards_intact() && factors.guards_intact() &&
-           positions.guards_intact() && slots.guards_intact();
+           positions.guards_intact() && slots.guards_intact() && angles.guards_intact();
   }
 };
 
@@ -167,7 +182,7 @@ TEST_P(RopeKvWriteGpu, MatchesRopeThenKvWrite) {
     }
   }
 
-  const rope_device d(in);
+  const rope_device d(in, c);
   guarded_array<std::uint16_t> dkc(cache0), dvc(cache0);
   ANVIL_GPU_CHECK(launch_rope_kv_write(d.params(c, {.k = dkc.data(),
                                                     .v = dvc.data(),
@@ -228,7 +243,7 @@ TEST_P(RopeKvWriteGpu, Stores8BitRowsAsKvQuantizeRowDoes) {
       }
     }
 
-    const rope_device d(in);
+    const rope_device d(in, c);
     guarded_array<float> dks(scales0), dvs(scales0);
     guarded_array<std::uint8_t> dkc(codes0), dvc(codes0);
     ANVIL_GPU_CHECK(launch_rope_kv_write(d.params(c, {.k = dkc.data(),
@@ -265,6 +280,71 @@ TEST_P(RopeKvWriteGpu, Stores8BitRowsAsKvQuantizeRowDoes) {
     for (auto* g : {&dks, &dvs}) EXPECT_TRUE(g->guards_intact());
     EXPECT_TRUE(dkc.guards_intact() && dvc.guards_intact());
   }
+}
+
+// q, k and v inside one fused row per token (the FP8 path's stacked q/k/v projection): the same
+// rotated q (written packed to q), the same cache bytes and scales as from packed inputs, for the
+// f16 and the 8-bit caches; the fused rows are left as they were.
+TEST_P(RopeKvWriteGpu, ReadsQkvFromOneFusedRowAsFromPackedRows) {
+  require_device();
+  const rope_case c = GetParam();
+  SCOPED_TRACE(c.str());
+  std::mt19937 rng(unsigned(c.n_tokens * 29 + c.head_dim + c.n_heads));
+  const rope_inputs in(c, rng, 3.f);
+  const std::int64_t q_w = c.n_heads * c.head_dim, stride = q_w + 2 * in.kv_row + 4;  // padded rows
+  std::vector<float> fused = random_vector(std::size_t(c.n_tokens * stride), rng, -1.f, 1.f);
+  for (std::int64_t t = 0; t < c.n_tokens; ++t) {
+    std::copy_n(in.q.begin() + t * q_w, q_w, fused.begin() + t * stride);
+    std::copy_n(in.k.begin() + t * in.kv_row, in.kv_row, fused.begin() + t * stride + q_w);
+    std::copy_n(in.v.begin() + t * in.kv_row, in.kv_row, fused.begin() + t * stride + q_w + in.kv_row);
+  }
+  const std::int64_t n_rows = in.n_blocks * in.bs * c.n_kv_heads;
+  for (const kv_dtype t : {kv_dtype::f16, kv_dtype::fp8}) {
+    SCOPED_TRACE(std::string(kv_dtype_name(t)));
+    const std::size_t elem = t == kv_dtype::f16 ? 2 : 1, cache_bytes = std::size_t(n_rows * c.head_dim) * elem;
+    const auto run = [&](bool from_fused, std::vector<float>& q_out, std::vector<std::uint8_t>& cache,
+                         std::vector<float>& scales) {
+      const rope_device d(in, c);
+      guarded_array<float> dfused(fused), dq(std::size_t(c.n_tokens * q_w)), ds(std::size_t(2 * n_rows));
+      guarded_array<std::uint8_t> dc(2 * cache_bytes);
+      ANVIL_GPU_CHECK(hipMemset(dc.data(), 0, 2 * cache_bytes));
+      ANVIL_GPU_CHECK(hipMemset(ds.data(), 0, std::size_t(2 * n_rows) * sizeof(float)));
+      rope_kv_write_params p = d.params(c, {.k = dc.data(),
+                                            .v = dc.data() + cache_bytes,
+                                            .n_blocks = in.n_blocks,
+                                            .block_size = in.bs,
+                                            .n_kv_heads = c.n_kv_heads,
+                                            .head_dim = c.head_dim,
+                                            .dtype = t,
+                                            .k_scales = t == kv_dtype::f16 ? nullptr : ds.data(),
+                                            .v_scales = t == kv_dtype::f16 ? nullptr : ds.data() + n_rows});
+      if (from_fused) {
+        p.q = dq.data();
+        p.q_in = dfused.data();
+        p.k = dfused.data() + q_w;
+        p.v = dfused.data() + q_w + in.kv_row;
+        p.q_in_stride = p.k_stride = p.v_stride = stride;
+      }
+      ANVIL_GPU_CHECK(launch_rope_kv_write(p, nullptr));
+      ANVIL_GPU_CHECK(hipDeviceSynchronize());
+      q_out = from_fused ? dq.download() : d.q.download();
+      cache = dc.download();
+      scales = ds.download();
+      if (from_fused) EXPECT_EQ(dfused.download(), fused) << "the fused rows are read only";
+      EXPECT_TRUE(dfused.guards_intact() && dq.guards_intact() && dc.guards_intact() && ds.guards_intact() && d.intact());
+    };
+    std::vector<float> q_packed, q_fused, s_packed, s_fused;
+    std::vector<std::uint8_t> c_packed, c_fused;
+    run(false, q_packed, c_packed, s_packed);
+    run(true, q_fused, c_fused, s_fused);
+    EXPECT_EQ(q_fused, q_packed);
+    EXPECT_TRUE(c_fused == c_packed) << "cache bytes differ";
+    EXPECT_EQ(s_fused, s_packed);
+  }
+  const rope_device d(in, c);
+  rope_kv_write_params short_stride = d.params(c, {.n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim});
+  short_stride.k_stride = in.kv_row - 1;
+  EXPECT_EQ(launch_rope_kv_write(short_stride, nullptr), hipErrorInvalidValue);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, RopeKvWriteGpu,
@@ -595,6 +675,13 @@ TEST(AttentionGpuLaunch, RejectsBadShapesWithoutLaunching) {
   EXPECT_EQ(launch_attention_prefill(pf, nullptr), hipErrorInvalidValue);
   const rope_kv_write_params r{.cache = {.n_kv_heads = 1, .head_dim = 64}, .n_tokens = 1, .n_heads = 1, .rot_dim = 65};
   EXPECT_EQ(launch_rope_kv_write(r, nullptr), hipErrorInvalidValue);
+  const rope_kv_write_params no_angles{.cache = {.n_kv_heads = 1, .head_dim = 64}, .n_tokens = 1, .n_heads = 1, .rot_dim = 64};
+  EXPECT_EQ(launch_rope_kv_write(no_angles, nullptr), hipErrorInvalidValue);
+  std::int32_t pos[1] = {0};
+  double table[2];
+  EXPECT_EQ(launch_rope_angles({.positions = pos, .n_tokens = 1, .rot_dim = 3, .out = table}, nullptr), hipErrorInvalidValue);
+  EXPECT_EQ(launch_rope_angles({.positions = pos, .n_tokens = 1, .rot_dim = 514, .out = table}, nullptr), hipErrorInvalidValue);
+  EXPECT_EQ(launch_rope_angles({.positions = pos, .n_tokens = 1, .rot_dim = 2}, nullptr), hipErrorInvalidValue);
   EXPECT_EQ(hipGetLastError(), hipSuccess);
 }
 

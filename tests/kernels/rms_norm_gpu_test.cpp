@@ -76,6 +76,51 @@ INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormGpu,
                                            rms_norm_case{4, 4096, 1e-6f, false, 1},     // misaligned
                                            rms_norm_case{300, 128, 1e-6f, true, 3}));
 
+// Rows in groups (qwen3's Q/K norm inside fused q/k/v rows): tokens of `stride` floats, the
+// normed heads at an offset inside each; both row kernels (short rows and block rows), in place.
+// Everything between the groups keeps its value.
+TEST(RmsNormGpuGroups, NormsOnlyTheRowsOfEachGroup) {
+  require_device();
+  for (const std::int64_t cols : {std::int64_t(128), std::int64_t(1024)}) {
+    SCOPED_TRACE(cols);
+    const std::int64_t tokens = 37, heads = 5, offset = 3 * cols, stride = 9 * cols + 4;
+    std::mt19937 rng(static_cast<unsigned>(cols));
+    const std::vector<float> x = random_vector(std::size_t(tokens * stride), rng, -3.f, 3.f);
+    const std::vector<float> w = random_vector(std::size_t(cols), rng, 0.5f, 1.5f);
+    const rms_norm_params shape{.rows = tokens * heads, .cols = cols, .eps = 1e-6f, .group_rows = heads, .group_stride = stride};
+    std::vector<float> ref = x;
+    rms_norm_params rp = shape;
+    rp.x = ref.data() + offset, rp.weight = w.data(), rp.y = ref.data() + offset;
+    rms_norm_ref(rp);
+    // The reference itself: token 2's head 4 equals the contiguous op on that one row.
+    std::vector<float> one(static_cast<std::size_t>(cols));
+    rms_norm_ref({.x = x.data() + 2 * stride + offset + 4 * cols, .weight = w.data(), .y = one.data(), .rows = 1, .cols = cols});
+    ASSERT_EQ(std::vector<float>(ref.begin() + 2 * stride + offset + 4 * cols, ref.begin() + 2 * stride + offset + 5 * cols), one);
+
+    guarded_buffer dx(x.size()), dw(w.size());
+    dx.upload(x);
+    dw.upload(w);
+    rms_norm_params dp = shape;
+    dp.x = dx.data() + offset, dp.weight = dw.data(), dp.y = dx.data() + offset;
+    ANVIL_GPU_CHECK(launch_rms_norm(dp, nullptr));
+    ANVIL_GPU_CHECK(hipDeviceSynchronize());
+    const std::vector<float> out = dx.download();
+    std::size_t outside_changed = 0;
+    for (std::int64_t i = 0; i < tokens * stride; ++i) {
+      const std::int64_t in_token = i % stride;
+      if (in_token < offset || in_token >= offset + heads * cols) outside_changed += out[std::size_t(i)] != x[std::size_t(i)];
+    }
+    EXPECT_EQ(outside_changed, 0u);
+    const double err = nmse(out, ref);
+    EXPECT_LT(err, 1e-10) << "nmse " << err;
+    EXPECT_TRUE(dx.guards_intact());
+  }
+  const float dummy = 0;
+  EXPECT_EQ(launch_rms_norm({.x = &dummy, .weight = &dummy, .y = nullptr, .rows = 4, .cols = 8, .group_rows = 2, .group_stride = 15},
+                            nullptr),
+            hipErrorInvalidValue);  // groups overlap
+}
+
 TEST(RmsNormGpuLaunch, RejectsBadShapesWithoutLaunching) {
   require_device();
   const float dummy = 0;

@@ -60,6 +60,18 @@ TEST(RmsNormRef, WorksInPlace) {
   EXPECT_NEAR(x[1], 4 / std::sqrt(12.5f), 1e-6);
 }
 
+// Rows in groups (Q/K norm inside fused q/k/v rows): two tokens of 7 floats, two rows of 2 at
+// offset 1 of each; the rest of each token is left alone.
+TEST(RmsNormRef, GroupedRowsSkipWhatLiesBetweenTheGroups) {
+  std::vector<float> x = {9, 3, 4, 6, 8, 9, 9, 9, 1, 1, 2, 2, 9, 9};
+  const std::vector<float> w = {1, 1};
+  rms_norm_ref({.x = x.data() + 1, .weight = w.data(), .y = x.data() + 1, .rows = 4, .cols = 2, .eps = 0.f,
+                .group_rows = 2, .group_stride = 7});
+  const float a = 1 / std::sqrt(12.5f), b = 1 / std::sqrt(50.f);  // rows (3, 4) and (6, 8); (1, 1) and (2, 2) give 1s
+  const std::vector<float> want = {9, 3 * a, 4 * a, 6 * b, 8 * b, 9, 9, 9, 1, 1, 1, 1, 9, 9};
+  for (std::size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(x[i], want[i], 1e-6) << i;
+}
+
 TEST(RmsNormRef, ZeroRowsWritesNothing) {
   std::vector<float> y = {42.f};
   const float x = 1.f, w = 1.f;
