@@ -81,9 +81,10 @@ struct fp8_stack_part {
   std::int64_t out = 0;
 };
 // The copy of several weights with the same `in`, stacked row-wise into one matrix with one scale
-// (q, k and v as one projection: one GEMM where there were three small ones): each part
-// dequantized (F16: copied) into `scratch` (the sum of the outs x in halves, 16-byte aligned),
-// then quantized at `dst` (fp8_matrix_bytes(in, sum of the outs)). Start-up only.
+// (q, k and v as one projection: one GEMM where there were three): the row
+// maxima of every part, then each part encoded against all of them, at `dst`
+// (fp8_matrix_bytes(in, sum of the outs)). A part not in F16 is dequantized into `scratch` (its
+// out x in halves, 16-byte aligned) on each of the two passes. Start-up only.
 hipError_t launch_make_fp8_stacked(std::span<const fp8_stack_part> parts, std::int64_t in, void* scratch,
                                    std::size_t scratch_bytes, void* dst, hipStream_t stream);
 

@@ -60,14 +60,15 @@ __global__ void __launch_bounds__(quant_threads)
   }
 }
 
-// Every block reduces the row maxima to the matrix's (a few KB from L2), block 0 writes the scale,
-// then each block encodes its rows four values per thread and step.
+// Every block reduces the n_maxima row maxima to the matrix's (a few KB from L2), block 0 writes
+// the scale, then each block encodes its rows four values per thread and step. n_maxima may
+// exceed rows: the rows of one part of a stacked matrix, scaled as the whole.
 template <class T>
 __global__ void __launch_bounds__(quant_threads)
     encode_kernel(const T* __restrict__ x, std::int64_t rows, int cols, const float* __restrict__ row_max,
-                  std::uint8_t* __restrict__ codes, float* __restrict__ scale_out) {
+                  std::int64_t n_maxima, std::uint8_t* __restrict__ codes, float* __restrict__ scale_out) {
   float m = 0.f;
-  for (std::int64_t r = threadIdx.x; r < rows; r += quant_threads) m = fmaxf(m, row_max[r]);
+  for (std::int64_t r = threadIdx.x; r < n_maxima; r += quant_threads) m = fmaxf(m, row_max[r]);
   m = gpu::block_reduce_max<quant_threads>(m);
   const float scale = m / 448.f, inv = scale > 0.f ? 1.f / scale : 0.f;
   if (blockIdx.x == 0 && threadIdx.x == 0) *scale_out = scale;
@@ -92,8 +93,8 @@ hipError_t quantize(const T* x, std::int64_t rows, std::int64_t cols, std::uint8
   }
   if (rows == 0) return hipSuccess;
   if (given == nullptr) row_max_kernel<T><<<row_blocks(rows), quant_threads, 0, stream>>>(x, rows, int(cols), scratch);
-  encode_kernel<T><<<row_blocks(rows), quant_threads, 0, stream>>>(x, rows, int(cols), given ? given : scratch, codes,
-                                                                   scale);
+  encode_kernel<T><<<row_blocks(rows), quant_threads, 0, stream>>>(x, rows, int(cols), given ? given : scratch, rows,
+                                                                   codes, scale);
   return hipGetLastError();
 }
 
@@ -139,28 +140,43 @@ hipError_t launch_make_fp8_matrix(model::ggml_type type, const void* w, std::int
 
 hipError_t launch_make_fp8_stacked(std::span<const fp8_stack_part> parts, std::int64_t in, void* scratch,
                                    std::size_t scratch_bytes, void* dst, hipStream_t stream) {
-  std::int64_t out = 0;
+  std::int64_t out = 0, widest = 0;
   for (const fp8_stack_part& p : parts) {
     if (p.w == nullptr || p.out <= 0 || !gpu::aligned16(p.w)) return hipErrorInvalidValue;
     out += p.out;
+    if (p.type != model::ggml_type::F16) widest = std::max(widest, p.out);
   }
-  if (parts.empty() || !gemm_fp8_shape_ok(in, out) || !gpu::aligned16(dst) || !gpu::aligned16(scratch) ||
-      scratch_bytes < std::size_t(in) * std::size_t(out) * 2) {
+  if (parts.empty() || !gemm_fp8_shape_ok(in, out) || !gpu::aligned16(dst) ||
+      (widest > 0 && (!gpu::aligned16(scratch) || scratch_bytes < std::size_t(in) * std::size_t(widest) * 2))) {
     return hipErrorInvalidValue;
-  }
-  auto* halves = static_cast<std::uint16_t*>(scratch);
-  std::int64_t row = 0;
-  for (const fp8_stack_part& p : parts) {
-    std::uint16_t* at = halves + row * in;  // in % 16 == 0: every part's rows stay 16-byte aligned
-    const hipError_t e = p.type == model::ggml_type::F16
-                             ? hipMemcpyAsync(at, p.w, std::size_t(p.out) * std::size_t(in) * 2, hipMemcpyDeviceToDevice, stream)
-                             : launch_dequantize(p.type, p.w, at, p.out, in, stream);
-    if (e != hipSuccess) return e;
-    row += p.out;
   }
   auto* codes = static_cast<std::uint8_t*>(dst);
   auto* scale = reinterpret_cast<float*>(codes + codes_bytes(in, out));
-  return quantize(static_cast<const std::uint16_t*>(halves), out, in, codes, scale, scale + 64, nullptr, stream);
+  float* row_max = scale + 64;  // 256 bytes past the scale: room for `out` maxima (tail_bytes)
+  // A part's halves: F16 as stored, else dequantized into the scratch.
+  const auto halves_of = [&](const fp8_stack_part& p, const std::uint16_t*& h) {
+    h = static_cast<const std::uint16_t*>(p.w);
+    if (p.type == model::ggml_type::F16) return hipSuccess;
+    h = static_cast<const std::uint16_t*>(scratch);
+    return launch_dequantize(p.type, p.w, static_cast<std::uint16_t*>(scratch), p.out, in, stream);
+  };
+  // Pass 1: every part's row maxima; pass 2: each part encoded against all of them (one scale).
+  for (const int pass : {1, 2}) {
+    std::int64_t row = 0;
+    for (const fp8_stack_part& p : parts) {
+      const std::uint16_t* h = nullptr;
+      if (const hipError_t e = halves_of(p, h); e != hipSuccess) return e;
+      if (pass == 1) {
+        row_max_kernel<std::uint16_t><<<row_blocks(p.out), quant_threads, 0, stream>>>(h, p.out, int(in), row_max + row);
+      } else {
+        encode_kernel<std::uint16_t><<<row_blocks(p.out), quant_threads, 0, stream>>>(h, p.out, int(in), row_max, out,
+                                                                                      codes + row * in, scale);
+      }
+      if (const hipError_t e = hipGetLastError(); e != hipSuccess) return e;
+      row += p.out;
+    }
+  }
+  return hipSuccess;
 }
 
 hipError_t launch_quantize_fp8(const float* x, std::int64_t rows, std::int64_t cols, std::uint8_t* codes, float* scale,

@@ -329,7 +329,9 @@ float logit_gap(const step_result& a, const step_result& b, const std::string& w
     }
     worst = std::max(worst, std::fabs(x.log_normalizer - y.log_normalizer) / scale);
     EXPECT_GE(shared, 4) << at;
-    if (x.top.size() > 1 && x.top[0].logit - x.top[1].logit > 0.1f * scale) EXPECT_EQ(x.top[0].token, y.top[0].token) << at;
+    if (x.top.size() > 1 && x.top[0].logit - x.top[1].logit > 0.1f * scale) {
+      EXPECT_EQ(x.top[0].token, y.top[0].token) << at;
+    }
   }
   return worst;
 }

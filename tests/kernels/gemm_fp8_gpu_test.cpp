@@ -119,6 +119,38 @@ TEST(GemmFp8Gpu, WeightCopyMatchesTheReference) {
   }
 }
 
+// A stacked copy (q/k/v or gate/up as one matrix) is the reference quantization of the parts'
+// f16-rounded values one after the other, one scale for all; made through a scratch that holds
+// only the widest quantized part (each part is dequantized twice: maxima, then codes).
+TEST(GemmFp8Gpu, StackedCopyIsTheReferenceOfThePartsTogether) {
+  require_fp8();
+  if (HasFatalFailure() || IsSkipped()) return;
+  std::mt19937 rng(77);
+  constexpr std::int64_t in = 512;
+  const std::vector<host_weight> parts = {host_weight(ggml_type::Q4_K, 70, in, rng), host_weight(ggml_type::Q6_K, 40, in, rng),
+                                          host_weight(ggml_type::F16, 30, in, rng)};
+  std::vector<float> halves;
+  std::vector<std::unique_ptr<device_bytes>> dws;
+  std::vector<fp8_stack_part> stack;
+  std::int64_t out = 0;
+  for (const host_weight& w : parts) {
+    for (const float v : w.values) halves.push_back(model::f16_to_f32(model::f32_to_f16(v)));
+    dws.push_back(std::make_unique<device_bytes>(w.bytes.size()));
+    dws.back()->upload(w.bytes.data(), w.bytes.size());
+    stack.push_back({.type = w.type, .w = dws.back()->data(), .out = w.rows});
+    out += w.rows;
+  }
+  std::vector<std::uint8_t> want(halves.size());
+  const float want_scale = fp8_quantize_tensor_ref(halves.data(), std::int64_t(halves.size()), want.data());
+  device_bytes scratch(std::size_t(70 * in * 2)), copy(fp8_matrix_bytes(in, out));
+  ANVIL_GPU_CHECK(launch_make_fp8_stacked(stack, in, scratch.data(), scratch.size(), copy.data(), nullptr));
+  ANVIL_GPU_CHECK(hipDeviceSynchronize());
+  const fp8_matrix m = fp8_matrix_at(copy.data(), in, out);
+  expect_codes_equal(download(copy, halves.size(), m.scale), want, want_scale);
+  EXPECT_EQ(launch_make_fp8_stacked(stack, in, scratch.data(), scratch.size() - 2, copy.data(), nullptr),
+            hipErrorInvalidValue);  // the widest quantized part does not fit the scratch
+}
+
 // The exact product of the decoded operands: y[t, o] = (sw sx) sum_i dec(W[o, i]) dec(x[t, i]) + b[o].
 std::vector<float> decoded_product(const std::vector<std::uint8_t>& wc, float sw, const std::vector<std::uint8_t>& xc,
                                    float sx, const float* bias, std::int64_t out, std::int64_t in, std::int64_t nt) {
