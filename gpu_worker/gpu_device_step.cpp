@@ -408,26 +408,21 @@ void gpu_device::run_layer(std::int64_t l) {
   }
   if (hp.qk_norm) {
     prof_.mark("q/k norm", stream_);
-    ok(kernels::launch_rms_norm({.x = q_in,
-                                 .weight = w.q_norm,
-                                 .y = q_in,
-                                 .rows = T * hp.n_head,
-                                 .cols = hp.head_dim,
-                                 .eps = hp.rms_eps,
-                                 .group_rows = stacked ? hp.n_head : 0,
-                                 .group_stride = stride},
-                                stream_),
-       "q norm");
-    ok(kernels::launch_rms_norm({.x = k_in,
-                                 .weight = w.k_norm,
-                                 .y = k_in,
-                                 .rows = T * hp.n_head_kv,
-                                 .cols = hp.head_dim,
-                                 .eps = hp.rms_eps,
-                                 .group_rows = stacked ? hp.n_head_kv : 0,
-                                 .group_stride = stride},
-                                stream_),
-       "k norm");
+    // Per head, in place: heads of packed rows, or the heads inside each token's stacked row.
+    const auto head_norm = [&](float* x, const float* weight, std::int64_t heads, const char* what) {
+      ok(kernels::launch_rms_norm({.x = x,
+                                   .weight = weight,
+                                   .y = x,
+                                   .rows = T * heads,
+                                   .cols = hp.head_dim,
+                                   .eps = hp.rms_eps,
+                                   .group_rows = stacked ? heads : 0,
+                                   .group_stride = stride},
+                                  stream_),
+         what);
+    };
+    head_norm(q_in, w.q_norm, hp.n_head, "q norm");
+    head_norm(k_in, w.k_norm, hp.n_head_kv, "k norm");
   }
   kernels::rope_kv_write_params rp{.q = q_,
                                    .k = k_in,
