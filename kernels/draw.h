@@ -14,11 +14,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__) || defined(__HIPCC__)
-#define ANVIL_DRAW_HD __host__ __device__
-#else
-#define ANVIL_DRAW_HD
-#endif
+#include "kernels/host_device.h"
 
 namespace anvil::kernels {
 
@@ -46,7 +42,7 @@ struct draw_cut {
 // The index of the drawn candidate in [0, k), or k for the tail token. prob[i] = exp(logit(top[i])
 // - log_normalizer) for the k candidates, descending; tail = the tail mass when there is a tail
 // token, else 0; u in [0, 1). Sums run in index order, as the sampler's reference does.
-ANVIL_DRAW_HD inline std::int32_t draw_pick(const double* prob, std::int32_t k, double tail, const draw_cut& c,
+ANVIL_HOST_DEVICE inline std::int32_t draw_pick(const double* prob, std::int32_t k, double tail, const draw_cut& c,
                                             double u) {
   if (c.greedy || k <= 0) return 0;
   const bool k_inside = c.top_k > 0 && c.top_k <= k;

@@ -70,7 +70,8 @@ inline float fp8_quantize_tensor_ref(const float* x, std::int64_t n, std::uint8_
 
 // Makes the copy of a GGUF weight w (any type launch_dequantize takes; F16 read as it is) at
 // `dst` (fp8_matrix_bytes of room, 16-byte aligned): non-F16 weights are dequantized into
-// `scratch` (out x in halves, 16-byte aligned) first. Start-up only; enqueued on `stream`.
+// `scratch` (out x in halves, 16-byte aligned) first. Start-up only; enqueued on `stream`. The
+// one-part case of launch_make_fp8_stacked below.
 hipError_t launch_make_fp8_matrix(model::ggml_type type, const void* w, std::int64_t in, std::int64_t out,
                                   void* scratch, std::size_t scratch_bytes, void* dst, hipStream_t stream);
 

@@ -124,18 +124,8 @@ fp8_matrix fp8_matrix_at(void* at, std::int64_t in, std::int64_t out) {
 
 hipError_t launch_make_fp8_matrix(model::ggml_type type, const void* w, std::int64_t in, std::int64_t out,
                                   void* scratch, std::size_t scratch_bytes, void* dst, hipStream_t stream) {
-  if (!gemm_fp8_shape_ok(in, out) || !gpu::aligned16(w) || !gpu::aligned16(dst)) return hipErrorInvalidValue;
-  auto* codes = static_cast<std::uint8_t*>(dst);
-  auto* scale = reinterpret_cast<float*>(codes + codes_bytes(in, out));
-  float* row_max = scale + 64;  // 256 bytes past the scale
-  const std::uint16_t* halves = static_cast<const std::uint16_t*>(w);
-  if (type != model::ggml_type::F16) {
-    if (scratch_bytes < std::size_t(in) * std::size_t(out) * 2 || !gpu::aligned16(scratch)) return hipErrorInvalidValue;
-    auto* s = static_cast<std::uint16_t*>(scratch);
-    if (const hipError_t e = launch_dequantize(type, w, s, out, in, stream); e != hipSuccess) return e;
-    halves = s;
-  }
-  return quantize(halves, out, in, codes, scale, row_max, nullptr, stream);
+  const fp8_stack_part one{.type = type, .w = w, .out = out};
+  return launch_make_fp8_stacked(std::span(&one, 1), in, scratch, scratch_bytes, dst, stream);
 }
 
 hipError_t launch_make_fp8_stacked(std::span<const fp8_stack_part> parts, std::int64_t in, void* scratch,
@@ -153,11 +143,15 @@ hipError_t launch_make_fp8_stacked(std::span<const fp8_stack_part> parts, std::i
   auto* codes = static_cast<std::uint8_t*>(dst);
   auto* scale = reinterpret_cast<float*>(codes + codes_bytes(in, out));
   float* row_max = scale + 64;  // 256 bytes past the scale: room for `out` maxima (tail_bytes)
-  // A part's halves: F16 as stored, else dequantized into the scratch.
+  // A part's halves: F16 as stored, else dequantized into the scratch (unless it still holds
+  // them: a copy of one weight dequantizes it once).
+  const void* in_scratch = nullptr;
   const auto halves_of = [&](const fp8_stack_part& p, const std::uint16_t*& h) {
     h = static_cast<const std::uint16_t*>(p.w);
     if (p.type == model::ggml_type::F16) return hipSuccess;
     h = static_cast<const std::uint16_t*>(scratch);
+    if (in_scratch == p.w) return hipSuccess;
+    in_scratch = p.w;
     return launch_dequantize(p.type, p.w, static_cast<std::uint16_t*>(scratch), p.out, in, stream);
   };
   // Pass 1: every part's row maxima; pass 2: each part encoded against all of them (one scale).

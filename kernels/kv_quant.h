@@ -18,11 +18,7 @@
 #include <optional>
 #include <string_view>
 
-#if !defined(ANVIL_HOST_DEVICE) && (defined(__CUDACC__) || defined(__HIPCC__))
-#define ANVIL_HOST_DEVICE __host__ __device__
-#elif !defined(ANVIL_HOST_DEVICE)
-#define ANVIL_HOST_DEVICE
-#endif
+#include "kernels/host_device.h"
 
 namespace anvil::kernels {
 
