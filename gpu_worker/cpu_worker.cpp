@@ -136,4 +136,6 @@ void cpu_worker::do_execute(step_plan plan, boost::asio::any_completion_handler<
   impl_->exec->execute(std::move(plan), std::move(handler));
 }
 
+void cpu_worker::do_masks(step_masks masks) { impl_->exec->masks(std::move(masks)); }
+
 }  // namespace anvil::gpu_worker

@@ -37,6 +37,7 @@ class cpu_worker final : public worker {
 
  private:
   void do_execute(step_plan plan, boost::asio::any_completion_handler<execute_signature> handler) override;
+  void do_masks(step_masks masks) override;
 
   struct impl;
   std::unique_ptr<impl> impl_;

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <vector>
 
@@ -69,23 +70,71 @@ std::string describe(const fault_injection& f) {
 // Steps go to the inner worker one at a time, in order: a delayed or failed step must not let the
 // next one overtake it, since a real worker answers in order (and a step may feed the tokens the
 // step before drew, gpu_worker::seq_step::feed_from).
+// A step's deferred masks (step_masks) follow its plan to the inner worker: held with the plan
+// while it waits here, passed on at once when the plan is there, dropped with a failed step.
 struct fault_injecting_worker::impl {
   struct pending {
     step_plan plan;
     boost::asio::any_completion_handler<execute_signature> handler;
+    std::optional<step_masks> masks{};  // came while the plan waited here
   };
   std::unique_ptr<worker> inner;
   fault_injection faults;
   boost::asio::any_io_executor ex;
   std::atomic<std::int64_t> next{0};
   std::shared_ptr<spdlog::logger> log = log::get("gpu");
-  std::mutex mu;
+  // Recursive: forward() holds it while the inner worker takes a plan, and a worker that answers
+  // inline (a test's) runs done() and start() for the next step within that call.
+  std::recursive_mutex mu;
   std::deque<pending> queue;  // mu
   bool busy = false;          // mu: a step is with the inner worker, or delayed, or being answered
+  // mu: the active step (the last one started): its number, whether its plan is with the inner
+  // worker yet (a delayed one is not), and masks that came before it was.
+  std::optional<std::uint64_t> active;
+  bool active_forwarded = false;
+  std::optional<step_masks> active_masks;
 
   void start(pending p);
+  // The active step's plan to the inner worker, then its masks.
+  template <class Handler>
+  void forward(step_plan plan, Handler handler, std::optional<step_masks> masks);
   void done();  // the active step was answered: start the next one
+  void masks(step_masks m);
 };
+
+void fault_injecting_worker::impl::masks(step_masks m) {
+  std::unique_lock lock(mu);
+  if (active == m.step) {
+    if (!active_forwarded) {
+      active_masks = std::move(m);
+      return;
+    }
+    lock.unlock();
+    return inner->send_masks(std::move(m));
+  }
+  for (pending& p : queue) {
+    if (p.plan.step == m.step) {
+      p.masks = std::move(m);
+      return;
+    }
+  }
+  // A failed step's (it never ran) or an unknown one's: nothing waits for them.
+}
+
+template <class Handler>
+void fault_injecting_worker::impl::forward(step_plan plan, Handler handler, std::optional<step_masks> m) {
+  const std::uint64_t step = plan.step;
+  {
+    // Under the lock, so that masks() cannot pass this plan's masks on before the plan.
+    std::lock_guard lock(mu);
+    inner->async_execute(std::move(plan), std::move(handler));
+    if (active == step) {
+      active_forwarded = true;
+      if (active_masks) m = std::exchange(active_masks, std::nullopt);
+    }
+  }
+  if (m) inner->send_masks(std::move(*m));
+}
 
 void fault_injecting_worker::impl::done() {
   std::unique_lock lock(mu);
@@ -101,6 +150,12 @@ void fault_injecting_worker::impl::done() {
 
 void fault_injecting_worker::impl::start(pending p) {
   const std::int64_t n = next++;
+  {
+    std::lock_guard lock(mu);
+    active = p.plan.step;
+    active_forwarded = false;
+    active_masks.reset();
+  }
   // The answer runs where the handler wants it (the scheduler's strand). The next step starts
   // first: the answer may end the caller's use of this worker (it may be destroyed as soon as the
   // handler has run), and the next step's own answer still comes after this one, through the same
@@ -122,11 +177,11 @@ void fault_injecting_worker::impl::start(pending p) {
     log->warn("step={} delayed by {} ms: injected (worker step {})", p.plan.step, faults.delay.count(), n);
     auto timer = std::make_shared<boost::asio::steady_timer>(ex, faults.delay);
     timer->async_wait([this, timer, answered, p = std::move(p)](boost::system::error_code) mutable {
-      inner->async_execute(std::move(p.plan), answered(std::move(p.handler)));
+      forward(std::move(p.plan), answered(std::move(p.handler)), std::move(p.masks));
     });
     return;
   }
-  inner->async_execute(std::move(p.plan), answered(std::move(p.handler)));
+  forward(std::move(p.plan), answered(std::move(p.handler)), std::move(p.masks));
 }
 
 fault_injecting_worker::fault_injecting_worker(std::unique_ptr<worker> inner, fault_injection faults,
@@ -156,5 +211,7 @@ void fault_injecting_worker::do_execute(step_plan plan, boost::asio::any_complet
   }
   m.start({std::move(plan), std::move(handler)});
 }
+
+void fault_injecting_worker::do_masks(step_masks masks) { impl_->masks(std::move(masks)); }
 
 }  // namespace anvil::gpu_worker

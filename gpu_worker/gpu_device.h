@@ -57,8 +57,11 @@ class gpu_device {
   // At most max_begun steps are begun and not collected (begin throws std::logic_error past it).
   // A seq_step with feed_from >= 0 feeds the token that the step begun just before drew for that
   // output, copied on the device (kernels/feed_tokens.h): its tokens[0] is a placeholder.
+  // A plan with deferred masks (seq_step::mask_deferred) is begun up to its logits; finish_begin()
+  // enqueues the rest once the masks are in the plan, and nothing else is begun in between.
   static constexpr std::size_t max_begun = 2;
   void begin(const step_plan& plan);
+  void finish_begin(const step_plan& plan);
   void collect(const step_plan& plan, step_result& result);
   // Whether the oldest step begun and not collected has ended on the device (never blocks).
   bool oldest_ended() const;
@@ -109,8 +112,10 @@ class gpu_device {
   void run_body();  // embedding, the layers, the final norm: step_ says the shape
   void run_layer(std::int64_t l);
   void run_attention(std::int64_t l, bool x8_out);  // x8_out: also the o projection's 8-bit input
-  // Enqueues the head, the candidates op and the copies of the records and scores back.
-  void run_head_and_candidates(const step_plan& plan);
+  // Enqueues the scores and their copy back, and the head; then (run_candidates) the candidates
+  // op and the copy of the records back.
+  void run_head();
+  void run_candidates(const step_plan& plan);
   void run_scores();
   // The feed_from tokens of the step being laid out, on the device (after the upload).
   void feed();
@@ -177,6 +182,7 @@ class gpu_device {
   // The step begun last, for a plan that feeds from it: whether its begin() returned, and its
   // records on the device (records_dev_ until the next step's candidates op).
   bool last_begin_ok_ = false;
+  bool holding_ = false;  // a step is begun up to its logits and waits for finish_begin()
   std::size_t last_outputs_ = 0, last_record_bytes_ = 0;
   // Decode graphs: graphs_[b - 1] runs run_body() for b decode sequences (null: run it eagerly).
   std::vector<hipGraphExec_t> graphs_;

@@ -170,6 +170,7 @@ void gpu_device::execute(const step_plan& plan, step_result& result) {
 
 void gpu_device::begin(const step_plan& plan) {
   if (begun_not_collected() >= max_begun) throw std::logic_error("gpu_device::begin: max_begun steps are not collected");
+  if (holding_) throw std::logic_error("gpu_device::begin: the step begun before waits for its masks");
   ok(hipSetDevice(device_), "select the device");  // per thread: steps run on the worker's own
   step_slot& slot = slots_[begun_ % n_slots];
   upload_host_ = slot.upload_host;
@@ -193,7 +194,18 @@ void gpu_device::begin(const step_plan& plan) {
   } else {
     run_body();
   }
-  run_head_and_candidates(plan);
+  run_head();
+  holding_ = true;
+  if (std::none_of(plan.seqs.begin(), plan.seqs.end(), [](const seq_step& s) { return s.mask_deferred; })) {
+    return finish_begin(plan);
+  }
+  prof_.mark("waiting for the masks", stream_);  // the device idles here when they come late
+}
+
+void gpu_device::finish_begin(const step_plan& plan) {
+  if (!std::exchange(holding_, false)) throw std::logic_error("gpu_device::finish_begin: no step waits for its masks");
+  step_slot& slot = slots_[begun_ % n_slots];
+  run_candidates(plan);
   prof_.end(stream_);
   ok(hipEventRecord(slot.end, stream_), "time the step");
   slot.record_bytes = kernels::candidates_record_bytes(lp_max_k_);
@@ -523,18 +535,12 @@ void gpu_device::run_attention(std::int64_t l, bool x8_out) {
   }
 }
 
-// The head only for the rows that need logits (gathered first), then the candidates reduction,
-// in as many launches as the logit-bias / penalty pairs need (one, unless they overflow the
-// upload buffer), and the compact records back.
-void gpu_device::run_head_and_candidates(const step_plan& plan) {
+// The scores, then the head only for the rows that need logits (gathered first).
+void gpu_device::run_head() {
   const model::hparams& hp = m_.hp;
   const std::int64_t rows = step_.n_logit_rows;
   prof_.mark("scores", stream_);
   run_scores();
-  lp_.clear();
-  lp_positions_.clear();
-  lp_seq_ids_.clear();
-  lp_max_k_ = 1;
   if (step_.n_scores > 0) {
     ok(hipMemcpyAsync(scores_host_, scores_dev_, std::size_t(step_.n_scores) * sizeof(float), hipMemcpyDeviceToHost, stream_),
        "copy the scores back");
@@ -552,7 +558,17 @@ void gpu_device::run_head_and_candidates(const step_plan& plan) {
                                stream_),
      "gather the logit rows");
   matmul(output_, nullptr, rows_, logits_, rows);
+}
 
+// The candidates reduction of the logits run_head() left, in as many launches as the logit-bias /
+// penalty pairs need (one, unless they overflow the upload buffer), and the compact records back.
+void gpu_device::run_candidates(const step_plan& plan) {
+  const model::hparams& hp = m_.hp;
+  lp_.clear();
+  lp_positions_.clear();
+  lp_seq_ids_.clear();
+  lp_max_k_ = 1;
+  if (step_.n_logit_rows == 0) return;
   for (const seq_step& s : plan.seqs) {
     if (!s.want_candidates) continue;
     lp_.push_back(s.logits);

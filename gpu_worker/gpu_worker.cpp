@@ -28,6 +28,7 @@ class gpu_backend final : public worker_device {
   void execute(const step_plan& plan, step_result& result) override { dev_.execute(plan, result); }
   bool queues_steps() const override { return true; }
   void begin(const step_plan& plan) override { dev_.begin(plan); }
+  void finish_begin(const step_plan& plan) override { dev_.finish_begin(plan); }
   void collect(const step_plan& plan, step_result& result) override { dev_.collect(plan, result); }
   bool oldest_ended() const override { return dev_.oldest_ended(); }
   std::uint64_t allocations() const override { return dev_.allocations(); }
@@ -88,5 +89,7 @@ std::uint64_t gpu_worker::device_allocations() const { return impl_->exec->alloc
 void gpu_worker::do_execute(step_plan plan, boost::asio::any_completion_handler<execute_signature> handler) {
   impl_->exec->execute(std::move(plan), std::move(handler));
 }
+
+void gpu_worker::do_masks(step_masks masks) { impl_->exec->masks(std::move(masks)); }
 
 }  // namespace anvil::gpu_worker

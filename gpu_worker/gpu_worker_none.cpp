@@ -15,5 +15,6 @@ bool gpu_worker::available() { return false; }
 const memory_plan& gpu_worker::plan() const { throw std::logic_error("no GPU worker"); }
 std::uint64_t gpu_worker::device_allocations() const { return 0; }
 void gpu_worker::do_execute(step_plan, boost::asio::any_completion_handler<execute_signature>) {}
+void gpu_worker::do_masks(step_masks) {}
 
 }  // namespace anvil::gpu_worker

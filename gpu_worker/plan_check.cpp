@@ -27,6 +27,12 @@ std::string check_plan(const step_plan& plan, const memory_plan& mem) {
       }
     }
     if (s.want_candidates && s.logits.top_k < 1) return where + "top_k must be at least 1";
+    if (!s.logits.allowed.empty() && std::int64_t(s.logits.allowed.size()) != (mem.n_vocab + 31) / 32) {
+      return where + "the mask does not cover the vocabulary";
+    }
+    if (s.mask_deferred && (!s.want_candidates || !s.logits.allowed.empty())) {
+      return where + "a deferred mask needs candidates and no mask yet";
+    }
     if (!s.score_targets.empty()) {
       if (s.score_targets.size() != s.tokens.size()) return where + "score_targets must have one entry per fed token";
       for (std::int32_t t : s.score_targets) {

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/async_result.hpp>
@@ -52,12 +53,18 @@ class worker {
         [this](auto handler, step_plan p) { do_execute(std::move(p), std::move(handler)); }, token, std::move(plan));
   }
 
+  // The masks of a step sent with seq_step::mask_deferred (messages/step.h): that step waits for
+  // them to process its logits, and they must come before the next plan. No reply: the step's own
+  // answer fails (errc::invalid_argument) when its masks are malformed or do not come in time.
+  void send_masks(step_masks masks) { do_masks(std::move(masks)); }
+
   virtual const memory_plan& plan() const = 0;
   // Device (arena) allocations since construction. Fixed once start-up is over: the one rule.
   virtual std::uint64_t device_allocations() const = 0;
 
  private:
   virtual void do_execute(step_plan plan, boost::asio::any_completion_handler<execute_signature> handler) = 0;
+  virtual void do_masks(step_masks masks) = 0;
 };
 
 }  // namespace anvil::gpu_worker

@@ -19,6 +19,37 @@ void worker_device::begin(const step_plan&) { throw std::logic_error("worker_dev
 void worker_device::collect(const step_plan&, step_result&) {
   throw std::logic_error("worker_device::collect: this device does not queue steps");
 }
+void worker_device::finish_begin(const step_plan&) {
+  throw std::logic_error("worker_device::finish_begin: this device does not queue steps");
+}
+
+bool defers_masks(const step_plan& plan) {
+  return std::any_of(plan.seqs.begin(), plan.seqs.end(), [](const seq_step& s) { return s.mask_deferred; });
+}
+
+std::string apply_masks(step_plan& plan, step_masks& masks, std::int64_t n_vocab) {
+  std::size_t deferred = 0;
+  for (const seq_step& s : plan.seqs) deferred += s.mask_deferred ? 1 : 0;
+  std::string why;
+  if (masks.step != plan.step) {
+    why = "masks for step " + std::to_string(masks.step);
+  } else if (masks.allowed.size() != deferred) {
+    why = std::to_string(masks.allowed.size()) + " masks for " + std::to_string(deferred) + " sequences waiting for one";
+  }
+  for (std::size_t i = 0; why.empty() && i < masks.allowed.size(); ++i) {
+    if (!masks.allowed[i].empty() && std::int64_t(masks.allowed[i].size()) != (n_vocab + 31) / 32) {
+      why = "mask " + std::to_string(i) + " does not cover the vocabulary";
+    }
+  }
+  std::size_t k = 0;
+  for (seq_step& s : plan.seqs) {
+    if (!s.mask_deferred) continue;
+    s.mask_deferred = false;
+    if (why.empty()) s.logits.allowed = std::move(masks.allowed[k++]);
+  }
+  return why;
+}
+
 
 worker_shell::worker_shell(boost::asio::any_io_executor ex, std::unique_ptr<worker_device> dev, const memory_plan& mem)
     : strand_actor(std::move(ex), {"gpu", 1024}), dev_(std::move(dev)), mem_(mem) {
@@ -29,13 +60,70 @@ worker_shell::worker_shell(boost::asio::any_io_executor ex, std::unique_ptr<work
 void worker_shell::execute(step_plan plan, boost::asio::any_completion_handler<worker::execute_signature> handler) {
   ask_later<step_result>(std::move(handler), [this, p = std::move(plan)](actors::reply<step_result> r) mutable {
     if (dev_->queues_steps()) return start(std::move(p), std::move(r));
-    actors::outcome<step_result> o = run(p);
-    if (o) {
-      r(error_code{}, std::move(*o));
-    } else {
-      r.fail(o.error());
+    if (held_) {  // its masks did not come before this plan: it cannot run
+      log().error("step={} failed: the next plan came before its masks", held_->plan.step);
+      held_step h = std::move(*held_);
+      held_.reset();
+      last_valid_ = false;
+      h.reply.fail(make_error_code(errc::invalid_argument));
     }
+    if (defers_masks(p)) {
+      held_.emplace(held_step{.plan = std::move(p), .reply = std::move(r)});
+      return;
+    }
+    run_and_answer(p, std::move(r));
   });
+}
+
+void worker_shell::masks(step_masks m) {
+  const std::uint64_t step = m.step;
+  const error_code refused = tell_urgent([this, m = std::move(m)]() mutable { on_masks(std::move(m)); });
+  if (refused) log().error("masks for step {} refused: {}", step, refused.message());
+}
+
+void worker_shell::run_and_answer(step_plan& plan, actors::reply<step_result> r) {
+  actors::outcome<step_result> o = run(plan);
+  if (o) {
+    r(error_code{}, std::move(*o));
+  } else {
+    r.fail(o.error());
+  }
+}
+
+void worker_shell::on_masks(step_masks m) {
+  if (held_ && held_->plan.step == m.step) {
+    held_step h = std::move(*held_);
+    held_.reset();
+    if (const std::string why = apply_masks(h.plan, m, mem_.n_vocab); !why.empty()) {
+      log().error("step={} rejected: {}", h.plan.step, why);
+      last_valid_ = false;
+      return h.reply.fail(make_error_code(errc::invalid_argument));
+    }
+    return run_and_answer(h.plan, std::move(h.reply));
+  }
+  for (queued_step& q : queued_) {
+    if (!q.awaiting_masks || q.plan.step != m.step) continue;
+    const std::string why = apply_masks(q.plan, m, mem_.n_vocab);
+    if (!why.empty()) log().error("step={} rejected: {}", q.plan.step, why);
+    return finish_waiting(q, why.empty() ? error_code{} : make_error_code(errc::invalid_argument));
+  }
+  // A step refused before it began, or one failed for want of these masks: nothing waits.
+  log().warn("masks for step {}, which waits for none: dropped", m.step);
+}
+
+void worker_shell::finish_waiting(queued_step& q, error_code late) {
+  q.awaiting_masks = false;
+  q.late_error = late;
+  try {
+    dev_->finish_begin(q.plan);
+  } catch (const std::exception& e) {
+    log().error("step={} failed: {}", q.plan.step, e.what());
+    q.error = make_error_code(errc::device_fault);  // not finished on the device: never collected
+  }
+  if (!polling_) {
+    polling_ = true;
+    boost::asio::post(get_executor(), [this] { poll(); });
+  }
 }
 
 std::string worker_shell::feed(step_plan& plan) const {
@@ -110,8 +198,13 @@ void worker_shell::start(step_plan plan, actors::reply<step_result> reply) {
   // completes its steps in order): behind the steps still queued, or at once.
   const auto fail = [&](error_code ec) {
     if (queued_.empty()) return reply.fail(ec);
-    queued_.push_back({std::move(plan), std::move(reply), t0, ec});
+    queued_.push_back({.plan = std::move(plan), .reply = std::move(reply), .t0 = t0, .error = ec, .awaiting_masks = false, .late_error = {}});
   };
+  if (!queued_.empty() && queued_.back().awaiting_masks) {  // they did not come before this plan
+    log().error("step={} failed: the next plan came before its masks", queued_.back().plan.step);
+    for (seq_step& s : queued_.back().plan.seqs) s.mask_deferred = false;  // it ends without them
+    finish_waiting(queued_.back(), make_error_code(errc::invalid_argument));
+  }
   if (!admit(plan)) return fail(make_error_code(errc::invalid_argument));
   while (queued_.size() >= 2) collect_oldest().send();  // the step being started holds the shell open
   try {
@@ -123,7 +216,8 @@ void worker_shell::start(step_plan plan, actors::reply<step_result> reply) {
   last_valid_ = true;
   last_step_ = plan.step;
   if (queued_.empty()) oldest_since_ = t0;
-  queued_.push_back({std::move(plan), std::move(reply), t0, {}});
+  const bool deferred = defers_masks(plan);  // begun up to its logits
+  queued_.push_back({.plan = std::move(plan), .reply = std::move(reply), .t0 = t0, .error = {}, .awaiting_masks = deferred, .late_error = {}});
   if (!polling_) {
     polling_ = true;
     boost::asio::post(get_executor(), [this] { poll(); });
@@ -146,6 +240,7 @@ worker_shell::collected worker_shell::collect_oldest() {
   }
   if (result.device_busy_us > 0) recent_busy_us_[busy_at_++ % std::size(recent_busy_us_)] = result.device_busy_us;
   answer(result, q.plan, q.t0);
+  if (q.late_error) return {std::move(q.reply), q.late_error};
   return {std::move(q.reply), std::move(result)};
 }
 
@@ -162,6 +257,7 @@ void worker_shell::collected::send() {
 void worker_shell::poll() {
   polling_ = false;
   if (queued_.empty()) return;
+  if (!queued_.front().error && queued_.front().awaiting_masks) return;  // polled again once they come
   if (queued_.front().error || dev_->oldest_ended()) {
     collected c = collect_oldest();
     if (!queued_.empty()) {

@@ -9,6 +9,10 @@
 // them on the device, and the shell begins a step as soon as it arrives, even while the one
 // before still runs, then collects and answers steps in order as they end (polling the device
 // from the strand, asleep while the step in hand has far to go).
+// A plan with deferred masks (seq_step::mask_deferred) waits for its step_masks: a device that
+// queues steps begins it up to its logits at once and finishes it when they come; for one that
+// does not, the shell holds the plan until then. The masks must come before the next plan: one
+// that comes first fails the waiting step (errc::invalid_argument), which runs without them.
 
 #pragma once
 
@@ -17,6 +21,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,7 +58,17 @@ class worker_device {
   virtual void collect(const step_plan& plan, step_result& result);
   // Whether the oldest step begun and not collected has ended (never blocks).
   virtual bool oldest_ended() const { return true; }
+  // A plan with deferred masks: begin() enqueues it up to its logits, and finish_begin() the rest
+  // once the shell has put the masks in the plan. Nothing else is begun in between; a step that
+  // fails to finish is not collected.
+  virtual void finish_begin(const step_plan& plan);
 };
+
+// Whether a plan waits for a step_masks (any seq_step::mask_deferred).
+bool defers_masks(const step_plan& plan);
+// Puts the masks into `plan` (each deferred sequence's logits.allowed, in plan order) and clears
+// mask_deferred; "" or why they do not fit it (then the deferred sequences get no mask).
+std::string apply_masks(step_plan& plan, step_masks& masks, std::int64_t n_vocab);
 
 class worker_shell : public actors::strand_actor {
  public:
@@ -63,6 +78,9 @@ class worker_shell : public actors::strand_actor {
   std::uint64_t allocations() const { return allocations_.load(std::memory_order_relaxed); }
 
   void execute(step_plan plan, boost::asio::any_completion_handler<worker::execute_signature> handler);
+  // The masks of the step waiting for them (worker::send_masks); taken even while a stop drains,
+  // since that step holds the shell open.
+  void masks(step_masks m);
 
  private:
   // A step begun on a device that queues steps, waiting to be collected and answered.
@@ -71,14 +89,26 @@ class worker_shell : public actors::strand_actor {
     actors::reply<step_result> reply;
     std::chrono::steady_clock::time_point t0;  // when it was begun
     error_code error;                          // set: refused or failed to begin, answered with it in turn
+    bool awaiting_masks = false;               // begun up to its logits: finish_begin() once they come
+    error_code late_error;                     // on the device, but answered with this once collected
+  };
+  // A step waiting for its masks on a device that does not queue steps: not run yet.
+  struct held_step {
+    step_plan plan;
+    actors::reply<step_result> reply;
   };
 
   // Feeds `plan` (feed()) and checks it (refuse()); false, logged, when the worker refuses it.
   bool admit(step_plan& plan);
   actors::outcome<step_result> run(step_plan& plan);
+  void run_and_answer(step_plan& plan, actors::reply<step_result> r);  // a device that does not queue steps
   // "" or why the worker refuses `plan` (check_plan, the device's context limit).
   std::string refuse(const step_plan& plan) const;
   void start(step_plan plan, actors::reply<step_result> reply);  // a device that queues steps
+  void on_masks(step_masks m);
+  // Finishes the queued step q waiting for its masks once they are in its plan; `late`: answer it
+  // with this error all the same (its masks were malformed, or never came).
+  void finish_waiting(queued_step& q, error_code late);
   struct collected {
     actors::reply<step_result> reply;
     actors::outcome<step_result> result;
@@ -102,6 +132,7 @@ class worker_shell : public actors::strand_actor {
   // is posted, when the oldest became the oldest (its start on the device, near enough), and the
   // device times of the last steps collected (how long the poll may sleep).
   std::deque<queued_step> queued_;
+  std::optional<held_step> held_;  // a device that does not queue steps
   bool polling_ = false;
   std::chrono::steady_clock::time_point oldest_since_;
   double recent_busy_us_[8] = {};

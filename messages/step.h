@@ -78,6 +78,10 @@ struct seq_step {
   std::vector<std::int32_t> block_table;    // block ids covering positions [0, start_pos + tokens.size())
   bool want_candidates = false;             // the next-token distribution after the last fed token is needed
   logit_params logits;                      // how to process it (when want_candidates)
+  // Constrained decoding planned ahead: logits.allowed is empty here and comes in a step_masks for
+  // this step, once the token fed (feed_from) is known to the automaton. The worker runs the
+  // forward pass meanwhile and waits for the mask only to process the logits.
+  bool mask_deferred = false;
   // Scoring (perplexity, prompt log-probabilities): empty, or one entry per fed token: the token
   // whose log-probability after tokens[0..j] is wanted, under the model's raw distribution
   // (log-softmax of the logits, no processing), or -1 for none.
@@ -94,6 +98,16 @@ struct step_plan {
   std::uint64_t step = 0;                   // step number, for logs (step=)
   std::vector<block_copy> copies;           // done first, in order
   std::vector<seq_step> seqs;               // at least one
+};
+
+// The masks a step planned ahead waited for (seq_step::mask_deferred): sent by the scheduler once
+// the step before it has completed, so each automaton has taken the token drawn there; they come
+// before any later plan. There is no reply: a step whose masks are missing or malformed fails.
+struct step_masks {
+  std::uint64_t step = 0;                   // the step (step_plan::step) they belong to
+  // One per seq_step with mask_deferred, in plan order: its logit_params::allowed. Empty for none
+  // (a sequence that ended meanwhile: its output is discarded, any mask does).
+  std::vector<std::vector<std::uint32_t>> allowed;
 };
 
 struct candidate {

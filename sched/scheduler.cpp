@@ -99,7 +99,8 @@ void scheduler::on_kv(error_code ec, kv::kv_batch_result r) {
   worker_.async_execute(std::move(*plan), on_strand([this, step](error_code ec2, gpu_worker::step_result res) {
     on_executed(step, ec2, std::move(res));
   }));
-  kick();  // the next step, ahead of this one
+  send_masks();  // the step before completed while this one was planned ahead of it
+  kick();        // the next step, ahead of this one
 }
 
 scheduler::step_done& scheduler::done(std::uint64_t step) {
@@ -168,8 +169,13 @@ void scheduler::drain() {
     } else {
       emit(core_.complete_step(std::span<sched::sampled_token>(d.sampled)));
     }
+    send_masks();  // the step planned ahead of this one, whose masks wait for its tokens
   }
   kick();
+}
+
+void scheduler::send_masks() {
+  if (std::optional<gpu_worker::step_masks> m = core_.take_masks()) worker_.send_masks(std::move(*m));
 }
 
 void scheduler::fail_everything(error_code ec, bool step_in_flight) {

@@ -8,8 +8,10 @@
 // Overlapped steps (sched_options::overlap): as soon as step N is on its way to the worker, the
 // scheduler plans step N+1 ahead of it (scheduler_core::can_plan_ahead) and sends it too, so the
 // worker has it queued when N ends and the GPU does not wait for the hops between the actors; N+1
-// feeds the tokens the worker drew in N, which never leave the device first. Without it (or when
-// the core cannot plan ahead) a step is planned once the one before has been sampled.
+// feeds the tokens the worker drew in N, which never leave the device first; a constrained
+// sequence's mask in N+1 follows once N has completed (send_masks), while N+1's forward pass runs.
+// Without it (or when the core cannot plan ahead) a step is planned once the one before has been
+// sampled.
 #pragma once
 
 #include <cstdint>
@@ -99,6 +101,9 @@ class scheduler : public actors::strand_actor {
                   std::vector<std::uint64_t> ids, std::vector<std::size_t> index, std::size_t n_outputs);
   // Completes (or fails) the oldest steps whose answers are in, in order; then kick().
   void drain();
+  // The deferred masks of the oldest step in flight, to the worker, once its step before has
+  // completed (scheduler_core::take_masks): before any later plan, as the worker needs.
+  void send_masks();
   sched_stats stats() const;
   // Adds a step's device timing to device_time_; the idle gap only when the loop ran without a
   // break since the step before (a gap spent waiting for requests is not the step loop's).

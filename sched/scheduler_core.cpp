@@ -49,8 +49,8 @@ void scheduler_core::finish(std::uint64_t id, finish_reason why, std::int32_t to
   (s.at == where::waiting ? waiting_ : running_).erase(key(s));
   if (s.kv_live) pending_release_.push_back(id);
   // A sequence ended mid-step produces nothing from the steps in flight.
-  for (std::vector<scheduled>& step : in_flight_) {
-    for (scheduled& sc : step) {
+  for (flying_step& step : in_flight_) {
+    for (scheduled& sc : step.seqs) {
       if (sc.id == id) sc.id = 0;
     }
   }
@@ -78,14 +78,12 @@ bool scheduler_core::has_penalties(const request& r) {
   return l.repetition_penalty != 1.f || l.presence_penalty != 0.f || l.frequency_penalty != 0.f;
 }
 
-// A constrained request's next mask depends on the token drawn, so its steps are planned serially.
-bool scheduler_core::device_drawable(const request& r) {
-  return r.logits.draw.on && !has_penalties(r) && !r.constraint;
-}
+// A constrained request planned ahead gets its mask later (take_masks).
+bool scheduler_core::device_drawable(const request& r) { return r.logits.draw.on && !has_penalties(r); }
 
 bool scheduler_core::can_plan_ahead() const {
   if (in_flight_.size() != 1 || ahead_blocked_) return false;
-  for (const scheduled& sc : in_flight_.front()) {
+  for (const scheduled& sc : in_flight_.front().seqs) {
     if (sc.id != 0 && sc.samples && !device_drawable(seqs_.at(sc.id).req)) return false;
   }
   return true;
@@ -118,7 +116,7 @@ kv::kv_batch scheduler_core::plan_kv(bool ahead) {
   std::unordered_map<std::uint64_t, in_flight_part> flying;
   if (ahead) {
     std::int32_t out = 0;
-    for (const scheduled& sc : in_flight_.front()) {
+    for (const scheduled& sc : in_flight_.front().seqs) {
       if (sc.id != 0) flying[sc.id] = {sc.n_new, sc.samples ? out : -1};
       out += sc.samples ? 1 : 0;
     }
@@ -191,6 +189,7 @@ gpu_worker::seq_step scheduler_core::make_step(const seq_state& s, std::int64_t 
     st.want_candidates = true;
     st.logits = s.req.logits;  // no penalties (device_drawable): no counts to miss
     suppress_ends(s, true, st.logits);
+    st.mask_deferred = s.req.constraint != nullptr;  // its state waits for that token: take_masks()
     return st;
   }
   st.tokens.assign(s.tokens.begin() + start, s.tokens.begin() + start + n_new);
@@ -219,7 +218,7 @@ std::optional<gpu_worker::step_plan> scheduler_core::plan_step(kv::kv_batch_resu
   std::vector<scheduled> step;
   const auto add = [&](const seq_state& s, const planned_op& p, kv::kv_op_result& r, std::int64_t start) {
     plan.seqs.push_back(make_step(s, start, p.n_tokens - start, std::move(r.block_table), p.feed_from));
-    step.push_back({p.id, p.n_tokens - start, plan.seqs.back().want_candidates});  // it samples if it asks
+    step.push_back({p.id, p.n_tokens - start, plan.seqs.back().want_candidates, plan.seqs.back().mask_deferred});  // it samples if it asks
     plan.copies.insert(plan.copies.end(), r.copies.begin(), r.copies.end());
   };
   bool admission_blocked = false;  // FCFS: once one admission fails, later ones wait too
@@ -287,7 +286,8 @@ std::optional<gpu_worker::step_plan> scheduler_core::plan_step(kv::kv_batch_resu
   }
   plan.step = next_step_++;
   stats_.steps_ahead += ahead;
-  in_flight_.push_back(std::move(step));
+  const bool owed = std::any_of(step.begin(), step.end(), [](const scheduled& sc) { return sc.mask_deferred; });
+  in_flight_.push_back({.step = plan.step, .seqs = std::move(step), .masks_owed = owed});
   return plan;
 }
 
@@ -318,7 +318,7 @@ std::vector<seq_event> scheduler_core::complete_step(std::span<const std::int32_
 
 std::vector<seq_event> scheduler_core::complete_step(std::span<sampled_token> sampled) {
   assert(!in_flight_.empty() && "complete_step needs a step in flight");
-  const std::vector<scheduled> step = std::move(in_flight_.front());
+  const std::vector<scheduled> step = std::move(in_flight_.front().seqs);
   in_flight_.pop_front();
   ahead_blocked_ = false;
   std::vector<seq_event> out;
@@ -359,11 +359,26 @@ std::vector<seq_event> scheduler_core::complete_step(std::span<sampled_token> sa
   return out;
 }
 
+std::optional<gpu_worker::step_masks> scheduler_core::take_masks() {
+  if (in_flight_.empty() || !in_flight_.front().masks_owed) return std::nullopt;
+  flying_step& f = in_flight_.front();
+  f.masks_owed = false;
+  gpu_worker::step_masks m{.step = f.step, .allowed = {}};
+  for (const scheduled& sc : f.seqs) {
+    if (!sc.mask_deferred) continue;
+    std::vector<std::uint32_t>& allowed = m.allowed.emplace_back();
+    if (sc.id == 0) continue;  // ended since it was planned: its output is discarded
+    const seq_state& s = seqs_.at(sc.id);
+    allowed = s.req.constraint->mask(s.constraint_state);
+  }
+  return m;
+}
+
 std::vector<seq_event> scheduler_core::fail_step(error_code why) {
   std::vector<seq_event> out;
   ++stats_.steps;
   if (in_flight_.empty()) return out;
-  const std::vector<scheduled> step = std::move(in_flight_.front());
+  const std::vector<scheduled> step = std::move(in_flight_.front().seqs);
   in_flight_.pop_front();
   ahead_blocked_ = false;
   for (const scheduled& sc : step) {

@@ -11,10 +11,13 @@
 // their tokens: a sequence that samples in it feeds the token the worker draws (seq_step::
 // feed_from), which stays on the device; one that will end by length then is left out; one that
 // ends by an end-of-generation token costs one wasted token, never a wrong one (its event never
-// leaves complete_step). A step is planned ahead only when can_plan_ahead(): one step in flight,
-// every sequence sampling in it drawn on the worker (logit_params::draw) and without penalties
-// (their counts would miss the token in flight), and the last attempt did not come back empty or
-// short of room (then the next plan waits for the step, and may preempt). Steps complete in order.
+// leaves complete_step). A constrained sequence's mask depends on that token, so it is deferred
+// (seq_step::mask_deferred): once the step before has completed, take_masks() gives the masks of
+// the states it led to, for the worker, which runs the forward pass meanwhile. A step is planned
+// ahead only when can_plan_ahead(): one step in flight, every sequence sampling in it drawn on the
+// worker (logit_params::draw) and without penalties (their counts would miss the token in flight),
+// and the last attempt did not come back empty or short of room (then the next plan waits for the
+// step, and may preempt). Steps complete in order.
 // Under the token budget and the sequence cap, decodes are never starved by long prompts:
 // running sequences are served first and a prompt is fed at most max_prefill_chunk tokens a step.
 // Ordering is FCFS within a priority (lower value first). Sequences are plain integers and token
@@ -133,6 +136,11 @@ class scheduler_core {
   // candidates, in plan order; each appended token's event carries its logprob and alternatives.
   std::vector<seq_event> complete_step(std::span<sampled_token> sampled);
   std::vector<seq_event> complete_step(std::span<const std::int32_t> tokens);  // tokens alone
+  // The masks the oldest step in flight waits for (seq_step::mask_deferred), once: a step planned
+  // ahead is the oldest when the step before it has completed (or failed), and each automaton has
+  // taken that step's token then. nullopt when it waits for none or they were taken. The worker
+  // must have them before the next plan (scheduler.h sends them at once).
+  std::optional<gpu_worker::step_masks> take_masks();
   // The oldest step in flight failed on the worker: its sequences finish with finish_reason::failed
   // and `why`.
   std::vector<seq_event> fail_step(error_code why = make_error_code(errc::device_fault));
@@ -178,6 +186,13 @@ class scheduler_core {
     std::uint64_t id;                  // 0: ended while the step was in flight
     std::int64_t n_new;
     bool samples;
+    bool mask_deferred = false;        // its mask comes with take_masks()
+  };
+  // A step on the worker.
+  struct flying_step {
+    std::uint64_t step = 0;
+    std::vector<scheduled> seqs;       // plan order
+    bool masks_owed = false;           // take_masks() has not given its deferred masks yet
   };
   // A sequence's part of the step in flight, seen when planning the next one.
   struct in_flight_part {
@@ -207,7 +222,7 @@ class scheduler_core {
   std::vector<planned_op> planned_;
   bool planning_ahead_ = false;                 // the last plan_kv was ahead of a step in flight
   bool ahead_blocked_ = false;                  // until the next complete: plan serially
-  std::deque<std::vector<scheduled>> in_flight_;  // steps on the worker, oldest first (at most two)
+  std::deque<flying_step> in_flight_;           // steps on the worker, oldest first (at most two)
   std::uint64_t next_step_ = 0;                 // the number of the next plan
   std::vector<seq_event> events_;
   std::uint64_t next_arrival_ = 0;

@@ -3,6 +3,7 @@
 // validating and ending by itself; regular expressions, GBNF grammars and json_object the same way; bad
 // constraints refused with the field named; constrained and unconstrained requests sharing steps.
 #include <future>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,44 @@ TEST(StructuredOutput, ThousandRandomSchemasGiveOutputsThatValidate) {
   }
   EXPECT_EQ(done, 1000);
   eng->async_stop(asio::use_future).get();
+}
+
+// Overlapped steps (engine_config::overlap_steps) plan constrained sequences ahead too, their masks
+// sent once the step before has completed (sched/scheduler.h): the tokens are those of serial
+// steps, request for request, and the steps are planned ahead.
+TEST(StructuredOutput, ConstrainedStepsArePlannedAheadAndGiveTheTokensOfSerialSteps) {
+  const std::string pattern = R"(\{"n": [0-9]{1,6}, "s": "[a-z ]{0,30}"\})";
+  std::map<bool, std::vector<completion>> runs;
+  std::map<bool, engine_stats> stats;
+  for (const bool overlap : {false, true}) {
+    engine_config cfg = config();
+    cfg.overlap_steps = overlap;
+    auto eng = engine::create(cfg);
+    anvil::testing::schema_gen gen(77);
+    std::vector<std::future<completion>> futures;
+    for (int i = 0; i < 16; ++i) {
+      structured_output c = i % 2 ? structured_output{.what = structured_output::kind::regex, .spec = pattern, .field = "regex"}
+                                  : structured_output{.what = structured_output::kind::json_schema,
+                                                      .spec = json::serialize(gen.schema(2)),
+                                                      .field = "response_format"};
+      generate_request r = constrained(std::move(c), 500u + std::uint64_t(i));
+      if (i % 4 == 0) r.sampling.temperature = 0.f;  // greedy ones too
+      futures.push_back(eng->async_generate(std::move(r), asio::use_future));
+    }
+    for (auto& f : futures) runs[overlap].push_back(f.get());
+    stats[overlap] = eng->stats();
+    eng->async_stop(asio::use_future).get();
+  }
+  const sampler::structured::dfa d = sampler::structured::compile_regex(pattern);
+  for (std::size_t i = 0; i < runs[true].size(); ++i) {
+    EXPECT_EQ(runs[true][i].tokens, runs[false][i].tokens) << "request " << i;
+    EXPECT_EQ(runs[true][i].finish_reason, "stop") << "request " << i << ": " << runs[true][i].text;
+    if (i % 2) {
+      EXPECT_TRUE(d.matches(runs[true][i].text)) << runs[true][i].text;
+    }
+  }
+  EXPECT_GT(stats[true].sched.steps_ahead, stats[true].sched.steps / 2) << stats[true].sched.steps;
+  EXPECT_EQ(stats[false].sched.steps_ahead, 0);
 }
 
 TEST(StructuredOutput, RegexAndJsonObjectAndUnconstrainedNeighbours) {

@@ -31,6 +31,7 @@ class mock_worker : public worker {
   MOCK_METHOD(const memory_plan&, plan, (), (const, override));
   MOCK_METHOD(std::uint64_t, device_allocations, (), (const, override));
   MOCK_METHOD(void, do_execute, (step_plan, asio::any_completion_handler<worker::execute_signature>), (override));
+  MOCK_METHOD(void, do_masks, (step_masks), (override));
 };
 
 TEST(FaultInjectionSpec, ParsesEachItemAndCombinations) {

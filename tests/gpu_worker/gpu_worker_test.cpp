@@ -763,6 +763,7 @@ TEST(GpuEngineStructured, RandomSchemasValidateAndGreedyOutputsMatchTheCpuEngine
   anvil::testing::schema_gen gen(9090);
   std::vector<boost::json::value> schemas;
   for (int i = 0; i < 48; ++i) schemas.push_back(gen.schema(3));
+  std::map<worker_backend, engine_stats> stats;
   const auto run = [&](worker_backend b) {
     engine_config cfg = engine_cfg(b, path);
     cfg.max_model_len = 2048;
@@ -781,10 +782,15 @@ TEST(GpuEngineStructured, RandomSchemasValidateAndGreedyOutputsMatchTheCpuEngine
     }
     std::vector<completion> out;
     for (auto& f : fs) out.push_back(f.get());
+    stats[b] = eng->stats();
     eng->async_stop(boost::asio::use_future).get();
     return out;
   };
   const std::vector<completion> cpu = run(worker_backend::cpu), gpu = run(worker_backend::gpu);
+  // Constrained steps are planned ahead, their masks sent once the step before has completed.
+  for (const worker_backend b : {worker_backend::cpu, worker_backend::gpu}) {
+    EXPECT_GT(stats[b].sched.steps_ahead, stats[b].sched.steps / 2) << stats[b].sched.steps;
+  }
   int same = 0, greedy = 0;
   for (std::size_t i = 0; i < schemas.size(); ++i) {
     SCOPED_TRACE(boost::json::serialize(schemas[i]));

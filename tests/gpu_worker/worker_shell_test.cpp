@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include <boost/asio/use_future.hpp>
@@ -29,6 +30,7 @@ class fake_queued_device final : public worker_device {
     std::mutex mu;
     std::vector<std::uint64_t> begun;
     std::size_t most_on_device = 0;
+    std::vector<std::pair<std::uint64_t, std::size_t>> finished;  // finish_begin: (step, words of its first mask)
   };
   explicit fake_queued_device(std::shared_ptr<record> r) : rec_(std::move(r)) {}
 
@@ -36,14 +38,30 @@ class fake_queued_device final : public worker_device {
   bool queues_steps() const override { return true; }
   void begin(const step_plan& plan) override {
     if (plan.seqs.front().seq_id == 666) throw std::runtime_error("the device failed to begin it");
-    on_device_.push_back({plan.step, 1000});  // polls until it ends: the next steps arrive meanwhile
+    if (!on_device_.empty() && on_device_.back().held) throw std::logic_error("begun while a step waits for its masks");
+    // Polls until it ends: the next steps arrive meanwhile. A step with deferred masks is held
+    // until finish_begin().
+    on_device_.push_back({plan.step, 1000, defers_masks(plan)});
     std::lock_guard lock(rec_->mu);
     rec_->begun.push_back(plan.step);
     rec_->most_on_device = std::max(rec_->most_on_device, on_device_.size());
   }
-  bool oldest_ended() const override { return on_device_.empty() || --on_device_.front().polls_left <= 0; }
+  void finish_begin(const step_plan& plan) override {
+    if (on_device_.empty() || !on_device_.back().held || on_device_.back().step != plan.step) {
+      throw std::logic_error("finish_begin without a held step");
+    }
+    if (defers_masks(plan)) throw std::logic_error("finish_begin before the masks are in the plan");
+    on_device_.back().held = false;
+    std::lock_guard lock(rec_->mu);
+    rec_->finished.emplace_back(plan.step, plan.seqs.front().logits.allowed.size());
+  }
+  bool oldest_ended() const override {
+    if (!on_device_.empty() && on_device_.front().held) throw std::logic_error("polled a step that waits for its masks");
+    return on_device_.empty() || --on_device_.front().polls_left <= 0;
+  }
   void collect(const step_plan& plan, step_result& result) override {
     if (on_device_.empty() || on_device_.front().step != plan.step) throw std::logic_error("collected out of order");
+    if (on_device_.front().held) throw std::logic_error("collected a step that waits for its masks");
     on_device_.pop_front();
     for (const seq_step& s : plan.seqs) {
       if (!s.want_candidates) continue;
@@ -63,6 +81,7 @@ class fake_queued_device final : public worker_device {
   struct on_device {
     std::uint64_t step;
     mutable int polls_left;
+    bool held;
   };
   mutable std::deque<on_device> on_device_;
   std::shared_ptr<record> rec_;
@@ -82,6 +101,17 @@ step_plan plan_of(std::uint64_t step, std::uint64_t seq, bool fed) {
   return p;
 }
 
+// A step planned ahead whose sequence's mask comes later (seq_step::mask_deferred).
+step_plan deferred_plan_of(std::uint64_t step, std::uint64_t seq) {
+  step_plan p = plan_of(step, seq, true);
+  p.seqs[0].mask_deferred = true;
+  return p;
+}
+
+step_masks masks_of(std::uint64_t step, std::size_t words) {
+  return {.step = step, .allowed = {std::vector<std::uint32_t>(words, 0xffffffffu)}};
+}
+
 struct answers {
   std::mutex mu;
   std::vector<std::pair<std::uint64_t, error_code>> got;  // (the plan's step, the answer's error)
@@ -89,13 +119,53 @@ struct answers {
   std::size_t expected = 0;
 };
 
+// A device that runs each step whole (the CPU's kind): it records the mask each step ran with.
+class fake_serial_device final : public worker_device {
+ public:
+  explicit fake_serial_device(std::shared_ptr<fake_queued_device::record> r) : rec_(std::move(r)) {}
+  void execute(const step_plan& plan, step_result& result) override {
+    if (defers_masks(plan)) throw std::logic_error("executed before its masks came");
+    std::lock_guard lock(rec_->mu);
+    rec_->begun.push_back(plan.step);
+    rec_->finished.emplace_back(plan.step, plan.seqs.front().logits.allowed.size());
+    for (const seq_step& s : plan.seqs) {
+      seq_output out;
+      out.seq_id = s.seq_id;
+      out.top = {{7, 0.f}};
+      out.drawn = 7;
+      result.outputs.push_back(std::move(out));
+    }
+  }
+  std::uint64_t allocations() const override { return 0; }
+  std::int64_t max_context() const override { return 1024; }
+  std::string describe(const memory_plan&) const override { return "fake serial device"; }
+  std::string unusable(std::uint64_t) const override { return ""; }
+
+ private:
+  std::shared_ptr<fake_queued_device::record> rec_;
+};
+
 struct harness {
   memory_plan mem{.device = "fake", .n_blocks = 16, .block_size = 16, .max_batch_tokens = 64, .max_seqs = 4, .n_vocab = 100};
   std::shared_ptr<fake_queued_device::record> rec = std::make_shared<fake_queued_device::record>();
   actors::executor_pool pool{"gpu", 1};
-  std::unique_ptr<worker_shell> shell =
-      std::make_unique<worker_shell>(pool.get_executor(), std::make_unique<fake_queued_device>(rec), mem);
+  std::unique_ptr<worker_shell> shell;
   answers a;
+
+  explicit harness(bool queued = true) {
+    std::unique_ptr<worker_device> dev;
+    if (queued) {
+      dev = std::make_unique<fake_queued_device>(rec);
+    } else {
+      dev = std::make_unique<fake_serial_device>(rec);
+    }
+    shell = std::make_unique<worker_shell>(pool.get_executor(), std::move(dev), mem);
+  }
+  // Answers so far, without waiting.
+  std::size_t answered() {
+    std::lock_guard lock(a.mu);
+    return a.got.size();
+  }
 
   void send(step_plan p) {
     const std::uint64_t step = p.step;
@@ -154,6 +224,63 @@ TEST(WorkerShellQueued, ARefusedOrFailedStepIsAnsweredAfterTheStepsStillOnTheDev
   EXPECT_EQ(got[4].second, make_error_code(errc::invalid_argument));
   std::lock_guard lock(h.rec->mu);
   EXPECT_EQ(h.rec->begun, (std::vector<std::uint64_t>{0, 1}));
+}
+
+// A step planned ahead with a deferred mask: begun up to its logits at once, then neither polled
+// nor answered until its masks come; they reach the device in the plan, and it is answered in
+// order. The 100-token vocabulary takes masks of 4 words.
+TEST(WorkerShellMasks, AStepWaitsForItsMasksAndRunsWithThem) {
+  for (const bool queued : {true, false}) {
+    SCOPED_TRACE(queued ? "a device that queues steps" : "a device that runs steps whole");
+    harness h(queued);
+    h.a.expected = 3;
+    h.send(plan_of(0, 1, false));
+    h.send(deferred_plan_of(1, 1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_EQ(h.answered(), 1u) << "step 1 was answered without its masks";
+    h.shell->masks(masks_of(1, 4));
+    h.send(plan_of(2, 1, true));
+    const auto got = h.wait();
+    ASSERT_EQ(got.size(), 3u);
+    for (std::uint64_t s = 0; s < 3; ++s) {
+      EXPECT_EQ(got[s].first, s);
+      EXPECT_FALSE(got[s].second) << s << ": " << got[s].second.message();
+    }
+    std::lock_guard lock(h.rec->mu);
+    EXPECT_EQ(h.rec->begun, (std::vector<std::uint64_t>{0, 1, 2}));
+    const std::vector<std::pair<std::uint64_t, std::size_t>> with_mask{{1, 4}};
+    if (queued) {
+      EXPECT_EQ(h.rec->finished, with_mask);
+    } else {
+      EXPECT_EQ(h.rec->finished, (std::vector<std::pair<std::uint64_t, std::size_t>>{{0, 0}, {1, 4}, {2, 0}}));
+    }
+  }
+}
+
+// Masks that do not fit their step fail it (it runs to its end without them on a device that
+// queues steps, so the device stays in order); a plan that comes before the masks of the step
+// waiting for them fails that step; the steps after go on.
+TEST(WorkerShellMasks, MalformedOrLateMasksFailTheirStepAlone) {
+  for (const bool queued : {true, false}) {
+    SCOPED_TRACE(queued ? "a device that queues steps" : "a device that runs steps whole");
+    harness h(queued);
+    h.a.expected = 5;
+    h.send(plan_of(0, 1, false));
+    h.send(deferred_plan_of(1, 1));
+    h.shell->masks(masks_of(1, 3));  // 3 words do not cover 100 tokens
+    h.send(plan_of(2, 1, false));
+    h.send(deferred_plan_of(3, 1));
+    h.send(plan_of(4, 1, false));  // before step 3's masks
+    h.shell->masks(masks_of(3, 4));  // too late: dropped
+    const auto got = h.wait();
+    ASSERT_EQ(got.size(), 5u);
+    for (std::uint64_t s = 0; s < 5; ++s) EXPECT_EQ(got[s].first, s);
+    EXPECT_FALSE(got[0].second);
+    EXPECT_EQ(got[1].second, make_error_code(errc::invalid_argument));
+    EXPECT_FALSE(got[2].second);
+    EXPECT_EQ(got[3].second, make_error_code(errc::invalid_argument));
+    EXPECT_FALSE(got[4].second) << got[4].second.message();
+  }
 }
 
 }  // namespace

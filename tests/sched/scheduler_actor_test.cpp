@@ -30,6 +30,7 @@ class mock_worker : public gpu_worker::worker {
   MOCK_METHOD(std::uint64_t, device_allocations, (), (const, override));
   MOCK_METHOD(void, do_execute,
               (gpu_worker::step_plan, asio::any_completion_handler<gpu_worker::worker::execute_signature>), (override));
+  MOCK_METHOD(void, do_masks, (gpu_worker::step_masks), (override));
 };
 
 // Candidates that make token `t` the certain choice.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <deque>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -12,11 +13,27 @@
 #include <gtest/gtest.h>
 
 #include "kv/kv_core.h"
+#include "sampler/structured/regex.h"
+#include "sampler/structured/token_masks.h"
 
 namespace {
 
 using namespace anvil;
 using namespace anvil::sched;
+
+// The fake sampler's choice for a sequence that asked for candidates: with a mask (constrained
+// decoding), the allowed token at (position mod their number), else a token from the sequence id
+// and the position. Like the real ones, it depends only on the sequence, the position and the mask.
+std::int32_t choose(const gpu_worker::seq_step& s, const std::vector<std::uint32_t>& mask) {
+  const std::int64_t pos = s.start_pos + std::int64_t(s.tokens.size());
+  if (mask.empty()) return std::int32_t((s.seq_id * 7 + std::uint64_t(pos)) % 50 + 1);
+  std::vector<std::int32_t> allowed;
+  for (std::size_t t = 0; t < mask.size() * 32; ++t) {
+    if ((mask[t / 32] >> (t % 32)) & 1u) allowed.push_back(std::int32_t(t));
+  }
+  EXPECT_FALSE(allowed.empty()) << "seq " << s.seq_id << ": a mask allows nothing";
+  return allowed.empty() ? 0 : allowed[std::size_t(pos) % allowed.size()];
+}
 
 struct driver {
   scheduler_core core;
@@ -47,7 +64,7 @@ struct driver {
     plans.push_back(*plan);
     std::vector<std::int32_t> sampled;
     for (const auto& s : plan->seqs) {
-      if (s.want_candidates) sampled.push_back(std::int32_t((s.seq_id * 7 + std::uint64_t(s.start_pos + std::int64_t(s.tokens.size()))) % 50 + 1));
+      if (s.want_candidates) sampled.push_back(choose(s, s.logits.allowed));
     }
     record(core.complete_step(sampled));
     return true;
@@ -296,25 +313,22 @@ TEST(SchedulerCore, ASharedPrefixIsComputedOnce) {
 
 // ---- Planning ahead (the overlapped step loop) ----
 
-// The fake sampler's token at `position` (the position it will take), which the fake worker also
-// "draws": like the real ones, both depend only on the sequence and the position.
-std::int32_t fake_token(std::uint64_t id, std::int64_t position) {
-  return std::int32_t((id * 7 + std::uint64_t(position)) % 50 + 1);
-}
-
 request drawable(request r) {
   r.logits.draw.on = true;
   return r;
 }
 
 // Drives the core as the scheduler actor does with overlap on: a step is planned ahead of the one
-// in flight whenever can_plan_ahead(), steps complete in order, and the fake worker resolves
-// feed_from from the step it ran just before (checking the numbering, as the worker shell does).
+// in flight whenever can_plan_ahead(), steps complete in order, the fake worker resolves
+// feed_from from the step it ran just before (checking the numbering, as the worker shell does)
+// and "draws" the fake sampler's token (choose()), and deferred masks are taken after each
+// completion and must be there when their step completes.
 struct pipelined_driver : driver {
   std::deque<gpu_worker::step_plan> flying;
   std::optional<std::uint64_t> last_step;
   std::vector<std::int32_t> last_drawn;
-  int ahead_plans = 0, fed = 0, wasted = 0;
+  int ahead_plans = 0, fed = 0, wasted = 0, deferred = 0;
+  std::map<std::uint64_t, gpu_worker::step_masks> masks;  // take_masks() answers, by step
   std::map<std::uint64_t, std::int64_t> next_pos;  // per sequence: the position its next fed token must have
 
   using driver::driver;
@@ -327,9 +341,32 @@ struct pipelined_driver : driver {
     record(core.take_events());
     if (!p) return false;
     ahead_plans += ahead;
+    for (const gpu_worker::seq_step& st : p->seqs) {
+      if (!st.mask_deferred) continue;
+      ++deferred;
+      EXPECT_TRUE(ahead && st.feed_from >= 0 && st.logits.allowed.empty()) << "seq " << st.seq_id;
+    }
+    EXPECT_FALSE(core.take_masks()) << "a step planned ahead gets its masks once the step before has completed";
     flying.push_back(*p);
     plans.push_back(*p);
     return true;
+  }
+  // The masks of the step now oldest, as the scheduler actor sends them after each completion.
+  void take_masks() {
+    std::optional<gpu_worker::step_masks> m = core.take_masks();
+    if (!m) return;
+    EXPECT_FALSE(core.take_masks()) << "given once";
+    ASSERT_FALSE(flying.empty());
+    EXPECT_EQ(m->step, flying.front().step);
+    std::size_t j = 0;
+    for (const gpu_worker::seq_step& st : flying.front().seqs) {
+      if (!st.mask_deferred) continue;
+      ASSERT_LT(j, m->allowed.size());
+      // A sequence that ended since its step was planned gets none (its output is discarded).
+      EXPECT_EQ(m->allowed[j++].empty(), finished.count(st.seq_id) != 0) << "seq " << st.seq_id;
+    }
+    EXPECT_EQ(j, m->allowed.size());
+    masks[m->step] = std::move(*m);
   }
   void complete_oldest() {
     gpu_worker::step_plan p = std::move(flying.front());
@@ -338,6 +375,7 @@ struct pipelined_driver : driver {
       EXPECT_EQ(p.step, *last_step + 1);
     }
     std::vector<std::int32_t> draws;
+    std::size_t deferred_seen = 0;
     for (gpu_worker::seq_step& s : p.seqs) {
       if (s.feed_from >= 0) {
         EXPECT_EQ(s.tokens, std::vector<std::int32_t>{-1});
@@ -345,7 +383,14 @@ struct pipelined_driver : driver {
         s.tokens[0] = last_drawn.at(std::size_t(s.feed_from));
         ++fed;
       }
-      if (s.want_candidates) draws.push_back(fake_token(s.seq_id, s.start_pos + std::int64_t(s.tokens.size())));
+      if (s.mask_deferred) {  // the worker waits for them: they must have come
+        EXPECT_TRUE(masks.count(p.step) && deferred_seen < masks[p.step].allowed.size()) << "step " << p.step;
+        if (masks.count(p.step) && deferred_seen < masks[p.step].allowed.size()) {
+          s.logits.allowed = masks[p.step].allowed[deferred_seen];
+        }
+        ++deferred_seen;
+      }
+      if (s.want_candidates) draws.push_back(choose(s, s.logits.allowed));
     }
     last_step = p.step;
     last_drawn = draws;
@@ -357,6 +402,7 @@ struct pipelined_driver : driver {
     }
     record(events);
     wasted += int(draws.size()) - int(std::count_if(events.begin(), events.end(), [](const seq_event& e) { return e.token >= 0; }));
+    take_masks();
   }
   void run(int max_rounds = 10000) {
     for (int i = 0; i < max_rounds && (core.has_work() || !flying.empty()); ++i) {
@@ -504,6 +550,81 @@ TEST(SchedulerCoreAhead, NoRoomAheadWaitsForASerialPlanThatMayPreempt) {
   for (std::uint64_t id = 1; id <= 3; ++id) EXPECT_EQ(d.generated[id], alone[id]) << id;
   EXPECT_EQ(d.kv.stats().counts.in_use, 0);
   EXPECT_EQ(d.kv.check(), "");
+}
+
+// Constrained decoding planned ahead: a step planned while the one before runs defers each
+// constrained sequence's mask (it depends on the token drawn there), take_masks() gives it once
+// that step has completed, and the outputs are those of serial planning, each in the language.
+std::shared_ptr<const sampler::structured::token_masks> tiny_constraint(const std::string& pattern) {
+  std::vector<std::string> bytes(64);
+  const char* pieces[] = {"a", "b", "c", "d", "ab", "ca", "bd", "abc", "cd"};
+  for (std::size_t i = 0; i < std::size(pieces); ++i) bytes[i + 1] = pieces[i];
+  auto trie = std::make_shared<const sampler::structured::vocab_trie>(std::move(bytes), std::vector<std::int32_t>{});
+  return std::make_shared<const sampler::structured::token_masks>(sampler::structured::compile_regex(pattern), trie);
+}
+
+std::string text_of(const std::vector<std::int32_t>& tokens) {
+  const char* pieces[] = {"", "a", "b", "c", "d", "ab", "ca", "bd", "abc", "cd"};
+  std::string out;
+  for (std::int32_t t : tokens) out += t >= 0 && t < 10 ? pieces[t] : "?";
+  return out;
+}
+
+TEST(SchedulerCoreAhead, ConstrainedSequencesArePlannedAheadWithTheirMasksDeferred) {
+  const std::string pattern = "[abc]{3,11}d";
+  const auto constraint = tiny_constraint(pattern);
+  driver serial(small_config(), 200);
+  pipelined_driver ahead(small_config(), 200);
+  for (std::uint64_t id = 1; id <= 6; ++id) {
+    request r = drawable(driver::req(id, 2 + id, 40));
+    if (id != 6) r.constraint = constraint;  // and one unconstrained neighbour
+    ASSERT_FALSE(serial.core.submit(r));
+    ASSERT_FALSE(ahead.core.submit(r));
+  }
+  serial.run();
+  ahead.run();
+  EXPECT_EQ(ahead.generated, serial.generated);
+  EXPECT_EQ(ahead.finished, serial.finished);
+  const sampler::structured::dfa d = sampler::structured::compile_regex(pattern);
+  for (std::uint64_t id = 1; id <= 5; ++id) {
+    EXPECT_EQ(ahead.finished[id], finish_reason::stop) << id;
+    EXPECT_TRUE(d.matches(text_of(ahead.generated[id]))) << id << ": " << text_of(ahead.generated[id]);
+  }
+  EXPECT_GT(ahead.deferred, 20);
+  EXPECT_EQ(ahead.masks.size(), std::size_t(std::count_if(ahead.plans.begin(), ahead.plans.end(), [](const auto& p) {
+              return std::any_of(p.seqs.begin(), p.seqs.end(), [](const auto& s) { return s.mask_deferred; });
+            })));
+  EXPECT_EQ(ahead.kv.stats().counts.in_use, 0);
+  EXPECT_FALSE(ahead.core.has_work());
+}
+
+TEST(SchedulerCoreAhead, ASequenceEndedWhileItsMaskWasDeferredGetsNone) {
+  const auto constraint = tiny_constraint("[abc]{20}d");
+  pipelined_driver d(small_config(), 200);
+  for (std::uint64_t id = 1; id <= 2; ++id) {
+    request r = drawable(driver::req(id, 5, 30));
+    r.constraint = constraint;
+    ASSERT_FALSE(d.core.submit(r));
+  }
+  ASSERT_TRUE(d.plan(false));
+  d.complete_oldest();  // both prefilled, one token each
+  ASSERT_TRUE(d.plan(false));
+  ASSERT_TRUE(d.core.can_plan_ahead()) << "constrained sequences are planned ahead too";
+  ASSERT_TRUE(d.plan(true));
+  ASSERT_TRUE(d.flying.back().seqs[0].mask_deferred);
+  d.core.cancel(1);
+  d.record(d.core.take_events());
+  d.complete_oldest();  // takes the masks: none for 1 (checked there), one for 2
+  ASSERT_EQ(d.masks.size(), 1u);
+  const gpu_worker::step_masks& m = d.masks.begin()->second;
+  ASSERT_EQ(m.allowed.size(), 2u);
+  EXPECT_TRUE(m.allowed[0].empty());
+  EXPECT_EQ(m.allowed[1].size(), 2u);  // 64 tokens
+  d.run();
+  EXPECT_EQ(d.finished[1], finish_reason::cancelled);
+  EXPECT_EQ(d.finished[2], finish_reason::stop);
+  EXPECT_EQ(text_of(d.generated[2]).size(), 21u) << text_of(d.generated[2]);
+  EXPECT_EQ(d.kv.stats().counts.in_use, 0);
 }
 
 }  // namespace
