@@ -415,6 +415,18 @@ struct pipelined_driver : driver {
   }
 };
 
+// The same requests planned serially and ahead: the same tokens and ends.
+void run_both(driver& serial, pipelined_driver& ahead, const std::vector<request>& rs) {
+  for (const request& r : rs) {
+    ASSERT_FALSE(serial.core.submit(r));
+    ASSERT_FALSE(ahead.core.submit(r));
+  }
+  serial.run();
+  ahead.run();
+  EXPECT_EQ(ahead.generated, serial.generated);
+  EXPECT_EQ(ahead.finished, serial.finished);
+}
+
 sched_config eog_config() {
   sched_config c = small_config();
   c.eog_tokens = {13};  // the fake token at some positions: those requests end early
@@ -424,15 +436,9 @@ sched_config eog_config() {
 TEST(SchedulerCoreAhead, PlansAheadAndGivesTheTokensOfSerialPlanning) {
   driver serial(eog_config(), 200);
   pipelined_driver ahead(eog_config(), 200);
-  for (std::uint64_t id = 1; id <= 10; ++id) {
-    const request r = drawable(driver::req(id, 3 + id * 5 % 23, 4 + std::int64_t(id * 3 % 17)));
-    ASSERT_FALSE(serial.core.submit(r));
-    ASSERT_FALSE(ahead.core.submit(r));
-  }
-  serial.run();
-  ahead.run();
-  EXPECT_EQ(ahead.generated, serial.generated);
-  EXPECT_EQ(ahead.finished, serial.finished);
+  std::vector<request> rs;
+  for (std::uint64_t id = 1; id <= 10; ++id) rs.push_back(drawable(driver::req(id, 3 + id * 5 % 23, 4 + std::int64_t(id * 3 % 17))));
+  run_both(serial, ahead, rs);
   EXPECT_EQ(ahead.finished.size(), 10u);
   EXPECT_GT(std::count_if(ahead.finished.begin(), ahead.finished.end(),
                           [](const auto& f) { return f.second == finish_reason::stop; }), 0)
@@ -575,16 +581,12 @@ TEST(SchedulerCoreAhead, ConstrainedSequencesArePlannedAheadWithTheirMasksDeferr
   const auto constraint = tiny_constraint(pattern);
   driver serial(small_config(), 200);
   pipelined_driver ahead(small_config(), 200);
+  std::vector<request> rs;
   for (std::uint64_t id = 1; id <= 6; ++id) {
-    request r = drawable(driver::req(id, 2 + id, 40));
-    if (id != 6) r.constraint = constraint;  // and one unconstrained neighbour
-    ASSERT_FALSE(serial.core.submit(r));
-    ASSERT_FALSE(ahead.core.submit(r));
+    rs.push_back(drawable(driver::req(id, 2 + id, 40)));
+    if (id != 6) rs.back().constraint = constraint;  // and one unconstrained neighbour
   }
-  serial.run();
-  ahead.run();
-  EXPECT_EQ(ahead.generated, serial.generated);
-  EXPECT_EQ(ahead.finished, serial.finished);
+  run_both(serial, ahead, rs);
   const sampler::structured::dfa d = sampler::structured::compile_regex(pattern);
   for (std::uint64_t id = 1; id <= 5; ++id) {
     EXPECT_EQ(ahead.finished[id], finish_reason::stop) << id;
