@@ -468,7 +468,9 @@ TEST_P(CandidatesGpu, MatchesCandidatesRef) {
     // exp, which a boundary this close would need).
     got.position = positions[s];
     EXPECT_EQ(got.drawn, draw_token(got, params[s]));
-    if (!params[s].draw.on) EXPECT_EQ(got.drawn, -1);
+    if (!params[s].draw.on) {
+      EXPECT_EQ(got.drawn, -1);
+    }
     ASSERT_EQ(got.top.size(), ref.top.size());
     std::size_t top_mismatch = 0;
     for (std::size_t i = 0; i < ref.top.size(); ++i) {
@@ -622,7 +624,9 @@ TEST(FeedTokensGpu, WritesEachFedRowTheDrawOfItsRecordAsTheReference) {
       EXPECT_TRUE(dids.guards_intact() && drows.guards_intact() && dfrom.guards_intact() && drecords.guards_intact());
       std::size_t zero_fed = 0;
       for (std::size_t i = 0; i < rows.size(); ++i) zero_fed += want[std::size_t(rows[i])] == 0;
-      if (n_records >= 4) EXPECT_GT(zero_fed, 0u) << "record 3 drew nothing: its row is fed 0";
+      if (n_records >= 4) {
+        EXPECT_GT(zero_fed, 0u) << "record 3 drew nothing: its row is fed 0";
+      }
     }
   }
   EXPECT_EQ(launch_feed_tokens({.n = 0}, nullptr), hipSuccess);
