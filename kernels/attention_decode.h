@@ -3,18 +3,18 @@
 // sequence whose K/V is already in the cache (rope_kv_write runs first): sequence s attends to
 // positions [0, context_lens[s]).
 //
-// Design (flash-decoding): a block takes one sequence, one kv head — and all query heads that
-// share it (GQA), so each K/V row is read from memory once — and one split of the context of
-// `split` positions (64, 256 or 1024). On NVIDIA sm_80+ (attention_decode_tensor_cores()) the products
-// run on tensor cores with the query heads as rows, K and V read straight from the cache into
-// registers, an online softmax per warp (attention_decode.hip has the details); elsewhere, on the
-// CUDA cores, scores go to shared memory, softmax in f32. With one split
-// the block writes the output; with several it writes its partial output and (max, sum) to the
-// workspace and a second kernel merges them. Splits have a fixed length, so a sequence's result
-// does not depend on the rest of the batch, and a single long sequence still fills the GPU. The
-// worker picks the length once, from the longest context it serves
-// (attention_decode_split_for): short splits give a short context more blocks (a decode step at
-// a context of 300 runs 5 splits of 64 per kv head instead of 2 of 256), long ones keep the
+// Design (flash-decoding): a block takes one sequence, one kv head — and all query heads that share
+// it (GQA), so each K/V row is read from memory once — and one split of the context of `split`
+// positions (64, 256, 1024 or, on tensor cores, 2048). On NVIDIA sm_80+
+// (attention_decode_tensor_cores()) the products run on tensor cores with the query heads as rows,
+// K and V read straight from the cache into registers, an online softmax per warp
+// (attention_decode.hip has the details); elsewhere, on the CUDA cores, scores go to shared memory,
+// softmax in f32. With one split the block writes the output; with several it writes its partial
+// output and (max, sum) to the workspace and a second kernel merges them. Splits have a fixed
+// length, so a sequence's result does not depend on the rest of the batch, and a single long
+// sequence still fills the GPU. The worker picks the length once, from the longest context it
+// serves (attention_decode_split_for): short splits give a short context more blocks (a decode step
+// at a context of 300 runs 5 splits of 64 per kv head instead of 2 of 256), long ones keep the
 // workspace and the merge small when contexts are long.
 #pragma once
 
@@ -28,14 +28,17 @@ namespace anvil::kernels {
 inline constexpr std::int64_t attention_decode_split = 256;        // context positions per split: the default
 inline constexpr std::int64_t attention_decode_short_split = 64;   // the other lengths the kernels take
 inline constexpr std::int64_t attention_decode_long_split = 1024;
+inline constexpr std::int64_t attention_decode_longest_split = 2048;  // the tensor-core kernel only
 
 // The split length for a worker whose sequences reach at most max_context positions. The
 // tensor-core kernel streams a split through a pipeline whose start and end cost a few
-// microseconds, so it takes long splits (1024: 88-94% of the copy bandwidth in f16 at 16-256
-// sequences, against 42-45% with splits of 64; bench/GPU_NOTES.md). The CUDA-core kernel keeps
-// 64 up to 4096 positions (at most 64 splits), 256 beyond.
+// microseconds, so it takes the longest splits: 2048 (f16 at 90-99% of the copy bandwidth at
+// 16-256 sequences of 1,000-8,192 positions, against 42-45% with splits of 64; the 8-bit caches,
+// whose splits hold half the bytes, gain most over 1024: fp8 at 256 x 1,500 70% → 80%, at
+// 64 x 1,500 61% → 73%; bench/GPU_NOTES.md, session 18). The CUDA-core kernel keeps 64 up to
+// 4096 positions (at most 64 splits), 256 beyond.
 inline std::int64_t attention_decode_split_for(std::int64_t max_context, bool tensor_cores) {
-  if (tensor_cores) return attention_decode_long_split;
+  if (tensor_cores) return attention_decode_longest_split;
   return max_context <= 4096 ? attention_decode_short_split : attention_decode_split;
 }
 
@@ -52,7 +55,8 @@ struct attention_decode_params {
   std::int64_t n_seqs = 0;                   // <= 65535
   std::int64_t max_context = 0;              // >= every context_lens[s]: sizes the grid and workspace
   float scale = 1.f;                         // usually 1 / sqrt(head_dim)
-  std::int64_t split = attention_decode_split;  // positions per split: attention_decode_split, _short_ or _long_split
+  std::int64_t split = attention_decode_split;  // positions per split: attention_decode_split, _short_, _long_ or
+                                                // (tensor cores) _longest_split
   // Optional: the output also in the 8-bit form the next GEMV reads from its workspace
   // (kernels/gemv.h, gemv_x8_rows for rows of n_heads * head_dim): yq [n_seqs, n_heads * head_dim],
   // yq_scales [n_seqs, n_heads * head_dim / 16] pairs — what the GEMV's own quantizer makes of

@@ -658,11 +658,15 @@ void launch_with_merge(const attention_decode_params& p, int group, Kernel kerne
 }
 
 // Calls f(std::integral_constant<int, split>) for the split length the launcher validated: each
-// kernel is a template over it.
-template <class F>
+// kernel is a template over it (the longest only for the tensor-core kernel, whose shared memory
+// holds a row offset per position where the CUDA-core kernel also holds the scores).
+template <bool TensorCores = false, class F>
 void with_split(std::int64_t split, F&& f) {
   constexpr int short_split = int(attention_decode_short_split), mid_split = int(attention_decode_split);
   constexpr int long_split = int(attention_decode_long_split);
+  if constexpr (TensorCores) {
+    if (split == attention_decode_longest_split) return f(std::integral_constant<int, int(attention_decode_longest_split)>{});
+  }
   if (split == short_split) {
     f(std::integral_constant<int, short_split>{});
   } else if (split == mid_split) {
@@ -693,7 +697,7 @@ template <kv_dtype T, int HeadDim>
 void launch_for_group(const attention_decode_params& p, int group, hipStream_t stream) {
 #if defined(ANVIL_GPU_CUDA)
   if (!p.cuda_cores_only && tc::device_has_mma()) {
-    with_split(p.split, [&](auto split) { launch_tc<T, HeadDim, decltype(split)::value>(p, group, stream); });
+    with_split<true>(p.split, [&](auto split) { launch_tc<T, HeadDim, decltype(split)::value>(p, group, stream); });
     return;
   }
 #endif
@@ -725,7 +729,8 @@ hipError_t launch_attention_decode(const attention_decode_params& p, hipStream_t
   if (p.n_seqs < 0 || p.n_seqs > 65535 || (hd != 64 && hd != 128) || n_kv <= 0 || p.n_heads <= 0 ||
       p.n_heads % n_kv != 0 || p.n_heads > 65535 || p.max_context < 1 || p.max_context > 0x7fffffff ||
       (p.split != attention_decode_split && p.split != attention_decode_short_split &&
-       p.split != attention_decode_long_split) ||
+       p.split != attention_decode_long_split &&
+       (p.split != attention_decode_longest_split || p.cuda_cores_only || !attention_decode_tensor_cores())) ||
       attention_decode_splits(p.max_context, p.split) > 65535 || p.cache.block_size <= 0 ||
       p.block_table_stride * p.cache.block_size < p.max_context) {
     return hipErrorInvalidValue;

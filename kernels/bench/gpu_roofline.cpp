@@ -30,8 +30,10 @@
 // GEMV cycles through enough copies of the weight to exceed the L2 cache several times, as a
 // model's layers do, so no figure comes from L2. Weights are random bytes (the kernels' speed
 // does not depend on the values). A plain main: the GPU machine has none of the Debian libraries.
-// Usage: gpu_roofline [--quick] [--quant-gemm] [--fp8-gemm]   (--quick: fewer repetitions, skips
-// the 128256-row shape; --quant-gemm / --fp8-gemm: the limits and that GEMM table only)
+// Usage: gpu_roofline [--quick] [--quant-gemm] [--fp8-gemm] [--decode-attention]   (--quick: fewer
+// repetitions, skips the 128256-row shape; --quant-gemm / --fp8-gemm: the limits and that GEMM
+// table only; --decode-attention: the limits and the decode attention table only, at the loads of
+// 256-sequence serving, the tensor-core kernel at each split length it takes)
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -399,9 +401,10 @@ void fp8_gemm_table(const fp8_table_args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, quant_only = false, fp8_only = false;
+  bool quick = false, quant_only = false, fp8_only = false, decode_only = false;
   for (int i = 1; i < argc; ++i) {
     quick = quick || std::strcmp(argv[i], "--quick") == 0;
+    decode_only = decode_only || std::strcmp(argv[i], "--decode-attention") == 0;
     quant_only = quant_only || std::strcmp(argv[i], "--quant-gemm") == 0;
     fp8_only = fp8_only || std::strcmp(argv[i], "--fp8-gemm") == 0;
   }
@@ -456,7 +459,9 @@ int main(int argc, char** argv) {
       std::int64_t seqs, ctx;
     };
     // Each load's cache is 160 MB or more in f16, so it does not sit in L2 between repetitions.
-    for (const load ld : {load{16, 8192}, load{64, 640}, load{256, 640}, load{256, 2000}}) {
+    const std::vector<load> loads = decode_only ? std::vector<load>{{256, 1000}, {256, 1500}, {256, 2000}, {64, 1500}, {16, 8192}}
+                                                : std::vector<load>{{16, 8192}, {64, 640}, {256, 640}, {256, 2000}};
+    for (const load ld : loads) {
       const std::int64_t per_seq = (ld.ctx + bs - 1) / bs, n_blocks = ld.seqs * per_seq;
       const bench_tables tables(n_blocks);
       const std::vector<std::int32_t> lens(std::size_t(ld.seqs), std::int32_t(ld.ctx));
@@ -471,33 +476,41 @@ int main(int argc, char** argv) {
         for (const bool cuda_cores : {false, true}) {
           if (cuda_cores && !kernels::attention_decode_tensor_cores()) continue;
           const bool tensor_cores = !cuda_cores && kernels::attention_decode_tensor_cores();
-          const std::int64_t split = kernels::attention_decode_split_for(ld.ctx, tensor_cores);
-          device_mem ws(std::max<std::size_t>(kernels::attention_decode_workspace_bytes(ld.seqs, n_heads, hd, ld.ctx, split), 16));
-          const kernels::attention_decode_params p{.q = q.as<float>(),
-                                                   .out = out.as<float>(),
-                                                   .cache = cache.view,
-                                                   .n_heads = n_heads,
-                                                   .block_tables = tables.d.as<std::int32_t>(),
-                                                   .block_table_stride = per_seq,
-                                                   .context_lens = d_lens.as<std::int32_t>(),
-                                                   .n_seqs = ld.seqs,
-                                                   .max_context = ld.ctx,
-                                                   .scale = 0.088f,
-                                                   .split = split,
-                                                   .workspace = ws.p,
-                                                   .workspace_bytes = ws.n,
-                                                   .cuda_cores_only = cuda_cores};
-          const double ms = time_ms([&](int) { CHECK(kernels::launch_attention_decode(p, nullptr)); }, 10, reps);
-          // Bytes a step must read: every position's K and V row of the layer (and their scales).
-          const double bytes = double(ld.seqs * ld.ctx * n_kv) * 2 * double(kernels::kv_row_bytes_device(t, hd));
-          const double gbs = bytes / (ms * 1e-3) / 1e9;
-          std::printf("%-6s %-7s %8lld %8lld %6lld | %9.1f %9.0f %6.1f%%\n", std::string(kernels::kv_dtype_name(t)).c_str(),
-                      tensor_cores ? "tensor" : "cuda", static_cast<long long>(ld.seqs), static_cast<long long>(ld.ctx),
-                      static_cast<long long>(split), ms * 1e3, gbs, 100 * gbs / copy_gbs);
+          const std::int64_t given = kernels::attention_decode_split_for(ld.ctx, tensor_cores);
+          std::vector<std::int64_t> splits{given};
+          if (decode_only && tensor_cores) {
+            splits = {kernels::attention_decode_short_split, kernels::attention_decode_split, kernels::attention_decode_long_split,
+                      kernels::attention_decode_longest_split};
+          }
+          for (const std::int64_t split : splits) {
+            device_mem ws(std::max<std::size_t>(kernels::attention_decode_workspace_bytes(ld.seqs, n_heads, hd, ld.ctx, split), 16));
+            const kernels::attention_decode_params p{.q = q.as<float>(),
+                                                     .out = out.as<float>(),
+                                                     .cache = cache.view,
+                                                     .n_heads = n_heads,
+                                                     .block_tables = tables.d.as<std::int32_t>(),
+                                                     .block_table_stride = per_seq,
+                                                     .context_lens = d_lens.as<std::int32_t>(),
+                                                     .n_seqs = ld.seqs,
+                                                     .max_context = ld.ctx,
+                                                     .scale = 0.088f,
+                                                     .split = split,
+                                                     .workspace = ws.p,
+                                                     .workspace_bytes = ws.n,
+                                                     .cuda_cores_only = cuda_cores};
+            const double ms = time_ms([&](int) { CHECK(kernels::launch_attention_decode(p, nullptr)); }, 10, reps);
+            // Bytes a step must read: every position's K and V row of the layer (and their scales).
+            const double bytes = double(ld.seqs * ld.ctx * n_kv) * 2 * double(kernels::kv_row_bytes_device(t, hd));
+            const double gbs = bytes / (ms * 1e-3) / 1e9;
+            std::printf("%-6s %-7s %8lld %8lld %6lld | %9.1f %9.0f %6.1f%%\n", std::string(kernels::kv_dtype_name(t)).c_str(),
+                        tensor_cores ? "tensor" : "cuda", static_cast<long long>(ld.seqs), static_cast<long long>(ld.ctx),
+                        static_cast<long long>(split), ms * 1e3, gbs, 100 * gbs / copy_gbs);
+          }
         }
       }
     }
   }
+  if (decode_only) return 0;
 
   // ---- prefill attention ----
   if (!quant_only) {

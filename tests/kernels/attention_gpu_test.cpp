@@ -330,7 +330,9 @@ TEST_P(RopeKvWriteGpu, ReadsQkvFromOneFusedRowAsFromPackedRows) {
       q_out = from_fused ? dq.download() : d.q.download();
       cache = dc.download();
       scales = ds.download();
-      if (from_fused) EXPECT_EQ(dfused.download(), fused) << "the fused rows are read only";
+      if (from_fused) {
+        EXPECT_EQ(dfused.download(), fused) << "the fused rows are read only";
+      }
       EXPECT_TRUE(dfused.guards_intact() && dq.guards_intact() && dc.guards_intact() && ds.guards_intact() && d.intact());
     };
     std::vector<float> q_packed, q_fused, s_packed, s_fused;
@@ -501,7 +503,9 @@ TEST_P(AttentionDecodeGpu, MatchesReferenceOnItsCache) {
       if (cuda_cores && !attention_decode_tensor_cores()) continue;
       const bool tensor_cores = !cuda_cores && attention_decode_tensor_cores();
       SCOPED_TRACE(tensor_cores ? "tensor cores" : "CUDA cores");
-      for (const std::int64_t split : {attention_decode_split, attention_decode_short_split, attention_decode_long_split}) {
+      std::vector<std::int64_t> splits{attention_decode_split, attention_decode_short_split, attention_decode_long_split};
+      if (tensor_cores) splits.push_back(attention_decode_longest_split);  // the tensor-core kernel's own
+      for (const std::int64_t split : splits) {
         SCOPED_TRACE("split " + std::to_string(split));
 
         guarded_array<float> dq(s.q), dout(s.q.size());
@@ -662,8 +666,12 @@ TEST(AttentionGpuLaunch, RejectsBadShapesWithoutLaunching) {
   d.block_table_stride = 100;
   EXPECT_EQ(launch_attention_decode(d, nullptr), hipErrorInvalidValue);
   d.max_context = 1;
-  d.split = 128;  // the kernels take splits of 64, 256 or 1024 only
+  d.split = 128;  // the kernels take splits of 64, 256, 1024 or (tensor cores) 2048 only
   EXPECT_EQ(launch_attention_decode(d, nullptr), hipErrorInvalidValue);
+  d.split = attention_decode_longest_split;
+  d.cuda_cores_only = true;  // the CUDA-core kernel's scores for 2048 positions would not fit its shared memory
+  EXPECT_EQ(launch_attention_decode(d, nullptr), hipErrorInvalidValue);
+  d.cuda_cores_only = false;
   d.split = attention_decode_split;
   std::int8_t yq[8];
   d.yq = yq;  // an 8-bit output without its scales
