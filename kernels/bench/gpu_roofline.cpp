@@ -533,7 +533,7 @@ int main(int argc, char** argv) {
       CHECK(hipMemcpy(d_seqs.p, seqs.data(), d_seqs.n, hipMemcpyHostToDevice));
       device_mem q(std::size_t(ch.seqs * ch.tokens * n_heads * hd) * 4), out(q.n);
       CHECK(hipMemset(q.p, 0, q.n));
-      for (const kernels::kv_dtype t : {kernels::kv_dtype::f16, kernels::kv_dtype::int8}) {
+      for (const kernels::kv_dtype t : {kernels::kv_dtype::f16, kernels::kv_dtype::int8, kernels::kv_dtype::fp8}) {
         const bench_cache cache(t, n_blocks);
         const kernels::attention_prefill_params p{.q = q.as<float>(),
                                                   .out = out.as<float>(),
