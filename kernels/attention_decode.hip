@@ -275,12 +275,7 @@ __device__ __forceinline__ void halves(typename kv_vec8<T>::raw r, unsigned (&h)
     h[0] = r.x, h[1] = r.y, h[2] = r.z, h[3] = r.w;
   } else if constexpr (T == kv_dtype::fp8) {
 #if __CUDA_ARCH__ >= 890
-    // The conversion instruction (Ada, Hopper), two codes at a time: the codes' own values.
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const unsigned short two = static_cast<unsigned short>((i < 2 ? r.x : r.y) >> (16 * (i % 2)));
-      asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h[i]) : "h"(two));
-    }
+    fp8x8_to_half2x4_cvt(r, h);  // the conversion instruction: the codes' own values
 #else
     fp8x4_to_half2x2(r.x, h[0], h[1]);
     fp8x4_to_half2x2(r.y, h[2], h[3]);

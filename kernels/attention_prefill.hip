@@ -31,14 +31,12 @@ __device__ __forceinline__ uint4 decoded8(typename kv_vec8<T>::raw r, float sc) 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
   if constexpr (T == kv_dtype::fp8) {
     const float s = sc / fp8_half_decode_factor;
-    unsigned o[4];
+    unsigned h[4], o[4];
+    fp8x8_to_half2x4_cvt(r, h);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      unsigned h;
-      const unsigned short two = static_cast<unsigned short>((i < 2 ? r.x : r.y) >> (16 * (i % 2)));
-      asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(two));
-      o[i] = gpu::floats_to_half2_bits(gpu::half_bits_to_float(static_cast<unsigned short>(h & 0xffffu)) * s,
-                                       gpu::half_bits_to_float(static_cast<unsigned short>(h >> 16)) * s);
+      o[i] = gpu::floats_to_half2_bits(gpu::half_bits_to_float(static_cast<unsigned short>(h[i] & 0xffffu)) * s,
+                                       gpu::half_bits_to_float(static_cast<unsigned short>(h[i] >> 16)) * s);
     }
     return make_uint4(o[0], o[1], o[2], o[3]);
   }

@@ -52,6 +52,18 @@ struct kv_vec8 {
   }
 };
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+// Eight fp8 codes as four half2 words (elements 2w and 2w + 1 in word w), the codes' own values, by
+// the conversion instruction (Ada, Hopper), two codes at a time.
+__device__ __forceinline__ void fp8x8_to_half2x4_cvt(uint2 r, unsigned (&h)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const unsigned short two = static_cast<unsigned short>((i < 2 ? r.x : r.y) >> (16 * (i % 2)));
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h[i]) : "h"(two));
+  }
+}
+#endif
+
 // The factor of row `row` (slot * n_kv_heads + kv head).
 template <kv_dtype T>
 __device__ __forceinline__ float kv_row_scale(const float* scales, std::int64_t row) {
