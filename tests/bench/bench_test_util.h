@@ -15,11 +15,12 @@
 #include <gtest/gtest.h>
 
 #include "bench/load/bench_options.h"
+#include "tests/scratch_dir.h"
 
 namespace anvil::bench::testing {
 
 inline std::string temp_path(const std::string& name) {
-  return ::testing::TempDir() + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" + name;
+  return anvil::testing::scratch_path(std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" + name);
 }
 
 inline std::string read_text(const std::string& path) {

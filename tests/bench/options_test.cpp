@@ -5,11 +5,10 @@
 #include <cstdio>
 #include <fstream>
 
-#include <unistd.h>
-
 #include <gtest/gtest.h>
 
 #include "bench/load/prompts.h"
+#include "tests/scratch_dir.h"
 
 namespace anvil::bench {
 namespace {
@@ -114,7 +113,7 @@ TEST(BenchPrompts, RandomPromptsAreSeededAndSized) {
 }
 
 TEST(BenchPrompts, DatasetCyclesAndKeepsOutputLens) {
-  const std::string path = ::testing::TempDir() + "bench_dataset_" + std::to_string(::getpid()) + ".jsonl";
+  const std::string path = anvil::testing::scratch_path("bench_dataset.jsonl");
   {
     std::ofstream f(path);
     f << R"({"prompt": "one two", "output_len": 3})" << "\n\n"

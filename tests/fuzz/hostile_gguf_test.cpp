@@ -24,6 +24,7 @@
 #include "model/arch/cpu_forward.h"
 #include "tests/fuzz/alloc_counter.h"
 #include "tests/fuzz/gguf_image.h"
+#include "tests/scratch_dir.h"
 
 namespace {
 
@@ -40,8 +41,7 @@ constexpr std::size_t kv_budget = 256u << 10;
 
 std::string temp_file(const bytes& b) {
   static int n = 0;
-  const auto p = std::filesystem::temp_directory_path() /
-                 ("anvil_hostile_" + std::to_string(::getpid()) + "_" + std::to_string(n++) + ".gguf");
+  const auto p = anvil::testing::scratch_dir() / ("hostile_" + std::to_string(n++) + ".gguf");
   std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
   return p.string();
 }

@@ -6,6 +6,7 @@
 
 #include "model/arch/default_model.h"
 #include "model/model_error.h"
+#include "tests/scratch_dir.h"
 
 namespace {
 
@@ -15,7 +16,7 @@ namespace fs = std::filesystem;
 class DefaultModel : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = fs::path(::testing::TempDir()) / ("anvil_default_model_" + std::to_string(::getpid()));
+    root_ = anvil::testing::scratch_dir() / "default_model";
     fs::remove_all(root_);
     fs::create_directories(root_ / "repo" / "build" / "bin");
   }

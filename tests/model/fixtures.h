@@ -1,7 +1,5 @@
-// Small random-weight models for tests, written once per test process into a temp directory.
+// Small random-weight models for tests, written once per test process into its scratch folder.
 #pragma once
-
-#include <unistd.h>
 
 #include <filesystem>
 #include <map>
@@ -10,6 +8,7 @@
 #include <vector>
 
 #include "model/arch/synth.h"
+#include "tests/scratch_dir.h"
 
 namespace anvil::model::testing {
 
@@ -17,8 +16,7 @@ inline std::string synth_fixture(const std::string& shape, synth_mix mix, std::u
   static std::map<std::string, std::string> made;
   const std::string key = shape + "-" + std::string(synth_mix_name(mix)) + "-" + std::to_string(seed);
   if (auto it = made.find(key); it != made.end()) return it->second;
-  const auto dir = std::filesystem::temp_directory_path() / ("anvil_fixtures_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const auto& dir = anvil::testing::scratch_dir();
   const std::string path = (dir / (key + ".gguf")).string();
   synth_options opt;
   opt.shape = *find_synth_shape(shape);
@@ -32,8 +30,7 @@ inline std::string synth_fixture(const std::string& shape, synth_mix mix, std::u
 // The tiny f32 model with a ChatML chat template (for the chat endpoints), written once per process.
 inline const std::string& chatml_fixture() {
   static const std::string path = [] {
-    const auto dir = std::filesystem::temp_directory_path() / ("anvil_fixtures_" + std::to_string(::getpid()));
-    std::filesystem::create_directories(dir);
+    const auto& dir = anvil::testing::scratch_dir();
     synth_options opt;
     opt.shape = *find_synth_shape("tiny");
     opt.mix = synth_mix::f32;
@@ -57,8 +54,7 @@ inline std::string scripted_chat_fixture(const std::string& name, const std::str
                                          const std::set<std::string>& control = {}, unsigned char after = '\n') {
   static std::map<std::string, std::string> made;
   if (auto it = made.find(name); it != made.end()) return it->second;
-  const auto dir = std::filesystem::temp_directory_path() / ("anvil_fixtures_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const auto& dir = anvil::testing::scratch_dir();
   synth_options opt;
   opt.shape = *find_synth_shape("tiny");
   opt.mix = synth_mix::f32;

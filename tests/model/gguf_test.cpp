@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "model/gguf/gguf.h"
+#include "tests/scratch_dir.h"
 
 namespace {
 
@@ -57,7 +58,7 @@ std::string parse_error(const std::vector<std::byte>& bytes) {
   } while (0)
 
 std::filesystem::path temp_path(const std::string& name) {
-  return std::filesystem::temp_directory_path() / ("anvil_gguf_test_" + std::to_string(::getpid()) + "_" + name);
+  return anvil::testing::scratch_dir() / name;
 }
 
 std::vector<std::byte> read_all(const std::filesystem::path& p) {

@@ -7,12 +7,11 @@
 #include <string>
 #include <vector>
 
-#include <unistd.h>
-
 #include <gtest/gtest.h>
 
 #include "model/arch/cpu_forward.h"
 #include "tests/model/fixtures.h"
+#include "tests/scratch_dir.h"
 
 namespace {
 
@@ -23,7 +22,7 @@ namespace kernels = anvil::kernels;
 std::string load_error(gguf_writer& w) {
   // One file per process: the loader maps it, and another process rewriting the same path (two
   // builds' tests at once) would pull the pages from under it (SIGBUS).
-  const std::string path = ::testing::TempDir() + "anvil_llm_bad_" + std::to_string(::getpid()) + ".gguf";
+  const std::string path = anvil::testing::scratch_path("bad.gguf");
   w.write(path);
   try {
     load_llm(gguf_file::open(path));

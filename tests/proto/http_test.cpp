@@ -29,6 +29,7 @@
 #include "tests/proto/http_loopback.h"
 #include "tests/proto/prometheus_samples.h"
 #include "tests/model/fixtures.h"
+#include "tests/scratch_dir.h"
 
 namespace {
 
@@ -339,8 +340,7 @@ TEST(HttpApi, BadRequestsGetOpenAIErrorsAndTheServerCarriesOn) {
 TEST(HttpApi, ChatWithoutATemplateIsABadRequest) {
   engine_config cfg = tiny_config();
   cfg.model_path = [] {
-    const auto dir = std::filesystem::temp_directory_path() / ("anvil_http_test_" + std::to_string(::getpid()));
-    std::filesystem::create_directories(dir);
+    const auto& dir = anvil::testing::scratch_dir();
     model::synth_options opt;
     opt.shape = *model::find_synth_shape("tiny");
     opt.mix = model::synth_mix::f32;

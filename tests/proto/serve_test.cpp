@@ -22,6 +22,7 @@
 #include "tests/model/fixtures.h"
 #include "tests/proto/child_process.h"
 #include "tests/proto/line_client.h"
+#include "tests/scratch_dir.h"
 
 namespace {
 
@@ -84,8 +85,7 @@ TEST(Serve, AnvilBenchMeasuresALiveServerOverBothProtocols) {
   ASSERT_FALSE(ready.empty()) << srv.output();
   const std::string http_url = "http://127.0.0.1:" + ready[1].str();
   const std::string tcp_url = "tcp://127.0.0.1:" + ready[2].str();
-  const auto dir = std::filesystem::temp_directory_path() / ("anvil_bench_live_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const auto& dir = anvil::testing::scratch_dir();
 
   for (const std::string& url : {tcp_url, http_url}) {
     const std::string result = (dir / "result.json").string();

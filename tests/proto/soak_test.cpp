@@ -29,6 +29,7 @@
 #include "tests/proto/child_process.h"
 #include "tests/proto/line_client.h"
 #include "tests/proto/raw_http.h"
+#include "tests/scratch_dir.h"
 
 namespace {
 
@@ -42,8 +43,7 @@ double env_number(const char* name, double fallback) {
 }
 
 std::string soak_model() {
-  const auto dir = std::filesystem::temp_directory_path() / ("anvil_soak_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const auto& dir = anvil::testing::scratch_dir();
   anvil::model::synth_options opt;
   opt.shape = *anvil::model::find_synth_shape("tiny");
   opt.mix = anvil::model::synth_mix::f32;
