@@ -30,10 +30,11 @@
 // GEMV cycles through enough copies of the weight to exceed the L2 cache several times, as a
 // model's layers do, so no figure comes from L2. Weights are random bytes (the kernels' speed
 // does not depend on the values). A plain main: the GPU machine has none of the Debian libraries.
-// Usage: gpu_roofline [--quick] [--quant-gemm] [--fp8-gemm] [--decode-attention]   (--quick: fewer
-// repetitions, skips the 128256-row shape; --quant-gemm / --fp8-gemm: the limits and that GEMM
-// table only; --decode-attention: the limits and the decode attention table only, at the loads of
-// 256-sequence serving, the tensor-core kernel at each split length it takes)
+// Usage: gpu_roofline [--quick] [--quant-gemm] [--fp8-gemm] [--decode-attention] [--prefill-attention]
+// (--quick: fewer repetitions, skips the 128256-row shape; --quant-gemm / --fp8-gemm: the limits
+// and that GEMM table only; --decode-attention: the limits and the decode attention table only, at
+// the loads of 256-sequence serving, the tensor-core kernel at each split length it takes;
+// --prefill-attention: the limits and the prefill attention table only)
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -401,10 +402,11 @@ void fp8_gemm_table(const fp8_table_args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, quant_only = false, fp8_only = false, decode_only = false;
+  bool quick = false, quant_only = false, fp8_only = false, decode_only = false, prefill_only = false;
   for (int i = 1; i < argc; ++i) {
     quick = quick || std::strcmp(argv[i], "--quick") == 0;
     decode_only = decode_only || std::strcmp(argv[i], "--decode-attention") == 0;
+    prefill_only = prefill_only || std::strcmp(argv[i], "--prefill-attention") == 0;
     quant_only = quant_only || std::strcmp(argv[i], "--quant-gemm") == 0;
     fp8_only = fp8_only || std::strcmp(argv[i], "--fp8-gemm") == 0;
   }
@@ -449,7 +451,7 @@ int main(int argc, char** argv) {
   // ---- decode attention over each KV cache element type ----
   // One layer of llama3-8b; every sequence has the same context, its blocks spread over the pool
   // in a shuffled order as the KV manager leaves them; the pool is larger than L2 many times.
-  if (!quant_only) {
+  if (!quant_only && !prefill_only) {
     std::printf("\nDecode attention, one layer of 32 heads over 8 KV heads of 128, blocks of 16; limit: copy bandwidth %.0f GB/s\n",
                 copy_gbs);
     std::printf("%-6s %-7s %8s %8s %6s | %9s %9s %7s\n", "cache", "kernel", "seqs", "context", "split", "us", "KV GB/s",
@@ -554,6 +556,11 @@ int main(int argc, char** argv) {
                     ms * 1e3, tflops, gemm_tflops > 0 ? 100 * tflops / gemm_tflops : 0.0);
       }
     }
+  }
+
+  if (prefill_only) {
+    if (handle) blas::destroy(handle);
+    return 0;
   }
 
   const std::vector<ggml_type> types = {ggml_type::F32,  ggml_type::F16,  ggml_type::BF16, ggml_type::Q8_0,
