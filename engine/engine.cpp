@@ -138,9 +138,12 @@ std::int64_t default_max_seqs(worker_backend b) { return b == worker_backend::gp
 std::shared_ptr<engine> engine::create(const engine_config& cfg) {
   if (cfg.idle_spin_us < -1) throw std::invalid_argument("idle_spin_us must be -1 (the backend's default) or >= 0");
   if (cfg.max_seqs < 0) throw std::invalid_argument("max_seqs must be 0 (the backend's default) or >= 1");
+  model::llm model = model::load_llm(model::gguf_file::open(cfg.model_path));
   worker_backend backend = cfg.backend;
+  bool experts_on_cpu = false;  // auto chose the CPU: the GPU backend does not run experts yet
   if (backend == worker_backend::automatic) {
-    backend = gpu_worker::gpu_worker::available() ? worker_backend::gpu : worker_backend::cpu;
+    experts_on_cpu = model.has_experts() && gpu_worker::gpu_worker::available();
+    backend = gpu_worker::gpu_worker::available() && !experts_on_cpu ? worker_backend::gpu : worker_backend::cpu;
   }
   if (backend == worker_backend::cpu && cfg.gemm_dtype != kernels::gemm_dtype::f16) {
     throw std::invalid_argument(
@@ -149,7 +152,10 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
   const std::int64_t max_seqs = cfg.max_seqs > 0 ? cfg.max_seqs : default_max_seqs(backend);
   const std::chrono::microseconds idle_spin(cfg.idle_spin_us >= 0 ? cfg.idle_spin_us
                                             : backend == worker_backend::gpu && !cfg.overlap_steps ? 5000 : 0);
-  auto p = std::make_unique<impl>(cfg, model::load_llm(model::gguf_file::open(cfg.model_path)), backend, idle_spin);
+  auto p = std::make_unique<impl>(cfg, std::move(model), backend, idle_spin);
+  if (experts_on_cpu) {
+    p->log->warn("the model is a mixture of experts, which the GPU backend does not run yet: using the CPU backend");
+  }
   const auto piece = [&](std::int32_t id) { return id >= 0 ? p->tok.token_piece(id) : std::string(); };
   const std::string tmpl = cfg.chat_template.empty() ? model::chat_template_from_gguf(p->model.file) : cfg.chat_template;
   if (!cfg.chat_template.empty()) {  // the operator's own template: an error in it stops start-up
@@ -233,8 +239,11 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
                                                   });
                                                 },
                                                 sched::sched_options{.overlap = cfg.overlap_steps});
-  p->log->info("engine ready: {} ({}, {} layers) on {}, {} KV blocks of {} tokens, context {}", cfg.model_path,
-               p->model.hp.arch_name, p->model.hp.n_layer, mem.device, mem.n_blocks, mem.block_size, p->max_model_len);
+  const model::hparams& hp = p->model.hp;
+  const std::string experts =
+      hp.n_expert > 0 ? fmt::format(", {} experts, {} per token", hp.n_expert, hp.n_expert_used) : std::string();
+  p->log->info("engine ready: {} ({}, {} layers{}) on {}, {} KV blocks of {} tokens, context {}", cfg.model_path,
+               hp.arch_name, hp.n_layer, experts, mem.device, mem.n_blocks, mem.block_size, p->max_model_len);
   // The last handle may be dropped anywhere, also in a completion handler on one of the engine's
   // own threads: there, stopping would wait for work that needs that very thread, and the pool
   // cannot join itself. Another thread then does the stopping and the joining.

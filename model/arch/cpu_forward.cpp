@@ -33,7 +33,8 @@ void rms_norm(const float* x, const std::vector<float>& w, float* y, std::int64_
 
 cpu_forward::cpu_forward(const llm& m, std::int64_t max_tokens, std::pmr::memory_resource* arena)
     : m_(m), ids_(arena), positions_(arena), slots_(arena), x_(arena), h_(arena), q_(arena), k_(arena), v_(arena),
-      attn_(arena), o_(arena), gate_(arena), up_(arena), seqs_(arena), logit_rows_(arena) {
+      attn_(arena), o_(arena), gate_(arena), up_(arena), router_(arena), chosen_w_(arena), xe_(arena), ye_(arena),
+      routed_w_(arena), chosen_(arena), routed_(arena), seqs_(arena), logit_rows_(arena) {
   const auto t = static_cast<std::size_t>(std::max<std::int64_t>(max_tokens, 1));
   const hparams& hp = m.hp;
   ids_.reserve(t);
@@ -44,7 +45,13 @@ cpu_forward::cpu_forward(const llm& m, std::int64_t max_tokens, std::pmr::memory
   for (auto* v : {&x_, &h_, &o_}) v->reserve(t * std::size_t(hp.n_embd));
   for (auto* v : {&q_, &attn_}) v->reserve(t * std::size_t(hp.n_head * hp.head_dim));
   for (auto* v : {&k_, &v_}) v->reserve(t * std::size_t(hp.n_head_kv * hp.head_dim));
-  for (auto* v : {&gate_, &up_}) v->reserve(t * std::size_t(hp.n_ff));
+  for (auto* v : {&gate_, &up_}) v->reserve(t * std::size_t(std::max(hp.n_ff, hp.n_ff_exp)));
+  if (m.has_experts()) {
+    router_.reserve(t * std::size_t(hp.n_expert));
+    for (auto* v : {&chosen_w_, &routed_w_}) v->reserve(t * std::size_t(hp.n_expert_used));
+    for (auto* v : {&chosen_, &routed_}) v->reserve(t * std::size_t(hp.n_expert_used));
+    for (auto* v : {&xe_, &ye_}) v->reserve(t * std::size_t(hp.n_embd));
+  }
 }
 
 kv_cache_storage::kv_cache_storage(const hparams& hp, std::int64_t n_blocks, std::int64_t block_size,
@@ -229,6 +236,11 @@ void cpu_forward::layer(std::int64_t l, kv_cache_storage& cache) {
 
   // Feed-forward block.
   rms_norm(x_.data(), w.ffn_norm, h_.data(), n, hp.n_embd, hp.rms_eps);
+  if (w.moe()) {
+    experts(w);
+    for (std::size_t i = 0; i < x_.size(); ++i) x_[i] += o_[i];
+    return;
+  }
   gate_.resize(rows(hp.n_ff));
   up_.resize(rows(hp.n_ff));
   matmul(w.gate, {}, h_, n, gate_.data());
@@ -236,6 +248,73 @@ void cpu_forward::layer(std::int64_t l, kv_cache_storage& cache) {
   kernels::swiglu_ref({.gate = gate_.data(), .up = up_.data(), .out = gate_.data(), .n = std::int64_t(gate_.size())});
   matmul(w.down, {}, gate_, n, o_.data());
   for (std::size_t i = 0; i < x_.size(); ++i) x_[i] += o_[i];
+}
+
+}  // namespace anvil::model
+
+namespace anvil::model {
+
+void cpu_forward::experts(const layer_weights& w) {
+  const hparams& hp = m_.hp;
+  const std::int64_t n = std::int64_t(ids_.size()), n_expert = hp.n_expert, k = hp.n_expert_used, d = hp.n_embd;
+  router_.resize(std::size_t(n * n_expert));
+  matmul(w.router, {}, h_, n, router_.data());
+  // Each token's softmax over every expert, its k most probable (the lower id first on a tie),
+  // their probabilities renormalised to sum to 1 where the model says so.
+  chosen_.resize(std::size_t(n * k));
+  chosen_w_.resize(std::size_t(n * k));
+  for (std::int64_t t = 0; t < n; ++t) {
+    float* p = router_.data() + t * n_expert;
+    const float top = *std::max_element(p, p + n_expert);
+    float sum = 0.f;
+    for (std::int64_t e = 0; e < n_expert; ++e) sum += (p[e] = std::exp(p[e] - top));
+    for (std::int64_t e = 0; e < n_expert; ++e) p[e] /= sum;
+    std::int32_t* ids = chosen_.data() + t * k;
+    float* wt = chosen_w_.data() + t * k;
+    for (std::int64_t j = 0; j < k; ++j) {
+      std::int32_t best = -1;
+      for (std::int64_t e = 0; e < n_expert; ++e) {
+        if (std::find(ids, ids + j, std::int32_t(e)) != ids + j) continue;
+        if (best < 0 || p[e] > p[best]) best = std::int32_t(e);
+      }
+      ids[j] = best;
+      wt[j] = p[best];
+    }
+    if (hp.expert_weights_norm) {
+      float chosen_sum = 0.f;
+      for (std::int64_t j = 0; j < k; ++j) chosen_sum += wt[j];
+      for (std::int64_t j = 0; j < k; ++j) wt[j] /= chosen_sum;
+    }
+  }
+  // Expert by expert, in id order: its tokens' rows gathered, its SwiGLU feed-forward, the
+  // weighted result added to each token's output (so a token's experts add up in id order).
+  o_.assign(std::size_t(n * d), 0.f);
+  for (std::int64_t e = 0; e < n_expert; ++e) {
+    routed_.clear();
+    routed_w_.clear();
+    for (std::int64_t i = 0; i < n * k; ++i) {
+      if (chosen_[std::size_t(i)] != e) continue;
+      routed_.push_back(std::int32_t(i / k));
+      routed_w_.push_back(chosen_w_[std::size_t(i)]);
+    }
+    const std::int64_t cnt = std::int64_t(routed_.size());
+    if (cnt == 0) continue;
+    xe_.resize(std::size_t(cnt * d));
+    for (std::int64_t r = 0; r < cnt; ++r) std::copy_n(h_.data() + routed_[std::size_t(r)] * d, d, xe_.data() + r * d);
+    gate_.resize(std::size_t(cnt * hp.n_ff_exp));
+    up_.resize(gate_.size());
+    matmul(w.gate_exps.at(e), {}, xe_, cnt, gate_.data());
+    matmul(w.up_exps.at(e), {}, xe_, cnt, up_.data());
+    kernels::swiglu_ref({.gate = gate_.data(), .up = up_.data(), .out = gate_.data(), .n = std::int64_t(gate_.size())});
+    ye_.resize(xe_.size());
+    matmul(w.down_exps.at(e), {}, gate_, cnt, ye_.data());
+    for (std::int64_t r = 0; r < cnt; ++r) {
+      float* out = o_.data() + routed_[std::size_t(r)] * d;
+      const float* y = ye_.data() + r * d;
+      const float wt = routed_w_[std::size_t(r)];
+      for (std::int64_t i = 0; i < d; ++i) out[i] += wt * y[i];
+    }
+  }
 }
 
 }  // namespace anvil::model

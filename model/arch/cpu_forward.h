@@ -72,12 +72,17 @@ class cpu_forward {
   void head(float* logits);  // the final norm and the output projection of those rows
   void check(std::span<const forward_seq> batch, const kv_cache_storage& cache) const;
   void layer(std::int64_t l, kv_cache_storage& cache);
+  // A mixture-of-experts feed-forward on the normed rows in h_, its output into o_.
+  void experts(const layer_weights& w);
 
   const llm& m_;
   // Scratch, reused across steps: [T, ...] activations of the current step.
   std::pmr::vector<std::int32_t> ids_, positions_;
   std::pmr::vector<std::int64_t> slots_;
   std::pmr::vector<float> x_, h_, q_, k_, v_, attn_, o_, gate_, up_;
+  // Mixture of experts: router scores, each token's chosen experts and weights, one expert's rows.
+  std::pmr::vector<float> router_, chosen_w_, xe_, ye_, routed_w_;
+  std::pmr::vector<std::int32_t> chosen_, routed_;
   std::pmr::vector<kernels::attention_seq> seqs_;
   std::pmr::vector<std::int64_t> logit_rows_;
 };

@@ -35,6 +35,12 @@ class loader {
     return {t->data, t->type, in, out};
   }
 
+  stacked_weight stacked(const std::string& name, std::int64_t in, std::int64_t out, std::int64_t count) const {
+    const gguf_tensor* t = find(name, {in, out, count}, true);
+    return {.data = t->data, .type = t->type, .in = in, .out = out, .count = count,
+            .stride = t->nbytes / std::size_t(count)};
+  }
+
   std::vector<float> vec(const std::string& name, std::int64_t n, bool required = true) const {
     const gguf_tensor* t = find(name, {n}, required);
     if (!t) return {};
@@ -61,6 +67,7 @@ std::string_view arch_name(arch a) {
     case arch::llama: return "llama";
     case arch::qwen2: return "qwen2";
     case arch::qwen3: return "qwen3";
+    case arch::qwen3moe: return "qwen3moe";
   }
   return "?";
 }
@@ -76,8 +83,10 @@ hparams read_hparams(const gguf_file& f) {
     hp.architecture = arch::qwen2;
   } else if (hp.arch_name == "qwen3") {
     hp.architecture = arch::qwen3;
+  } else if (hp.arch_name == "qwen3moe") {
+    hp.architecture = arch::qwen3moe;
   } else {
-    throw model_error("unsupported architecture '" + hp.arch_name + "' (anvil runs llama, qwen2 and qwen3)");
+    throw model_error("unsupported architecture '" + hp.arch_name + "' (anvil runs llama, qwen2, qwen3 and qwen3moe)");
   }
   const std::string a = hp.arch_name + ".";
   hp.n_ctx_train = required_int(f, a + "context_length");
@@ -121,7 +130,25 @@ hparams read_hparams(const gguf_file& f) {
   }
   hp.rope = hp.architecture == arch::llama ? kernels::rope_style::normal : kernels::rope_style::neox;
   hp.qkv_bias = hp.architecture == arch::qwen2;
-  hp.qk_norm = hp.architecture == arch::qwen3;
+  hp.qk_norm = hp.architecture == arch::qwen3 || hp.architecture == arch::qwen3moe;
+
+  // Mixture of experts: qwen3moe always, llama when the file counts experts (Mixtral).
+  if (hp.architecture == arch::qwen3moe || f.find(a + "expert_count")) {
+    hp.n_expert = required_int(f, a + "expert_count");
+    hp.n_expert_used = required_int(f, a + "expert_used_count");
+    if (hp.n_expert > 1024 || hp.n_expert_used > hp.n_expert) {
+      throw model_error("expert_used_count " + std::to_string(hp.n_expert_used) + " of expert_count " +
+                        std::to_string(hp.n_expert) + " (at most 1024 experts, and no more used than there are)");
+    }
+    hp.n_ff_exp = f.find(a + "expert_feed_forward_length") ? required_int(f, a + "expert_feed_forward_length") : hp.n_ff;
+    hp.expert_weights_norm = f.get_bool(a + "expert_weights_norm").value_or(true);
+    // llama.cpp's expert_gating_func: 1 softmax (these families), 2 sigmoid (DeepSeek-V3 and kin).
+    if (const auto gating = f.get_int(a + "expert_gating_func"); gating && *gating != 1) {
+      throw model_error("expert_gating_func " + std::to_string(*gating) + " is not supported (anvil routes by softmax, 1)");
+    }
+  } else if (f.find(a + "expert_used_count")) {
+    throw model_error("metadata '" + a + "expert_used_count' without '" + a + "expert_count'");
+  }
   return hp;
 }
 
@@ -166,9 +193,22 @@ llm load_llm(gguf_file file) {
       l.k_norm = ld.vec(b + "attn_k_norm.weight", hp.head_dim);
     }
     l.ffn_norm = ld.vec(b + "ffn_norm.weight", hp.n_embd);
-    l.gate = ld.matrix(b + "ffn_gate.weight", hp.n_embd, hp.n_ff);
-    l.up = ld.matrix(b + "ffn_up.weight", hp.n_embd, hp.n_ff);
-    l.down = ld.matrix(b + "ffn_down.weight", hp.n_ff, hp.n_embd);
+    // A model with experts may keep some layers dense (Qwen3-MoE's mlp_only_layers): a layer
+    // without a router is one.
+    if (hp.n_expert > 0 && m.file.find_tensor(b + "ffn_gate_inp.weight")) {
+      l.router = ld.matrix(b + "ffn_gate_inp.weight", hp.n_embd, hp.n_expert);
+      l.gate_exps = ld.stacked(b + "ffn_gate_exps.weight", hp.n_embd, hp.n_ff_exp, hp.n_expert);
+      l.up_exps = ld.stacked(b + "ffn_up_exps.weight", hp.n_embd, hp.n_ff_exp, hp.n_expert);
+      l.down_exps = ld.stacked(b + "ffn_down_exps.weight", hp.n_ff_exp, hp.n_embd, hp.n_expert);
+    } else {
+      if (hp.n_expert > 0 && m.file.find_tensor(b + "ffn_gate.0.weight")) {
+        throw model_error("tensor '" + b + "ffn_gate.0.weight': experts stored one tensor each (an old Mixtral conversion); "
+                          "anvil reads them stacked (ffn_gate_exps), as current converters write them");
+      }
+      l.gate = ld.matrix(b + "ffn_gate.weight", hp.n_embd, hp.n_ff);
+      l.up = ld.matrix(b + "ffn_up.weight", hp.n_embd, hp.n_ff);
+      l.down = ld.matrix(b + "ffn_down.weight", hp.n_ff, hp.n_embd);
+    }
     m.layers.push_back(std::move(l));
   }
   return m;

@@ -1,8 +1,16 @@
 // A decoder-only transformer loaded from GGUF: hyper-parameters from metadata and zero-copy views
-// of the weights in the mapped file. Supported architectures: `llama` (Llama 2/3, Mistral-style),
-// `qwen2` (biases on Q/K/V) and `qwen3` (RMSNorm on each Q/K head). All are pre-norm RMSNorm
-// blocks with grouped-query attention, RoPE and a SwiGLU feed-forward; the output head is its
-// own tensor or tied to the token embedding.
+// of the weights in the mapped file. Supported architectures: `llama` (Llama 2/3, Mistral-style;
+// Mixtral when it has `llama.expert_count`), `qwen2` (biases on Q/K/V), `qwen3` (RMSNorm on each
+// Q/K head) and `qwen3moe` (qwen3's attention, a mixture of experts for the feed-forward). All are
+// pre-norm RMSNorm blocks with grouped-query attention, RoPE and SwiGLU feed-forwards; the output
+// head is its own tensor or tied to the token embedding.
+//
+// Mixture of experts (Mixtral, Qwen3-MoE): a layer's router (`ffn_gate_inp`, n_expert x n_embd)
+// scores the experts, a softmax over all of them picks the n_expert_used most probable, whose
+// probabilities are renormalised to sum to 1 (`expert_weights_norm`, on for both families), and
+// the layer's output is the weighted sum of those experts' SwiGLU feed-forwards. The experts'
+// matrices are stacked in one GGUF tensor each (`ffn_gate_exps`, `ffn_up_exps`: [n_embd, n_ff_exp,
+// n_expert]; `ffn_down_exps`: [n_ff_exp, n_embd, n_expert]), expert e's rows one contiguous slice.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +22,7 @@
 
 namespace anvil::model {
 
-enum class arch { llama, qwen2, qwen3 };
+enum class arch { llama, qwen2, qwen3, qwen3moe };
 
 struct hparams {
   arch architecture = arch::llama;
@@ -35,6 +43,11 @@ struct hparams {
   bool qkv_bias = false;
   bool qk_norm = false;
   bool tied_output = false;
+  // Mixture of experts (0 experts: every layer is dense).
+  std::int64_t n_expert = 0;
+  std::int64_t n_expert_used = 0;
+  std::int64_t n_ff_exp = 0;       // each expert's feed-forward width
+  bool expert_weights_norm = true; // the chosen experts' probabilities renormalised to sum to 1
 };
 
 // A matrix weight as stored in the file: `out` rows of `in` elements in `type`.
@@ -45,12 +58,26 @@ struct weight {
   std::int64_t out = 0;
 };
 
+// `count` matrices of `out` rows of `in` elements stacked in one tensor (a layer's experts).
+struct stacked_weight {
+  const std::byte* data = nullptr;
+  ggml_type type = ggml_type::F32;
+  std::int64_t in = 0;
+  std::int64_t out = 0;
+  std::int64_t count = 0;
+  std::size_t stride = 0;  // bytes from one matrix to the next
+  weight at(std::int64_t i) const { return {data + std::size_t(i) * stride, type, in, out}; }
+};
+
 struct layer_weights {
   std::vector<float> attn_norm, ffn_norm;  // [n_embd]
   std::vector<float> q_norm, k_norm;       // [head_dim], qwen3 only
   std::vector<float> bq, bk, bv;           // qwen2 only
   weight wq, wk, wv, wo;
-  weight gate, up, down;
+  weight gate, up, down;                   // a dense layer's feed-forward
+  weight router;                           // a mixture-of-experts layer's: in = n_embd, out = n_expert
+  stacked_weight gate_exps, up_exps, down_exps;
+  bool moe() const { return router.data != nullptr; }
 };
 
 struct llm {
@@ -63,6 +90,7 @@ struct llm {
   std::vector<layer_weights> layers;
 
   std::size_t weight_bytes() const;  // bytes of all tensors (what a decode step streams)
+  bool has_experts() const { return hp.n_expert > 0; }
 };
 
 // Reads hyper-parameters and checks every tensor's presence, type and shape; throws model_error

@@ -85,6 +85,19 @@ const std::vector<synth_shape>& synth_shapes() {
       {"qwen2.5-0.5b", arch::qwen2, 151936, 896, 24, 14, 2, 64, 4864, 32768, 1000000.f, 1e-6f, true},
       {"llama3-8b", arch::llama, 128256, 4096, 32, 32, 8, 128, 14336, 8192, 500000.f, 1e-5f, false},
       {"qwen3-8b", arch::qwen3, 151936, 4096, 36, 32, 8, 128, 12288, 40960, 1000000.f, 1e-6f, false},
+      // Mixtures of experts: Qwen3-MoE (qwen3moe) and Mixtral (llama with experts).
+      {.name = "tiny-qwen3moe", .architecture = arch::qwen3moe, .n_vocab = 512, .n_embd = 256, .n_layer = 2, .n_head = 8,
+       .n_head_kv = 2, .head_dim = 64, .n_ff = 768, .n_ctx = 4096, .rope_base = 1000000.f, .rms_eps = 1e-6f,
+       .tied_output = false, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 128},
+      {.name = "tiny-mixtral", .architecture = arch::llama, .n_vocab = 512, .n_embd = 256, .n_layer = 2, .n_head = 4,
+       .n_head_kv = 2, .head_dim = 64, .n_ff = 256, .n_ctx = 4096, .rope_base = 1000000.f, .rms_eps = 1e-5f,
+       .tied_output = false, .n_expert = 4, .n_expert_used = 2, .n_ff_exp = 256},
+      {.name = "qwen3-30b-a3b", .architecture = arch::qwen3moe, .n_vocab = 151936, .n_embd = 2048, .n_layer = 48,
+       .n_head = 32, .n_head_kv = 4, .head_dim = 128, .n_ff = 6144, .n_ctx = 40960, .rope_base = 1000000.f,
+       .rms_eps = 1e-6f, .tied_output = false, .n_expert = 128, .n_expert_used = 8, .n_ff_exp = 768},
+      {.name = "mixtral-8x7b", .architecture = arch::llama, .n_vocab = 32000, .n_embd = 4096, .n_layer = 32, .n_head = 32,
+       .n_head_kv = 8, .head_dim = 128, .n_ff = 14336, .n_ctx = 32768, .rope_base = 1000000.f, .rms_eps = 1e-5f,
+       .tied_output = false, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 14336},
   };
   return shapes;
 }
@@ -193,6 +206,11 @@ void write_synth_model(const synth_options& opt, const std::string& path,
   w.set_f32(a + ".rope.freq_base", sh.rope_base);
   w.set_f32(a + ".attention.layer_norm_rms_epsilon", sh.rms_eps);
   w.set_u32(a + ".vocab_size", std::uint32_t(n_vocab));
+  if (sh.n_expert > 0) {
+    w.set_u32(a + ".expert_count", std::uint32_t(sh.n_expert));
+    w.set_u32(a + ".expert_used_count", std::uint32_t(sh.n_expert_used));
+    if (sh.architecture == arch::qwen3moe) w.set_u32(a + ".expert_feed_forward_length", std::uint32_t(sh.n_ff_exp));
+  }
   write_tokenizer_metadata(w, tok, opt.chat_template);
 
   // greedy_chain: token `from` gets the one-hot embedding of its own dimension; `to`'s output row
@@ -222,15 +240,23 @@ void write_synth_model(const synth_options& opt, const std::string& path,
   };
   const auto is_scripted = [&](const std::string& name) {
     return scripted && (name == "token_embd.weight" || name == "output.weight" || name == "output_norm.weight" ||
-                        name.ends_with("attn_output.weight") || name.ends_with("ffn_down.weight"));
+                        name.ends_with("attn_output.weight") || name.ends_with("ffn_down.weight") ||
+                        name.ends_with("ffn_down_exps.weight"));
   };
 
   std::uint64_t tensor_index = 0;
-  auto add = [&](const std::string& name, std::int64_t in, std::int64_t out, float mean, float stddev, std::int64_t layer) {
+  // `count` > 1: that many matrices of `out` rows stacked in one tensor (a layer's experts).
+  auto add = [&](const std::string& name, std::int64_t in, std::int64_t out, float mean, float stddev, std::int64_t layer,
+                 std::int64_t count = 1) {
     const bool vector = out == 1;
-    const ggml_type t = vector ? ggml_type::F32 : synth_weight_type(opt.mix, name, in, layer, sh.n_layer);
+    // The experts' router stays F32, as converters keep it.
+    const ggml_type t = vector || name.ends_with("ffn_gate_inp.weight") ? ggml_type::F32
+                                                                        : synth_weight_type(opt.mix, name, in, layer, sh.n_layer);
     const std::uint64_t stream = mix64(opt.seed ^ name_hash(name)) + tensor_index++;
-    std::vector<std::int64_t> dims = vector ? std::vector<std::int64_t>{in} : std::vector<std::int64_t>{in, out};
+    std::vector<std::int64_t> dims = vector ? std::vector<std::int64_t>{in}
+                                     : count > 1 ? std::vector<std::int64_t>{in, out, count}
+                                                 : std::vector<std::int64_t>{in, out};
+    out *= count;
     const bool script = is_scripted(name);
     w.add_tensor(name, t, dims, [=, &scripted_row](std::span<std::byte> dst) {
       const std::size_t row = *row_bytes(t, in);
@@ -269,15 +295,22 @@ void write_synth_model(const synth_options& opt, const std::string& path,
       add(b + "attn_k.bias", kv_dim, 1, 0.f, 0.1f, l);
       add(b + "attn_v.bias", kv_dim, 1, 0.f, 0.1f, l);
     }
-    if (sh.architecture == arch::qwen3) {
+    if (sh.architecture == arch::qwen3 || sh.architecture == arch::qwen3moe) {
       add(b + "attn_q_norm.weight", sh.head_dim, 1, 1.f, 0.1f, l);
       add(b + "attn_k_norm.weight", sh.head_dim, 1, 1.f, 0.1f, l);
     }
     add(b + "attn_output.weight", q_dim, sh.n_embd, 0.f, 1.f / std::sqrt(float(q_dim)), l);
     add(b + "ffn_norm.weight", sh.n_embd, 1, 1.f, 0.1f, l);
-    add(b + "ffn_gate.weight", sh.n_embd, sh.n_ff, 0.f, s_embd, l);
-    add(b + "ffn_up.weight", sh.n_embd, sh.n_ff, 0.f, s_embd, l);
-    add(b + "ffn_down.weight", sh.n_ff, sh.n_embd, 0.f, 1.f / std::sqrt(float(sh.n_ff)), l);
+    if (sh.n_expert > 0) {
+      add(b + "ffn_gate_inp.weight", sh.n_embd, sh.n_expert, 0.f, s_embd, l);
+      add(b + "ffn_gate_exps.weight", sh.n_embd, sh.n_ff_exp, 0.f, s_embd, l, sh.n_expert);
+      add(b + "ffn_up_exps.weight", sh.n_embd, sh.n_ff_exp, 0.f, s_embd, l, sh.n_expert);
+      add(b + "ffn_down_exps.weight", sh.n_ff_exp, sh.n_embd, 0.f, 1.f / std::sqrt(float(sh.n_ff_exp)), l, sh.n_expert);
+    } else {
+      add(b + "ffn_gate.weight", sh.n_embd, sh.n_ff, 0.f, s_embd, l);
+      add(b + "ffn_up.weight", sh.n_embd, sh.n_ff, 0.f, s_embd, l);
+      add(b + "ffn_down.weight", sh.n_ff, sh.n_embd, 0.f, 1.f / std::sqrt(float(sh.n_ff)), l);
+    }
   }
   add("output_norm.weight", sh.n_embd, 1, 1.f, 0.1f, 0);
   if (!sh.tied_output) add("output.weight", sh.n_embd, n_vocab, 0.f, 3.f / std::sqrt(float(sh.n_embd)), sh.n_layer - 1);

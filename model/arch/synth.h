@@ -16,12 +16,14 @@
 namespace anvil::model {
 
 struct synth_shape {
-  std::string name;        // "tiny", "qwen2.5-0.5b", "llama3-8b", "qwen3-8b", ...
+  std::string name;        // "tiny", "qwen2.5-0.5b", "llama3-8b", "qwen3-8b", "qwen3-30b-a3b", ...
   arch architecture;
   std::int64_t n_vocab;    // used with the synthetic tokenizer; a real one sets its own size
   std::int64_t n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx;
   float rope_base, rms_eps;
   bool tied_output;
+  // Mixture of experts (every layer; 0: dense): experts, those used per token, each one's width.
+  std::int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
 };
 
 const std::vector<synth_shape>& synth_shapes();

@@ -33,6 +33,7 @@
 #include "tests/gpu_worker/device_alloc_counter.h"
 #include "tests/gpu_worker/gpu_engine_util.h"
 #include "tests/model/fixtures.h"
+#include "tests/model/reference_greedy.h"
 #include "tests/sampler/edge_params.h"
 #include "tests/sampler/random_schemas.h"
 
@@ -488,6 +489,29 @@ INSTANTIATE_TEST_SUITE_P(Models, GpuWorkerScores,
                          });
 
 // ---- (d) the KV pool follows the memory fraction ----
+
+// A mixture of experts is refused by the GPU worker with a message that names it and the way
+// out, and an engine left to choose its backend runs such a model on the CPU.
+TEST(GpuWorker, AMixtureOfExpertsIsRefusedAndAutoRunsItOnTheCpu) {
+  REQUIRE_GPU();
+  const model::llm m = model::load_llm(model::gguf_file::open(synth_fixture("tiny-qwen3moe", synth_mix::q8_0)));
+  try {
+    gpu_worker::gpu_worker gpu(m, gpu_worker_config{});
+    ADD_FAILURE() << "the GPU worker took a mixture of experts";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("mixture of experts (qwen3moe, 8 experts)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--backend cpu"), std::string::npos) << e.what();
+  }
+  engine_config cfg;
+  cfg.model_path = synth_fixture("tiny-qwen3moe", synth_mix::q8_0);
+  cfg.backend = worker_backend::automatic;
+  cfg.kv_budget_bytes = 8u << 20;
+  auto eng = engine::create(cfg);  // the GPU worker would have thrown as above
+  const std::vector<std::int32_t> prompt = {1, 2, 3};
+  const completion c = eng->async_generate(greedy_request(prompt, 4), boost::asio::use_future).get();
+  EXPECT_EQ(c.tokens, model::testing::reference_greedy(m, prompt, 4));
+  eng->async_stop(boost::asio::use_future).get();
+}
 
 TEST(GpuWorker, KvPoolFollowsTheMemoryFractionAndTheCap) {
   REQUIRE_GPU();

@@ -42,7 +42,7 @@ void put_llama_hparams(gguf_writer& w, const std::string& arch) {
 }
 
 TEST(LoadLlm, ReadsTheHyperParametersOfEachShape) {
-  for (const char* name : {"tiny", "tiny-qwen2", "tiny-qwen3"}) {
+  for (const char* name : {"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-qwen3moe", "tiny-mixtral"}) {
     const synth_shape& s = *find_synth_shape(name);
     const llm m = load_llm(gguf_file::open(synth_fixture(name, synth_mix::f32)));
     EXPECT_EQ(m.hp.arch_name, std::string(arch_name(s.architecture))) << name;
@@ -56,11 +56,81 @@ TEST(LoadLlm, ReadsTheHyperParametersOfEachShape) {
     EXPECT_EQ(m.hp.tied_output, s.tied_output);
     EXPECT_FLOAT_EQ(m.hp.rope_base, s.rope_base);
     EXPECT_EQ(m.hp.qkv_bias, s.architecture == arch::qwen2);
-    EXPECT_EQ(m.hp.qk_norm, s.architecture == arch::qwen3);
+    EXPECT_EQ(m.hp.qk_norm, s.architecture == arch::qwen3 || s.architecture == arch::qwen3moe);
     EXPECT_EQ(m.hp.rope, s.architecture == arch::llama ? anvil::kernels::rope_style::normal : anvil::kernels::rope_style::neox);
     ASSERT_EQ(m.layers.size(), std::size_t(s.n_layer));
     EXPECT_EQ(m.layers[0].wq.out, s.n_head * s.head_dim);
+    EXPECT_EQ(m.hp.n_expert, s.n_expert) << name;
+    EXPECT_EQ(m.hp.n_expert_used, s.n_expert_used) << name;
+    EXPECT_EQ(m.has_experts(), s.n_expert > 0) << name;
+    for (const layer_weights& l : m.layers) {
+      EXPECT_EQ(l.moe(), s.n_expert > 0) << name;
+      if (!l.moe()) continue;
+      EXPECT_EQ(m.hp.n_ff_exp, s.n_ff_exp) << name;
+      EXPECT_EQ(l.router.out, s.n_expert);
+      EXPECT_EQ(l.gate_exps.count, s.n_expert);
+      EXPECT_EQ(l.down_exps.in, s.n_ff_exp);
+      // Expert e's matrix is the e-th slice of the stacked tensor.
+      EXPECT_EQ(l.up_exps.at(3).data, l.up_exps.data + 3 * l.up_exps.stride);
+      EXPECT_EQ(l.up_exps.stride * std::size_t(s.n_expert), *row_bytes(l.up_exps.type, s.n_embd) * std::size_t(s.n_ff_exp * s.n_expert));
+    }
   }
+}
+
+TEST(LoadLlm, ChecksTheExpertMetadata) {
+  gguf_writer used;
+  put_llama_hparams(used, "llama");
+  used.set_u32("llama.expert_count", 4);
+  used.set_u32("llama.expert_used_count", 5);
+  EXPECT_NE(load_error(used).find("expert_used_count 5 of expert_count 4"), std::string::npos) << load_error(used);
+  gguf_writer alone;
+  put_llama_hparams(alone, "llama");
+  alone.set_u32("llama.expert_used_count", 2);
+  EXPECT_NE(load_error(alone).find("'llama.expert_used_count' without 'llama.expert_count'"), std::string::npos);
+  gguf_writer none;
+  put_llama_hparams(none, "qwen3moe");
+  EXPECT_NE(load_error(none).find("missing metadata 'qwen3moe.expert_count'"), std::string::npos) << load_error(none);
+  gguf_writer sigmoid;
+  put_llama_hparams(sigmoid, "qwen3moe");
+  sigmoid.set_u32("qwen3moe.expert_count", 4);
+  sigmoid.set_u32("qwen3moe.expert_used_count", 2);
+  sigmoid.set_u32("qwen3moe.expert_gating_func", 2);
+  EXPECT_NE(load_error(sigmoid).find("expert_gating_func 2 is not supported"), std::string::npos) << load_error(sigmoid);
+}
+
+// Layer 0 of put_llama_hparams's shape, up to its feed-forward: zero tensors of the right shapes.
+void put_layer0_attention(gguf_writer& w) {
+  const auto zeros = [&](const std::string& name, std::vector<std::int64_t> dims) {
+    std::int64_t n = 1;
+    for (std::int64_t d : dims) n *= d;
+    w.add_tensor(name, ggml_type::F32, dims, std::vector<std::byte>(std::size_t(n) * 4));
+  };
+  zeros("token_embd.weight", {32, 10});
+  zeros("output_norm.weight", {32});
+  zeros("blk.0.attn_norm.weight", {32});
+  for (const char* t : {"attn_q", "attn_k", "attn_v", "attn_output"}) zeros(std::string("blk.0.") + t + ".weight", {32, 32});
+  zeros("blk.0.ffn_norm.weight", {32});
+}
+
+TEST(LoadLlm, ChecksTheExpertTensors) {
+  gguf_writer old;
+  put_llama_hparams(old, "llama");
+  old.set_u32("llama.expert_count", 4);
+  old.set_u32("llama.expert_used_count", 2);
+  put_layer0_attention(old);
+  old.add_tensor("blk.0.ffn_gate.0.weight", ggml_type::F32, {32, 64}, std::vector<std::byte>(32 * 64 * 4));
+  EXPECT_NE(load_error(old).find("experts stored one tensor each"), std::string::npos) << load_error(old);
+
+  gguf_writer shape;
+  put_llama_hparams(shape, "llama");
+  shape.set_u32("llama.expert_count", 4);
+  shape.set_u32("llama.expert_used_count", 2);
+  put_layer0_attention(shape);
+  shape.add_tensor("blk.0.ffn_gate_inp.weight", ggml_type::F32, {32, 4}, std::vector<std::byte>(32 * 4 * 4));
+  shape.add_tensor("blk.0.ffn_gate_exps.weight", ggml_type::F32, {32, 64, 3}, std::vector<std::byte>(32 * 64 * 3 * 4));
+  EXPECT_NE(load_error(shape).find("tensor 'blk.0.ffn_gate_exps.weight' has shape [32, 64, 3], expected [32, 64, 4]"),
+            std::string::npos)
+      << load_error(shape);
 }
 
 TEST(LoadLlm, RefusesAnUnsupportedArchitecture) {
@@ -122,7 +192,7 @@ std::vector<std::int32_t> some_tokens(std::size_t n, std::int32_t seed) {
 }
 
 TEST(CpuForward, LogitsAreFiniteAndVariedForEveryShapeAndMix) {
-  for (const char* shape : {"tiny", "tiny-qwen2", "tiny-qwen3"}) {
+  for (const char* shape : {"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-qwen3moe", "tiny-mixtral"}) {
     for (synth_mix mix : {synth_mix::f32, synth_mix::f16, synth_mix::bf16, synth_mix::q8_0, synth_mix::q4_0,
                           synth_mix::q6_k, synth_mix::q4_k_m}) {
       const llm m = load_llm(gguf_file::open(synth_fixture(shape, mix)));
@@ -144,7 +214,7 @@ TEST(CpuForward, LogitsAreFiniteAndVariedForEveryShapeAndMix) {
 }
 
 TEST(CpuForward, ChunkedPrefillAndDecodeMatchOneShotPrefill) {
-  for (const char* shape : {"tiny", "tiny-qwen2", "tiny-qwen3"}) {
+  for (const char* shape : {"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-qwen3moe", "tiny-mixtral"}) {
     const llm m = load_llm(gguf_file::open(synth_fixture(shape, synth_mix::f32)));
     const auto tokens = some_tokens(37, 2);
     const std::vector<std::int32_t> table = {0, 1, 2, 3, 4};
@@ -197,27 +267,32 @@ TEST(CpuForward, An8BitCacheChunksCopiesAndStaysNearTheExactOne) {
   }
 }
 
+// A mixture of experts too: a token's experts and their sums do not depend on the other tokens
+// routed with it.
 TEST(CpuForward, BatchingAndBlockPlacementDoNotChangeLogits) {
-  const llm m = load_llm(gguf_file::open(synth_fixture("tiny-qwen3", synth_mix::f32)));
-  const auto ta = some_tokens(21, 3), tb = some_tokens(9, 4);
-  kv_cache_storage alone(m.hp, 3, 8);
-  const auto ref_a = run_all(m, ta, 21, {0, 1, 2}, alone);
+  for (const char* shape : {"tiny-qwen3", "tiny-qwen3moe"}) {
+    SCOPED_TRACE(shape);
+    const llm m = load_llm(gguf_file::open(synth_fixture(shape, synth_mix::f32)));
+    const auto ta = some_tokens(21, 3), tb = some_tokens(9, 4);
+    kv_cache_storage alone(m.hp, 3, 8);
+    const auto ref_a = run_all(m, ta, 21, {0, 1, 2}, alone);
 
-  // Both sequences in one cache with interleaved, out-of-order blocks; B prefills while A
-  // prefills its first 13 tokens, then A finishes its prompt while B decodes one token.
-  kv_cache_storage shared(m.hp, 6, 8);
-  const std::vector<std::int32_t> table_a = {5, 1, 3}, table_b = {4, 0};
-  cpu_forward fwd(m);
-  std::vector<float> logits;
-  const forward_seq step1[] = {{std::span(ta).subspan(0, 13), 0, table_a, true}, {std::span(tb).subspan(0, 8), 0, table_b, false}};
-  fwd.run(step1, shared, logits);
-  ASSERT_EQ(logits.size(), std::size_t((13 + 1) * m.hp.n_vocab));
-  std::vector<float> got_a(logits.begin(), logits.begin() + 13 * m.hp.n_vocab);
-  const forward_seq step2[] = {{std::span(tb).subspan(8, 1), 8, table_b, false}, {std::span(ta).subspan(13), 13, table_a, true}};
-  fwd.run(step2, shared, logits);
-  ASSERT_EQ(logits.size(), std::size_t((1 + 8) * m.hp.n_vocab));
-  got_a.insert(got_a.end(), logits.begin() + m.hp.n_vocab, logits.end());
-  EXPECT_LT(max_rel_diff(got_a, ref_a), 1e-5);
+    // Both sequences in one cache with interleaved, out-of-order blocks; B prefills while A
+    // prefills its first 13 tokens, then A finishes its prompt while B decodes one token.
+    kv_cache_storage shared(m.hp, 6, 8);
+    const std::vector<std::int32_t> table_a = {5, 1, 3}, table_b = {4, 0};
+    cpu_forward fwd(m);
+    std::vector<float> logits;
+    const forward_seq step1[] = {{std::span(ta).subspan(0, 13), 0, table_a, true}, {std::span(tb).subspan(0, 8), 0, table_b, false}};
+    fwd.run(step1, shared, logits);
+    ASSERT_EQ(logits.size(), std::size_t((13 + 1) * m.hp.n_vocab));
+    std::vector<float> got_a(logits.begin(), logits.begin() + 13 * m.hp.n_vocab);
+    const forward_seq step2[] = {{std::span(tb).subspan(8, 1), 8, table_b, false}, {std::span(ta).subspan(13), 13, table_a, true}};
+    fwd.run(step2, shared, logits);
+    ASSERT_EQ(logits.size(), std::size_t((1 + 8) * m.hp.n_vocab));
+    got_a.insert(got_a.end(), logits.begin() + m.hp.n_vocab, logits.end());
+    EXPECT_LT(max_rel_diff(got_a, ref_a), 1e-5);
+  }
 }
 
 TEST(CpuForward, RejectsMalformedBatches) {

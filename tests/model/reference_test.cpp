@@ -98,10 +98,14 @@ TEST_P(ReferenceModel, SixtyFourGreedyTokensMatchPyTorch) {
   EXPECT_EQ(got, g.greedy) << GetParam();
 }
 
-// The KV cache in 8 bits (kernels/kv_quant.h) on the same models: the perplexity of the first
+// The KV cache in 8 bits (kernels/kv_quant.h) on the dense models: the perplexity of the first
 // prompt followed by PyTorch's 64 greedy tokens within 1% of the exact cache's, and the logits of
-// both prompts near PyTorch's (printed: how near).
-TEST_P(ReferenceModel, An8BitKvCacheKeepsPerplexityWithinOnePercent) {
+// both prompts near PyTorch's (printed: how near). Not on the tiny mixtures of experts: their
+// random routers pick among near-tied experts, so any perturbation of the attention flips some
+// tokens' experts (qwen3moe: +1.7% with int8, +3.9% with fp8; mixtral: -0.01%, +0.45%).
+class ReferenceDenseModel : public ReferenceModel {};
+
+TEST_P(ReferenceDenseModel, An8BitKvCacheKeepsPerplexityWithinOnePercent) {
   const golden g = read_golden(GetParam());
   const llm m = load_llm(gguf_file::open(dir + "ref-" + GetParam() + ".gguf"));
   std::vector<std::int32_t> text = g.prompts[0];
@@ -129,6 +133,7 @@ TEST_P(ReferenceModel, An8BitKvCacheKeepsPerplexityWithinOnePercent) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Architectures, ReferenceModel, ::testing::Values("llama", "qwen2", "qwen3"));
+INSTANTIATE_TEST_SUITE_P(Architectures, ReferenceModel, ::testing::Values("llama", "qwen2", "qwen3", "qwen3moe", "mixtral"));
+INSTANTIATE_TEST_SUITE_P(Architectures, ReferenceDenseModel, ::testing::Values("llama", "qwen2", "qwen3"));
 
 }  // namespace

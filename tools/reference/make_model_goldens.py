@@ -1,11 +1,11 @@
 """Reference logits for anvil's CPU forward pass (run on the GPU machine: PyTorch + transformers).
 
-For each architecture (llama, qwen2, qwen3) it builds a small random-init HF model, writes it to
+For each architecture (llama, qwen2, qwen3, qwen3moe, and mixtral: llama with experts) it builds a small random-init HF model, writes it to
 GGUF the way llama.cpp's converter does (Q/K rows permuted for `llama`, so its interleaved RoPE
 equals HF's rotate_half), runs it in float32 on the CPU and stores, next to the GGUF:
   - the logits of every position of two prompts (run separately, so positions start at 0);
   - 64 greedy tokens continuing the first prompt.
-Usage: python3 make_model_goldens.py OUT_DIR
+Usage: python3 make_model_goldens.py OUT_DIR [ARCH ...]   (default: every architecture)
 """
 import json
 import os
@@ -29,7 +29,18 @@ CONFIGS = {
     "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM,
               dict(COMMON, rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=False,
                    head_dim=32, num_attention_heads=4)),
+    # Mixtures of experts. Each expert's width differs from half the hidden size, so the fused
+    # expert layouts of newer transformers read unambiguously (see expert_matrices).
+    "qwen3moe": (transformers.Qwen3MoeConfig, transformers.Qwen3MoeForCausalLM,
+                 dict(COMMON, rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                      head_dim=32, num_attention_heads=4, num_experts=8, num_experts_per_tok=2,
+                      moe_intermediate_size=48, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[])),
+    "mixtral": (transformers.MixtralConfig, transformers.MixtralForCausalLM,
+                dict(COMMON, rope_theta=1000000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                     num_local_experts=4, num_experts_per_tok=2, sliding_window=None)),
 }
+SEEDS = {"llama": 1, "qwen2": 2, "qwen3": 3, "qwen3moe": 4, "mixtral": 5}
+GGUF_ARCH = {"mixtral": "llama"}  # Mixtral files say llama, with llama.expert_count
 
 
 def byte_tokens():
@@ -58,12 +69,49 @@ def permute_for_llama(w, n_head):
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def write_gguf(arch, cfg, model, path):
+def n_experts_of(cfg):
+    return getattr(cfg, "num_experts", None) or getattr(cfg, "num_local_experts", None) or 0
+
+
+def expert_ff_of(cfg):
+    return getattr(cfg, "moe_intermediate_size", None) or cfg.intermediate_size
+
+
+def expert_matrices(sd, p, cfg):
+    """A layer's router [E, hidden] and its experts' gate, up [E, ff, hidden] and down [E, hidden,
+    ff], from either layout transformers uses: one module per expert (4.x: Qwen3-MoE's
+    mlp.experts.N.gate_proj / up_proj / down_proj, Mixtral's block_sparse_moe.experts.N.w1 / w3 /
+    w2) or the experts fused (gate_up_proj [E, 2 ff, hidden] with gate first, down_proj)."""
+    n, ff, hidden = n_experts_of(cfg), expert_ff_of(cfg), cfg.hidden_size
+    keys = [k for k in sd if k.startswith(p)]
+    router = [k for k in keys if k.endswith(".gate.weight") and "experts" not in k]
+    assert len(router) == 1, keys
+    moe = router[0][: -len("gate.weight")]
+    def per_expert(*names):
+        for name in names:
+            if f"{moe}experts.0.{name}.weight" in sd:
+                return np.stack([sd[f"{moe}experts.{e}.{name}.weight"] for e in range(n)])
+        return None
+    gate, up, down = per_expert("gate_proj", "w1"), per_expert("up_proj", "w3"), per_expert("down_proj", "w2")
+    if gate is None:
+        gate_up, down = sd[f"{moe}experts.gate_up_proj"], sd[f"{moe}experts.down_proj"]
+        if gate_up.shape[1:] == (hidden, 2 * ff):
+            gate_up = gate_up.transpose(0, 2, 1)
+        if down.shape[1:] == (ff, hidden):
+            down = down.transpose(0, 2, 1)
+        assert gate_up.shape == (n, 2 * ff, hidden) and down.shape == (n, hidden, ff), (gate_up.shape, down.shape)
+        gate, up = gate_up[:, :ff], gate_up[:, ff:]
+    assert gate.shape == (n, ff, hidden) and up.shape == gate.shape and down.shape == (n, hidden, ff), keys
+    return sd[router[0]], gate, up, down
+
+
+def write_gguf(name, cfg, model, path):
+    arch = GGUF_ARCH.get(name, name)
     sd = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     w = GGUFWriter()
     w.string("general.architecture", arch)
-    w.string("general.name", f"anvil reference {arch}")
+    w.string("general.name", f"anvil reference {name}")
     w.u32(f"{arch}.context_length", cfg.max_position_embeddings)
     w.u32(f"{arch}.embedding_length", cfg.hidden_size)
     w.u32(f"{arch}.block_count", cfg.num_hidden_layers)
@@ -74,6 +122,11 @@ def write_gguf(arch, cfg, model, path):
     w.u32(f"{arch}.attention.value_length", head_dim)
     w.f32(f"{arch}.rope.freq_base", rope_theta_of(cfg))
     w.f32(f"{arch}.attention.layer_norm_rms_epsilon", cfg.rms_norm_eps)
+    if n_experts_of(cfg):
+        w.u32(f"{arch}.expert_count", n_experts_of(cfg))
+        w.u32(f"{arch}.expert_used_count", cfg.num_experts_per_tok)
+        if arch == "qwen3moe":
+            w.u32(f"{arch}.expert_feed_forward_length", expert_ff_of(cfg))
     tokens = byte_tokens() + ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     tokens += [f"<|reserved_{i}|>" for i in range(len(tokens), VOCAB)]
     w.string("tokenizer.ggml.model", "gpt2")
@@ -96,14 +149,21 @@ def write_gguf(arch, cfg, model, path):
         if arch == "qwen2":
             for n in "qkv":
                 w.tensor(b + f"attn_{n}.bias", sd[p + f"self_attn.{n}_proj.bias"])
-        if arch == "qwen3":
+        if arch in ("qwen3", "qwen3moe"):
             w.tensor(b + "attn_q_norm.weight", sd[p + "self_attn.q_norm.weight"])
             w.tensor(b + "attn_k_norm.weight", sd[p + "self_attn.k_norm.weight"])
         w.tensor(b + "attn_output.weight", sd[p + "self_attn.o_proj.weight"])
         w.tensor(b + "ffn_norm.weight", sd[p + "post_attention_layernorm.weight"])
-        w.tensor(b + "ffn_gate.weight", sd[p + "mlp.gate_proj.weight"])
-        w.tensor(b + "ffn_up.weight", sd[p + "mlp.up_proj.weight"])
-        w.tensor(b + "ffn_down.weight", sd[p + "mlp.down_proj.weight"])
+        if n_experts_of(cfg):
+            router, gate, up, down = expert_matrices(sd, p, cfg)
+            w.tensor(b + "ffn_gate_inp.weight", router)
+            w.tensor(b + "ffn_gate_exps.weight", gate)
+            w.tensor(b + "ffn_up_exps.weight", up)
+            w.tensor(b + "ffn_down_exps.weight", down)
+        else:
+            w.tensor(b + "ffn_gate.weight", sd[p + "mlp.gate_proj.weight"])
+            w.tensor(b + "ffn_up.weight", sd[p + "mlp.up_proj.weight"])
+            w.tensor(b + "ffn_down.weight", sd[p + "mlp.down_proj.weight"])
     w.tensor("output_norm.weight", sd["model.norm.weight"])
     if not cfg.tie_word_embeddings:
         w.tensor("output.weight", sd["lm_head.weight"])
@@ -122,12 +182,14 @@ def randomise(model, gen):
                 p.copy_(torch.randn(p.shape, generator=gen) / p.shape[-1] ** 0.5)
 
 
-def main(out):
+def main(out, only=None):
     os.makedirs(out, exist_ok=True)
     summary = {}
     for arch, (config_cls, model_cls, kw) in CONFIGS.items():
+        if only and arch not in only:
+            continue
         torch.manual_seed(0)
-        gen = torch.Generator().manual_seed({"llama": 1, "qwen2": 2, "qwen3": 3}[arch])
+        gen = torch.Generator().manual_seed(SEEDS[arch])
         cfg = config_cls(**kw)
         model = model_cls(cfg).eval().float()
         model.config._attn_implementation = "eager"
@@ -155,4 +217,4 @@ def main(out):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2:])
