@@ -51,7 +51,8 @@ int run_synth(const synth_args& a) {
 void add_synth_command(CLI::App& app, int& exit_code) {
   CLI::App* cmd = app.add_subcommand("synth", "write a random-weight GGUF model of a real shape");
   auto a = std::make_shared<synth_args>();
-  cmd->add_option("--shape", a->shape, "tiny, tiny-qwen2, tiny-qwen3, qwen2.5-0.5b, llama3-8b or qwen3-8b")->capture_default_str();
+  cmd->add_option("--shape", a->shape, "tiny, tiny-qwen2, tiny-qwen3, qwen2.5-0.5b, llama3-8b, qwen3-8b; with experts tiny-qwen2moe, "
+                  "tiny-qwen3moe, tiny-mixtral, qwen3-30b-a3b or mixtral-8x7b")->capture_default_str();
   cmd->add_option("--type", a->type, "F32, F16, BF16, Q8_0, Q4_0, Q6_K or Q4_K_M")->capture_default_str();
   cmd->add_option("-o,--output", a->out, "the GGUF file to write")->required();
   cmd->add_option("--tokenizer", a->tokenizer_json, "a Hugging Face tokenizer.json to embed (else a synthetic byte-level one)");

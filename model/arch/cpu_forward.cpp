@@ -45,7 +45,7 @@ cpu_forward::cpu_forward(const llm& m, std::int64_t max_tokens, std::pmr::memory
   for (auto* v : {&x_, &h_, &o_}) v->reserve(t * std::size_t(hp.n_embd));
   for (auto* v : {&q_, &attn_}) v->reserve(t * std::size_t(hp.n_head * hp.head_dim));
   for (auto* v : {&k_, &v_}) v->reserve(t * std::size_t(hp.n_head_kv * hp.head_dim));
-  for (auto* v : {&gate_, &up_}) v->reserve(t * std::size_t(std::max(hp.n_ff, hp.n_ff_exp)));
+  for (auto* v : {&gate_, &up_}) v->reserve(t * std::size_t(std::max({hp.n_ff, hp.n_ff_exp, hp.n_ff_shexp})));
   if (m.has_experts()) {
     router_.reserve(t * std::size_t(hp.n_expert));
     for (auto* v : {&chosen_w_, &routed_w_}) v->reserve(t * std::size_t(hp.n_expert_used));
@@ -314,6 +314,24 @@ void cpu_forward::experts(const layer_weights& w) {
       const float wt = routed_w_[std::size_t(r)];
       for (std::int64_t i = 0; i < d; ++i) out[i] += wt * y[i];
     }
+  }
+  // The shared expert (Qwen2-MoE): every token, scaled by its gate, added after the routed ones.
+  if (w.gate_shexp.data == nullptr) return;
+  gate_.resize(std::size_t(n * hp.n_ff_shexp));
+  up_.resize(gate_.size());
+  matmul(w.gate_shexp, {}, h_, n, gate_.data());
+  matmul(w.up_shexp, {}, h_, n, up_.data());
+  kernels::swiglu_ref({.gate = gate_.data(), .up = up_.data(), .out = gate_.data(), .n = std::int64_t(gate_.size())});
+  ye_.resize(std::size_t(n * d));
+  matmul(w.down_shexp, {}, gate_, n, ye_.data());
+  for (std::int64_t t = 0; t < n; ++t) {
+    float g = 1.f;
+    if (!w.shexp_gate.empty()) {
+      float dot = 0.f;
+      for (std::int64_t i = 0; i < d; ++i) dot += h_[std::size_t(t * d + i)] * w.shexp_gate[std::size_t(i)];
+      g = 1.f / (1.f + std::exp(-dot));
+    }
+    for (std::int64_t i = 0; i < d; ++i) o_[std::size_t(t * d + i)] += g * ye_[std::size_t(t * d + i)];
   }
 }
 

@@ -68,6 +68,7 @@ std::string_view arch_name(arch a) {
     case arch::qwen2: return "qwen2";
     case arch::qwen3: return "qwen3";
     case arch::qwen3moe: return "qwen3moe";
+    case arch::qwen2moe: return "qwen2moe";
   }
   return "?";
 }
@@ -85,8 +86,10 @@ hparams read_hparams(const gguf_file& f) {
     hp.architecture = arch::qwen3;
   } else if (hp.arch_name == "qwen3moe") {
     hp.architecture = arch::qwen3moe;
+  } else if (hp.arch_name == "qwen2moe") {
+    hp.architecture = arch::qwen2moe;
   } else {
-    throw model_error("unsupported architecture '" + hp.arch_name + "' (anvil runs llama, qwen2, qwen3 and qwen3moe)");
+    throw model_error("unsupported architecture '" + hp.arch_name + "' (anvil runs llama, qwen2, qwen3, qwen2moe and qwen3moe)");
   }
   const std::string a = hp.arch_name + ".";
   hp.n_ctx_train = required_int(f, a + "context_length");
@@ -129,11 +132,11 @@ hparams read_hparams(const gguf_file& f) {
     throw model_error("rope scaling '" + scaling + "' is not supported (anvil supports none and linear)");
   }
   hp.rope = hp.architecture == arch::llama ? kernels::rope_style::normal : kernels::rope_style::neox;
-  hp.qkv_bias = hp.architecture == arch::qwen2;
+  hp.qkv_bias = hp.architecture == arch::qwen2 || hp.architecture == arch::qwen2moe;
   hp.qk_norm = hp.architecture == arch::qwen3 || hp.architecture == arch::qwen3moe;
 
-  // Mixture of experts: qwen3moe always, llama when the file counts experts (Mixtral).
-  if (hp.architecture == arch::qwen3moe || f.find(a + "expert_count")) {
+  // Mixture of experts: qwen2moe and qwen3moe always, llama when the file counts experts (Mixtral).
+  if (hp.architecture == arch::qwen3moe || hp.architecture == arch::qwen2moe || f.find(a + "expert_count")) {
     hp.n_expert = required_int(f, a + "expert_count");
     hp.n_expert_used = required_int(f, a + "expert_used_count");
     if (hp.n_expert > 1024 || hp.n_expert_used > hp.n_expert) {
@@ -141,7 +144,9 @@ hparams read_hparams(const gguf_file& f) {
                         std::to_string(hp.n_expert) + " (at most 1024 experts, and no more used than there are)");
     }
     hp.n_ff_exp = f.find(a + "expert_feed_forward_length") ? required_int(f, a + "expert_feed_forward_length") : hp.n_ff;
-    hp.expert_weights_norm = f.get_bool(a + "expert_weights_norm").value_or(true);
+    // Converters do not write it for these families; llama.cpp renormalises for all but qwen2moe.
+    hp.expert_weights_norm = f.get_bool(a + "expert_weights_norm").value_or(hp.architecture != arch::qwen2moe);
+    if (f.find(a + "expert_shared_feed_forward_length")) hp.n_ff_shexp = required_int(f, a + "expert_shared_feed_forward_length");
     // llama.cpp's expert_gating_func: 1 softmax (these families), 2 sigmoid (DeepSeek-V3 and kin).
     if (const auto gating = f.get_int(a + "expert_gating_func"); gating && *gating != 1) {
       throw model_error("expert_gating_func " + std::to_string(*gating) + " is not supported (anvil routes by softmax, 1)");
@@ -200,6 +205,12 @@ llm load_llm(gguf_file file) {
       l.gate_exps = ld.stacked(b + "ffn_gate_exps.weight", hp.n_embd, hp.n_ff_exp, hp.n_expert);
       l.up_exps = ld.stacked(b + "ffn_up_exps.weight", hp.n_embd, hp.n_ff_exp, hp.n_expert);
       l.down_exps = ld.stacked(b + "ffn_down_exps.weight", hp.n_ff_exp, hp.n_embd, hp.n_expert);
+      if (hp.n_ff_shexp > 0) {
+        l.gate_shexp = ld.matrix(b + "ffn_gate_shexp.weight", hp.n_embd, hp.n_ff_shexp);
+        l.up_shexp = ld.matrix(b + "ffn_up_shexp.weight", hp.n_embd, hp.n_ff_shexp);
+        l.down_shexp = ld.matrix(b + "ffn_down_shexp.weight", hp.n_ff_shexp, hp.n_embd);
+        l.shexp_gate = ld.vec(b + "ffn_gate_inp_shexp.weight", hp.n_embd, false);
+      }
     } else {
       if (hp.n_expert > 0 && m.file.find_tensor(b + "ffn_gate.0.weight")) {
         throw model_error("tensor '" + b + "ffn_gate.0.weight': experts stored one tensor each (an old Mixtral conversion); "

@@ -1,16 +1,19 @@
 // A decoder-only transformer loaded from GGUF: hyper-parameters from metadata and zero-copy views
 // of the weights in the mapped file. Supported architectures: `llama` (Llama 2/3, Mistral-style;
 // Mixtral when it has `llama.expert_count`), `qwen2` (biases on Q/K/V), `qwen3` (RMSNorm on each
-// Q/K head) and `qwen3moe` (qwen3's attention, a mixture of experts for the feed-forward). All are
+// Q/K head), `qwen3moe` (qwen3's attention, a mixture of experts for the feed-forward) and
+// `qwen2moe` (qwen2's attention, experts plus a shared expert). All are
 // pre-norm RMSNorm blocks with grouped-query attention, RoPE and SwiGLU feed-forwards; the output
 // head is its own tensor or tied to the token embedding.
 //
 // Mixture of experts (Mixtral, Qwen3-MoE): a layer's router (`ffn_gate_inp`, n_expert x n_embd)
 // scores the experts, a softmax over all of them picks the n_expert_used most probable, whose
-// probabilities are renormalised to sum to 1 (`expert_weights_norm`, on for both families), and
-// the layer's output is the weighted sum of those experts' SwiGLU feed-forwards. The experts'
-// matrices are stacked in one GGUF tensor each (`ffn_gate_exps`, `ffn_up_exps`: [n_embd, n_ff_exp,
-// n_expert]; `ffn_down_exps`: [n_ff_exp, n_embd, n_expert]), expert e's rows one contiguous slice.
+// probabilities are renormalised to sum to 1 (`expert_weights_norm`: on for Mixtral and Qwen3-MoE,
+// off for Qwen2-MoE), and the layer's output is the weighted sum of those experts' SwiGLU
+// feed-forwards. The experts' matrices are stacked in one GGUF tensor each (`ffn_gate_exps`,
+// `ffn_up_exps`: [n_embd, n_ff_exp, n_expert]; `ffn_down_exps`: [n_ff_exp, n_embd, n_expert]),
+// expert e's rows one contiguous slice. Qwen2-MoE adds a shared expert every token goes through
+// (`ffn_{gate,up,down}_shexp`, width n_ff_shexp), its output scaled by sigmoid(x . ffn_gate_inp_shexp).
 #pragma once
 
 #include <cstdint>
@@ -22,7 +25,7 @@
 
 namespace anvil::model {
 
-enum class arch { llama, qwen2, qwen3, qwen3moe };
+enum class arch { llama, qwen2, qwen3, qwen3moe, qwen2moe };
 
 struct hparams {
   arch architecture = arch::llama;
@@ -47,6 +50,7 @@ struct hparams {
   std::int64_t n_expert = 0;
   std::int64_t n_expert_used = 0;
   std::int64_t n_ff_exp = 0;       // each expert's feed-forward width
+  std::int64_t n_ff_shexp = 0;     // the shared expert's (0: none)
   bool expert_weights_norm = true; // the chosen experts' probabilities renormalised to sum to 1
 };
 
@@ -77,6 +81,8 @@ struct layer_weights {
   weight gate, up, down;                   // a dense layer's feed-forward
   weight router;                           // a mixture-of-experts layer's: in = n_embd, out = n_expert
   stacked_weight gate_exps, up_exps, down_exps;
+  weight gate_shexp, up_shexp, down_shexp;  // the shared expert (Qwen2-MoE), absent elsewhere
+  std::vector<float> shexp_gate;            // [n_embd]: its output scaled by sigmoid(x . shexp_gate)
   bool moe() const { return router.data != nullptr; }
 };
 

@@ -89,6 +89,9 @@ const std::vector<synth_shape>& synth_shapes() {
       {.name = "tiny-qwen3moe", .architecture = arch::qwen3moe, .n_vocab = 512, .n_embd = 256, .n_layer = 2, .n_head = 8,
        .n_head_kv = 2, .head_dim = 64, .n_ff = 768, .n_ctx = 4096, .rope_base = 1000000.f, .rms_eps = 1e-6f,
        .tied_output = false, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 128},
+      {.name = "tiny-qwen2moe", .architecture = arch::qwen2moe, .n_vocab = 512, .n_embd = 256, .n_layer = 2, .n_head = 4,
+       .n_head_kv = 2, .head_dim = 64, .n_ff = 768, .n_ctx = 4096, .rope_base = 1000000.f, .rms_eps = 1e-6f,
+       .tied_output = false, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 128, .n_ff_shexp = 256},
       {.name = "tiny-mixtral", .architecture = arch::llama, .n_vocab = 512, .n_embd = 256, .n_layer = 2, .n_head = 4,
        .n_head_kv = 2, .head_dim = 64, .n_ff = 256, .n_ctx = 4096, .rope_base = 1000000.f, .rms_eps = 1e-5f,
        .tied_output = false, .n_expert = 4, .n_expert_used = 2, .n_ff_exp = 256},
@@ -209,7 +212,8 @@ void write_synth_model(const synth_options& opt, const std::string& path,
   if (sh.n_expert > 0) {
     w.set_u32(a + ".expert_count", std::uint32_t(sh.n_expert));
     w.set_u32(a + ".expert_used_count", std::uint32_t(sh.n_expert_used));
-    if (sh.architecture == arch::qwen3moe) w.set_u32(a + ".expert_feed_forward_length", std::uint32_t(sh.n_ff_exp));
+    if (sh.architecture != arch::llama) w.set_u32(a + ".expert_feed_forward_length", std::uint32_t(sh.n_ff_exp));
+    if (sh.n_ff_shexp > 0) w.set_u32(a + ".expert_shared_feed_forward_length", std::uint32_t(sh.n_ff_shexp));
   }
   write_tokenizer_metadata(w, tok, opt.chat_template);
 
@@ -241,7 +245,7 @@ void write_synth_model(const synth_options& opt, const std::string& path,
   const auto is_scripted = [&](const std::string& name) {
     return scripted && (name == "token_embd.weight" || name == "output.weight" || name == "output_norm.weight" ||
                         name.ends_with("attn_output.weight") || name.ends_with("ffn_down.weight") ||
-                        name.ends_with("ffn_down_exps.weight"));
+                        name.ends_with("ffn_down_exps.weight") || name.ends_with("ffn_down_shexp.weight"));
   };
 
   std::uint64_t tensor_index = 0;
@@ -290,7 +294,7 @@ void write_synth_model(const synth_options& opt, const std::string& path,
     add(b + "attn_q.weight", sh.n_embd, q_dim, 0.f, s_embd, l);
     add(b + "attn_k.weight", sh.n_embd, kv_dim, 0.f, s_embd, l);
     add(b + "attn_v.weight", sh.n_embd, kv_dim, 0.f, s_embd, l);
-    if (sh.architecture == arch::qwen2) {
+    if (sh.architecture == arch::qwen2 || sh.architecture == arch::qwen2moe) {
       add(b + "attn_q.bias", q_dim, 1, 0.f, 0.1f, l);
       add(b + "attn_k.bias", kv_dim, 1, 0.f, 0.1f, l);
       add(b + "attn_v.bias", kv_dim, 1, 0.f, 0.1f, l);
@@ -306,6 +310,12 @@ void write_synth_model(const synth_options& opt, const std::string& path,
       add(b + "ffn_gate_exps.weight", sh.n_embd, sh.n_ff_exp, 0.f, s_embd, l, sh.n_expert);
       add(b + "ffn_up_exps.weight", sh.n_embd, sh.n_ff_exp, 0.f, s_embd, l, sh.n_expert);
       add(b + "ffn_down_exps.weight", sh.n_ff_exp, sh.n_embd, 0.f, 1.f / std::sqrt(float(sh.n_ff_exp)), l, sh.n_expert);
+      if (sh.n_ff_shexp > 0) {
+        add(b + "ffn_gate_inp_shexp.weight", sh.n_embd, 1, 0.f, s_embd, l);
+        add(b + "ffn_gate_shexp.weight", sh.n_embd, sh.n_ff_shexp, 0.f, s_embd, l);
+        add(b + "ffn_up_shexp.weight", sh.n_embd, sh.n_ff_shexp, 0.f, s_embd, l);
+        add(b + "ffn_down_shexp.weight", sh.n_ff_shexp, sh.n_embd, 0.f, 1.f / std::sqrt(float(sh.n_ff_shexp)), l);
+      }
     } else {
       add(b + "ffn_gate.weight", sh.n_embd, sh.n_ff, 0.f, s_embd, l);
       add(b + "ffn_up.weight", sh.n_embd, sh.n_ff, 0.f, s_embd, l);

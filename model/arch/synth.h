@@ -22,8 +22,9 @@ struct synth_shape {
   std::int64_t n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx;
   float rope_base, rms_eps;
   bool tied_output;
-  // Mixture of experts (every layer; 0: dense): experts, those used per token, each one's width.
-  std::int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
+  // Mixture of experts (every layer; 0: dense): experts, those used per token, each one's width,
+  // and the shared expert's width (qwen2moe; 0: none).
+  std::int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_ff_shexp = 0;
 };
 
 const std::vector<synth_shape>& synth_shapes();

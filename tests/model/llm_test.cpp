@@ -42,7 +42,7 @@ void put_llama_hparams(gguf_writer& w, const std::string& arch) {
 }
 
 TEST(LoadLlm, ReadsTheHyperParametersOfEachShape) {
-  for (const char* name : {"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-qwen3moe", "tiny-mixtral"}) {
+  for (const char* name : {"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-qwen2moe", "tiny-qwen3moe", "tiny-mixtral"}) {
     const synth_shape& s = *find_synth_shape(name);
     const llm m = load_llm(gguf_file::open(synth_fixture(name, synth_mix::f32)));
     EXPECT_EQ(m.hp.arch_name, std::string(arch_name(s.architecture))) << name;
@@ -55,7 +55,7 @@ TEST(LoadLlm, ReadsTheHyperParametersOfEachShape) {
     EXPECT_EQ(m.hp.n_ff, s.n_ff);
     EXPECT_EQ(m.hp.tied_output, s.tied_output);
     EXPECT_FLOAT_EQ(m.hp.rope_base, s.rope_base);
-    EXPECT_EQ(m.hp.qkv_bias, s.architecture == arch::qwen2);
+    EXPECT_EQ(m.hp.qkv_bias, s.architecture == arch::qwen2 || s.architecture == arch::qwen2moe);
     EXPECT_EQ(m.hp.qk_norm, s.architecture == arch::qwen3 || s.architecture == arch::qwen3moe);
     EXPECT_EQ(m.hp.rope, s.architecture == arch::llama ? anvil::kernels::rope_style::normal : anvil::kernels::rope_style::neox);
     ASSERT_EQ(m.layers.size(), std::size_t(s.n_layer));
@@ -70,6 +70,10 @@ TEST(LoadLlm, ReadsTheHyperParametersOfEachShape) {
       EXPECT_EQ(l.router.out, s.n_expert);
       EXPECT_EQ(l.gate_exps.count, s.n_expert);
       EXPECT_EQ(l.down_exps.in, s.n_ff_exp);
+      EXPECT_EQ(m.hp.n_ff_shexp, s.n_ff_shexp) << name;
+      EXPECT_EQ(l.gate_shexp.data != nullptr, s.n_ff_shexp > 0) << name;
+      EXPECT_EQ(l.shexp_gate.size(), std::size_t(s.n_ff_shexp > 0 ? s.n_embd : 0)) << name;
+      EXPECT_EQ(m.hp.expert_weights_norm, s.architecture != arch::qwen2moe) << name;
       // Expert e's matrix is the e-th slice of the stacked tensor.
       EXPECT_EQ(l.up_exps.at(3).data, l.up_exps.data + 3 * l.up_exps.stride);
       EXPECT_EQ(l.up_exps.stride * std::size_t(s.n_expert), *row_bytes(l.up_exps.type, s.n_embd) * std::size_t(s.n_ff_exp * s.n_expert));
@@ -192,7 +196,7 @@ std::vector<std::int32_t> some_tokens(std::size_t n, std::int32_t seed) {
 }
 
 TEST(CpuForward, LogitsAreFiniteAndVariedForEveryShapeAndMix) {
-  for (const char* shape : {"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-qwen3moe", "tiny-mixtral"}) {
+  for (const char* shape : {"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-qwen2moe", "tiny-qwen3moe", "tiny-mixtral"}) {
     for (synth_mix mix : {synth_mix::f32, synth_mix::f16, synth_mix::bf16, synth_mix::q8_0, synth_mix::q4_0,
                           synth_mix::q6_k, synth_mix::q4_k_m}) {
       const llm m = load_llm(gguf_file::open(synth_fixture(shape, mix)));
@@ -214,7 +218,7 @@ TEST(CpuForward, LogitsAreFiniteAndVariedForEveryShapeAndMix) {
 }
 
 TEST(CpuForward, ChunkedPrefillAndDecodeMatchOneShotPrefill) {
-  for (const char* shape : {"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-qwen3moe", "tiny-mixtral"}) {
+  for (const char* shape : {"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-qwen2moe", "tiny-qwen3moe", "tiny-mixtral"}) {
     const llm m = load_llm(gguf_file::open(synth_fixture(shape, synth_mix::f32)));
     const auto tokens = some_tokens(37, 2);
     const std::vector<std::int32_t> table = {0, 1, 2, 3, 4};

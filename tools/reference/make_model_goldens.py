@@ -1,6 +1,6 @@
 """Reference logits for anvil's CPU forward pass (run on the GPU machine: PyTorch + transformers).
 
-For each architecture (llama, qwen2, qwen3, qwen3moe, and mixtral: llama with experts) it builds a small random-init HF model, writes it to
+For each architecture (llama, qwen2, qwen3, qwen2moe, qwen3moe, and mixtral: llama with experts) it builds a small random-init HF model, writes it to
 GGUF the way llama.cpp's converter does (Q/K rows permuted for `llama`, so its interleaved RoPE
 equals HF's rotate_half), runs it in float32 on the CPU and stores, next to the GGUF:
   - the logits of every position of two prompts (run separately, so positions start at 0);
@@ -35,11 +35,16 @@ CONFIGS = {
                  dict(COMMON, rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=False,
                       head_dim=32, num_attention_heads=4, num_experts=8, num_experts_per_tok=2,
                       moe_intermediate_size=48, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[])),
+    "qwen2moe": (transformers.Qwen2MoeConfig, transformers.Qwen2MoeForCausalLM,
+                 dict(COMMON, rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                      num_experts=8, num_experts_per_tok=2, moe_intermediate_size=48,
+                      shared_expert_intermediate_size=96, norm_topk_prob=False, decoder_sparse_step=1,
+                      mlp_only_layers=[], qkv_bias=True)),
     "mixtral": (transformers.MixtralConfig, transformers.MixtralForCausalLM,
                 dict(COMMON, rope_theta=1000000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
                      num_local_experts=4, num_experts_per_tok=2, sliding_window=None)),
 }
-SEEDS = {"llama": 1, "qwen2": 2, "qwen3": 3, "qwen3moe": 4, "mixtral": 5}
+SEEDS = {"llama": 1, "qwen2": 2, "qwen3": 3, "qwen3moe": 4, "mixtral": 5, "qwen2moe": 6}
 GGUF_ARCH = {"mixtral": "llama"}  # Mixtral files say llama, with llama.expert_count
 
 
@@ -125,8 +130,10 @@ def write_gguf(name, cfg, model, path):
     if n_experts_of(cfg):
         w.u32(f"{arch}.expert_count", n_experts_of(cfg))
         w.u32(f"{arch}.expert_used_count", cfg.num_experts_per_tok)
-        if arch == "qwen3moe":
+        if arch != "llama":
             w.u32(f"{arch}.expert_feed_forward_length", expert_ff_of(cfg))
+        if getattr(cfg, "shared_expert_intermediate_size", 0):
+            w.u32(f"{arch}.expert_shared_feed_forward_length", cfg.shared_expert_intermediate_size)
     tokens = byte_tokens() + ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     tokens += [f"<|reserved_{i}|>" for i in range(len(tokens), VOCAB)]
     w.string("tokenizer.ggml.model", "gpt2")
@@ -146,7 +153,7 @@ def write_gguf(name, cfg, model, path):
         w.tensor(b + "attn_q.weight", q)
         w.tensor(b + "attn_k.weight", k)
         w.tensor(b + "attn_v.weight", sd[p + "self_attn.v_proj.weight"])
-        if arch == "qwen2":
+        if arch in ("qwen2", "qwen2moe"):
             for n in "qkv":
                 w.tensor(b + f"attn_{n}.bias", sd[p + f"self_attn.{n}_proj.bias"])
         if arch in ("qwen3", "qwen3moe"):
@@ -160,6 +167,12 @@ def write_gguf(name, cfg, model, path):
             w.tensor(b + "ffn_gate_exps.weight", gate)
             w.tensor(b + "ffn_up_exps.weight", up)
             w.tensor(b + "ffn_down_exps.weight", down)
+            if getattr(cfg, "shared_expert_intermediate_size", 0):
+                s = p + "mlp.shared_expert."
+                w.tensor(b + "ffn_gate_inp_shexp.weight", sd[p + "mlp.shared_expert_gate.weight"].reshape(-1))
+                w.tensor(b + "ffn_gate_shexp.weight", sd[s + "gate_proj.weight"])
+                w.tensor(b + "ffn_up_shexp.weight", sd[s + "up_proj.weight"])
+                w.tensor(b + "ffn_down_shexp.weight", sd[s + "down_proj.weight"])
         else:
             w.tensor(b + "ffn_gate.weight", sd[p + "mlp.gate_proj.weight"])
             w.tensor(b + "ffn_up.weight", sd[p + "mlp.up_proj.weight"])
