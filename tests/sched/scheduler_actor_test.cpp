@@ -8,6 +8,8 @@
 #include <thread>
 #include <vector>
 
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/dispatch.hpp>
 #include <boost/asio/use_future.hpp>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -88,13 +90,21 @@ struct harness {
     return p.get_future().get();
   }
   // The worker answers nothing itself: every step's plan and handler are held for the test, which
-  // completes them from its own thread, when and in what order it chooses.
+  // completes them (through complete(), as a worker does) when and in what order it chooses.
   struct held_steps {
     std::mutex mu;
     std::condition_variable cv;
     std::deque<std::pair<gpu_worker::step_plan, asio::any_completion_handler<gpu_worker::worker::execute_signature>>> steps;
   };
   held_steps held;
+  // Answers a held step as a worker does: dispatched to the handler's own executor (the scheduler's
+  // strand). Called inline from the test's thread, the handler would touch the scheduler's state
+  // beside its strand (TSan saw that race).
+  static void complete(asio::any_completion_handler<gpu_worker::worker::execute_signature> handler, error_code ec,
+                       gpu_worker::step_result r) {
+    const auto ex = asio::get_associated_executor(handler);
+    asio::dispatch(ex, [handler = std::move(handler), ec, r = std::move(r)]() mutable { std::move(handler)(ec, std::move(r)); });
+  }
   void hold_steps() {
     EXPECT_CALL(worker, do_execute(_, _)).WillRepeatedly(Invoke([this](gpu_worker::step_plan p, auto handler) {
       std::lock_guard lock(held.mu);
@@ -147,10 +157,10 @@ TEST(SchedulerActor, AWorkerErrorMidRunFailsTheStepsRequestsAndMarksUnhealthy) {
   ASSERT_FALSE(h.submit(h.req(2, {4, 5, 6}, 50)));
   gpu_worker::step_result r1;
   r1.outputs.push_back(certain(first.seqs.at(0).seq_id, 7));
-  std::move(first_handler)(error_code{}, std::move(r1));
+  harness::complete(std::move(first_handler), error_code{}, std::move(r1));
   auto [second, second_handler] = next_step();
   EXPECT_EQ(second.seqs.size(), 2u);
-  std::move(second_handler)(make_error_code(errc::device_fault), gpu_worker::step_result{});
+  harness::complete(std::move(second_handler), make_error_code(errc::device_fault), gpu_worker::step_result{});
   h.all_done.get_future().wait();
 
   int failed = 0;
@@ -179,7 +189,7 @@ TEST(SchedulerActor, AnswersOfTwoStepsInFlightInEitherOrderCompleteTheStepsInOrd
     for (const auto& s : p.seqs) {
       if (s.want_candidates) r.outputs.push_back(certain(s.seq_id, std::int32_t(40 + s.start_pos + std::int64_t(s.tokens.size()))));
     }
-    std::move(handler)(error_code{}, std::move(r));
+    harness::complete(std::move(handler), error_code{}, std::move(r));
   };
   sched::request r = h.req(1, {1, 2, 3, 4, 5, 6}, 12);
   r.logits.draw.on = true;  // the worker "draws": steps are planned ahead
