@@ -142,8 +142,9 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
   worker_backend backend = cfg.backend;
   bool experts_on_cpu = false;  // auto chose the CPU: the GPU backend does not run experts yet
   if (backend == worker_backend::automatic) {
-    experts_on_cpu = model.has_experts() && gpu_worker::gpu_worker::available();
-    backend = gpu_worker::gpu_worker::available() && !experts_on_cpu ? worker_backend::gpu : worker_backend::cpu;
+    const bool have_gpu = gpu_worker::gpu_worker::available();
+    experts_on_cpu = have_gpu && model.has_experts();
+    backend = have_gpu && !experts_on_cpu ? worker_backend::gpu : worker_backend::cpu;
   }
   if (backend == worker_backend::cpu && cfg.gemm_dtype != kernels::gemm_dtype::f16) {
     throw std::invalid_argument(

@@ -241,18 +241,23 @@ void cpu_forward::layer(std::int64_t l, kv_cache_storage& cache) {
     for (std::size_t i = 0; i < x_.size(); ++i) x_[i] += o_[i];
     return;
   }
-  gate_.resize(rows(hp.n_ff));
-  up_.resize(rows(hp.n_ff));
-  matmul(w.gate, {}, h_, n, gate_.data());
-  matmul(w.up, {}, h_, n, up_.data());
-  kernels::swiglu_ref({.gate = gate_.data(), .up = up_.data(), .out = gate_.data(), .n = std::int64_t(gate_.size())});
-  matmul(w.down, {}, gate_, n, o_.data());
+  swiglu_ffn(w.gate, w.up, w.down, h_, n, o_.data());
   for (std::size_t i = 0; i < x_.size(); ++i) x_[i] += o_[i];
 }
 
 }  // namespace anvil::model
 
 namespace anvil::model {
+
+void cpu_forward::swiglu_ffn(const weight& gate, const weight& up, const weight& down, const std::pmr::vector<float>& x,
+                             std::int64_t n, float* y) {
+  gate_.resize(std::size_t(n * gate.out));
+  up_.resize(gate_.size());
+  matmul(gate, {}, x, n, gate_.data());
+  matmul(up, {}, x, n, up_.data());
+  kernels::swiglu_ref({.gate = gate_.data(), .up = up_.data(), .out = gate_.data(), .n = std::int64_t(gate_.size())});
+  matmul(down, {}, gate_, n, y);
+}
 
 void cpu_forward::experts(const layer_weights& w) {
   const hparams& hp = m_.hp;
@@ -301,13 +306,8 @@ void cpu_forward::experts(const layer_weights& w) {
     if (cnt == 0) continue;
     xe_.resize(std::size_t(cnt * d));
     for (std::int64_t r = 0; r < cnt; ++r) std::copy_n(h_.data() + routed_[std::size_t(r)] * d, d, xe_.data() + r * d);
-    gate_.resize(std::size_t(cnt * hp.n_ff_exp));
-    up_.resize(gate_.size());
-    matmul(w.gate_exps.at(e), {}, xe_, cnt, gate_.data());
-    matmul(w.up_exps.at(e), {}, xe_, cnt, up_.data());
-    kernels::swiglu_ref({.gate = gate_.data(), .up = up_.data(), .out = gate_.data(), .n = std::int64_t(gate_.size())});
     ye_.resize(xe_.size());
-    matmul(w.down_exps.at(e), {}, gate_, cnt, ye_.data());
+    swiglu_ffn(w.gate_exps.at(e), w.up_exps.at(e), w.down_exps.at(e), xe_, cnt, ye_.data());
     for (std::int64_t r = 0; r < cnt; ++r) {
       float* out = o_.data() + routed_[std::size_t(r)] * d;
       const float* y = ye_.data() + r * d;
@@ -317,13 +317,8 @@ void cpu_forward::experts(const layer_weights& w) {
   }
   // The shared expert (Qwen2-MoE): every token, scaled by its gate, added after the routed ones.
   if (w.gate_shexp.data == nullptr) return;
-  gate_.resize(std::size_t(n * hp.n_ff_shexp));
-  up_.resize(gate_.size());
-  matmul(w.gate_shexp, {}, h_, n, gate_.data());
-  matmul(w.up_shexp, {}, h_, n, up_.data());
-  kernels::swiglu_ref({.gate = gate_.data(), .up = up_.data(), .out = gate_.data(), .n = std::int64_t(gate_.size())});
   ye_.resize(std::size_t(n * d));
-  matmul(w.down_shexp, {}, gate_, n, ye_.data());
+  swiglu_ffn(w.gate_shexp, w.up_shexp, w.down_shexp, h_, n, ye_.data());
   for (std::int64_t t = 0; t < n; ++t) {
     float g = 1.f;
     if (!w.shexp_gate.empty()) {

@@ -74,6 +74,9 @@ class cpu_forward {
   void layer(std::int64_t l, kv_cache_storage& cache);
   // A mixture-of-experts feed-forward on the normed rows in h_, its output into o_.
   void experts(const layer_weights& w);
+  // The SwiGLU feed-forward down(silu(gate x) * up x) of n rows x into y, through gate_ and up_.
+  void swiglu_ffn(const weight& gate, const weight& up, const weight& down, const std::pmr::vector<float>& x,
+                  std::int64_t n, float* y);
 
   const llm& m_;
   // Scratch, reused across steps: [T, ...] activations of the current step.

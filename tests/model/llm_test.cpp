@@ -81,11 +81,15 @@ TEST(LoadLlm, ReadsTheHyperParametersOfEachShape) {
   }
 }
 
+void put_expert_counts(gguf_writer& w, const std::string& arch, std::uint32_t count, std::uint32_t used) {
+  w.set_u32(arch + ".expert_count", count);
+  w.set_u32(arch + ".expert_used_count", used);
+}
+
 TEST(LoadLlm, ChecksTheExpertMetadata) {
   gguf_writer used;
   put_llama_hparams(used, "llama");
-  used.set_u32("llama.expert_count", 4);
-  used.set_u32("llama.expert_used_count", 5);
+  put_expert_counts(used, "llama", 4, 5);
   EXPECT_NE(load_error(used).find("expert_used_count 5 of expert_count 4"), std::string::npos) << load_error(used);
   gguf_writer alone;
   put_llama_hparams(alone, "llama");
@@ -96,8 +100,7 @@ TEST(LoadLlm, ChecksTheExpertMetadata) {
   EXPECT_NE(load_error(none).find("missing metadata 'qwen3moe.expert_count'"), std::string::npos) << load_error(none);
   gguf_writer sigmoid;
   put_llama_hparams(sigmoid, "qwen3moe");
-  sigmoid.set_u32("qwen3moe.expert_count", 4);
-  sigmoid.set_u32("qwen3moe.expert_used_count", 2);
+  put_expert_counts(sigmoid, "qwen3moe", 4, 2);
   sigmoid.set_u32("qwen3moe.expert_gating_func", 2);
   EXPECT_NE(load_error(sigmoid).find("expert_gating_func 2 is not supported"), std::string::npos) << load_error(sigmoid);
 }
@@ -119,16 +122,14 @@ void put_layer0_attention(gguf_writer& w) {
 TEST(LoadLlm, ChecksTheExpertTensors) {
   gguf_writer old;
   put_llama_hparams(old, "llama");
-  old.set_u32("llama.expert_count", 4);
-  old.set_u32("llama.expert_used_count", 2);
+  put_expert_counts(old, "llama", 4, 2);
   put_layer0_attention(old);
   old.add_tensor("blk.0.ffn_gate.0.weight", ggml_type::F32, {32, 64}, std::vector<std::byte>(32 * 64 * 4));
   EXPECT_NE(load_error(old).find("experts stored one tensor each"), std::string::npos) << load_error(old);
 
   gguf_writer shape;
   put_llama_hparams(shape, "llama");
-  shape.set_u32("llama.expert_count", 4);
-  shape.set_u32("llama.expert_used_count", 2);
+  put_expert_counts(shape, "llama", 4, 2);
   put_layer0_attention(shape);
   shape.add_tensor("blk.0.ffn_gate_inp.weight", ggml_type::F32, {32, 4}, std::vector<std::byte>(32 * 4 * 4));
   shape.add_tensor("blk.0.ffn_gate_exps.weight", ggml_type::F32, {32, 64, 3}, std::vector<std::byte>(32 * 64 * 3 * 4));
