@@ -167,6 +167,16 @@ struct harness {
     return a.got.size();
   }
 
+  // Polls until at least n answers came; false after 10 s.
+  bool wait_for_answers(std::size_t n) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (answered() < n) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return true;
+  }
+
   void send(step_plan p) {
     const std::uint64_t step = p.step;
     shell->execute(std::move(p), [this, step](error_code ec, step_result r) {
@@ -236,6 +246,9 @@ TEST(WorkerShellMasks, AStepWaitsForItsMasksAndRunsWithThem) {
     h.a.expected = 3;
     h.send(plan_of(0, 1, false));
     h.send(deferred_plan_of(1, 1));
+    // Step 0 is answered however slow the machine (a sanitizer build on a loaded CI host took
+    // longer than a fixed sleep); step 1 then stays unanswered while its masks have not come.
+    EXPECT_TRUE(h.wait_for_answers(1)) << "step 0 was never answered";
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     EXPECT_EQ(h.answered(), 1u) << "step 1 was answered without its masks";
     h.shell->masks(masks_of(1, 4));
