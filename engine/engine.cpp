@@ -140,11 +140,8 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
   if (cfg.max_seqs < 0) throw std::invalid_argument("max_seqs must be 0 (the backend's default) or >= 1");
   model::llm model = model::load_llm(model::gguf_file::open(cfg.model_path));
   worker_backend backend = cfg.backend;
-  bool experts_on_cpu = false;  // auto chose the CPU: the GPU backend does not run experts yet
   if (backend == worker_backend::automatic) {
-    const bool have_gpu = gpu_worker::gpu_worker::available();
-    experts_on_cpu = have_gpu && model.has_experts();
-    backend = have_gpu && !experts_on_cpu ? worker_backend::gpu : worker_backend::cpu;
+    backend = gpu_worker::gpu_worker::available() ? worker_backend::gpu : worker_backend::cpu;
   }
   if (backend == worker_backend::cpu && cfg.gemm_dtype != kernels::gemm_dtype::f16) {
     throw std::invalid_argument(
@@ -154,9 +151,6 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
   const std::chrono::microseconds idle_spin(cfg.idle_spin_us >= 0 ? cfg.idle_spin_us
                                             : backend == worker_backend::gpu && !cfg.overlap_steps ? 5000 : 0);
   auto p = std::make_unique<impl>(cfg, std::move(model), backend, idle_spin);
-  if (experts_on_cpu) {
-    p->log->warn("the model is a mixture of experts, which the GPU backend does not run yet: using the CPU backend");
-  }
   const auto piece = [&](std::int32_t id) { return id >= 0 ? p->tok.token_piece(id) : std::string(); };
   const std::string tmpl = cfg.chat_template.empty() ? model::chat_template_from_gguf(p->model.file) : cfg.chat_template;
   if (!cfg.chat_template.empty()) {  // the operator's own template: an error in it stops start-up

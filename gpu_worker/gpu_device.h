@@ -87,6 +87,18 @@ class gpu_device {
     // three; wq/wk/wv then have none), and their biases, if any, into one vector.
     kernels::fp8_matrix qkv_fp8{};
     const float* bqkv = nullptr;
+    // A mixture-of-experts layer (router.w not null; gate/up/down then null): the router (F32),
+    // the experts stacked per projection, the shared expert and its gate vector where it has one.
+    matrix router;
+    struct stacked {
+      const void* w = nullptr;
+      model::ggml_type type = model::ggml_type::F32;
+      std::int64_t in = 0, out = 0;
+      std::size_t stride = 0;  // bytes from one expert's matrix to the next
+    };
+    stacked gate_exps, up_exps, down_exps;
+    matrix gate_shexp, up_shexp, down_shexp;
+    const float* shexp_gate = nullptr;
   };
   // Byte offsets of the per-step upload sections; the same in the pinned host buffer and its
   // device mirror. The fixed part [0, pairs) is copied whole; the pairs only as far as used.
@@ -112,6 +124,10 @@ class gpu_device {
   void run_body();  // embedding, the layers, the final norm: step_ says the shape
   void run_layer(std::int64_t l);
   void run_attention(std::int64_t l, bool x8_out);  // x8_out: also the o projection's 8-bit input
+  // A mixture-of-experts feed-forward from h_ into o_ (kernels/moe.h): route, the experts'
+  // gate/up, SwiGLU and down by pair, the shared expert, the weighted sum. x8_embd as run_layer's.
+  void run_experts(const layer& w, bool x8_embd);
+  void run_dense_ffn(const layer& w, bool x8_embd);  // gate/up, SwiGLU, down: h_ into o_
   // Enqueues the scores and their copy back, and the head; then (run_candidates) the candidates
   // op and the copy of the records back.
   void run_head();
@@ -204,6 +220,12 @@ class gpu_device {
   // The stacked q/k/v projection's output [max_tokens, q + 2 kv widths] (gemm_dtype fp8): gate_'s
   // room when it is wide enough (gate_ is free from the down projection to the next gate/up).
   float* qkv_ = nullptr;
+  // Mixture of experts [max_tokens, ...]: router logits, each token's choices and weights, the
+  // pairs grouped by expert (offsets [n_expert + 1], sorted [tokens * k]), every pair's output
+  // [tokens * k, n_embd] and the shared expert's [tokens, n_embd]. gate_ and up_ hold the pairs'
+  // gate/up rows (sized for the widest use).
+  float *router_logits_ = nullptr, *moe_weights_ = nullptr, *pair_out_ = nullptr, *shared_out_ = nullptr;
+  std::int32_t *moe_ids_ = nullptr, *moe_offsets_ = nullptr, *moe_sorted_ = nullptr;
   void* records_dev_ = nullptr;
   void* attn_ws_ = nullptr;
   std::size_t attn_ws_bytes_ = 0;

@@ -12,6 +12,7 @@
 
 #include "actors/log.h"
 #include "kernels/attention_decode.h"
+#include "kernels/moe.h"
 #include "kernels/rope_kv_write.h"
 
 namespace anvil::gpu_worker {
@@ -79,11 +80,6 @@ gpu_device::gpu_device(const model::llm& m, const gpu_worker_config& cfg, memory
     throw std::runtime_error("gpu worker: block size, step limits and context must be positive, memory_fraction in (0, 1]");
   }
   if (cfg.max_batch_tokens > 65535 || cfg.max_seqs > 65535) throw std::runtime_error("gpu worker: step limits above 65535");
-  if (m.has_experts()) {
-    throw std::runtime_error("gpu worker: the model is a mixture of experts (" + hp.arch_name + ", " +
-                             std::to_string(hp.n_expert) + " experts), which the GPU backend does not run yet; "
-                             "--backend cpu runs it");
-  }
   if (hp.head_dim != 64 && hp.head_dim != 128) {
     throw std::runtime_error("gpu worker: attention kernels need head_dim 64 or 128, the model has " +
                              std::to_string(hp.head_dim));
@@ -144,7 +140,7 @@ gpu_device::gpu_device(const model::llm& m, const gpu_worker_config& cfg, memory
   }
   mem.decode_graphs = graphs();
   if (op_profile::requested()) {
-    prof_.create(n_slots, std::size_t(12 * hp.n_layer + 32));  // the marks of gpu_device_step.cpp
+    prof_.create(n_slots, std::size_t(16 * hp.n_layer + 32));  // the marks of gpu_device_step.cpp
     log::get("gpu")->warn("ANVIL_OP_PROFILE: steps run eagerly, each op timed on its own (slower steps)");
   }
 }
@@ -182,11 +178,14 @@ void gpu_device::upload_weights(const gpu_worker_config& cfg, memory_plan& mem) 
     index[host] = pieces.size();
     pieces.push_back({host, bytes, c.take(bytes, weight_align)});
   };
-  const auto add_matrix = [&](const model::weight& w) {
+  const auto check_matrix = [&](const model::weight& w) {
     if (!kernels::gemv_supports(w.type) || w.in % 8 != 0) {
       throw std::runtime_error("gpu worker: weight type " + std::string(model::info(w.type).name) +
                                " (rows of " + std::to_string(w.in) + ") is not supported by the GPU kernels");
     }
+  };
+  const auto add_matrix = [&](const model::weight& w) {
+    check_matrix(w);
     add(w.data, matrix_bytes(w));
   };
   const auto add_vec = [&](const std::vector<float>& v) { add(v.data(), v.size() * sizeof(float)); };
@@ -197,6 +196,18 @@ void gpu_device::upload_weights(const gpu_worker_config& cfg, memory_plan& mem) 
   for (const model::layer_weights& l : m_.layers) {
     for (const auto* v : {&l.attn_norm, &l.ffn_norm, &l.q_norm, &l.k_norm, &l.bq, &l.bk, &l.bv}) add_vec(*v);
     for (const auto* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) add_matrix(*w);
+    if (!l.moe()) continue;
+    add_matrix(l.router);
+    for (const auto* w : {&l.gate_exps, &l.up_exps, &l.down_exps}) {
+      check_matrix(w->at(0));
+      if (!kernels::moe_matmul_supports(w->type, w->in, w->stride)) {
+        throw std::runtime_error("gpu worker: stacked experts of type " + std::string(model::info(w->type).name) + " (" +
+                                 std::to_string(w->stride) + " bytes apart) are not supported by the GPU kernels");
+      }
+      add(w->data, w->stride * std::size_t(w->count));
+    }
+    for (const auto* w : {&l.gate_shexp, &l.up_shexp, &l.down_shexp}) add_matrix(*w);
+    add_vec(l.shexp_gate);
   }
   const std::size_t total = c.size();
   weights_ = static_cast<unsigned char*>(alloc_device(total, "the weights"));
@@ -222,7 +233,12 @@ void gpu_device::upload_weights(const gpu_worker_config& cfg, memory_plan& mem) 
   const auto dev_vec = [&](const std::vector<float>& v) -> const float* {
     return v.empty() ? nullptr : static_cast<const float*>(dev_of_.at(v.data()));
   };
-  const auto dev_matrix = [&](const model::weight& w) { return matrix{dev_of_.at(w.data), w.type, w.in, w.out}; };
+  const auto dev_matrix = [&](const model::weight& w) {
+    return w.data == nullptr ? matrix{} : matrix{dev_of_.at(w.data), w.type, w.in, w.out};
+  };
+  const auto dev_stacked = [&](const model::stacked_weight& w) {
+    return layer::stacked{.w = dev_of_.at(w.data), .type = w.type, .in = w.in, .out = w.out, .stride = w.stride};
+  };
   tok_embd_ = dev_of_.at(m_.tok_embd.data);
   output_ = dev_matrix(m_.output);
   output_norm_ = dev_vec(m_.output_norm);
@@ -243,6 +259,16 @@ void gpu_device::upload_weights(const gpu_worker_config& cfg, memory_plan& mem) 
     d.gate = dev_matrix(l.gate);
     d.up = dev_matrix(l.up);
     d.down = dev_matrix(l.down);
+    if (l.moe()) {
+      d.router = dev_matrix(l.router);
+      d.gate_exps = dev_stacked(l.gate_exps);
+      d.up_exps = dev_stacked(l.up_exps);
+      d.down_exps = dev_stacked(l.down_exps);
+      d.gate_shexp = dev_matrix(l.gate_shexp);
+      d.up_shexp = dev_matrix(l.up_shexp);
+      d.down_shexp = dev_matrix(l.down_shexp);
+      d.shexp_gate = dev_vec(l.shexp_gate);
+    }
     layers_.push_back(d);
   }
 }
@@ -286,7 +312,12 @@ void gpu_device::plan_scratch(memory_plan& mem) {
     gemm_ws = std::max(gemm_ws, kernels::gemm_fp8_workspace_bytes(output_.in, max_seqs_));
   }
   for (const layer& l : layers_) {
-    for (const matrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) {
+    if (l.router.w != nullptr) {  // the router's GEMM is tiled_f32 (run_experts)
+      gemm_ws = std::max(gemm_ws, kernels::gemm_workspace_bytes(kernels::gemm_algo::tiled_f32, l.router.type,
+                                                                l.router.in, l.router.out, max_tokens_));
+    }
+    for (const matrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down, &l.gate_shexp, &l.up_shexp, &l.down_shexp}) {
+      if (w->w == nullptr) continue;
       fit(*w, max_tokens_);
       // The FP8 path's x codes share the region (project() runs one path after the other).
       if (gemm_dtype_ == kernels::gemm_dtype::fp8) {
@@ -312,20 +343,35 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   const std::size_t x = c.take(T * std::size_t(hp.n_embd) * f), h = c.take(T * std::size_t(hp.n_embd) * f);
   const std::size_t q = c.take(T * q_w * f), k = c.take(T * kv_w * f), v = c.take(T * kv_w * f);
   const std::size_t attn = c.take(T * q_w * f), o = c.take(T * std::size_t(hp.n_embd) * f);
-  const std::size_t gate = c.take(T * std::size_t(hp.n_ff) * f), up = c.take(T * std::size_t(hp.n_ff) * f);
+  // gate_/up_: a dense layer's rows, the experts' pair rows, or the shared expert's.
+  const std::size_t k_used = std::size_t(std::max<std::int64_t>(hp.n_expert_used, 1));
+  const std::size_t ff_w = std::max({std::size_t(hp.n_ff), k_used * std::size_t(hp.n_ff_exp), std::size_t(hp.n_ff_shexp)});
+  const std::size_t gate = c.take(T * ff_w * f), up = c.take(T * ff_w * f);
+  const bool moe = m_.has_experts();
+  const std::size_t pairs = moe ? T * k_used : 0, experts = moe ? std::size_t(hp.n_expert) : 0;
+  const std::size_t router = c.take(T * experts * f), moe_ids = c.take(pairs * 4), moe_weights = c.take(pairs * f);
+  const std::size_t moe_offsets = c.take((experts + 1) * 4), moe_sorted = c.take(pairs * 4);
+  const std::size_t pair_out = c.take(pairs * std::size_t(hp.n_embd) * f);
+  const std::size_t shared_out = c.take(hp.n_ff_shexp > 0 ? T * std::size_t(hp.n_embd) * f : 0);
   const std::size_t rows = c.take(S * std::size_t(hp.n_embd) * f), logits = c.take(S * std::size_t(hp.n_vocab) * f);
   const std::size_t records = c.take(S * record_bytes), attn_ws = c.take(attn_ws_bytes_);
   const std::size_t gemm_at = c.take(gemm_ws), blas_at = c.take(blas_ws), upload = c.take(up_off_.total);
   const std::size_t gemv_at = c.take(gemv_ws), scores = c.take(T * f), cand_ws = c.take(cand_ws_bytes_);
   const std::size_t angles = c.take(kernels::rope_angles_bytes(max_tokens_, hp.rope_dim));
   const std::size_t qkv_w = q_w + 2 * kv_w;
-  const bool own_qkv = gemm_dtype_ == kernels::gemm_dtype::fp8 && qkv_w > std::size_t(hp.n_ff);
+  const bool own_qkv = gemm_dtype_ == kernels::gemm_dtype::fp8 && qkv_w > ff_w;
   const std::size_t qkv = own_qkv ? c.take(T * qkv_w * f) : 0;
   auto* base = static_cast<unsigned char*>(alloc_device(c.size(), "activation scratch and workspaces"));
   mem.scratch_bytes = c.size();
   const auto fp = [base](std::size_t off) { return reinterpret_cast<float*>(base + off); };
   x_ = fp(x), h_ = fp(h), q_ = fp(q), k_ = fp(k), v_ = fp(v), attn_ = fp(attn), o_ = fp(o);
   gate_ = fp(gate), up_ = fp(up), rows_ = fp(rows), logits_ = fp(logits);
+  if (moe) {
+    const auto ip = [base](std::size_t off) { return reinterpret_cast<std::int32_t*>(base + off); };
+    router_logits_ = fp(router), moe_weights_ = fp(moe_weights), pair_out_ = fp(pair_out);
+    shared_out_ = hp.n_ff_shexp > 0 ? fp(shared_out) : nullptr;
+    moe_ids_ = ip(moe_ids), moe_offsets_ = ip(moe_offsets), moe_sorted_ = ip(moe_sorted);
+  }
   records_dev_ = base + records;
   attn_ws_ = attn_ws_bytes_ ? base + attn_ws : nullptr;
   gemm_.workspace = gemm_ws ? base + gemm_at : nullptr;
@@ -371,7 +417,7 @@ void gpu_device::make_fp8_copies(memory_plan& mem) {
   carver c;
   std::vector<std::size_t> at;
   const auto add = [&](matrix* w) {
-    if (!kernels::gemm_fp8_shape_ok(w->in, w->out)) return;
+    if (w->w == nullptr || !kernels::gemm_fp8_shape_ok(w->in, w->out)) return;
     todo.push_back(w);
     at.push_back(c.take(kernels::fp8_matrix_bytes(w->in, w->out)));
   };
@@ -390,7 +436,7 @@ void gpu_device::make_fp8_copies(memory_plan& mem) {
     } else {
       for (matrix* w : {&l.wq, &l.wk, &l.wv}) add(w);
     }
-    for (matrix* w : {&l.wo, &l.gate, &l.up, &l.down}) add(w);
+    for (matrix* w : {&l.wo, &l.gate, &l.up, &l.down, &l.gate_shexp, &l.up_shexp, &l.down_shexp}) add(w);
   }
   add(&output_);
   if (todo.empty() && stacks.empty()) return;

@@ -15,6 +15,7 @@
 #include "kernels/embedding.h"
 #include "kernels/feed_tokens.h"
 #include "kernels/gemm_quant.h"
+#include "kernels/moe.h"
 #include "kernels/rms_norm.h"
 #include "kernels/rms_norm_residual.h"
 #include "kernels/rope_kv_write.h"
@@ -459,6 +460,27 @@ void gpu_device::run_layer(std::int64_t l) {
   matmul(w.wo, nullptr, attn_, o_, T, x8_attn);
   prof_.mark("norm", stream_);
   ok(kernels::launch_rms_norm_residual(norm_params(o_, w.ffn_norm), stream_), "ffn norm");
+  if (w.router.w != nullptr) {
+    run_experts(w, x8_embd);
+  } else {
+    run_dense_ffn(w, x8_embd);
+  }
+  prof_.mark("norm", stream_);
+  // The residual add fused with the next norm: the next layer's attention norm, or the final one
+  // (whose output the head gathers and quantizes itself).
+  if (l + 1 < hp.n_layer) {
+    ok(kernels::launch_rms_norm_residual(norm_params(o_, layers_[std::size_t(l + 1)].attn_norm), stream_), "residual norm");
+  } else {
+    ok(kernels::launch_rms_norm_residual(
+           {.h = x_, .delta = o_, .weight = output_norm_, .y = h_, .rows = T, .cols = hp.n_embd, .eps = hp.rms_eps},
+           stream_),
+       "final norm");
+  }
+}
+
+void gpu_device::run_dense_ffn(const layer& w, bool x8_embd) {
+  const model::hparams& hp = m_.hp;
+  const std::int64_t T = step_.tokens;
   const projection gate_up[] = {{&w.gate, nullptr, gate_}, {&w.up, nullptr, up_}};
   prof_.mark("gate/up projection", stream_);
   project(gate_up, h_, T, x8_embd);
@@ -480,17 +502,106 @@ void gpu_device::run_layer(std::int64_t l) {
   ok(kernels::launch_swiglu(sw, stream_), "swiglu");
   prof_.mark("down projection", stream_);
   matmul(w.down, nullptr, gate_, o_, T, x8_ff);
-  prof_.mark("norm", stream_);
-  // The residual add fused with the next norm: the next layer's attention norm, or the final one
-  // (whose output the head gathers and quantizes itself).
-  if (l + 1 < hp.n_layer) {
-    ok(kernels::launch_rms_norm_residual(norm_params(o_, layers_[std::size_t(l + 1)].attn_norm), stream_), "residual norm");
+}
+
+void gpu_device::run_experts(const layer& w, bool x8_embd) {
+  const model::hparams& hp = m_.hp;
+  const std::int64_t T = step_.tokens, k = hp.n_expert_used, pairs = T * k;
+  // The router in f32 whatever the step's size (GEMV, or the tiled f32 GEMM): an f16 rounding of
+  // its scores could change which experts a token takes.
+  prof_.mark("router", stream_);
+  const kernels::matmul_params rp{.w = w.router.w,
+                                  .w_type = w.router.type,
+                                  .in = w.router.in,
+                                  .out = w.router.out,
+                                  .x = h_,
+                                  .y = router_logits_,
+                                  .n_tokens = T};
+  if (T <= kernels::gemv_max_tokens) {
+    ok(kernels::launch_gemv(rp, gemv_ws_, gemv_ws_bytes_, stream_, kernels::gemv_activations::f32), "router");
   } else {
-    ok(kernels::launch_rms_norm_residual(
-           {.h = x_, .delta = o_, .weight = output_norm_, .y = h_, .rows = T, .cols = hp.n_embd, .eps = hp.rms_eps},
-           stream_),
-       "final norm");
+    kernels::gemm_context exact = gemm_;
+    exact.algo = kernels::gemm_algo::tiled_f32;
+    ok(kernels::launch_gemm(rp, exact, stream_), "router");
   }
+  ok(kernels::launch_moe_route({.logits = router_logits_,
+                                .n_tokens = T,
+                                .n_expert = hp.n_expert,
+                                .k = k,
+                                .normalize = hp.expert_weights_norm,
+                                .ids = moe_ids_,
+                                .weights = moe_weights_,
+                                .offsets = moe_offsets_,
+                                .sorted = moe_sorted_},
+                               stream_),
+     "expert routing");
+  // Each pair's gate and up rows (gate_, up_: [pairs, n_ff_exp]), in one launch when the two
+  // stacks share a type.
+  prof_.mark("experts gate/up", stream_);
+  const auto experts = [&](const layer::stacked& s, float* y, const float* x, std::int64_t x_div) {
+    return kernels::moe_matmul_params{.w = {s.w},
+                                      .y = {y},
+                                      .n_mats = 1,
+                                      .w_type = s.type,
+                                      .in = s.in,
+                                      .out = s.out,
+                                      .stride = s.stride,
+                                      .x = x,
+                                      .x_div = x_div,
+                                      .n_pairs = pairs,
+                                      .n_expert = hp.n_expert,
+                                      .offsets = moe_offsets_,
+                                      .sorted = moe_sorted_};
+  };
+  kernels::moe_matmul_params gu = experts(w.gate_exps, gate_, h_, k);
+  if (w.up_exps.type == w.gate_exps.type) {
+    gu.w[1] = w.up_exps.w;
+    gu.y[1] = up_;
+    gu.n_mats = 2;
+    ok(kernels::launch_moe_matmul(gu, stream_), "experts gate/up");
+  } else {
+    ok(kernels::launch_moe_matmul(gu, stream_), "experts gate");
+    ok(kernels::launch_moe_matmul(experts(w.up_exps, up_, h_, k), stream_), "experts up");
+  }
+  const std::int64_t ff = hp.n_ff_exp;
+  prof_.mark("swiglu", stream_);
+  ok(kernels::launch_swiglu(
+         {.gate = gate_, .up = up_, .out = gate_, .rows = pairs, .cols = ff, .gate_stride = ff, .up_stride = ff, .out_stride = ff},
+         stream_),
+     "experts swiglu");
+  prof_.mark("experts down", stream_);
+  ok(kernels::launch_moe_matmul(experts(w.down_exps, pair_out_, gate_, 1), stream_), "experts down");
+  // The shared expert (Qwen2-MoE) as a dense feed-forward of its own width, into shared_out_.
+  const bool shared = w.gate_shexp.w != nullptr;
+  if (shared) {
+    const std::int64_t sff = hp.n_ff_shexp;
+    const projection gate_up[] = {{&w.gate_shexp, nullptr, gate_}, {&w.up_shexp, nullptr, up_}};
+    prof_.mark("shared expert", stream_);
+    project(gate_up, h_, T, x8_embd);
+    ok(kernels::launch_swiglu({.gate = gate_,
+                               .up = up_,
+                               .out = gate_,
+                               .rows = T,
+                               .cols = sff,
+                               .gate_stride = sff,
+                               .up_stride = sff,
+                               .out_stride = sff},
+                              stream_),
+       "shared expert swiglu");
+    matmul(w.down_shexp, nullptr, gate_, shared_out_, T);
+  }
+  prof_.mark("experts sum", stream_);
+  ok(kernels::launch_moe_combine({.y = pair_out_,
+                                  .weights = moe_weights_,
+                                  .n_tokens = T,
+                                  .k = k,
+                                  .cols = hp.n_embd,
+                                  .shared = shared ? shared_out_ : nullptr,
+                                  .shared_gate = shared ? w.shexp_gate : nullptr,
+                                  .x = h_,
+                                  .out = o_},
+                                 stream_),
+     "experts sum");
 }
 
 void gpu_device::run_attention(std::int64_t l, bool x8_out) {

@@ -7,6 +7,7 @@
 
 #include "kernels/embedding.h"
 #include "kernels/matmul.h"
+#include "kernels/moe.h"
 #include "kernels/rms_norm.h"
 #include "kernels/swiglu.h"
 
@@ -34,7 +35,7 @@ void rms_norm(const float* x, const std::vector<float>& w, float* y, std::int64_
 cpu_forward::cpu_forward(const llm& m, std::int64_t max_tokens, std::pmr::memory_resource* arena)
     : m_(m), ids_(arena), positions_(arena), slots_(arena), x_(arena), h_(arena), q_(arena), k_(arena), v_(arena),
       attn_(arena), o_(arena), gate_(arena), up_(arena), router_(arena), chosen_w_(arena), xe_(arena), ye_(arena),
-      routed_w_(arena), chosen_(arena), routed_(arena), seqs_(arena), logit_rows_(arena) {
+      pair_out_(arena), chosen_(arena), routed_(arena), seqs_(arena), logit_rows_(arena) {
   const auto t = static_cast<std::size_t>(std::max<std::int64_t>(max_tokens, 1));
   const hparams& hp = m.hp;
   ids_.reserve(t);
@@ -48,8 +49,9 @@ cpu_forward::cpu_forward(const llm& m, std::int64_t max_tokens, std::pmr::memory
   for (auto* v : {&gate_, &up_}) v->reserve(t * std::size_t(std::max({hp.n_ff, hp.n_ff_exp, hp.n_ff_shexp})));
   if (m.has_experts()) {
     router_.reserve(t * std::size_t(hp.n_expert));
-    for (auto* v : {&chosen_w_, &routed_w_}) v->reserve(t * std::size_t(hp.n_expert_used));
+    chosen_w_.reserve(t * std::size_t(hp.n_expert_used));
     for (auto* v : {&chosen_, &routed_}) v->reserve(t * std::size_t(hp.n_expert_used));
+    pair_out_.reserve(t * std::size_t(hp.n_expert_used * hp.n_embd));
     for (auto* v : {&xe_, &ye_}) v->reserve(t * std::size_t(hp.n_embd));
   }
 }
@@ -264,70 +266,51 @@ void cpu_forward::experts(const layer_weights& w) {
   const std::int64_t n = std::int64_t(ids_.size()), n_expert = hp.n_expert, k = hp.n_expert_used, d = hp.n_embd;
   router_.resize(std::size_t(n * n_expert));
   matmul(w.router, {}, h_, n, router_.data());
-  // Each token's softmax over every expert, its k most probable (the lower id first on a tie),
-  // their probabilities renormalised to sum to 1 where the model says so.
   chosen_.resize(std::size_t(n * k));
   chosen_w_.resize(std::size_t(n * k));
-  for (std::int64_t t = 0; t < n; ++t) {
-    float* p = router_.data() + t * n_expert;
-    const float top = *std::max_element(p, p + n_expert);
-    float sum = 0.f;
-    for (std::int64_t e = 0; e < n_expert; ++e) sum += (p[e] = std::exp(p[e] - top));
-    for (std::int64_t e = 0; e < n_expert; ++e) p[e] /= sum;
-    std::int32_t* ids = chosen_.data() + t * k;
-    float* wt = chosen_w_.data() + t * k;
-    for (std::int64_t j = 0; j < k; ++j) {
-      std::int32_t best = -1;
-      for (std::int64_t e = 0; e < n_expert; ++e) {
-        if (std::find(ids, ids + j, std::int32_t(e)) != ids + j) continue;
-        if (best < 0 || p[e] > p[best]) best = std::int32_t(e);
-      }
-      ids[j] = best;
-      wt[j] = p[best];
-    }
-    if (hp.expert_weights_norm) {
-      float chosen_sum = 0.f;
-      for (std::int64_t j = 0; j < k; ++j) chosen_sum += wt[j];
-      for (std::int64_t j = 0; j < k; ++j) wt[j] /= chosen_sum;
-    }
-  }
-  // Expert by expert, in id order: its tokens' rows gathered, its SwiGLU feed-forward, the
-  // weighted result added to each token's output (so a token's experts add up in id order).
-  o_.assign(std::size_t(n * d), 0.f);
+  kernels::moe_route_ref({.logits = router_.data(),
+                          .n_tokens = n,
+                          .n_expert = n_expert,
+                          .k = k,
+                          .normalize = hp.expert_weights_norm,
+                          .ids = chosen_.data(),
+                          .weights = chosen_w_.data()});
+  // Expert by expert: its pairs' token rows gathered, its SwiGLU feed-forward, each result put in
+  // its pair's row (pair t * k + j: token t's j-th choice), as the GPU's grouped matmul does.
+  pair_out_.resize(std::size_t(n * k * d));
   for (std::int64_t e = 0; e < n_expert; ++e) {
     routed_.clear();
-    routed_w_.clear();
     for (std::int64_t i = 0; i < n * k; ++i) {
-      if (chosen_[std::size_t(i)] != e) continue;
-      routed_.push_back(std::int32_t(i / k));
-      routed_w_.push_back(chosen_w_[std::size_t(i)]);
+      if (chosen_[std::size_t(i)] == e) routed_.push_back(std::int32_t(i));
     }
     const std::int64_t cnt = std::int64_t(routed_.size());
     if (cnt == 0) continue;
     xe_.resize(std::size_t(cnt * d));
-    for (std::int64_t r = 0; r < cnt; ++r) std::copy_n(h_.data() + routed_[std::size_t(r)] * d, d, xe_.data() + r * d);
+    for (std::int64_t r = 0; r < cnt; ++r) {
+      std::copy_n(h_.data() + routed_[std::size_t(r)] / k * d, d, xe_.data() + r * d);
+    }
     ye_.resize(xe_.size());
     swiglu_ffn(w.gate_exps.at(e), w.up_exps.at(e), w.down_exps.at(e), xe_, cnt, ye_.data());
     for (std::int64_t r = 0; r < cnt; ++r) {
-      float* out = o_.data() + routed_[std::size_t(r)] * d;
-      const float* y = ye_.data() + r * d;
-      const float wt = routed_w_[std::size_t(r)];
-      for (std::int64_t i = 0; i < d; ++i) out[i] += wt * y[i];
+      std::copy_n(ye_.data() + r * d, d, pair_out_.data() + std::size_t(routed_[std::size_t(r)]) * std::size_t(d));
     }
   }
   // The shared expert (Qwen2-MoE): every token, scaled by its gate, added after the routed ones.
-  if (w.gate_shexp.data == nullptr) return;
-  ye_.resize(std::size_t(n * d));
-  swiglu_ffn(w.gate_shexp, w.up_shexp, w.down_shexp, h_, n, ye_.data());
-  for (std::int64_t t = 0; t < n; ++t) {
-    float g = 1.f;
-    if (!w.shexp_gate.empty()) {
-      float dot = 0.f;
-      for (std::int64_t i = 0; i < d; ++i) dot += h_[std::size_t(t * d + i)] * w.shexp_gate[std::size_t(i)];
-      g = 1.f / (1.f + std::exp(-dot));
-    }
-    for (std::int64_t i = 0; i < d; ++i) o_[std::size_t(t * d + i)] += g * ye_[std::size_t(t * d + i)];
+  const bool shared = w.gate_shexp.data != nullptr;
+  if (shared) {
+    ye_.resize(std::size_t(n * d));
+    swiglu_ffn(w.gate_shexp, w.up_shexp, w.down_shexp, h_, n, ye_.data());
   }
+  o_.resize(std::size_t(n * d));
+  kernels::moe_combine_ref({.y = pair_out_.data(),
+                            .weights = chosen_w_.data(),
+                            .n_tokens = n,
+                            .k = k,
+                            .cols = d,
+                            .shared = shared ? ye_.data() : nullptr,
+                            .shared_gate = shared && !w.shexp_gate.empty() ? w.shexp_gate.data() : nullptr,
+                            .x = h_.data(),
+                            .out = o_.data()});
 }
 
 }  // namespace anvil::model

@@ -83,8 +83,9 @@ class cpu_forward {
   std::pmr::vector<std::int32_t> ids_, positions_;
   std::pmr::vector<std::int64_t> slots_;
   std::pmr::vector<float> x_, h_, q_, k_, v_, attn_, o_, gate_, up_;
-  // Mixture of experts: router scores, each token's chosen experts and weights, one expert's rows.
-  std::pmr::vector<float> router_, chosen_w_, xe_, ye_, routed_w_;
+  // Mixture of experts: router scores, each token's chosen experts and weights, one expert's rows
+  // and outputs, every pair's output.
+  std::pmr::vector<float> router_, chosen_w_, xe_, ye_, pair_out_;
   std::pmr::vector<std::int32_t> chosen_, routed_;
   std::pmr::vector<kernels::attention_seq> seqs_;
   std::pmr::vector<std::int64_t> logit_rows_;

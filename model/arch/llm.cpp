@@ -139,9 +139,12 @@ hparams read_hparams(const gguf_file& f) {
   if (hp.architecture == arch::qwen3moe || hp.architecture == arch::qwen2moe || f.find(a + "expert_count")) {
     hp.n_expert = required_int(f, a + "expert_count");
     hp.n_expert_used = required_int(f, a + "expert_used_count");
-    if (hp.n_expert > 1024 || hp.n_expert_used > hp.n_expert) {
+    // The limits kernels/moe.h states (moe_max_experts, moe_max_used).
+    if (hp.n_expert < 1 || hp.n_expert > 1024 || hp.n_expert_used < 1 || hp.n_expert_used > 64 ||
+        hp.n_expert_used > hp.n_expert) {
       throw model_error("expert_used_count " + std::to_string(hp.n_expert_used) + " of expert_count " +
-                        std::to_string(hp.n_expert) + " (at most 1024 experts, and no more used than there are)");
+                        std::to_string(hp.n_expert) +
+                        " (1 to 1024 experts, 1 to 64 used per token, and no more used than there are)");
     }
     hp.n_ff_exp = f.find(a + "expert_feed_forward_length") ? required_int(f, a + "expert_feed_forward_length") : hp.n_ff;
     // Converters do not write it for these families; llama.cpp renormalises for all but qwen2moe.

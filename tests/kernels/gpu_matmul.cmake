@@ -6,4 +6,5 @@ anvil_add_test(kernels_gpu_matmul_test LABELS "kernels;gpu" TIMEOUT 600
     kernels/gemm_gpu_test.cpp
     kernels/gemm_fp8_gpu_test.cpp
     kernels/embedding_gpu_test.cpp
+    kernels/moe_gpu_test.cpp
   LIBS anvil_kernels_gpu anvil_kernels_cpu)

@@ -1,0 +1,269 @@
+// The mixture-of-experts kernels (kernels/moe.h) against their CPU references. Label: gpu.
+//   route: ids equal to moe_route_ref's (ties included: the lower id first), weights within 1e-6;
+//     the grouping is a permutation of the pairs with each expert's pairs in its range.
+//   matmul: every GEMV weight type, gate/up (one row per token, two matrices in one launch) and
+//     down (one row per pair): each pair's output equals matmul_ref of its expert's matrix on its
+//     row within 1e-5 of the |W|.|x| scale (float activations, exact decode). Poisoned and guarded.
+//   combine: within 1e-5, with and without the shared expert and its gate.
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernels/matmul.h"
+#include "kernels/moe.h"
+#include "tests/kernels/gpu_array.h"
+#include "tests/kernels/matmul_gpu_cases.h"
+
+namespace {
+
+using namespace anvil::kernels;
+using namespace anvil::kernels::testing;
+
+struct route_case {
+  std::int64_t tokens, n_expert, k;
+  bool normalize;
+};
+
+// Routes `logits` on the device; returns ids, weights, offsets and sorted.
+struct routed {
+  std::vector<std::int32_t> ids, offsets, sorted;
+  std::vector<float> weights;
+};
+
+routed route_on_device(const std::vector<float>& logits, std::int64_t tokens, std::int64_t n_expert, std::int64_t k,
+                       bool normalize) {
+  guarded_array<float> dl(logits);
+  guarded_array<std::int32_t> ids(std::size_t(tokens * k)), offsets(std::size_t(n_expert + 1)),
+      sorted(std::size_t(tokens * k));
+  guarded_array<float> w(std::size_t(tokens * k));
+  for (auto* a : {&ids, &offsets, &sorted}) a->poison();
+  w.poison();
+  EXPECT_EQ(launch_moe_route({.logits = dl.data(),
+                              .n_tokens = tokens,
+                              .n_expert = n_expert,
+                              .k = k,
+                              .normalize = normalize,
+                              .ids = ids.data(),
+                              .weights = w.data(),
+                              .offsets = offsets.data(),
+                              .sorted = sorted.data()},
+                             nullptr),
+            hipSuccess);
+  EXPECT_EQ(hipDeviceSynchronize(), hipSuccess);
+  for (auto* a : {&ids, &offsets, &sorted}) EXPECT_TRUE(a->guards_intact());
+  EXPECT_TRUE(w.guards_intact());
+  return {ids.download(), offsets.download(), sorted.download(), w.download()};
+}
+
+// offsets/sorted group the pairs of `ids` by expert.
+void expect_grouping(const routed& r, std::int64_t n_expert) {
+  const std::int64_t pairs = std::int64_t(r.ids.size());
+  ASSERT_EQ(r.offsets.front(), 0);
+  ASSERT_EQ(r.offsets.back(), pairs);
+  std::vector<int> seen(std::size_t(pairs), 0);
+  for (std::int64_t e = 0; e < n_expert; ++e) {
+    ASSERT_LE(r.offsets[std::size_t(e)], r.offsets[std::size_t(e + 1)]);
+    for (std::int32_t i = r.offsets[std::size_t(e)]; i < r.offsets[std::size_t(e + 1)]; ++i) {
+      const std::int32_t p = r.sorted[std::size_t(i)];
+      ASSERT_TRUE(p >= 0 && p < pairs) << p;
+      EXPECT_EQ(r.ids[std::size_t(p)], e) << "pair " << p;
+      ++seen[std::size_t(p)];
+    }
+  }
+  EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int c) { return c == 1; })) << "not a permutation";
+}
+
+class MoeRouteGpu : public ::testing::TestWithParam<route_case> {};
+
+TEST_P(MoeRouteGpu, MatchesTheReferenceAndGroupsThePairs) {
+  require_device();
+  const route_case c = GetParam();
+  std::mt19937 rng(unsigned(c.tokens * 31 + c.n_expert * 7 + c.k));
+  std::vector<float> logits = random_vector(std::size_t(c.tokens * c.n_expert), rng, -4.f, 4.f);
+  // Ties: in some tokens, several experts share the largest logits.
+  for (std::int64_t t = 0; t < c.tokens; t += 3) {
+    float* l = logits.data() + t * c.n_expert;
+    for (std::int64_t e = 1; e < c.n_expert; e += 2) l[e] = 5.f;
+  }
+  std::vector<std::int32_t> ids(std::size_t(c.tokens * c.k));
+  std::vector<float> w(ids.size());
+  moe_route_ref({.logits = logits.data(),
+                 .n_tokens = c.tokens,
+                 .n_expert = c.n_expert,
+                 .k = c.k,
+                 .normalize = c.normalize,
+                 .ids = ids.data(),
+                 .weights = w.data()});
+  const routed r = route_on_device(logits, c.tokens, c.n_expert, c.k, c.normalize);
+  EXPECT_EQ(r.ids, ids);
+  for (std::size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(r.weights[i], w[i], 1e-6f) << i;
+  expect_grouping(r, c.n_expert);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, MoeRouteGpu,
+                         ::testing::Values(route_case{1, 8, 2, true}, route_case{37, 8, 2, false},
+                                           route_case{300, 128, 8, true}, route_case{5, 60, 4, false},
+                                           route_case{9, 1024, 64, true}, route_case{0, 16, 2, true},
+                                           route_case{64, 3, 3, true}));
+
+TEST(MoeRouteGpu, RefusesOutOfRangeShapes) {
+  require_device();
+  guarded_array<float> l(16);
+  guarded_array<std::int32_t> i(16), o(32), s(16);
+  guarded_array<float> w(16);
+  const moe_route_params ok{.logits = l.data(),
+                            .n_tokens = 2,
+                            .n_expert = 8,
+                            .k = 2,
+                            .ids = i.data(),
+                            .weights = w.data(),
+                            .offsets = o.data(),
+                            .sorted = s.data()};
+  const auto refused = [&](auto change) {
+    moe_route_params q = ok;
+    change(q);
+    return launch_moe_route(q, nullptr) == hipErrorInvalidValue;
+  };
+  EXPECT_TRUE(refused([](moe_route_params& q) { q.k = 9; })) << "k above n_expert";
+  EXPECT_TRUE(refused([](moe_route_params& q) { q.k = moe_max_used + 1; })) << "k above the kernel's limit";
+  EXPECT_TRUE(refused([](moe_route_params& q) { q.n_expert = 0; })) << "no experts";
+  EXPECT_TRUE(refused([](moe_route_params& q) { q.n_expert = moe_max_experts + 1; })) << "too many experts";
+  EXPECT_TRUE(refused([](moe_route_params& q) { q.sorted = nullptr; })) << "no grouping";
+  EXPECT_FALSE(refused([](moe_route_params&) {})) << "the valid shape";
+  ANVIL_GPU_CHECK(hipDeviceSynchronize());
+}
+
+struct matmul_case {
+  ggml_type type;
+  std::int64_t tokens, n_expert, k, in, out;
+  std::string str() const {
+    std::ostringstream s;
+    s << type_name(type) << " tokens=" << tokens << " experts=" << n_expert << " k=" << k << " in=" << in
+      << " out=" << out;
+    return s.str();
+  }
+};
+
+class MoeMatmulGpu : public ::testing::TestWithParam<ggml_type> {};
+
+TEST_P(MoeMatmulGpu, EachPairIsItsExpertsMatmulOfItsRow) {
+  require_device();
+  const ggml_type type = GetParam();
+  // Decode-sized, prefill-sized (chunks of 8, 2 and 1 pairs per expert) and one expert taking all.
+  for (const matmul_case c : {matmul_case{type, 1, 8, 2, 256, 72}, matmul_case{type, 23, 6, 2, 512, 40},
+                              matmul_case{type, 40, 4, 3, 256, 130}, matmul_case{type, 9, 1, 1, 256, 8}}) {
+    SCOPED_TRACE(c.str());
+    std::mt19937 rng(unsigned(c.tokens * 131 + c.n_expert + int(type)));
+    const std::int64_t pairs = c.tokens * c.k;
+    const std::vector<float> logits = random_vector(std::size_t(c.tokens * c.n_expert), rng, -2.f, 2.f);
+    const routed r = route_on_device(logits, c.tokens, c.n_expert, c.k, true);
+    // Two stacks (gate, up) of n_expert matrices, and one row per token.
+    std::vector<host_weight> gate, up;
+    std::vector<std::uint8_t> gate_bytes, up_bytes;
+    for (std::int64_t e = 0; e < c.n_expert; ++e) {
+      gate.emplace_back(type, c.out, c.in, rng);
+      up.emplace_back(type, c.out, c.in, rng);
+      gate_bytes.insert(gate_bytes.end(), gate.back().bytes.begin(), gate.back().bytes.end());
+      up_bytes.insert(up_bytes.end(), up.back().bytes.begin(), up.back().bytes.end());
+    }
+    const std::size_t stride = gate[0].bytes.size();
+    device_bytes dg(gate_bytes.size()), du(up_bytes.size());
+    dg.upload(gate_bytes.data(), gate_bytes.size());
+    du.upload(up_bytes.data(), up_bytes.size());
+    const std::vector<float> x = random_vector(std::size_t(c.tokens * c.in), rng);
+    guarded_array<float> dx(x), yg(std::size_t(pairs * c.out)), yu(std::size_t(pairs * c.out));
+    guarded_array<std::int32_t> off(r.offsets), sorted(r.sorted);
+    yg.poison();
+    yu.poison();
+    const moe_matmul_params p{.w = {dg.data(), du.data()},
+                              .y = {yg.data(), yu.data()},
+                              .n_mats = 2,
+                              .w_type = type,
+                              .in = c.in,
+                              .out = c.out,
+                              .stride = stride,
+                              .x = dx.data(),
+                              .x_div = c.k,
+                              .n_pairs = pairs,
+                              .n_expert = c.n_expert,
+                              .offsets = off.data(),
+                              .sorted = sorted.data()};
+    ANVIL_GPU_CHECK(launch_moe_matmul(p, nullptr));
+    ANVIL_GPU_CHECK(hipDeviceSynchronize());
+    EXPECT_TRUE(yg.guards_intact());
+    EXPECT_TRUE(yu.guards_intact());
+    const std::vector<float> got_g = yg.download(), got_u = yu.download();
+    for (std::int64_t pr = 0; pr < pairs; ++pr) {
+      const std::int64_t t = pr / c.k, e = r.ids[std::size_t(pr)];
+      const std::vector<float> xt(x.begin() + t * c.in, x.begin() + (t + 1) * c.in);
+      for (const auto& [w, got] : {std::pair{&gate, &got_g}, std::pair{&up, &got_u}}) {
+        const host_weight& hw = (*w)[std::size_t(e)];
+        std::vector<float> ref(std::size_t(c.out));
+        matmul_ref({.w = hw.bytes.data(), .w_type = type, .in = c.in, .out = c.out, .x = xt.data(), .y = ref.data(), .n_tokens = 1});
+        const std::vector<float> mine(got->begin() + pr * c.out, got->begin() + (pr + 1) * c.out);
+        EXPECT_LE(max_scaled_error(mine, ref, hw, xt, nullptr, 1), 1e-5) << "pair " << pr;
+      }
+    }
+    // The down projection's form: one row per pair (x_div 1), one matrix.
+    const std::vector<float> xp = random_vector(std::size_t(pairs * c.in), rng);
+    guarded_array<float> dxp(xp), yd(std::size_t(pairs * c.out));
+    yd.poison();
+    moe_matmul_params d = p;
+    d.w[1] = nullptr;
+    d.y[1] = nullptr;
+    d.n_mats = 1;
+    d.x = dxp.data();
+    d.x_div = 1;
+    d.y[0] = yd.data();
+    ANVIL_GPU_CHECK(launch_moe_matmul(d, nullptr));
+    ANVIL_GPU_CHECK(hipDeviceSynchronize());
+    EXPECT_TRUE(yd.guards_intact());
+    const std::vector<float> got_d = yd.download();
+    for (std::int64_t pr = 0; pr < pairs; ++pr) {
+      const host_weight& hw = gate[std::size_t(r.ids[std::size_t(pr)])];
+      const std::vector<float> xr(xp.begin() + pr * c.in, xp.begin() + (pr + 1) * c.in);
+      std::vector<float> ref(std::size_t(c.out));
+      matmul_ref({.w = hw.bytes.data(), .w_type = type, .in = c.in, .out = c.out, .x = xr.data(), .y = ref.data(), .n_tokens = 1});
+      const std::vector<float> mine(got_d.begin() + pr * c.out, got_d.begin() + (pr + 1) * c.out);
+      EXPECT_LE(max_scaled_error(mine, ref, hw, xr, nullptr, 1), 1e-5) << "pair " << pr;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, MoeMatmulGpu, ::testing::ValuesIn(gpu_weight_types()),
+                         [](const auto& param_info) { return type_name(param_info.param); });
+
+TEST(MoeCombineGpu, MatchesTheReferenceWithAndWithoutTheSharedExpert) {
+  require_device();
+  std::mt19937 rng(7);
+  const std::int64_t tokens = 13, k = 4, d = 1000;
+  const std::vector<float> y = random_vector(std::size_t(tokens * k * d), rng), w = random_vector(std::size_t(tokens * k), rng, 0.f, 1.f);
+  const std::vector<float> shared = random_vector(std::size_t(tokens * d), rng), gate = random_vector(std::size_t(d), rng, -0.1f, 0.1f);
+  const std::vector<float> x = random_vector(std::size_t(tokens * d), rng);
+  guarded_array<float> dy(y), dw(w), ds(shared), dg(gate), dx(x), out(std::size_t(tokens * d));
+  for (int variant = 0; variant < 3; ++variant) {
+    SCOPED_TRACE(variant == 0 ? "routed only" : variant == 1 ? "shared, ungated" : "shared, gated");
+    moe_combine_params p{.y = y.data(), .weights = w.data(), .n_tokens = tokens, .k = k, .cols = d, .x = x.data()};
+    if (variant >= 1) p.shared = shared.data();
+    if (variant == 2) p.shared_gate = gate.data();
+    std::vector<float> ref(std::size_t(tokens * d));
+    p.out = ref.data();
+    moe_combine_ref(p);
+    moe_combine_params q{.y = dy.data(), .weights = dw.data(), .n_tokens = tokens, .k = k, .cols = d, .x = dx.data()};
+    if (variant >= 1) q.shared = ds.data();
+    if (variant == 2) q.shared_gate = dg.data();
+    out.poison();
+    q.out = out.data();
+    ANVIL_GPU_CHECK(launch_moe_combine(q, nullptr));
+    ANVIL_GPU_CHECK(hipDeviceSynchronize());
+    EXPECT_TRUE(out.guards_intact());
+    const std::vector<float> got = out.download();
+    for (std::size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], ref[i], 1e-5f) << i;
+  }
+}
+
+}  // namespace
