@@ -221,11 +221,11 @@ class gpu_device {
   // room when it is wide enough (gate_ is free from the down projection to the next gate/up).
   float* qkv_ = nullptr;
   // Mixture of experts [max_tokens, ...]: router logits, each token's choices and weights, the
-  // pairs grouped by expert (offsets [n_expert + 1], sorted [tokens * k]), every pair's output
+  // pairs grouped by expert (offsets and active [n_expert + 1], sorted [tokens * k]), every pair's output
   // [tokens * k, n_embd] and the shared expert's [tokens, n_embd]. gate_ and up_ hold the pairs'
   // gate/up rows (sized for the widest use).
   float *router_logits_ = nullptr, *moe_weights_ = nullptr, *pair_out_ = nullptr, *shared_out_ = nullptr;
-  std::int32_t *moe_ids_ = nullptr, *moe_offsets_ = nullptr, *moe_sorted_ = nullptr;
+  std::int32_t *moe_ids_ = nullptr, *moe_offsets_ = nullptr, *moe_sorted_ = nullptr, *moe_active_ = nullptr;
   void* records_dev_ = nullptr;
   void* attn_ws_ = nullptr;
   std::size_t attn_ws_bytes_ = 0;

@@ -507,23 +507,15 @@ void gpu_device::run_dense_ffn(const layer& w, bool x8_embd) {
 void gpu_device::run_experts(const layer& w, bool x8_embd) {
   const model::hparams& hp = m_.hp;
   const std::int64_t T = step_.tokens, k = hp.n_expert_used, pairs = T * k;
-  // The router in f32 whatever the step's size (GEMV, or the tiled f32 GEMM): an f16 rounding of
-  // its scores could change which experts a token takes.
   prof_.mark("router", stream_);
-  const kernels::matmul_params rp{.w = w.router.w,
-                                  .w_type = w.router.type,
-                                  .in = w.router.in,
-                                  .out = w.router.out,
-                                  .x = h_,
-                                  .y = router_logits_,
-                                  .n_tokens = T};
-  if (T <= kernels::gemv_max_tokens) {
-    ok(kernels::launch_gemv(rp, gemv_ws_, gemv_ws_bytes_, stream_, kernels::gemv_activations::f32), "router");
-  } else {
-    kernels::gemm_context exact = gemm_;
-    exact.algo = kernels::gemm_algo::tiled_f32;
-    ok(kernels::launch_gemm(rp, exact, stream_), "router");
-  }
+  ok(kernels::launch_moe_router({.w = static_cast<const float*>(w.router.w),
+                                 .x = h_,
+                                 .logits = router_logits_,
+                                 .in = w.router.in,
+                                 .n_expert = hp.n_expert,
+                                 .n_tokens = T},
+                                stream_),
+     "router");
   ok(kernels::launch_moe_route({.logits = router_logits_,
                                 .n_tokens = T,
                                 .n_expert = hp.n_expert,
@@ -532,7 +524,8 @@ void gpu_device::run_experts(const layer& w, bool x8_embd) {
                                 .ids = moe_ids_,
                                 .weights = moe_weights_,
                                 .offsets = moe_offsets_,
-                                .sorted = moe_sorted_},
+                                .sorted = moe_sorted_,
+                                .active = moe_active_},
                                stream_),
      "expert routing");
   // Each pair's gate and up rows (gate_, up_: [pairs, n_ff_exp]), in one launch when the two
@@ -551,7 +544,8 @@ void gpu_device::run_experts(const layer& w, bool x8_embd) {
                                       .n_pairs = pairs,
                                       .n_expert = hp.n_expert,
                                       .offsets = moe_offsets_,
-                                      .sorted = moe_sorted_};
+                                      .sorted = moe_sorted_,
+                                      .active = moe_active_};
   };
   kernels::moe_matmul_params gu = experts(w.gate_exps, gate_, h_, k);
   if (w.up_exps.type == w.gate_exps.type) {

@@ -1,9 +1,12 @@
 // Mixture-of-experts ops (Mixtral, Qwen2-MoE, Qwen3-MoE), all on the device so that a step with
 // experts needs no host round trip and still fits a captured graph:
+//   0. router:  logits[t, e] = router_e . x[t], the router (F32, as GGUF files keep it) in f32 at
+//               every step size: an f16 rounding of the scores could change a token's experts.
 //   1. route:   each token's router logits -> softmax over every expert -> its k most probable
 //               (the lower id first on a tie), their probabilities renormalised where the model
 //               says so; then the (token, rank) pairs grouped by expert: offsets[e] .. offsets[e+1]
-//               of `sorted` are the pairs expert e serves (in no particular order).
+//               of `sorted` are the pairs expert e serves (in no particular order), and `active`
+//               lists the experts with pairs, so that the matmuls' grids walk only those.
 //   2. matmul:  for each expert with pairs, y[p] = W_e x(p) for each of its pairs p: the expert's
 //               rows are read once per group of pairs, not once per pair. x(p) is the token's row
 //               (the gate/up projections' input) or the pair's own row (the down projection's).
@@ -34,6 +37,15 @@ struct moe_route_params {
   float* weights = nullptr;         // [n_tokens, k] out: their probabilities (renormalised)
   std::int32_t* offsets = nullptr;  // [n_expert + 1] out (GPU): where each expert's pairs start in sorted
   std::int32_t* sorted = nullptr;   // [n_tokens * k] out (GPU): pair indices grouped by expert
+  std::int32_t* active = nullptr;   // [n_expert + 1] out (GPU): the count of experts with pairs,
+                                    // then their ids in ascending order
+};
+
+struct moe_router_params {
+  const float* w = nullptr;         // [n_expert, in] F32
+  const float* x = nullptr;         // [n_tokens, in]
+  float* logits = nullptr;          // [n_tokens, n_expert]
+  std::int64_t in = 0, n_expert = 0, n_tokens = 0;
 };
 
 // CPU reference: ids and weights (offsets and sorted are the GPU's grouping; the reference
@@ -55,6 +67,7 @@ struct moe_matmul_params {
   std::int64_t n_expert = 0;
   const std::int32_t* offsets = nullptr;  // from moe_route
   const std::int32_t* sorted = nullptr;
+  const std::int32_t* active = nullptr;
 };
 
 struct moe_combine_params {
@@ -77,6 +90,8 @@ void moe_combine_ref(const moe_combine_params& p);
 namespace anvil::kernels {
 // Whether launch_moe_matmul takes stacked experts of this type, row length and stride.
 bool moe_matmul_supports(model::ggml_type t, std::int64_t in, std::size_t stride);
+// in a multiple of 4, w and x 16-byte aligned; else hipErrorInvalidValue, nothing launched.
+hipError_t launch_moe_router(const moe_router_params& p, hipStream_t stream);
 // hipErrorInvalidValue (nothing launched) for sizes outside the limits above or null outputs.
 hipError_t launch_moe_route(const moe_route_params& p, hipStream_t stream);
 // Any type the GEMV takes (kernels/gemv.h), float activations; w and x 16-byte aligned, in a

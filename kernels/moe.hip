@@ -3,14 +3,18 @@
 // route: one warp per token. The softmax's maximum and sum by warp reductions; then k passes,
 //   each a warp arg-max over the experts not yet chosen (the lower id on a tie), as the reference.
 //   Each lane owns experts lane, lane + warp, ...; a bit mask per lane marks its chosen ones.
-// group: one block. Counts per expert in shared memory, an exclusive scan, then every pair takes
-//   a place in its expert's range with a shared atomic (the order inside a range does not matter:
-//   every pair's output is computed on its own).
+// group: one block, a thread per expert. Counts per expert in shared memory, block-wide scans of
+//   the counts (offsets) and of "has pairs" (the active list), then every pair takes a place in
+//   its expert's range with a shared atomic (the order inside a range does not matter: every
+//   pair's output is computed on its own).
+// router: a warp per E experts x 8 tokens (E = 1 for steps of up to 8 tokens, so that a decode
+//   step has a warp per expert; 4 above, so that each x load feeds four experts), lanes striding
+//   over the row in float4s.
 // matmul: the GEMV's float path (gemv.hip, gemv_kernel) with the grid's y dimension over the
-//   experts and z over the (up to two) matrices: a block owns R rows per warp of one expert's
-//   matrix and walks that expert's pairs in chunks of 8, 2 and 1, so each row is read once per
-//   chunk, not once per pair. Blocks of experts without pairs return at once.
-// combine: one block per token: the shared expert's gate by a block reduction, then each column.
+//   active experts (at most min(n_expert, pairs) of them) and z over the (up to two) matrices: a
+//   block owns R rows per warp of one expert's matrix and walks that expert's pairs in chunks of
+//   8, 2 and 1, so each row is read once per chunk, not once per pair.
+// combine: a block per (256 columns, token); the shared expert's gate by a block reduction.
 #include "kernels/moe.h"
 
 #include <algorithm>
@@ -72,30 +76,118 @@ __global__ void __launch_bounds__(route_threads) route_kernel(moe_route_params p
 }
 
 constexpr int group_threads = 1024;
+static_assert(group_threads >= moe_max_experts, "a thread per expert");
+
+// Exclusive prefix sum of v over the block's threads (group_threads of them); `total` gets the sum.
+__device__ __forceinline__ std::int32_t block_exclusive_scan(std::int32_t v, std::int32_t& total) {
+  __shared__ std::int32_t warp_sums[group_threads / 32];
+  constexpr int warps = group_threads / gpu::warp_size;
+  const int lane = int(threadIdx.x) % gpu::warp_size, warp = int(threadIdx.x) / gpu::warp_size;
+  std::int32_t incl = v;
+  for (int d = 1; d < gpu::warp_size; d *= 2) {
+    const std::int32_t o = gpu::shfl_up(incl, unsigned(d));
+    if (lane >= d) incl += o;
+  }
+  __syncthreads();  // warp_sums may still be read by a previous call
+  if (lane == gpu::warp_size - 1) warp_sums[warp] = incl;
+  __syncthreads();
+  if (warp == 0) {
+    std::int32_t s = lane < warps ? warp_sums[lane] : 0;
+    for (int d = 1; d < gpu::warp_size; d *= 2) {
+      const std::int32_t o = gpu::shfl_up(s, unsigned(d));
+      if (lane >= d) s += o;
+    }
+    if (lane < warps) warp_sums[lane] = s;  // inclusive sums of the warps' totals
+  }
+  __syncthreads();
+  total = warp_sums[warps - 1];
+  return incl - v + (warp > 0 ? warp_sums[warp - 1] : 0);
+}
 
 __global__ void __launch_bounds__(group_threads) group_kernel(const std::int32_t* ids, std::int64_t n_pairs,
                                                               std::int32_t n_expert, std::int32_t* offsets,
-                                                              std::int32_t* sorted) {
+                                                              std::int32_t* sorted, std::int32_t* active) {
   __shared__ std::int32_t count[moe_max_experts];
   __shared__ std::int32_t cursor[moe_max_experts];
   gpu::dependency_wait();  // launched with gpu::launch_dependent
   gpu::allow_dependents();
-  for (int e = int(threadIdx.x); e < n_expert; e += group_threads) count[e] = 0;
+  const int e = int(threadIdx.x);
+  if (e < n_expert) count[e] = 0;
   __syncthreads();
   for (std::int64_t i = threadIdx.x; i < n_pairs; i += group_threads) atomicAdd(&count[ids[i]], 1);
   __syncthreads();
-  if (threadIdx.x == 0) {
-    std::int32_t at = 0;
-    for (int e = 0; e < n_expert; ++e) {
-      offsets[e] = at;
-      cursor[e] = at;
-      at += count[e];
-    }
-    offsets[n_expert] = at;
+  const std::int32_t c = e < n_expert ? count[e] : 0;
+  std::int32_t pairs = 0, n_active = 0;
+  const std::int32_t at = block_exclusive_scan(c, pairs);
+  const std::int32_t slot = block_exclusive_scan(c > 0 ? 1 : 0, n_active);
+  if (e < n_expert) {
+    offsets[e] = at;
+    cursor[e] = at;
+    if (c > 0) active[1 + slot] = e;
+  }
+  if (e == 0) {
+    offsets[n_expert] = pairs;
+    active[0] = n_active;
   }
   __syncthreads();
   for (std::int64_t i = threadIdx.x; i < n_pairs; i += group_threads) {
     sorted[atomicAdd(&cursor[ids[i]], 1)] = std::int32_t(i);
+  }
+}
+
+// ---- router ------------------------------------------------------------------------------------
+constexpr int router_threads = 128;
+constexpr int router_tokens = 8;
+
+template <int E>
+__global__ void __launch_bounds__(router_threads) router_kernel(moe_router_params p) {
+  gpu::dependency_wait();  // launched with gpu::launch_dependent
+  gpu::allow_dependents();
+  const int lane = int(threadIdx.x) % gpu::warp_size;
+  const std::int64_t e0 = (std::int64_t(blockIdx.x) * (router_threads / gpu::warp_size) + threadIdx.x / gpu::warp_size) * E;
+  const std::int64_t t0 = std::int64_t(blockIdx.y) * router_tokens;
+  if (e0 >= p.n_expert) return;
+  const std::int64_t e_left = p.n_expert - e0, t_left = p.n_tokens - t0;
+  const int n_e = e_left < E ? int(e_left) : E, n_t = t_left < router_tokens ? int(t_left) : router_tokens;
+  float acc[E][router_tokens];
+#pragma unroll
+  for (int i = 0; i < E; ++i) {
+#pragma unroll
+    for (int t = 0; t < router_tokens; ++t) acc[i][t] = 0.f;
+  }
+  const std::int64_t in = p.in;
+  for (std::int64_t c = std::int64_t(lane) * 4; c < in; c += 4 * gpu::warp_size) {
+    float4 w[E];
+#pragma unroll
+    for (int i = 0; i < E; ++i) {
+      w[i] = *reinterpret_cast<const float4*>(p.w + (e0 + (i < n_e ? i : n_e - 1)) * in + c);
+    }
+#pragma unroll
+    for (int t = 0; t < router_tokens; ++t) {
+      if (t >= n_t) break;
+      const float4 xv = *reinterpret_cast<const float4*>(p.x + (t0 + t) * in + c);
+#pragma unroll
+      for (int i = 0; i < E; ++i) {
+        acc[i][t] = fmaf(w[i].x, xv.x, acc[i][t]);
+        acc[i][t] = fmaf(w[i].y, xv.y, acc[i][t]);
+        acc[i][t] = fmaf(w[i].z, xv.z, acc[i][t]);
+        acc[i][t] = fmaf(w[i].w, xv.w, acc[i][t]);
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < E; ++i) {
+#pragma unroll
+    for (int t = 0; t < router_tokens; ++t) acc[i][t] = gpu::warp_reduce_sum(acc[i][t]);
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int i = 0; i < E; ++i) {
+#pragma unroll
+      for (int t = 0; t < router_tokens; ++t) {
+        if (i < n_e && t < n_t) p.logits[(t0 + t) * p.n_expert + e0 + i] = acc[i][t];
+      }
+    }
   }
 }
 
@@ -113,6 +205,7 @@ struct matmul_args {
   const float* x;
   const std::int32_t* offsets;
   const std::int32_t* sorted;
+  const std::int32_t* active;
 };
 
 // y[p][row] for the NT pairs at sorted[i..i + NT) and the R rows at rows[].
@@ -181,16 +274,15 @@ __device__ __forceinline__ void matmul_chunk(const matmul_args& a, const u8* con
 template <class F>
 __global__ void __launch_bounds__(matmul_threads) matmul_kernel(matmul_args a) {
   constexpr int R = matmul_rows;
-  const int e = int(blockIdx.y);
   const bool second = blockIdx.z == 1;
   const int lane = int(threadIdx.x) % gpu::warp_size;
   const std::int64_t warp = std::int64_t(blockIdx.x) * (matmul_threads / gpu::warp_size) + threadIdx.x / gpu::warp_size;
   const std::int64_t row0 = warp * R;
   gpu::dependency_wait();  // the grouping is the kernel before's output
   gpu::allow_dependents();
-  if (row0 >= a.out) return;
+  if (row0 >= a.out || int(blockIdx.y) >= a.active[0]) return;
+  const int e = a.active[1 + blockIdx.y];
   const int begin = a.offsets[e], end = a.offsets[e + 1];
-  if (begin == end) return;
   const u8* base = (second ? a.w1 : a.w0) + std::size_t(e) * a.stride;
   float* y = second ? a.y1 : a.y0;
   const u8* rows[R];
@@ -211,7 +303,7 @@ constexpr int combine_threads = 256;
 __global__ void __launch_bounds__(combine_threads) combine_kernel(moe_combine_params p) {
   gpu::dependency_wait();  // launched with gpu::launch_dependent
   gpu::allow_dependents();
-  const std::int64_t t = blockIdx.x, d = p.cols;
+  const std::int64_t t = blockIdx.y, d = p.cols;
   float g = 1.f;
   if (p.shared != nullptr && p.shared_gate != nullptr) {
     float dot = 0.f;
@@ -220,12 +312,12 @@ __global__ void __launch_bounds__(combine_threads) combine_kernel(moe_combine_pa
     g = 1.f / (1.f + expf(-dot));
   }
   const float* w = p.weights + t * p.k;
-  for (std::int64_t i = threadIdx.x; i < d; i += combine_threads) {
-    float s = 0.f;
-    for (std::int64_t j = 0; j < p.k; ++j) s += w[j] * p.y[(t * p.k + j) * d + i];
-    if (p.shared != nullptr) s += g * p.shared[t * d + i];
-    p.out[t * d + i] = s;
-  }
+  const std::int64_t i = std::int64_t(blockIdx.x) * combine_threads + threadIdx.x;
+  if (i >= d) return;
+  float s = 0.f;
+  for (std::int64_t j = 0; j < p.k; ++j) s += w[j] * p.y[(t * p.k + j) * d + i];
+  if (p.shared != nullptr) s += g * p.shared[t * d + i];
+  p.out[t * d + i] = s;
 }
 
 // Rows of these types are only 2-byte aligned (gpu_quant.h): their experts may be too.
@@ -235,10 +327,31 @@ bool two_byte_rows(model::ggml_type t) {
 
 }  // namespace
 
+hipError_t launch_moe_router(const moe_router_params& p, hipStream_t stream) {
+  if (p.in <= 0 || p.in % 4 != 0 || p.n_expert < 1 || p.n_expert > moe_max_experts || p.n_tokens < 0 ||
+      p.n_tokens > 65535 * std::int64_t(router_tokens) || !aligned16(p.w) || !aligned16(p.x) || p.logits == nullptr) {
+    return hipErrorInvalidValue;
+  }
+  if (p.n_tokens == 0) return hipSuccess;
+  constexpr int warps = router_threads / gpu::warp_size;
+  const unsigned token_blocks = static_cast<unsigned>((p.n_tokens + router_tokens - 1) / router_tokens);
+  const auto launch = [&](auto kernel, std::int64_t per_warp) {
+    const std::int64_t per_block = per_warp * warps;
+    const dim3 grid(static_cast<unsigned>((p.n_expert + per_block - 1) / per_block), token_blocks);
+    gpu::launch_dependent(kernel, grid, dim3(router_threads), stream, p);
+  };
+  if (p.n_tokens <= router_tokens) {
+    launch(router_kernel<1>, 1);
+  } else {
+    launch(router_kernel<4>, 4);
+  }
+  return hipGetLastError();
+}
+
 hipError_t launch_moe_route(const moe_route_params& p, hipStream_t stream) {
   if (p.n_tokens < 0 || p.n_tokens > 65535 || p.n_expert < 1 || p.n_expert > moe_max_experts || p.k < 1 ||
       p.k > std::min(p.n_expert, moe_max_used) || p.logits == nullptr || p.ids == nullptr || p.weights == nullptr ||
-      p.offsets == nullptr || p.sorted == nullptr) {
+      p.offsets == nullptr || p.sorted == nullptr || p.active == nullptr) {
     return hipErrorInvalidValue;
   }
   constexpr int per_block = route_threads / gpu::warp_size;
@@ -248,7 +361,7 @@ hipError_t launch_moe_route(const moe_route_params& p, hipStream_t stream) {
   }
   // Even for no tokens: the offsets say every expert has no pairs.
   gpu::launch_dependent(group_kernel, dim3(1), dim3(group_threads), stream, static_cast<const std::int32_t*>(p.ids),
-                        p.n_tokens * p.k, std::int32_t(p.n_expert), p.offsets, p.sorted);
+                        p.n_tokens * p.k, std::int32_t(p.n_expert), p.offsets, p.sorted, p.active);
   return hipGetLastError();
 }
 
@@ -260,7 +373,7 @@ bool moe_matmul_supports(model::ggml_type t, std::int64_t in, std::size_t stride
 hipError_t launch_moe_matmul(const moe_matmul_params& p, hipStream_t stream) {
   if (!moe_matmul_supports(p.w_type, p.in, p.stride) || p.out <= 0 || p.n_mats < 1 || p.n_mats > 2 ||
       p.n_expert < 1 || p.n_expert > moe_max_experts || p.x_div < 1 || p.n_pairs < 0 || p.in > (std::int64_t(1) << 30) ||
-      p.out > (std::int64_t(1) << 30) || p.offsets == nullptr || p.sorted == nullptr) {
+      p.out > (std::int64_t(1) << 30) || p.offsets == nullptr || p.sorted == nullptr || p.active == nullptr) {
     return hipErrorInvalidValue;
   }
   const std::size_t row_bytes = *model::row_bytes(p.w_type, p.in);
@@ -283,9 +396,12 @@ hipError_t launch_moe_matmul(const moe_matmul_params& p, hipStream_t stream) {
                       .x_div = p.x_div,
                       .x = p.x,
                       .offsets = p.offsets,
-                      .sorted = p.sorted};
+                      .sorted = p.sorted,
+                      .active = p.active};
   constexpr std::int64_t rows_per_block = std::int64_t(matmul_rows) * (matmul_threads / gpu::warp_size);
-  const dim3 grid(static_cast<unsigned>((p.out + rows_per_block - 1) / rows_per_block), static_cast<unsigned>(p.n_expert),
+  // A y slot per expert that can have pairs: blocks past the active count return at once.
+  const std::int64_t slots = std::min(p.n_expert, p.n_pairs);
+  const dim3 grid(static_cast<unsigned>((p.out + rows_per_block - 1) / rows_per_block), static_cast<unsigned>(slots),
                   static_cast<unsigned>(p.n_mats));
   with_format(p.w_type, [&](auto f) {
     gpu::launch_dependent(matmul_kernel<decltype(f)>, grid, dim3(matmul_threads), stream, a);
@@ -294,12 +410,13 @@ hipError_t launch_moe_matmul(const moe_matmul_params& p, hipStream_t stream) {
 }
 
 hipError_t launch_moe_combine(const moe_combine_params& p, hipStream_t stream) {
-  if (p.n_tokens < 0 || p.n_tokens > 0x7fffffff || p.k < 1 || p.cols < 1 || p.y == nullptr || p.weights == nullptr ||
+  if (p.n_tokens < 0 || p.n_tokens > 65535 || p.k < 1 || p.cols < 1 || p.y == nullptr || p.weights == nullptr ||
       p.out == nullptr || (p.shared_gate != nullptr && (p.shared == nullptr || p.x == nullptr))) {
     return hipErrorInvalidValue;
   }
   if (p.n_tokens == 0) return hipSuccess;
-  gpu::launch_dependent(combine_kernel, dim3(static_cast<unsigned>(p.n_tokens)), dim3(combine_threads), stream, p);
+  const dim3 grid(static_cast<unsigned>((p.cols + combine_threads - 1) / combine_threads), static_cast<unsigned>(p.n_tokens));
+  gpu::launch_dependent(combine_kernel, grid, dim3(combine_threads), stream, p);
   return hipGetLastError();
 }
 

@@ -1,6 +1,8 @@
 // The mixture-of-experts kernels (kernels/moe.h) against their CPU references. Label: gpu.
+//   router: matmul_ref of the F32 router within 1e-5 of the |W|.|x| scale, decode and prefill sizes.
 //   route: ids equal to moe_route_ref's (ties included: the lower id first), weights within 1e-6;
-//     the grouping is a permutation of the pairs with each expert's pairs in its range.
+//     the grouping is a permutation of the pairs with each expert's pairs in its range, and the
+//     active list names exactly the experts with pairs, in ascending order.
 //   matmul: every GEMV weight type, gate/up (one row per token, two matrices in one launch) and
 //     down (one row per pair): each pair's output equals matmul_ref of its expert's matrix on its
 //     row within 1e-5 of the |W|.|x| scale (float activations, exact decode). Poisoned and guarded.
@@ -9,6 +11,8 @@
 #include <cmath>
 #include <random>
 #include <sstream>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -30,7 +34,7 @@ struct route_case {
 
 // Routes `logits` on the device; returns ids, weights, offsets and sorted.
 struct routed {
-  std::vector<std::int32_t> ids, offsets, sorted;
+  std::vector<std::int32_t> ids, offsets, sorted, active;
   std::vector<float> weights;
 };
 
@@ -38,9 +42,9 @@ routed route_on_device(const std::vector<float>& logits, std::int64_t tokens, st
                        bool normalize) {
   guarded_array<float> dl(logits);
   guarded_array<std::int32_t> ids(std::size_t(tokens * k)), offsets(std::size_t(n_expert + 1)),
-      sorted(std::size_t(tokens * k));
+      sorted(std::size_t(tokens * k)), active(std::size_t(n_expert + 1));
   guarded_array<float> w(std::size_t(tokens * k));
-  for (auto* a : {&ids, &offsets, &sorted}) a->poison();
+  for (auto* a : {&ids, &offsets, &sorted, &active}) a->poison();
   w.poison();
   EXPECT_EQ(launch_moe_route({.logits = dl.data(),
                               .n_tokens = tokens,
@@ -50,13 +54,14 @@ routed route_on_device(const std::vector<float>& logits, std::int64_t tokens, st
                               .ids = ids.data(),
                               .weights = w.data(),
                               .offsets = offsets.data(),
-                              .sorted = sorted.data()},
+                              .sorted = sorted.data(),
+                              .active = active.data()},
                              nullptr),
             hipSuccess);
   EXPECT_EQ(hipDeviceSynchronize(), hipSuccess);
-  for (auto* a : {&ids, &offsets, &sorted}) EXPECT_TRUE(a->guards_intact());
+  for (auto* a : {&ids, &offsets, &sorted, &active}) EXPECT_TRUE(a->guards_intact());
   EXPECT_TRUE(w.guards_intact());
-  return {ids.download(), offsets.download(), sorted.download(), w.download()};
+  return {ids.download(), offsets.download(), sorted.download(), active.download(), w.download()};
 }
 
 // offsets/sorted group the pairs of `ids` by expert.
@@ -75,6 +80,12 @@ void expect_grouping(const routed& r, std::int64_t n_expert) {
     }
   }
   EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int c) { return c == 1; })) << "not a permutation";
+  std::vector<std::int32_t> with_pairs;
+  for (std::int64_t e = 0; e < n_expert; ++e) {
+    if (r.offsets[std::size_t(e + 1)] > r.offsets[std::size_t(e)]) with_pairs.push_back(std::int32_t(e));
+  }
+  ASSERT_EQ(r.active[0], std::int32_t(with_pairs.size()));
+  EXPECT_EQ(std::vector<std::int32_t>(r.active.begin() + 1, r.active.begin() + 1 + r.active[0]), with_pairs);
 }
 
 class MoeRouteGpu : public ::testing::TestWithParam<route_case> {};
@@ -113,7 +124,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MoeRouteGpu,
 TEST(MoeRouteGpu, RefusesOutOfRangeShapes) {
   require_device();
   guarded_array<float> l(16);
-  guarded_array<std::int32_t> i(16), o(32), s(16);
+  guarded_array<std::int32_t> i(16), o(32), s(16), act(32);
   guarded_array<float> w(16);
   const moe_route_params ok{.logits = l.data(),
                             .n_tokens = 2,
@@ -122,7 +133,8 @@ TEST(MoeRouteGpu, RefusesOutOfRangeShapes) {
                             .ids = i.data(),
                             .weights = w.data(),
                             .offsets = o.data(),
-                            .sorted = s.data()};
+                            .sorted = s.data(),
+                            .active = act.data()};
   const auto refused = [&](auto change) {
     moe_route_params q = ok;
     change(q);
@@ -133,8 +145,29 @@ TEST(MoeRouteGpu, RefusesOutOfRangeShapes) {
   EXPECT_TRUE(refused([](moe_route_params& q) { q.n_expert = 0; })) << "no experts";
   EXPECT_TRUE(refused([](moe_route_params& q) { q.n_expert = moe_max_experts + 1; })) << "too many experts";
   EXPECT_TRUE(refused([](moe_route_params& q) { q.sorted = nullptr; })) << "no grouping";
+  EXPECT_TRUE(refused([](moe_route_params& q) { q.active = nullptr; })) << "no active list";
   EXPECT_FALSE(refused([](moe_route_params&) {})) << "the valid shape";
   ANVIL_GPU_CHECK(hipDeviceSynchronize());
+}
+
+TEST(MoeRouterGpu, IsTheF32MatmulOfTheRouter) {
+  require_device();
+  for (const auto& [tokens, n_expert, in] : {std::tuple{1, 128, 2048}, std::tuple{5, 8, 64}, std::tuple{37, 60, 512},
+                                             std::tuple{300, 128, 256}}) {
+    SCOPED_TRACE("tokens " + std::to_string(tokens) + ", experts " + std::to_string(n_expert) + ", in " + std::to_string(in));
+    std::mt19937 rng(unsigned(tokens + n_expert + in));
+    const host_weight w(ggml_type::F32, n_expert, in, rng);
+    const std::vector<float> x = random_vector(std::size_t(tokens * in), rng);
+    std::vector<float> ref(std::size_t(tokens * n_expert));
+    matmul_ref({.w = w.bytes.data(), .w_type = ggml_type::F32, .in = in, .out = n_expert, .x = x.data(), .y = ref.data(), .n_tokens = tokens});
+    guarded_array<float> dw(w.values), dx(x), out(ref.size());
+    out.poison();
+    ANVIL_GPU_CHECK(launch_moe_router(
+        {.w = dw.data(), .x = dx.data(), .logits = out.data(), .in = in, .n_expert = n_expert, .n_tokens = tokens}, nullptr));
+    ANVIL_GPU_CHECK(hipDeviceSynchronize());
+    EXPECT_TRUE(out.guards_intact());
+    EXPECT_LE(max_scaled_error(out.download(), ref, w, x, nullptr, tokens), 1e-5);
+  }
 }
 
 struct matmul_case {
@@ -176,7 +209,7 @@ TEST_P(MoeMatmulGpu, EachPairIsItsExpertsMatmulOfItsRow) {
     du.upload(up_bytes.data(), up_bytes.size());
     const std::vector<float> x = random_vector(std::size_t(c.tokens * c.in), rng);
     guarded_array<float> dx(x), yg(std::size_t(pairs * c.out)), yu(std::size_t(pairs * c.out));
-    guarded_array<std::int32_t> off(r.offsets), sorted(r.sorted);
+    guarded_array<std::int32_t> off(r.offsets), sorted(r.sorted), active(r.active);
     yg.poison();
     yu.poison();
     const moe_matmul_params p{.w = {dg.data(), du.data()},
@@ -191,7 +224,8 @@ TEST_P(MoeMatmulGpu, EachPairIsItsExpertsMatmulOfItsRow) {
                               .n_pairs = pairs,
                               .n_expert = c.n_expert,
                               .offsets = off.data(),
-                              .sorted = sorted.data()};
+                              .sorted = sorted.data(),
+                              .active = active.data()};
     ANVIL_GPU_CHECK(launch_moe_matmul(p, nullptr));
     ANVIL_GPU_CHECK(hipDeviceSynchronize());
     EXPECT_TRUE(yg.guards_intact());
