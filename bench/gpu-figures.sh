@@ -2,7 +2,8 @@
 # The GPU worker's figures in one run, on the GPU machine, each beside its physical limit:
 #   1. the device's limits (gpu_roofline --quick): copy bandwidth, dense f16 GEMM rate;
 #   2. batch-1 decode (`anvil generate`, 256 tokens, two runs) in tok/s and as a % of
-#      copy bandwidth ÷ weight bytes (the weights of the memory plan: what one token streams), and
+#      copy bandwidth ÷ weight bytes (the weights of the memory plan: what one token streams; for
+#      a mixture of experts the plan's "MB per token", the experts a token is routed to), and
 #      each run's host CPU per token and device busy / idle time per step;
 #   3. prefill of 512 tokens (a warmed `anvil serve` without prefix caching; mean TTFT of 16
 #      requests of 512 random token ids) in tok/s and as a % of the GEMM rate at 2 × the layers'
@@ -35,6 +36,7 @@ gflop_per_token() {
   case $1 in
     llama3-8b) echo 13.96 ;;     # 32 × (4096 × 6144 + 4096 × 4096 + 3 × 4096 × 14336) × 2
     qwen2.5-0.5b) echo 0.716 ;;  # 24 × (896 × 1152 + 896 × 896 + 3 × 896 × 4864) × 2
+    qwen3-30b-a3b) echo 5.46 ;;  # 48 × (2048 × 5120 + 4096 × 2048 + 2048 × 128 + 8 × 3 × 2048 × 768) × 2
     *) echo 0 ;;
   esac
 }
@@ -65,6 +67,7 @@ for m in $models; do
     out=$("$dir/anvil" --log-level info generate -m "$f" -p "hello world, this is a test" -n 256 --ignore-eos \
           --backend gpu 2>&1 >/dev/null) || status=1
     tok=$(grep -oE '\(([0-9.]+) tok/s\)' <<<"$out" | tr -d '()' | awk '{print $1}' | tail -1)
+    [ -z "$weights" ] && weights=$(grep -oE '\([0-9.]+ MB per token\)' <<<"$out" | tr -d '(' | awk '{print $1}' | head -1)
     [ -z "$weights" ] && weights=$(grep -oE 'weights [0-9.]+ MB' <<<"$out" | awk '{print $2}' | head -1)
     best=$(awk -v a="$best" -v b="${tok:-0}" 'BEGIN { print (b > a ? b : a) }')
     loop_lines+=("$m run $run: $(grep -E '^(host|device):' <<<"$out" | tr '\n' ' ')")

@@ -34,6 +34,7 @@ class cpu_device final : public worker_device {
     mem.max_seqs = cfg.max_seqs;
     mem.n_vocab = m.hp.n_vocab;
     mem.weight_bytes = m.weight_bytes();
+    mem.token_weight_bytes = m.token_weight_bytes();
     if (mem.n_blocks < 1 || cfg.max_batch_tokens < 1 || cfg.max_seqs < 1) {
       throw std::invalid_argument("cpu worker: the KV budget holds no block, or the step limits are zero");
     }
@@ -51,9 +52,9 @@ class cpu_device final : public worker_device {
   std::int64_t max_context() const override { return std::numeric_limits<std::int64_t>::max(); }
 
   std::string describe(const memory_plan& mem) const override {
-    return fmt::format("memory plan: {} KV blocks of {} tokens ({:.1f} MB, {}), weights {:.1f} MB, step limits {} tokens / {} seqs",
+    return fmt::format("memory plan: {} KV blocks of {} tokens ({:.1f} MB, {}), weights {:.1f} MB{}, step limits {} tokens / {} seqs",
                        mem.n_blocks, mem.block_size, double(mem.kv_bytes) / 1e6, kernels::kv_dtype_name(mem.kv_cache_dtype),
-                       double(mem.weight_bytes) / 1e6, mem.max_batch_tokens, mem.max_seqs);
+                       double(mem.weight_bytes) / 1e6, token_weights(mem), mem.max_batch_tokens, mem.max_seqs);
   }
 
   std::string unusable(std::uint64_t seq_id) const override {

@@ -181,7 +181,8 @@ void gpu_device::upload_weights(const gpu_worker_config& cfg, memory_plan& mem) 
   const auto check_matrix = [&](const model::weight& w) {
     if (!kernels::gemv_supports(w.type) || w.in % 8 != 0) {
       throw std::runtime_error("gpu worker: weight type " + std::string(model::info(w.type).name) +
-                               " (rows of " + std::to_string(w.in) + ") is not supported by the GPU kernels");
+                               " (rows of " + std::to_string(w.in) + ") is not supported by the GPU kernels" +
+                               (model::info(w.type).supported ? "; --backend cpu runs it" : ""));
     }
   };
   const auto add_matrix = [&](const model::weight& w) {
@@ -197,6 +198,11 @@ void gpu_device::upload_weights(const gpu_worker_config& cfg, memory_plan& mem) 
     for (const auto* v : {&l.attn_norm, &l.ffn_norm, &l.q_norm, &l.k_norm, &l.bq, &l.bk, &l.bv}) add_vec(*v);
     for (const auto* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) add_matrix(*w);
     if (!l.moe()) continue;
+    if (l.router.type != model::ggml_type::F32 || l.router.in % 4 != 0) {
+      throw std::runtime_error("gpu worker: the experts' router is " + std::string(model::info(l.router.type).name) +
+                               " with rows of " + std::to_string(l.router.in) +
+                               "; the GPU kernels take an F32 router with rows of a multiple of 4");
+    }
     add_matrix(l.router);
     for (const auto* w : {&l.gate_exps, &l.up_exps, &l.down_exps}) {
       check_matrix(w->at(0));
@@ -212,6 +218,7 @@ void gpu_device::upload_weights(const gpu_worker_config& cfg, memory_plan& mem) 
   const std::size_t total = c.size();
   weights_ = static_cast<unsigned char*>(alloc_device(total, "the weights"));
   mem.weight_bytes = total;
+  mem.token_weight_bytes = m_.token_weight_bytes();
   auto* staging = static_cast<unsigned char*>(alloc_pinned(staging_bytes, "the weight staging buffer"));
   std::size_t done = 0;
   try {
@@ -312,10 +319,6 @@ void gpu_device::plan_scratch(memory_plan& mem) {
     gemm_ws = std::max(gemm_ws, kernels::gemm_fp8_workspace_bytes(output_.in, max_seqs_));
   }
   for (const layer& l : layers_) {
-    if (l.router.w != nullptr) {  // the router's GEMM is tiled_f32 (run_experts)
-      gemm_ws = std::max(gemm_ws, kernels::gemm_workspace_bytes(kernels::gemm_algo::tiled_f32, l.router.type,
-                                                                l.router.in, l.router.out, max_tokens_));
-    }
     for (const matrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down, &l.gate_shexp, &l.up_shexp, &l.down_shexp}) {
       if (w->w == nullptr) continue;
       fit(*w, max_tokens_);
@@ -351,6 +354,7 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   const std::size_t pairs = moe ? T * k_used : 0, experts = moe ? std::size_t(hp.n_expert) : 0;
   const std::size_t router = c.take(T * experts * f), moe_ids = c.take(pairs * 4), moe_weights = c.take(pairs * f);
   const std::size_t moe_offsets = c.take((experts + 1) * 4), moe_sorted = c.take(pairs * 4);
+  const std::size_t moe_active = c.take((experts + 1) * 4);
   const std::size_t pair_out = c.take(pairs * std::size_t(hp.n_embd) * f);
   const std::size_t shared_out = c.take(hp.n_ff_shexp > 0 ? T * std::size_t(hp.n_embd) * f : 0);
   const std::size_t rows = c.take(S * std::size_t(hp.n_embd) * f), logits = c.take(S * std::size_t(hp.n_vocab) * f);
@@ -370,7 +374,7 @@ void gpu_device::plan_scratch(memory_plan& mem) {
     const auto ip = [base](std::size_t off) { return reinterpret_cast<std::int32_t*>(base + off); };
     router_logits_ = fp(router), moe_weights_ = fp(moe_weights), pair_out_ = fp(pair_out);
     shared_out_ = hp.n_ff_shexp > 0 ? fp(shared_out) : nullptr;
-    moe_ids_ = ip(moe_ids), moe_offsets_ = ip(moe_offsets), moe_sorted_ = ip(moe_sorted);
+    moe_ids_ = ip(moe_ids), moe_offsets_ = ip(moe_offsets), moe_sorted_ = ip(moe_sorted), moe_active_ = ip(moe_active);
   }
   records_dev_ = base + records;
   attn_ws_ = attn_ws_bytes_ ? base + attn_ws : nullptr;

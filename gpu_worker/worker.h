@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <utility>
 
@@ -30,6 +31,7 @@ struct memory_plan {
   std::int64_t max_seqs = 0;            // sequences one step may hold
   std::int64_t n_vocab = 0;
   std::size_t weight_bytes = 0;
+  std::size_t token_weight_bytes = 0;   // what one token reads (model::llm::token_weight_bytes)
   std::size_t kv_bytes = 0;             // the KV pool, all layers, K and V
   kernels::kv_dtype kv_cache_dtype = kernels::kv_dtype::f16;  // its elements (kernels/kv_quant.h)
   std::size_t scratch_bytes = 0;        // activations and logits for a full step
@@ -38,6 +40,15 @@ struct memory_plan {
   std::int64_t fp8_stacked_layers = 0;  // layers whose q, k and v share one stacked FP8 copy
   std::int64_t decode_graphs = 0;       // decode batch sizes replayed from a graph (GPU)
 };
+
+// " (N MB per token)" where a token reads only part of the weights (experts), else "": for the
+// memory-plan lines, whose readers (bench/gpu-figures.sh) take it as the decode limit's bytes.
+inline std::string token_weights(const memory_plan& m) {
+  if (m.token_weight_bytes == 0 || m.token_weight_bytes == m.weight_bytes) return {};
+  char buf[48];
+  std::snprintf(buf, sizeof buf, " (%.1f MB per token)", double(m.token_weight_bytes) / 1e6);
+  return buf;
+}
 
 class worker {
  public:

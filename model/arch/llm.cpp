@@ -234,4 +234,14 @@ std::size_t llm::weight_bytes() const {
   return n;
 }
 
+std::size_t llm::token_weight_bytes() const {
+  std::size_t n = weight_bytes();
+  for (const layer_weights& l : layers) {
+    for (const stacked_weight* w : {&l.gate_exps, &l.up_exps, &l.down_exps}) {
+      n -= w->stride * std::size_t(w->count - hp.n_expert_used);  // the experts a token skips
+    }
+  }
+  return n;
+}
+
 }  // namespace anvil::model

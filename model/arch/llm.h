@@ -96,6 +96,9 @@ struct llm {
   std::vector<layer_weights> layers;
 
   std::size_t weight_bytes() const;  // bytes of all tensors (what a decode step streams)
+  // What one token reads: all tensors, except that of each layer's stacked experts only the
+  // n_expert_used it is routed to count (equal to weight_bytes() without experts).
+  std::size_t token_weight_bytes() const;
   bool has_experts() const { return hp.n_expert > 0; }
 };
 

@@ -69,6 +69,7 @@ std::uint32_t file_type(synth_mix m) {
     case synth_mix::q4_k_m: return 15;
     case synth_mix::q6_k: return 18;
     case synth_mix::bf16: return 32;
+    case synth_mix::iq4_xs: return 30;
   }
   return 0;
 }
@@ -114,7 +115,7 @@ const synth_shape* find_synth_shape(std::string_view name) {
 
 std::optional<synth_mix> parse_synth_mix(std::string_view name) {
   for (synth_mix m : {synth_mix::f32, synth_mix::f16, synth_mix::bf16, synth_mix::q8_0, synth_mix::q4_0,
-                      synth_mix::q6_k, synth_mix::q4_k_m}) {
+                      synth_mix::q6_k, synth_mix::q4_k_m, synth_mix::iq4_xs}) {
     if (synth_mix_name(m) == name) return m;
   }
   return std::nullopt;
@@ -129,6 +130,7 @@ std::string_view synth_mix_name(synth_mix m) {
     case synth_mix::q4_0: return "Q4_0";
     case synth_mix::q6_k: return "Q6_K";
     case synth_mix::q4_k_m: return "Q4_K_M";
+    case synth_mix::iq4_xs: return "IQ4_XS";
   }
   return "?";
 }
@@ -174,6 +176,9 @@ ggml_type synth_weight_type(synth_mix mix, const std::string& name, std::int64_t
       t = name == "output.weight" || (sensitive && more_bits) ? ggml_type::Q6_K : ggml_type::Q4_K;
       break;
     }
+    case synth_mix::iq4_xs:  // llama.cpp's IQ4_XS: the head in Q6_K, every other matrix IQ4_XS
+      t = name == "output.weight" ? ggml_type::Q6_K : ggml_type::IQ4_XS;
+      break;
   }
   if (fits(t, row_len)) return t;
   return fits(ggml_type::Q8_0, row_len) && t != ggml_type::F32 ? ggml_type::Q8_0 : ggml_type::F16;

@@ -31,8 +31,9 @@ const std::vector<synth_shape>& synth_shapes();
 const synth_shape* find_synth_shape(std::string_view name);
 
 // Weight type mixes, named like llama.cpp's file types.
-enum class synth_mix { f32, f16, bf16, q8_0, q4_0, q6_k, q4_k_m };
-std::optional<synth_mix> parse_synth_mix(std::string_view name);  // "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q6_K", "Q4_K_M"
+enum class synth_mix { f32, f16, bf16, q8_0, q4_0, q6_k, q4_k_m, iq4_xs };
+// "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q6_K", "Q4_K_M", "IQ4_XS"
+std::optional<synth_mix> parse_synth_mix(std::string_view name);
 std::string_view synth_mix_name(synth_mix m);
 
 struct synth_options {

@@ -94,22 +94,22 @@ constexpr std::array<type_entry, type_table_size> make_type_table() {
   supported(Q4_K, "Q4_K", qk_k, q4_k_layout::bytes, dequantize_q4_k, quantize_q4_k);
   supported(Q5_K, "Q5_K", qk_k, q5_k_layout::bytes, dequantize_q5_k, quantize_q5_k);
   supported(Q6_K, "Q6_K", qk_k, q6_k_layout::bytes, dequantize_q6_k, quantize_q6_k);
+  supported(IQ4_NL, "IQ4_NL", qk, iq4_nl_layout::bytes, dequantize_iq4_nl, quantize_iq4_nl);
+  supported(IQ4_XS, "IQ4_XS", qk_k, iq4_xs_layout::bytes, dequantize_iq4_xs, quantize_iq4_xs);
+  supported(MXFP4, "MXFP4", qk, mxfp4_layout::bytes, dequantize_mxfp4, quantize_mxfp4);
   // Known, not supported: the dot-product intermediates (never in model files), the i-quants
-  // (grid codebooks), ternary and MXFP4 types, and the integer and F64 tensors.
+  // with grid codebooks, the ternary types, and the integer and F64 tensors.
   known(Q8_1, "Q8_1", qk, 36);  // fp16 d, fp16 s = d * sum(q), 32 int8
   known(Q8_K, "Q8_K", qk_k, 292);  // f32 d, 256 int8, 16 int16 block sums
   known(IQ2_XXS, "IQ2_XXS", qk_k, 66);
   known(IQ2_XS, "IQ2_XS", qk_k, 74);
   known(IQ3_XXS, "IQ3_XXS", qk_k, 98);
   known(IQ1_S, "IQ1_S", qk_k, 50);
-  known(IQ4_NL, "IQ4_NL", qk, 18);
   known(IQ3_S, "IQ3_S", qk_k, 110);
   known(IQ2_S, "IQ2_S", qk_k, 82);
-  known(IQ4_XS, "IQ4_XS", qk_k, 136);
   known(IQ1_M, "IQ1_M", qk_k, 56);
   known(TQ1_0, "TQ1_0", qk_k, 54);
   known(TQ2_0, "TQ2_0", qk_k, 66);
-  known(MXFP4, "MXFP4", qk, 17);
   known(I8, "I8", 1, 1);
   known(I16, "I16", 1, 2);
   known(I32, "I32", 1, 4);

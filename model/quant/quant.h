@@ -34,7 +34,9 @@ enum class ggml_type : std::uint32_t {
   Q5_K = 13,
   Q6_K = 14,
   Q8_K = 15,
-  // Known so that a loader can name them in its error; anvil cannot dequantize these.
+  // The i-quants with grid codebooks, the ternary and the integer types are known so that a
+  // loader can name them in its error; anvil cannot dequantize them. IQ4_NL, IQ4_XS and MXFP4
+  // (table-of-levels types) it can.
   IQ2_XXS = 16,
   IQ2_XS = 17,
   IQ3_XXS = 18,

@@ -117,6 +117,28 @@ struct q6_k_layout {
   static constexpr std::size_t bytes = 210;
 };
 
+// Non-linear 4-bit types: each nibble indexes a 16-entry table of levels (halves as above).
+struct iq4_nl_layout {
+  static constexpr std::size_t d = 0;   // fp16 scale: value = d * iq4_levels[q]
+  static constexpr std::size_t qs = 2;  // 16 bytes of nibbles
+  static constexpr std::size_t bytes = 18;
+};
+struct iq4_xs_layout {
+  static constexpr std::size_t d = 0;         // fp16 super-scale
+  static constexpr std::size_t scales_h = 2;  // uint16 LE: bits 2ib, 2ib+1 are the top of scale ib
+  static constexpr std::size_t scales_l = 4;  // 4 bytes: nibble ib % 2 of byte ib / 2 is the low part
+  static constexpr std::size_t qs = 8;        // 128 bytes: 16 per 32-element sub-block, halves as above
+  static constexpr std::size_t bytes = 136;   // value = d * (scale_ib - 32) * iq4_levels[q]
+};
+struct mxfp4_layout {
+  static constexpr std::size_t e = 0;   // E8M0 shared exponent: value = 2^(e - 128) * fp4_levels[q]
+  static constexpr std::size_t qs = 1;  // 16 bytes of nibbles
+  static constexpr std::size_t bytes = 17;
+};
+// IQ4_NL / IQ4_XS levels, and the FP4 (E2M1) values doubled (so that they are integers).
+inline constexpr std::int8_t iq4_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+inline constexpr std::int8_t fp4_levels[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
 // The 6-bit (scale, min) of sub-block j (0..7) of a Q4_K/Q5_K block, from its 12 scale bytes:
 // bytes 0..3 hold scales 0..3 and bytes 4..7 mins 0..3 in their low 6 bits; sub-blocks 4..7 keep
 // their low 4 bits in the nibbles of bytes 8..11 and their top 2 bits in the top bits of 0..7.
@@ -143,6 +165,14 @@ void quantize_q4_1(const float* src, std::uint8_t* dst, std::int64_t nblocks);
 void quantize_q5_0(const float* src, std::uint8_t* dst, std::int64_t nblocks);
 void quantize_q5_1(const float* src, std::uint8_t* dst, std::int64_t nblocks);
 void quantize_q8_0(const float* src, std::uint8_t* dst, std::int64_t nblocks);
+
+// quant_nonlinear.cpp
+void dequantize_iq4_nl(const std::uint8_t* src, float* dst, std::int64_t nblocks);
+void dequantize_iq4_xs(const std::uint8_t* src, float* dst, std::int64_t nblocks);
+void dequantize_mxfp4(const std::uint8_t* src, float* dst, std::int64_t nblocks);
+void quantize_iq4_nl(const float* src, std::uint8_t* dst, std::int64_t nblocks);
+void quantize_iq4_xs(const float* src, std::uint8_t* dst, std::int64_t nblocks);
+void quantize_mxfp4(const float* src, std::uint8_t* dst, std::int64_t nblocks);
 
 // quant_k.cpp
 void dequantize_q2_k(const std::uint8_t* src, float* dst, std::int64_t nblocks);

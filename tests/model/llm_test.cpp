@@ -78,6 +78,15 @@ TEST(LoadLlm, ReadsTheHyperParametersOfEachShape) {
       EXPECT_EQ(l.up_exps.at(3).data, l.up_exps.data + 3 * l.up_exps.stride);
       EXPECT_EQ(l.up_exps.stride * std::size_t(s.n_expert), *row_bytes(l.up_exps.type, s.n_embd) * std::size_t(s.n_ff_exp * s.n_expert));
     }
+    // What a token reads: every tensor, but of each layer's experts only the ones it is routed to.
+    std::size_t skipped = 0;
+    for (const layer_weights& l : m.layers) {
+      for (const stacked_weight* w : {&l.gate_exps, &l.up_exps, &l.down_exps}) {
+        skipped += w->stride * std::size_t(w->count - m.hp.n_expert_used);
+      }
+    }
+    EXPECT_EQ(m.token_weight_bytes(), m.weight_bytes() - skipped) << name;
+    EXPECT_EQ(skipped > 0, s.n_expert > s.n_expert_used) << name;
   }
 }
 
@@ -199,7 +208,7 @@ std::vector<std::int32_t> some_tokens(std::size_t n, std::int32_t seed) {
 TEST(CpuForward, LogitsAreFiniteAndVariedForEveryShapeAndMix) {
   for (const char* shape : {"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-qwen2moe", "tiny-qwen3moe", "tiny-mixtral"}) {
     for (synth_mix mix : {synth_mix::f32, synth_mix::f16, synth_mix::bf16, synth_mix::q8_0, synth_mix::q4_0,
-                          synth_mix::q6_k, synth_mix::q4_k_m}) {
+                          synth_mix::q6_k, synth_mix::q4_k_m, synth_mix::iq4_xs}) {
       const llm m = load_llm(gguf_file::open(synth_fixture(shape, mix)));
       kv_cache_storage cache(m.hp, 4, 16);
       const std::vector<std::int32_t> table = {0, 1, 2, 3};

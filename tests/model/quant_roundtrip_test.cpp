@@ -157,7 +157,10 @@ INSTANTIATE_TEST_SUITE_P(AllSupportedTypes, QuantRoundTrip,
                                            type_case{ggml_type::Q4_1, 0.102, 0.086},
                                            type_case{ggml_type::Q4_K, 0.094, 0.083},
                                            type_case{ggml_type::Q3_K, 0.20, 0.274},
-                                           type_case{ggml_type::Q2_K, 0.39, 0.34}),
+                                           type_case{ggml_type::Q2_K, 0.39, 0.34},
+                                           type_case{ggml_type::IQ4_NL, 0.102, 0.128},
+                                           type_case{ggml_type::IQ4_XS, 0.102, 0.130},
+                                           type_case{ggml_type::MXFP4, 0.150, 0.203}),
                          [](const ::testing::TestParamInfo<type_case>& p) { return name_of(p.param.type); });
 
 TEST(Quant, EverySupportedTypeIsCoveredByTheRoundTripSuite) {
@@ -166,7 +169,7 @@ TEST(Quant, EverySupportedTypeIsCoveredByTheRoundTripSuite) {
   for (std::uint32_t raw = 0; raw < 64; ++raw) {
     if (const am::type_info* t = am::find_type(raw); t && t->supported) ++supported;
   }
-  EXPECT_EQ(supported, 13);
+  EXPECT_EQ(supported, 16);
 }
 
 }  // namespace

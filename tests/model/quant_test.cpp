@@ -3,6 +3,7 @@
 // from the quants and scales by the format's formula. Scales are powers of two and quants small
 // integers, so every expected value is exact and compared with ==. Also: the type table, row
 // sizes, and the precondition errors.
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -304,6 +305,67 @@ TEST(Quant, Q4_0QuantizesIntegersToTheirExactBytes) {
   for (int j = 0; j < 16; ++j) EXPECT_EQ(b[2 + std::size_t(j)], j | (j << 4)) << j;
 }
 
+// ---- non-linear 4-bit types ----------------------------------------------------------------------
+constexpr int iq4_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+TEST(Quant, Iq4NlDequantizesAHandBuiltBlock) {
+  // fp16 d, 16 bytes of nibbles as Q4_0; value = d * level[q].
+  bytes b(18);
+  put_u16(b, 0, h_half);
+  std::vector<float> want(32);
+  for (int j = 0; j < 16; ++j) {
+    const int lo = j, hi = 15 - (j * 5) % 16;
+    b[2 + std::size_t(j)] = std::uint8_t(lo | (hi << 4));
+    want[std::size_t(j)] = 0.5f * float(iq4_levels[lo]);
+    want[std::size_t(j) + 16] = 0.5f * float(iq4_levels[hi]);
+  }
+  expect_all_eq(dequantize(ggml_type::IQ4_NL, b, 32), want);
+}
+
+TEST(Quant, Iq4XsDequantizesAHandBuiltBlock) {
+  // fp16 d, uint16 scales_h (2 high bits per sub-block), 4 bytes scales_l (a nibble per
+  // sub-block), 128 bytes of nibbles (16 per 32 elements, halves as Q4_0);
+  // value = d * (scale - 32) * level[q].
+  bytes b(136);
+  put_u16(b, 0, h_eighth);
+  const int scale[8] = {0, 63, 32, 33, 17, 48, 31, 5};  // 6-bit, biased by 32
+  std::uint16_t scales_h = 0;
+  for (int ib = 0; ib < 8; ++ib) {
+    b[4 + std::size_t(ib / 2)] = std::uint8_t(b[4 + std::size_t(ib / 2)] | ((scale[ib] & 0xF) << (4 * (ib % 2))));
+    scales_h = std::uint16_t(scales_h | ((scale[ib] >> 4) << (2 * ib)));
+  }
+  put_u16(b, 2, scales_h);
+  std::vector<float> want(256);
+  for (int ib = 0; ib < 8; ++ib) {
+    for (int j = 0; j < 16; ++j) {
+      const int lo = (j + ib) % 16, hi = (3 * j + 7 * ib) % 16;
+      b[8 + std::size_t(16 * ib + j)] = std::uint8_t(lo | (hi << 4));
+      want[std::size_t(32 * ib + j)] = 0.125f * float(scale[ib] - 32) * float(iq4_levels[lo]);
+      want[std::size_t(32 * ib + j + 16)] = 0.125f * float(scale[ib] - 32) * float(iq4_levels[hi]);
+    }
+  }
+  expect_all_eq(dequantize(ggml_type::IQ4_XS, b, 256), want);
+}
+
+TEST(Quant, Mxfp4DequantizesAHandBuiltBlock) {
+  // One E8M0 byte e, 16 bytes of nibbles as Q4_0; value = 2^(e - 128) * (FP4 E2M1 value * 2):
+  // codes 0..7 are +0, 0.5, 1, 1.5, 2, 3, 4, 6 and 8..15 their negatives.
+  const float e2m1[16] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f, -0.f, -0.5f, -1.f, -1.5f, -2.f, -3.f, -4.f, -6.f};
+  for (const int e : {0, 1, 120, 127, 128, 131, 254}) {
+    bytes b(17);
+    b[0] = std::uint8_t(e);
+    std::vector<float> want(32);
+    const double scale = std::ldexp(1.0, e - 127);  // the E2M1 values' own scale
+    for (int j = 0; j < 16; ++j) {
+      const int lo = j, hi = (j * 7 + 3) % 16;
+      b[1 + std::size_t(j)] = std::uint8_t(lo | (hi << 4));
+      want[std::size_t(j)] = float(scale * e2m1[lo]);
+      want[std::size_t(j) + 16] = float(scale * e2m1[hi]);
+    }
+    expect_all_eq(dequantize(ggml_type::MXFP4, b, 32), want);
+  }
+}
+
 // ---- type table, sizes, preconditions -----------------------------------------------------------
 
 TEST(Quant, TypeTableMatchesGgml) {
@@ -321,11 +383,11 @@ TEST(Quant, TypeTableMatchesGgml) {
       {11, "Q3_K", 256, 110, true},    {12, "Q4_K", 256, 144, true},    {13, "Q5_K", 256, 176, true},
       {14, "Q6_K", 256, 210, true},    {15, "Q8_K", 256, 292, false},   {16, "IQ2_XXS", 256, 66, false},
       {17, "IQ2_XS", 256, 74, false},  {18, "IQ3_XXS", 256, 98, false}, {19, "IQ1_S", 256, 50, false},
-      {20, "IQ4_NL", 32, 18, false},   {21, "IQ3_S", 256, 110, false},  {22, "IQ2_S", 256, 82, false},
-      {23, "IQ4_XS", 256, 136, false}, {24, "I8", 1, 1, false},         {25, "I16", 1, 2, false},
+      {20, "IQ4_NL", 32, 18, true},   {21, "IQ3_S", 256, 110, false},  {22, "IQ2_S", 256, 82, false},
+      {23, "IQ4_XS", 256, 136, true}, {24, "I8", 1, 1, false},         {25, "I16", 1, 2, false},
       {26, "I32", 1, 4, false},        {27, "I64", 1, 8, false},        {28, "F64", 1, 8, false},
       {29, "IQ1_M", 256, 56, false},   {30, "BF16", 1, 2, true},        {34, "TQ1_0", 256, 54, false},
-      {35, "TQ2_0", 256, 66, false},   {39, "MXFP4", 32, 17, false},
+      {35, "TQ2_0", 256, 66, false},   {39, "MXFP4", 32, 17, true},
   };
   for (const row& r : rows) {
     const am::type_info* t = am::find_type(r.raw);
