@@ -557,31 +557,24 @@ void gpu_device::run_experts(const layer& w, bool x8_embd) {
     ok(kernels::launch_moe_matmul(gu, stream_), "experts gate");
     ok(kernels::launch_moe_matmul(experts(w.up_exps, up_, h_, k), stream_), "experts up");
   }
-  const std::int64_t ff = hp.n_ff_exp;
+  // SwiGLU in place over gate_ and up_ rows of `cols`, packed.
+  const auto swiglu = [&](std::int64_t rows, std::int64_t cols, const char* what) {
+    ok(kernels::launch_swiglu(
+           {.gate = gate_, .up = up_, .out = gate_, .rows = rows, .cols = cols, .gate_stride = cols, .up_stride = cols, .out_stride = cols},
+           stream_),
+       what);
+  };
   prof_.mark("swiglu", stream_);
-  ok(kernels::launch_swiglu(
-         {.gate = gate_, .up = up_, .out = gate_, .rows = pairs, .cols = ff, .gate_stride = ff, .up_stride = ff, .out_stride = ff},
-         stream_),
-     "experts swiglu");
+  swiglu(pairs, hp.n_ff_exp, "experts swiglu");
   prof_.mark("experts down", stream_);
   ok(kernels::launch_moe_matmul(experts(w.down_exps, pair_out_, gate_, 1), stream_), "experts down");
   // The shared expert (Qwen2-MoE) as a dense feed-forward of its own width, into shared_out_.
   const bool shared = w.gate_shexp.w != nullptr;
   if (shared) {
-    const std::int64_t sff = hp.n_ff_shexp;
     const projection gate_up[] = {{&w.gate_shexp, nullptr, gate_}, {&w.up_shexp, nullptr, up_}};
     prof_.mark("shared expert", stream_);
     project(gate_up, h_, T, x8_embd);
-    ok(kernels::launch_swiglu({.gate = gate_,
-                               .up = up_,
-                               .out = gate_,
-                               .rows = T,
-                               .cols = sff,
-                               .gate_stride = sff,
-                               .up_stride = sff,
-                               .out_stride = sff},
-                              stream_),
-       "shared expert swiglu");
+    swiglu(T, hp.n_ff_shexp, "shared expert swiglu");
     matmul(w.down_shexp, nullptr, gate_, shared_out_, T);
   }
   prof_.mark("experts sum", stream_);

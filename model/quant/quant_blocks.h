@@ -8,6 +8,7 @@
 #pragma once
 
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -45,6 +46,19 @@ inline float load_f16(const std::uint8_t* p) noexcept {
 inline void store_f16(std::uint8_t* p, float v) noexcept {
   const std::uint16_t h = f32_to_f16(v);
   std::memcpy(p, &h, sizeof h);
+}
+
+// The signed value of largest magnitude in a 32-element block (the first one on ties), as ggml
+// picks it: the quantizers map it onto their most negative level.
+inline float signed_absmax(const float* x) noexcept {
+  float amax = 0.f, max = 0.f;
+  for (int j = 0; j < qk; ++j) {
+    if (std::fabs(x[j]) > amax) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  }
+  return max;
 }
 
 // Field offsets in bytes. "Halves" below are the two 16-element runs of a 32-element block:

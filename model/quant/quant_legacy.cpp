@@ -18,18 +18,6 @@ std::uint32_t load_u32(const std::uint8_t* p) {
 }
 void store_u32(std::uint8_t* p, std::uint32_t v) { std::memcpy(p, &v, sizeof v); }
 
-// The signed value of largest magnitude in a block (the first one on ties), as ggml picks it.
-float signed_absmax(const float* x) {
-  float amax = 0.f, max = 0.f;
-  for (int j = 0; j < qk; ++j) {
-    if (std::fabs(x[j]) > amax) {
-      amax = std::fabs(x[j]);
-      max = x[j];
-    }
-  }
-  return max;
-}
-
 struct min_max {
   float min, max;
 };

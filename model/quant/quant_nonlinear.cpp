@@ -45,15 +45,6 @@ float fit_iq4(const float* x, int n, float d, std::uint8_t* q) {
   return d;
 }
 
-// The value of largest magnitude, with its sign (the first of equals).
-float signed_absmax(const float* x, int n) {
-  float best = 0.f;
-  for (int j = 0; j < n; ++j) {
-    if (std::fabs(x[j]) > std::fabs(best)) best = x[j];
-  }
-  return best;
-}
-
 void pack_nibbles(const std::uint8_t* q, std::uint8_t* qs) {
   for (int j = 0; j < qk / 2; ++j) qs[j] = std::uint8_t(q[j] | (q[j + 16] << 4));
 }
@@ -108,7 +99,7 @@ void quantize_iq4_nl(const float* src, std::uint8_t* dst, std::int64_t nblocks) 
   std::uint8_t q[qk];
   for (std::int64_t i = 0; i < nblocks; ++i, src += qk, dst += iq4_nl_layout::bytes) {
     // The largest magnitude onto the -127 level, the table's widest.
-    const float d = fit_iq4(src, qk, signed_absmax(src, qk) / float(iq4_levels[0]), q);
+    const float d = fit_iq4(src, qk, signed_absmax(src) / float(iq4_levels[0]), q);
     store_f16(dst + iq4_nl_layout::d, d);
     // Levels for the scale as stored (rounded to fp16).
     fit_iq4(src, qk, load_f16(dst + iq4_nl_layout::d), q);
@@ -123,7 +114,7 @@ void quantize_iq4_xs(const float* src, std::uint8_t* dst, std::int64_t nblocks) 
     float sub[qk_k / qk];
     float widest = 0.f;
     for (int ib = 0; ib < qk_k / qk; ++ib) {
-      sub[ib] = fit_iq4(src + ib * qk, qk, signed_absmax(src + ib * qk, qk) / float(iq4_levels[0]), q);
+      sub[ib] = fit_iq4(src + ib * qk, qk, signed_absmax(src + ib * qk) / float(iq4_levels[0]), q);
       if (std::fabs(sub[ib]) > std::fabs(widest)) widest = sub[ib];
     }
     store_f16(dst + iq4_xs_layout::d, widest / -32.f);
