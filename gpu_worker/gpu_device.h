@@ -234,6 +234,8 @@ class gpu_device {
   std::int64_t attn_split_ = 0;  // decode attention's split length, fixed by max_context()
   void* gemv_ws_ = nullptr;          // the quantized GEMVs' activation scratch (x in int8 blocks)
   std::size_t gemv_ws_bytes_ = 0;
+  // The experts' 8-bit activations (null: float experts): the layer input's rows, the pairs' rows.
+  void *moe_x8_h_ = nullptr, *moe_x8_pairs_ = nullptr;
   kernels::gemv_activations gemv_activations_ = kernels::gemv_activations::int8;
   float* scores_dev_ = nullptr;      // [max_tokens] log-probabilities of the score targets
   double* rope_angles_ = nullptr;    // [max_tokens][rope_dim / 2] (sin, cos): the step's, for every layer

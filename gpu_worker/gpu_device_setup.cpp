@@ -357,6 +357,12 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   const std::size_t moe_active = c.take((experts + 1) * 4);
   const std::size_t pair_out = c.take(pairs * std::size_t(hp.n_embd) * f);
   const std::size_t shared_out = c.take(hp.n_ff_shexp > 0 ? T * std::size_t(hp.n_embd) * f : 0);
+  // The experts on 8-bit activations (kernels/moe.h, every step size): the layer input's rows
+  // and each pair's SwiGLU rows. Not with f32 activations (conformance runs).
+  const bool moe_x8 = moe && gemv_activations_ == kernels::gemv_activations::int8 && hp.n_embd % 32 == 0 &&
+                      hp.n_ff_exp % 32 == 0;
+  const std::size_t moe_x8_h = c.take(moe_x8 ? kernels::gemv_x8_bytes(hp.n_embd, max_tokens_) : 0);
+  const std::size_t moe_x8_pairs = c.take(moe_x8 ? kernels::gemv_x8_bytes(hp.n_ff_exp, std::int64_t(pairs)) : 0);
   const std::size_t rows = c.take(S * std::size_t(hp.n_embd) * f), logits = c.take(S * std::size_t(hp.n_vocab) * f);
   const std::size_t records = c.take(S * record_bytes), attn_ws = c.take(attn_ws_bytes_);
   const std::size_t gemm_at = c.take(gemm_ws), blas_at = c.take(blas_ws), upload = c.take(up_off_.total);
@@ -375,6 +381,8 @@ void gpu_device::plan_scratch(memory_plan& mem) {
     router_logits_ = fp(router), moe_weights_ = fp(moe_weights), pair_out_ = fp(pair_out);
     shared_out_ = hp.n_ff_shexp > 0 ? fp(shared_out) : nullptr;
     moe_ids_ = ip(moe_ids), moe_offsets_ = ip(moe_offsets), moe_sorted_ = ip(moe_sorted), moe_active_ = ip(moe_active);
+    moe_x8_h_ = moe_x8 ? base + moe_x8_h : nullptr;
+    moe_x8_pairs_ = moe_x8 ? base + moe_x8_pairs : nullptr;
   }
   records_dev_ = base + records;
   attn_ws_ = attn_ws_bytes_ ? base + attn_ws : nullptr;

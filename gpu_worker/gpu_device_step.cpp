@@ -529,9 +529,23 @@ void gpu_device::run_experts(const layer& w, bool x8_embd) {
                                stream_),
      "expert routing");
   // Each pair's gate and up rows (gate_, up_: [pairs, n_ff_exp]), in one launch when the two
-  // stacks share a type.
+  // stacks share a type. Where the experts' type has the integer path they read 8-bit rows: h_'s
+  // as the norm left them in the GEMV workspace (decode-sized steps) or rounded here, and the
+  // pairs' as SwiGLU writes them.
   prof_.mark("experts gate/up", stream_);
-  const auto experts = [&](const layer::stacked& s, float* y, const float* x, std::int64_t x_div) {
+  const bool x8_up = moe_x8_h_ != nullptr && kernels::moe_matmul_int8(w.gate_exps.type);
+  kernels::gemv_x8_rows x8_h;
+  if (x8_up && x8_embd) {
+    x8_h = kernels::gemv_x8_view(gemv_ws_, hp.n_embd, T);
+  } else if (x8_up) {
+    x8_h = kernels::gemv_x8_view(moe_x8_h_, hp.n_embd, T);
+    ok(kernels::launch_gemv_quantize_x(h_, hp.n_embd, T, x8_h, stream_), "experts' input to 8 bits");
+  }
+  const bool x8_down = moe_x8_pairs_ != nullptr && kernels::moe_matmul_int8(w.down_exps.type);
+  const kernels::gemv_x8_rows x8_pairs =
+      x8_down ? kernels::gemv_x8_view(moe_x8_pairs_, hp.n_ff_exp, pairs) : kernels::gemv_x8_rows{};
+  const auto experts = [&](const layer::stacked& s, float* y, const float* x, std::int64_t x_div,
+                           const kernels::gemv_x8_rows& x8) {
     return kernels::moe_matmul_params{.w = {s.w},
                                       .y = {y},
                                       .n_mats = 1,
@@ -541,13 +555,15 @@ void gpu_device::run_experts(const layer& w, bool x8_embd) {
                                       .stride = s.stride,
                                       .x = x,
                                       .x_div = x_div,
+                                      .xq = kernels::moe_matmul_int8(s.type) ? x8.q : nullptr,
+                                      .x_scales = x8.ds,
                                       .n_pairs = pairs,
                                       .n_expert = hp.n_expert,
                                       .offsets = moe_offsets_,
                                       .sorted = moe_sorted_,
                                       .active = moe_active_};
   };
-  kernels::moe_matmul_params gu = experts(w.gate_exps, gate_, h_, k);
+  kernels::moe_matmul_params gu = experts(w.gate_exps, gate_, h_, k, x8_h);
   if (w.up_exps.type == w.gate_exps.type) {
     gu.w[1] = w.up_exps.w;
     gu.y[1] = up_;
@@ -555,26 +571,34 @@ void gpu_device::run_experts(const layer& w, bool x8_embd) {
     ok(kernels::launch_moe_matmul(gu, stream_), "experts gate/up");
   } else {
     ok(kernels::launch_moe_matmul(gu, stream_), "experts gate");
-    ok(kernels::launch_moe_matmul(experts(w.up_exps, up_, h_, k), stream_), "experts up");
+    ok(kernels::launch_moe_matmul(experts(w.up_exps, up_, h_, k, x8_h), stream_), "experts up");
   }
-  // SwiGLU in place over gate_ and up_ rows of `cols`, packed.
-  const auto swiglu = [&](std::int64_t rows, std::int64_t cols, const char* what) {
-    ok(kernels::launch_swiglu(
-           {.gate = gate_, .up = up_, .out = gate_, .rows = rows, .cols = cols, .gate_stride = cols, .up_stride = cols, .out_stride = cols},
-           stream_),
+  // SwiGLU in place over gate_ and up_ rows of `cols`, packed (and to 8 bits where x8 says).
+  const auto swiglu = [&](std::int64_t rows, std::int64_t cols, const char* what, const kernels::gemv_x8_rows& x8) {
+    ok(kernels::launch_swiglu({.gate = gate_,
+                               .up = up_,
+                               .out = gate_,
+                               .rows = rows,
+                               .cols = cols,
+                               .gate_stride = cols,
+                               .up_stride = cols,
+                               .out_stride = cols,
+                               .yq = x8.q,
+                               .yq_scales = x8.ds},
+                              stream_),
        what);
   };
   prof_.mark("swiglu", stream_);
-  swiglu(pairs, hp.n_ff_exp, "experts swiglu");
+  swiglu(pairs, hp.n_ff_exp, "experts swiglu", x8_pairs);
   prof_.mark("experts down", stream_);
-  ok(kernels::launch_moe_matmul(experts(w.down_exps, pair_out_, gate_, 1), stream_), "experts down");
+  ok(kernels::launch_moe_matmul(experts(w.down_exps, pair_out_, gate_, 1, x8_pairs), stream_), "experts down");
   // The shared expert (Qwen2-MoE) as a dense feed-forward of its own width, into shared_out_.
   const bool shared = w.gate_shexp.w != nullptr;
   if (shared) {
     const projection gate_up[] = {{&w.gate_shexp, nullptr, gate_}, {&w.up_shexp, nullptr, up_}};
     prof_.mark("shared expert", stream_);
     project(gate_up, h_, T, x8_embd);
-    swiglu(T, hp.n_ff_shexp, "shared expert swiglu");
+    swiglu(T, hp.n_ff_shexp, "shared expert swiglu", {});
     matmul(w.down_shexp, nullptr, gate_, shared_out_, T);
   }
   prof_.mark("experts sum", stream_);

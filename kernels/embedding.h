@@ -27,8 +27,7 @@ void embedding_ref(const embedding_params& p);
 
 namespace anvil::kernels {
 // Enqueues the gather on `stream` (kernels/embedding.hip). Types: those launch_gemv decodes
-// (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K); n_embd a multiple of their block (8, 32 or
-// 256); table and out 16-byte aligned; hipErrorInvalidValue and nothing launched otherwise.
+// (kernels/gemv.h); n_embd a multiple of their block (8, 32 or 256); table and out 16-byte aligned; hipErrorInvalidValue and nothing launched otherwise.
 // A token id outside [0, n_vocab) cannot throw on the device: its row of `out` is zeros (the
 // worker validates ids before they get here).
 hipError_t launch_embedding(const embedding_params& p, hipStream_t stream);

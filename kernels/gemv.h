@@ -1,8 +1,9 @@
 // Quantized GEMV for decode batches: y[t, o] = sum_i W[o, i] * x[t, i] (+ bias[o]) for 1..8
 // tokens, with W a GGUF weight uploaded verbatim (matmul_params, kernels/matmul.h; the CPU
 // reference is matmul_ref). One kernel reads each weight byte once for every token of the batch:
-// warps own rows, lanes own slices of a row. For quantized weights (Q8_0, Q4_0, Q4_K, Q5_K,
-// Q6_K) the activations are first quantized to 8 bits (32-element blocks, as llama.cpp's Q8_1)
+// warps own rows, lanes own slices of a row. For the quantized weights with an integer path
+// (gpu_quant_dot.h: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, IQ4_NL, MXFP4) the activations
+// are first quantized to 8 bits (32-element blocks, as llama.cpp's Q8_1)
 // into the caller's workspace and the weights are dotted with them in integers
 // (kernels/gpu_quant_dot.h): the result is exact for the rounded activations, whose rounding
 // (half a step of max|x| / 127 per block) is the only difference from matmul_ref. F32, F16 and
@@ -31,11 +32,12 @@ inline constexpr std::int64_t gemv_max_tokens = 8;
 // as f32 against the decoded weights (F32/F16/BF16 weights always take the f32 path).
 enum class gemv_activations { int8, f32 };
 
-// True when launch_gemv decodes `t` (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K).
+// True when launch_gemv decodes `t`: F32, F16, BF16 and every quantized type the CPU reads
+// (Q2_K, Q3_K and IQ4_XS on the float path only).
 bool gemv_supports(model::ggml_type t);
 
 // Scratch bytes launch_gemv needs for this weight type, row length and up to max_tokens tokens
-// (0 for F32, F16 and BF16).
+// (0 for the types without an integer path).
 std::size_t gemv_workspace_bytes(model::ggml_type w_type, std::int64_t in, std::int64_t max_tokens);
 
 // The 8-bit activations of a quantized GEMV inside its workspace, for n_tokens rows of `in`:
@@ -48,6 +50,16 @@ struct gemv_x8_rows {
   float* ds = nullptr;
 };
 gemv_x8_rows gemv_x8_view(void* workspace, std::int64_t in, std::int64_t n_tokens);
+// The bytes gemv_x8_view lays out for n_rows rows of `in` (in % 16 == 0), for any row count
+// (the experts' 8-bit rows, one per (token, expert) pair, are more than gemv_max_tokens).
+std::size_t gemv_x8_bytes(std::int64_t in, std::int64_t n_rows);
+
+// Rounds n_rows rows of `in` floats at x (in % 32 == 0, x 16-byte aligned) into the 8-bit form
+// at `out` (a gemv_x8_view of n_rows rows, in a workspace of gemv_x8_bytes(in, n_rows)), for
+// kernels that read it with more rows than a GEMV takes (the experts, kernels/moe.h).
+// hipErrorInvalidValue and nothing launched otherwise.
+hipError_t launch_gemv_quantize_x(const float* x, std::int64_t in, std::int64_t n_rows, gemv_x8_rows out,
+                                  hipStream_t stream);
 
 // Where a quantized GEMV's 8-bit activations come from: rounded from x by this launch, or already
 // in the workspace (from a producer kernel, or from the previous GEMV on the same x and batch).
@@ -56,7 +68,7 @@ enum class gemv_x8_source { quantize, workspace };
 
 // Enqueues the GEMV on `stream`. Preconditions, checked (hipErrorInvalidValue, nothing launched):
 // 0 <= n_tokens <= gemv_max_tokens (0 launches nothing), out >= 0, in > 0 and a multiple of 8
-// (F32, F16, BF16), 32 (Q8_0, Q4_0) or 256 (K-quants), w and x 16-byte aligned, a supported type,
+// (F32, F16, BF16), 32 (the 32-element block types) or 256 (K-quants, IQ4_XS), w and x 16-byte aligned, a supported type,
 // and for quantized types a 16-byte aligned workspace of at least
 // gemv_workspace_bytes(w_type, in, n_tokens) bytes (it may be null for F32, F16 and BF16; it is
 // overwritten, so one workspace serves GEMVs on one stream in turn). bias may be null; y must

@@ -1,17 +1,18 @@
 // GEMV kernels.
 //
-// Quantized weights (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K): a first kernel quantizes the activations to
+// Quantized weights with an integer path (gpu_quant_dot.h): a first kernel quantizes the activations to
 // 8 bits (gpu_quant_dot.h: int8 values, one float scale per 32 elements and the sums of 16) into
 // the workspace — unless the caller says a producer kernel (the norms, SwiGLU) or the previous
 // GEMV on the same x already did (gemv_x8_source::workspace); the GEMV kernel then dots the packed weight integers with them using dp4a, so
 // that its inner loop is a few integer instructions per 16 weight bytes instead of a float
 // dequantization per element. Each warp owns R rows; lane l takes slices l, l + warp, ... of
-// the row (16-byte runs of packed quants, or whole Q8_0/Q4_0 blocks), and loads U slices of each
+// the row (16-byte runs of packed quants, or whole 32-element blocks), and loads U slices of each
 // of its rows before doing any arithmetic, so that every thread has R * U independent loads in
 // flight (memory-level parallelism is what reaches the bandwidth). Each activation load feeds
 // R rows. The warp reduces with shuffles and lane 0 writes R x n_tokens outputs.
 //
-// F32/F16/BF16 weights keep float activations (exact but for summation order): lanes decode
+// F32/F16/BF16 weights (and Q2_K, Q3_K, IQ4_XS, which have no integer path yet) keep float
+// activations (exact but for summation order): lanes decode
 // chunks of 8 elements (gpu_quant.h) and multiply them with float4 loads of x. The quantized
 // types take the same path when the caller asks for f32 activations: chunks decode to the floats
 // model::dequantize_row gives.
@@ -349,6 +350,18 @@ bool gemv_supports(model::ggml_type t) { return gpu_block_elems(t) > 0; }
 std::size_t gemv_workspace_bytes(model::ggml_type w_type, std::int64_t in, std::int64_t max_tokens) {
   if (!uses_q8(w_type) || in <= 0 || max_tokens <= 0) return 0;
   return x8_bytes(in, std::min(max_tokens, gemv_max_tokens));
+}
+
+std::size_t gemv_x8_bytes(std::int64_t in, std::int64_t n_rows) { return in > 0 && n_rows > 0 ? x8_bytes(in, n_rows) : 0; }
+
+hipError_t launch_gemv_quantize_x(const float* x, std::int64_t in, std::int64_t n_rows, gemv_x8_rows out,
+                                  hipStream_t stream) {
+  if (in <= 0 || in % 32 != 0 || n_rows < 0 || in * n_rows > (std::int64_t(1) << 40) || !aligned16(x) ||
+      out.q == nullptr || out.ds == nullptr || !aligned16(out.q) || !aligned16(out.ds)) {
+    return hipErrorInvalidValue;
+  }
+  if (n_rows > 0) launch_quantize_x(x, in * n_rows, out.q, reinterpret_cast<float2*>(out.ds), stream);
+  return hipGetLastError();
 }
 
 gemv_x8_rows gemv_x8_view(void* workspace, std::int64_t in, std::int64_t n_tokens) {

@@ -15,7 +15,7 @@
 //   load_x(x, blk, s) -> x_t  the activations the slice multiplies (once per token)
 //   dot(dec, x)    -> float   the slice's contribution
 // Q4_K/Q5_K/Q6_K slices are 32 bytes of packed quants (64 elements: two runs of 32 in different
-// sub-blocks, four lanes per block); Q8_0 and Q4_0 slices are whole blocks.
+// sub-blocks, four lanes per block); the 32-element block types' slices are whole blocks.
 //
 // Alignment: Q4_K and Q5_K blocks are 16-byte aligned (the launcher requires the matrix to be);
 // Q8_0 (34 bytes), Q4_0 (18) and Q6_K (210) blocks only 2-byte aligned: load_a2 reads exactly
@@ -140,6 +140,148 @@ struct dot_q4_0 {
   __device__ static float dot(const dec_t& w, const x_two_runs& x) {
     const int s = dot16(w.lo, x.q0) + dot16(w.hi, x.q1);
     return w.d * (x.s0.x * float(s) - 8.f * (x.s0.y + x.s1.y));
+  }
+};
+
+// Q4_1: value = q * d + m (nibbles as Q4_0); m enters through the activations' sums. Slice =
+// block; blocks are 4-byte aligned (20 bytes).
+struct dot_q4_1 {
+  static constexpr int block_elems = 32, block_bytes = 20, slices = 1;
+  struct w_t { u32 o[5]; };
+  struct dec_t { u32 lo[4], hi[4]; float d, m; };
+  __device__ static w_t load(const u8* b, int) {
+    w_t w;
+#pragma unroll
+    for (int k = 0; k < 5; ++k) w.o[k] = ld_u32(b + 4 * k);
+    return w;
+  }
+  __device__ static dec_t decode(const w_t& w, int) {
+    dec_t r;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      r.lo[k] = w.o[1 + k] & 0x0F0F0F0Fu;
+      r.hi[k] = (w.o[1 + k] >> 4) & 0x0F0F0F0Fu;
+    }
+    r.d = f16(u16(w.o[0] & 0xFFFFu));
+    r.m = f16(u16(w.o[0] >> 16));
+    return r;
+  }
+  __device__ static x_two_runs load_x(x8_view x, std::int64_t blk, int) { return load_two_runs(x, 32 * blk, 32 * blk + 16); }
+  __device__ static float dot(const dec_t& w, const x_two_runs& x) {
+    return w.d * x.s0.x * float(dot16(w.lo, x.q0) + dot16(w.hi, x.q1)) + w.m * (x.s0.y + x.s1.y);
+  }
+};
+
+// Bit 4 of four consecutive elements' codes: bits 0..3 of `bits` into bit 4 of bytes 0..3.
+__device__ __forceinline__ u32 spread_bit4(u32 bits) {
+  return ((bits & 1u) << 4) | ((bits & 2u) << 11) | ((bits & 4u) << 18) | ((bits & 8u) << 25);
+}
+
+// Q5_0 / Q5_1 codes: nibbles as Q4_0, bit j of qh is bit 4 of element j.
+__device__ __forceinline__ void q5_codes(u32 qh, const u32 (&qs)[4], u32 (&lo)[4], u32 (&hi)[4]) {
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    lo[k] = (qs[k] & 0x0F0F0F0Fu) | spread_bit4((qh >> (4 * k)) & 0xFu);
+    hi[k] = ((qs[k] >> 4) & 0x0F0F0F0Fu) | spread_bit4((qh >> (16 + 4 * k)) & 0xFu);
+  }
+}
+
+// Q5_0: value = (q - 16) * d. Slice = block (22 bytes, 2-byte aligned).
+struct dot_q5_0 {
+  static constexpr int block_elems = 32, block_bytes = 22, slices = 1;
+  struct w_t { u32 o[6]; };
+  struct dec_t { u32 lo[4], hi[4]; float d; };
+  __device__ static w_t load(const u8* b, int) { w_t w; load_a2<5>(b, w.o); return w; }
+  __device__ static dec_t decode(const w_t& w, int) {
+    dec_t r;
+    const u32 qs[4] = {word_at2<5>(w.o, 1), word_at2<5>(w.o, 2), word_at2<5>(w.o, 3), word_at2<5>(w.o, 4)};
+    q5_codes(word_at2<5>(w.o, 0), qs, r.lo, r.hi);
+    r.d = f16(u16(w.o[0] & 0xFFFFu));
+    return r;
+  }
+  __device__ static x_two_runs load_x(x8_view x, std::int64_t blk, int) { return load_two_runs(x, 32 * blk, 32 * blk + 16); }
+  __device__ static float dot(const dec_t& w, const x_two_runs& x) {
+    const int s = dot16(w.lo, x.q0) + dot16(w.hi, x.q1);
+    return w.d * (x.s0.x * float(s) - 16.f * (x.s0.y + x.s1.y));
+  }
+};
+
+// Q5_1: value = q * d + m. Slice = block (24 bytes, 8-byte aligned).
+struct dot_q5_1 {
+  static constexpr int block_elems = 32, block_bytes = 24, slices = 1;
+  struct w_t { uint2 head, q0, q1; };
+  struct dec_t { u32 lo[4], hi[4]; float d, m; };
+  __device__ static w_t load(const u8* b, int) { return {ld_8(b), ld_8(b + 8), ld_8(b + 16)}; }
+  __device__ static dec_t decode(const w_t& w, int) {
+    dec_t r;
+    const u32 qs[4] = {w.q0.x, w.q0.y, w.q1.x, w.q1.y};
+    q5_codes(w.head.y, qs, r.lo, r.hi);
+    r.d = f16(u16(w.head.x & 0xFFFFu));
+    r.m = f16(u16(w.head.x >> 16));
+    return r;
+  }
+  __device__ static x_two_runs load_x(x8_view x, std::int64_t blk, int) { return load_two_runs(x, 32 * blk, 32 * blk + 16); }
+  __device__ static float dot(const dec_t& w, const x_two_runs& x) {
+    return w.d * x.s0.x * float(dot16(w.lo, x.q0) + dot16(w.hi, x.q1)) + w.m * (x.s0.y + x.s1.y);
+  }
+};
+
+// IQ4_NL and MXFP4: nibbles as Q4_0 through a table of 16 int8 levels (gpu_quant.h), times the
+// block's scale. Slice = block.
+struct levels_dec {
+  u32 lo[4], hi[4];
+  float d;
+};
+__device__ __forceinline__ void decode_level_words(const level_table& t, const u32 (&qs)[4], levels_dec& r) {
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    r.lo[k] = lookup_levels(t, qs[k] & 0x0F0F0F0Fu);
+    r.hi[k] = lookup_levels(t, (qs[k] >> 4) & 0x0F0F0F0Fu);
+  }
+}
+
+struct dot_iq4_nl {
+  static constexpr int block_elems = 32, block_bytes = 18, slices = 1;
+  struct w_t { u32 o[5]; };
+  using dec_t = levels_dec;
+  __device__ static w_t load(const u8* b, int) { w_t w; load_a2<4>(b, w.o); return w; }
+  __device__ static dec_t decode(const w_t& w, int) {
+    dec_t r;
+    const u32 qs[4] = {word_at2<4>(w.o, 0), word_at2<4>(w.o, 1), word_at2<4>(w.o, 2), word_at2<4>(w.o, 3)};
+    decode_level_words(iq4_table(), qs, r);
+    r.d = f16(u16(w.o[0] & 0xFFFFu));
+    return r;
+  }
+  __device__ static x_two_runs load_x(x8_view x, std::int64_t blk, int) { return load_two_runs(x, 32 * blk, 32 * blk + 16); }
+  __device__ static float dot(const dec_t& w, const x_two_runs& x) {
+    return w.d * x.s0.x * float(dot16(w.lo, x.q0) + dot16(w.hi, x.q1));
+  }
+};
+
+// MXFP4 blocks (17 bytes) are byte aligned: the bytes load one by one.
+struct dot_mxfp4 {
+  static constexpr int block_elems = 32, block_bytes = 17, slices = 1;
+  struct w_t { u32 e, qs[4]; };
+  using dec_t = levels_dec;
+  __device__ static w_t load(const u8* b, int) {
+    w_t w;
+    w.e = b[0];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const u8* q = b + 1 + 4 * k;
+      w.qs[k] = u32(q[0]) | (u32(q[1]) << 8) | (u32(q[2]) << 16) | (u32(q[3]) << 24);
+    }
+    return w;
+  }
+  __device__ static dec_t decode(const w_t& w, int) {
+    dec_t r;
+    decode_level_words(fp4_table(), w.qs, r);
+    r.d = e8m0_half(w.e);
+    return r;
+  }
+  __device__ static x_two_runs load_x(x8_view x, std::int64_t blk, int) { return load_two_runs(x, 32 * blk, 32 * blk + 16); }
+  __device__ static float dot(const dec_t& w, const x_two_runs& x) {
+    return w.d * x.s0.x * float(dot16(w.lo, x.q0) + dot16(w.hi, x.q1));
   }
 };
 
@@ -288,7 +430,7 @@ struct dot_q6_k {
 };
 
 // Calls fn(dot_x{}) for the quantized types the integer GEMV handles; false for the others
-// (F32, F16, BF16 stay on the float path).
+// (F32, F16, BF16 stay on the float path, and so do Q2_K, Q3_K and IQ4_XS for now).
 template <class Fn>
 bool with_dot_format(model::ggml_type t, Fn&& fn) {
   using model::ggml_type;
@@ -298,6 +440,11 @@ bool with_dot_format(model::ggml_type t, Fn&& fn) {
     case ggml_type::Q4_K: fn(dot_q4_k{}); return true;
     case ggml_type::Q5_K: fn(dot_q5_k{}); return true;
     case ggml_type::Q6_K: fn(dot_q6_k{}); return true;
+    case ggml_type::Q4_1: fn(dot_q4_1{}); return true;
+    case ggml_type::Q5_0: fn(dot_q5_0{}); return true;
+    case ggml_type::Q5_1: fn(dot_q5_1{}); return true;
+    case ggml_type::IQ4_NL: fn(dot_iq4_nl{}); return true;
+    case ggml_type::MXFP4: fn(dot_mxfp4{}); return true;
     default: return false;
   }
 }

@@ -1,6 +1,6 @@
 // Matrix multiply against a GGUF weight: y[t, o] = sum_i W[o, i] * x[t, i] (+ bias[o]).
 // W is stored as GGUF stores it — `out` rows of `in` elements, each row in the weight's quant
-// format (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) — the layout of PyTorch's [out, in].
+// format (F32, F16, BF16 and every quantized type the CPU reads) — the layout of PyTorch's [out, in].
 // matmul_ref is the definition (float accumulation per block); it dequantizes each weight row
 // once and reuses it for every token, and splits the rows over the CPU's cores.
 #pragma once

@@ -63,6 +63,11 @@ struct moe_matmul_params {
   std::size_t stride = 0;
   const float* x = nullptr;         // pair p reads row p / x_div: [n_pairs / x_div, in]
   std::int64_t x_div = 1;           // k: one row per token; 1: one row per pair
+  // Optional (GPU): the same rows rounded to 8 bits in the quantized GEMV's form (kernels/gemv.h,
+  // gemv_x8_view of [n_pairs / x_div, in]). With a type moe_matmul_int8 takes, the kernel dots
+  // the weights' integers with them (the GEMV's integer path) and x is not read.
+  const std::int8_t* xq = nullptr;
+  const float* x_scales = nullptr;
   std::int64_t n_pairs = 0;
   std::int64_t n_expert = 0;
   const std::int32_t* offsets = nullptr;  // from moe_route
@@ -90,13 +95,17 @@ void moe_combine_ref(const moe_combine_params& p);
 namespace anvil::kernels {
 // Whether launch_moe_matmul takes stacked experts of this type, row length and stride.
 bool moe_matmul_supports(model::ggml_type t, std::int64_t in, std::size_t stride);
+// Whether it takes 8-bit activations (xq) for this type: the types of the GEMV's integer path.
+bool moe_matmul_int8(model::ggml_type t);
 // in a multiple of 4, w and x 16-byte aligned; else hipErrorInvalidValue, nothing launched.
 hipError_t launch_moe_router(const moe_router_params& p, hipStream_t stream);
 // hipErrorInvalidValue (nothing launched) for sizes outside the limits above or null outputs.
 hipError_t launch_moe_route(const moe_route_params& p, hipStream_t stream);
-// Any type the GEMV takes (kernels/gemv.h), float activations; w and x 16-byte aligned, in a
-// multiple of the type's block and of 8, stride a multiple of 16 bytes (2 for the types whose
-// rows are only 2-byte aligned: Q8_0, Q4_0, Q6_K). Else hipErrorInvalidValue, nothing launched.
+// Any type the GEMV takes (kernels/gemv.h), float or 8-bit activations (xq and x_scales 16-byte
+// aligned, in a multiple of 32); w and x 16-byte aligned, in a
+// multiple of the type's block and of 8, stride a multiple of the alignment a block keeps in an
+// aligned matrix (16 bytes, or less for blocks of 18, 20, 22, 24, 34, 84, 110, 136 or 210 bytes;
+// any stride for MXFP4's 17). Else hipErrorInvalidValue, nothing launched.
 hipError_t launch_moe_matmul(const moe_matmul_params& p, hipStream_t stream);
 hipError_t launch_moe_combine(const moe_combine_params& p, hipStream_t stream);
 }  // namespace anvil::kernels

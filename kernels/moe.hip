@@ -6,21 +6,22 @@
 // group: one block, a thread per expert. Counts per expert in shared memory, block-wide scans of
 //   the counts (offsets) and of "has pairs" (the active list), then every pair takes a place in
 //   its expert's range with a shared atomic (the order inside a range does not matter: every
-//   pair's output is computed on its own).
-// router: a warp per E experts x 8 tokens (E = 1 for steps of up to 8 tokens, so that a decode
-//   step has a warp per expert; 4 above, so that each x load feeds four experts), lanes striding
-//   over the row in float4s.
+//   pair's output is computed on its own). Steps of up to a token per warp of that block (decode)
+//   route and group in the one block (route_group_kernel): a launch less per layer.
+// router: up to 8 tokens, a block per expert splitting the row; above, a warp per 4 experts x 8
+//   tokens (each x load feeds four experts), lanes striding over the row in float4s.
 // matmul: the GEMV's float path (gemv.hip, gemv_kernel) with the grid's y dimension over the
 //   active experts (at most min(n_expert, pairs) of them) and z over the (up to two) matrices: a
 //   block owns R rows per warp of one expert's matrix and walks that expert's pairs in chunks of
-//   8, 2 and 1, so each row is read once per chunk, not once per pair.
+//   8, 2 and 1, so each row is read once per chunk, not once per pair. With 8-bit activations,
+//   the GEMV's integer path on the same grid, a row per group of 4, 8 or 32 lanes (q8_kernel).
 // combine: a block per (256 columns, token); the shared expert's gate by a block reduction.
 #include "kernels/moe.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/gpu_quant.h"
+#include "kernels/gpu_quant_dot.h"
 
 namespace anvil::kernels {
 namespace {
@@ -32,12 +33,8 @@ constexpr int route_threads = 128;
 constexpr int lane_experts = int(moe_max_experts / gpu::warp_size);  // experts per lane, at most
 static_assert(lane_experts <= 32, "a lane's chosen experts fit one 32-bit mask");
 
-__global__ void __launch_bounds__(route_threads) route_kernel(moe_route_params p) {
-  gpu::dependency_wait();  // launched with gpu::launch_dependent
-  gpu::allow_dependents();
-  const int lane = int(threadIdx.x) % gpu::warp_size;
-  const std::int64_t t = std::int64_t(blockIdx.x) * (route_threads / gpu::warp_size) + threadIdx.x / gpu::warp_size;
-  if (t >= p.n_tokens) return;
+// Token t's experts and weights, by the warp whose lane this is.
+__device__ __forceinline__ void route_token(const moe_route_params& p, std::int64_t t, int lane) {
   const int n = int(p.n_expert), k = int(p.k);
   const float* l = p.logits + t * p.n_expert;
   float top = -INFINITY;
@@ -75,6 +72,13 @@ __global__ void __launch_bounds__(route_threads) route_kernel(moe_route_params p
   }
 }
 
+__global__ void __launch_bounds__(route_threads) route_kernel(moe_route_params p) {
+  gpu::dependency_wait();  // launched with gpu::launch_dependent
+  gpu::allow_dependents();
+  const std::int64_t t = std::int64_t(blockIdx.x) * (route_threads / gpu::warp_size) + threadIdx.x / gpu::warp_size;
+  if (t < p.n_tokens) route_token(p, t, int(threadIdx.x) % gpu::warp_size);
+}
+
 constexpr int group_threads = 1024;
 static_assert(group_threads >= moe_max_experts, "a thread per expert");
 
@@ -104,13 +108,11 @@ __device__ __forceinline__ std::int32_t block_exclusive_scan(std::int32_t v, std
   return incl - v + (warp > 0 ? warp_sums[warp - 1] : 0);
 }
 
-__global__ void __launch_bounds__(group_threads) group_kernel(const std::int32_t* ids, std::int64_t n_pairs,
-                                                              std::int32_t n_expert, std::int32_t* offsets,
-                                                              std::int32_t* sorted, std::int32_t* active) {
+// The grouping of the pairs by expert, by a whole block of group_threads.
+__device__ __forceinline__ void group_pairs(const std::int32_t* ids, std::int64_t n_pairs, std::int32_t n_expert,
+                                            std::int32_t* offsets, std::int32_t* sorted, std::int32_t* active) {
   __shared__ std::int32_t count[moe_max_experts];
   __shared__ std::int32_t cursor[moe_max_experts];
-  gpu::dependency_wait();  // launched with gpu::launch_dependent
-  gpu::allow_dependents();
   const int e = int(threadIdx.x);
   if (e < n_expert) count[e] = 0;
   __syncthreads();
@@ -133,6 +135,26 @@ __global__ void __launch_bounds__(group_threads) group_kernel(const std::int32_t
   for (std::int64_t i = threadIdx.x; i < n_pairs; i += group_threads) {
     sorted[atomicAdd(&cursor[ids[i]], 1)] = std::int32_t(i);
   }
+}
+
+__global__ void __launch_bounds__(group_threads) group_kernel(const std::int32_t* ids, std::int64_t n_pairs,
+                                                              std::int32_t n_expert, std::int32_t* offsets,
+                                                              std::int32_t* sorted, std::int32_t* active) {
+  gpu::dependency_wait();  // launched with gpu::launch_dependent
+  gpu::allow_dependents();
+  group_pairs(ids, n_pairs, n_expert, offsets, sorted, active);
+}
+
+// Both in one block for steps of up to a token per warp (decode): a launch less on every layer.
+constexpr int fused_route_tokens = group_threads / gpu::warp_size;
+
+__global__ void __launch_bounds__(group_threads) route_group_kernel(moe_route_params p) {
+  gpu::dependency_wait();  // launched with gpu::launch_dependent
+  gpu::allow_dependents();
+  const std::int64_t t = threadIdx.x / gpu::warp_size;
+  if (t < p.n_tokens) route_token(p, t, int(threadIdx.x) % gpu::warp_size);
+  __syncthreads();  // the ids this block wrote are visible to all its threads
+  group_pairs(p.ids, p.n_tokens * p.k, std::int32_t(p.n_expert), p.offsets, p.sorted, p.active);
 }
 
 // ---- router ------------------------------------------------------------------------------------
@@ -188,6 +210,48 @@ __global__ void __launch_bounds__(router_threads) router_kernel(moe_router_param
         if (i < n_e && t < n_t) p.logits[(t0 + t) * p.n_expert + e0 + i] = acc[i][t];
       }
     }
+  }
+}
+
+// Steps of up to router_tokens tokens: a block per expert, its threads splitting the row (every
+// float4 of a thread loaded before the sums: one memory latency, not one per warp-wide stride),
+// the partial sums through shared memory.
+__global__ void __launch_bounds__(router_threads) router_split_kernel(moe_router_params p) {
+  constexpr int warps = router_threads / gpu::warp_size;
+  __shared__ float part[warps][router_tokens];
+  gpu::dependency_wait();  // launched with gpu::launch_dependent
+  gpu::allow_dependents();
+  const std::int64_t e = blockIdx.x, in = p.in;
+  const int n_t = int(p.n_tokens);
+  const float* w = p.w + e * in;
+  float acc[router_tokens];
+#pragma unroll
+  for (int t = 0; t < router_tokens; ++t) acc[t] = 0.f;
+#pragma unroll 4
+  for (std::int64_t c = std::int64_t(threadIdx.x) * 4; c < in; c += 4 * router_threads) {
+    const float4 wv = *reinterpret_cast<const float4*>(w + c);
+#pragma unroll
+    for (int t = 0; t < router_tokens; ++t) {
+      if (t >= n_t) break;
+      const float4 xv = *reinterpret_cast<const float4*>(p.x + t * in + c);
+      acc[t] = fmaf(wv.x, xv.x, acc[t]);
+      acc[t] = fmaf(wv.y, xv.y, acc[t]);
+      acc[t] = fmaf(wv.z, xv.z, acc[t]);
+      acc[t] = fmaf(wv.w, xv.w, acc[t]);
+    }
+  }
+  const int lane = int(threadIdx.x) % gpu::warp_size, warp = int(threadIdx.x) / gpu::warp_size;
+#pragma unroll
+  for (int t = 0; t < router_tokens; ++t) {
+    acc[t] = gpu::warp_reduce_sum(acc[t]);
+    if (lane == 0) part[warp][t] = acc[t];
+  }
+  __syncthreads();
+  if (int(threadIdx.x) < n_t) {
+    float sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < warps; ++i) sum += part[i][threadIdx.x];
+    p.logits[std::int64_t(threadIdx.x) * p.n_expert + e] = sum;
   }
 }
 
@@ -297,6 +361,97 @@ __global__ void __launch_bounds__(matmul_threads) matmul_kernel(matmul_args a) {
   if (i < end) matmul_chunk<F, 1, R>(a, rows, row0, y, i, lane);
 }
 
+// ---- matmul on 8-bit activations -----------------------------------------------------------------
+// The GEMV's integer path (gemv.hip gemv_q8_kernel, gpu_quant_dot.h) per expert: a group of L
+// lanes owns a row and a warp warp_size / L rows, so that short rows keep every lane busy (a
+// 768-long Q4_K row is 12 slices: L = 4), each lane with U slices' loads in flight at once.
+struct q8_args {
+  const u8* w0;
+  const u8* w1;
+  float* y0;
+  float* y1;
+  std::size_t stride, row_bytes;
+  std::int64_t in, out, x_div;
+  const i8* xq;
+  const float2* ds;
+  const std::int32_t* offsets;
+  const std::int32_t* sorted;
+  const std::int32_t* active;
+};
+
+constexpr int q8_slices_in_flight = 4;
+
+// y[p][row] for the NT pairs at sorted[i..i + NT), by the L lanes (gl their index) owning `row`.
+template <class F, int NT, int L>
+__device__ __forceinline__ void q8_chunk(const q8_args& a, const u8* row_w, std::int64_t row, bool store, float* y,
+                                         int i, int gl) {
+  constexpr int U = q8_slices_in_flight;
+  const std::int64_t in = a.in;
+  std::int32_t pair[NT];
+  x8_view xs[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    pair[t] = a.sorted[i + t];
+    const std::int64_t xr = std::int64_t(pair[t]) / a.x_div;
+    xs[t] = x8_view{a.xq + xr * in, a.ds + xr * (in / 16)};
+  }
+  float acc[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) acc[t] = 0.f;
+  const int slices = int(in / F::block_elems) * F::slices;
+  for (int c0 = gl; c0 < slices; c0 += L * U) {
+    typename F::w_t wv[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int c = min(c0 + u * L, slices - 1);  // past the end: re-read, skipped below
+      wv[u] = F::load(row_w + std::size_t(c / F::slices) * F::block_bytes, c % F::slices);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int c = c0 + u * L;
+      if (c >= slices) break;
+      const typename F::dec_t dec = F::decode(wv[u], c % F::slices);
+#pragma unroll
+      for (int t = 0; t < NT; ++t) acc[t] += F::dot(dec, F::load_x(xs[t], c / F::slices, c % F::slices));
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+#pragma unroll
+    for (int m = L / 2; m > 0; m /= 2) acc[t] += gpu::shfl_xor(acc[t], m);
+  }
+  if (gl == 0 && store) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t) y[std::int64_t(pair[t]) * a.out + row] = acc[t];
+  }
+}
+
+template <class F, int L>
+__global__ void __launch_bounds__(matmul_threads) q8_kernel(q8_args a) {
+  constexpr int rows_per_warp = gpu::warp_size / L;
+  const bool second = blockIdx.z == 1;
+  const int lane = int(threadIdx.x) % gpu::warp_size;
+  const std::int64_t warp = std::int64_t(blockIdx.x) * (matmul_threads / gpu::warp_size) + threadIdx.x / gpu::warp_size;
+  const std::int64_t row0 = warp * rows_per_warp, r = row0 + lane / L;
+  gpu::dependency_wait();  // the grouping and the activations are the kernels before's output
+  gpu::allow_dependents();
+  if (row0 >= a.out || int(blockIdx.y) >= a.active[0]) return;  // whole warps: the shuffles need every lane
+  const int e = a.active[1 + blockIdx.y];
+  const int begin = a.offsets[e], end = a.offsets[e + 1];
+  const bool store = r < a.out;
+  const std::int64_t row = store ? r : a.out - 1;  // tail rows: computed, not stored
+  const u8* row_w = (second ? a.w1 : a.w0) + std::size_t(e) * a.stride + std::size_t(row) * a.row_bytes;
+  float* y = second ? a.y1 : a.y0;
+  const int gl = lane % L;
+  int i = begin;
+  for (; end - i >= 8; i += 8) q8_chunk<F, 8, L>(a, row_w, row, store, y, i, gl);
+  for (; end - i >= 2; i += 2) q8_chunk<F, 2, L>(a, row_w, row, store, y, i, gl);
+  if (i < end) q8_chunk<F, 1, L>(a, row_w, row, store, y, i, gl);
+}
+
+// Lanes per row: about a slice in flight per lane and more rows per warp when rows are short.
+int q8_lanes(std::int64_t slices) { return slices >= 4 * q8_slices_in_flight * 8 ? 32 : slices >= 2 * 8 ? 8 : 4; }
+
 // ---- combine -----------------------------------------------------------------------------------
 constexpr int combine_threads = 256;
 
@@ -320,10 +475,6 @@ __global__ void __launch_bounds__(combine_threads) combine_kernel(moe_combine_pa
   p.out[t * d + i] = s;
 }
 
-// Rows of these types are only 2-byte aligned (gpu_quant.h): their experts may be too.
-bool two_byte_rows(model::ggml_type t) {
-  return t == model::ggml_type::Q8_0 || t == model::ggml_type::Q4_0 || t == model::ggml_type::Q6_K;
-}
 
 }  // namespace
 
@@ -341,7 +492,7 @@ hipError_t launch_moe_router(const moe_router_params& p, hipStream_t stream) {
     gpu::launch_dependent(kernel, grid, dim3(router_threads), stream, p);
   };
   if (p.n_tokens <= router_tokens) {
-    launch(router_kernel<1>, 1);
+    gpu::launch_dependent(router_split_kernel, dim3(static_cast<unsigned>(p.n_expert)), dim3(router_threads), stream, p);
   } else {
     launch(router_kernel<4>, 4);
   }
@@ -353,6 +504,10 @@ hipError_t launch_moe_route(const moe_route_params& p, hipStream_t stream) {
       p.k > std::min(p.n_expert, moe_max_used) || p.logits == nullptr || p.ids == nullptr || p.weights == nullptr ||
       p.offsets == nullptr || p.sorted == nullptr || p.active == nullptr) {
     return hipErrorInvalidValue;
+  }
+  if (p.n_tokens <= fused_route_tokens) {
+    gpu::launch_dependent(route_group_kernel, dim3(1), dim3(group_threads), stream, p);
+    return hipGetLastError();
   }
   constexpr int per_block = route_threads / gpu::warp_size;
   if (p.n_tokens > 0) {
@@ -367,7 +522,11 @@ hipError_t launch_moe_route(const moe_route_params& p, hipStream_t stream) {
 
 bool moe_matmul_supports(model::ggml_type t, std::int64_t in, std::size_t stride) {
   const std::int64_t block = gpu_block_elems(t);
-  return block > 0 && in > 0 && in % block == 0 && in % 8 == 0 && stride % (two_byte_rows(t) ? 2 : 16) == 0;
+  return block > 0 && in > 0 && in % block == 0 && in % 8 == 0 && stride % gpu_block_align(t) == 0;
+}
+
+bool moe_matmul_int8(model::ggml_type t) {
+  return with_dot_format(t, [](auto) {});
 }
 
 hipError_t launch_moe_matmul(const moe_matmul_params& p, hipStream_t stream) {
@@ -398,9 +557,41 @@ hipError_t launch_moe_matmul(const moe_matmul_params& p, hipStream_t stream) {
                       .offsets = p.offsets,
                       .sorted = p.sorted,
                       .active = p.active};
-  constexpr std::int64_t rows_per_block = std::int64_t(matmul_rows) * (matmul_threads / gpu::warp_size);
   // A y slot per expert that can have pairs: blocks past the active count return at once.
   const std::int64_t slots = std::min(p.n_expert, p.n_pairs);
+  if (p.xq != nullptr && moe_matmul_int8(p.w_type)) {
+    if (p.x_scales == nullptr || !aligned16(p.xq) || !aligned16(p.x_scales) || p.in % 32 != 0) return hipErrorInvalidValue;
+    const q8_args q{.w0 = a.w0,
+                    .w1 = a.w1,
+                    .y0 = a.y0,
+                    .y1 = a.y1,
+                    .stride = a.stride,
+                    .row_bytes = a.row_bytes,
+                    .in = a.in,
+                    .out = a.out,
+                    .x_div = a.x_div,
+                    .xq = p.xq,
+                    .ds = reinterpret_cast<const float2*>(p.x_scales),
+                    .offsets = a.offsets,
+                    .sorted = a.sorted,
+                    .active = a.active};
+    with_dot_format(p.w_type, [&](auto f) {
+      using F = decltype(f);
+      const auto launch = [&](auto kernel, int lanes) {
+        const std::int64_t rows_per_block = std::int64_t(gpu::warp_size / lanes) * (matmul_threads / gpu::warp_size);
+        const dim3 grid(static_cast<unsigned>((p.out + rows_per_block - 1) / rows_per_block), static_cast<unsigned>(slots),
+                        static_cast<unsigned>(p.n_mats));
+        gpu::launch_dependent(kernel, grid, dim3(matmul_threads), stream, q);
+      };
+      switch (q8_lanes(p.in / F::block_elems * F::slices)) {
+        case 32: launch(q8_kernel<F, 32>, 32); break;
+        case 8: launch(q8_kernel<F, 8>, 8); break;
+        default: launch(q8_kernel<F, 4>, 4); break;
+      }
+    });
+    return hipGetLastError();
+  }
+  constexpr std::int64_t rows_per_block = std::int64_t(matmul_rows) * (matmul_threads / gpu::warp_size);
   const dim3 grid(static_cast<unsigned>((p.out + rows_per_block - 1) / rows_per_block), static_cast<unsigned>(slots),
                   static_cast<unsigned>(p.n_mats));
   with_format(p.w_type, [&](auto f) {

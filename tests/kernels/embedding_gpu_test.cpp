@@ -109,7 +109,7 @@ TEST(EmbeddingGpuLaunch, OutOfVocabularyIdGivesZerosAndBadShapesAreRejected) {
   bad.out = dout.data() + 1;  // misaligned
   EXPECT_EQ(launch_embedding(bad, nullptr), hipErrorInvalidValue);
   bad = p;
-  bad.type = ggml_type::Q2_K;
+  bad.type = ggml_type::IQ2_XXS;  // no GPU decoder
   EXPECT_EQ(launch_embedding(bad, nullptr), hipErrorInvalidValue);
   EXPECT_EQ(hipGetLastError(), hipSuccess);
 }

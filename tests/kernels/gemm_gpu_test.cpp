@@ -216,7 +216,7 @@ TEST(GemmGpuLaunch, RejectsTooSmallWorkspaceAndBadShapes) {
                         none, nullptr),
             hipErrorInvalidValue);
   EXPECT_EQ(launch_gemm({.w = p,
-                         .w_type = ggml_type::Q3_K,
+                         .w_type = ggml_type::IQ2_XXS,
                          .in = 256,
                          .out = 4,
                          .bias = nullptr,

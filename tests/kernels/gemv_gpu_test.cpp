@@ -349,7 +349,7 @@ TEST(GemvGpuLaunch, RejectsWhatItCannotDoWithoutLaunching) {
   EXPECT_EQ(with([](matmul_params& q) { q.n_tokens = -1; }), hipErrorInvalidValue);
   EXPECT_EQ(with([](matmul_params& q) { q.in = 12; }), hipErrorInvalidValue);           // not a multiple of 8
   EXPECT_EQ(with([](matmul_params& q) { q.w_type = ggml_type::Q4_K; }), hipErrorInvalidValue);  // 64 % 256
-  EXPECT_EQ(with([](matmul_params& q) { q.w_type = ggml_type::Q2_K; q.in = 256; }), hipErrorInvalidValue);
+  EXPECT_EQ(with([](matmul_params& q) { q.w_type = ggml_type::IQ2_XXS; q.in = 256; }), hipErrorInvalidValue);  // no GPU decoder
   EXPECT_EQ(with([&](matmul_params& q) { q.x = p + 1025; }), hipErrorInvalidValue);      // x misaligned
   EXPECT_EQ(with([&](matmul_params& q) { q.w = p + 1; }), hipErrorInvalidValue);         // w misaligned
   EXPECT_EQ(with([](matmul_params& q) { q.n_tokens = 0; }), hipSuccess);

@@ -21,8 +21,10 @@ namespace anvil::kernels::testing {
 using model::ggml_type;
 
 inline const std::vector<ggml_type>& gpu_weight_types() {
-  static const std::vector<ggml_type> types = {ggml_type::F32,  ggml_type::F16,  ggml_type::BF16, ggml_type::Q8_0,
-                                               ggml_type::Q4_0, ggml_type::Q4_K, ggml_type::Q5_K, ggml_type::Q6_K};
+  static const std::vector<ggml_type> types = {
+      ggml_type::F32,  ggml_type::F16,  ggml_type::BF16, ggml_type::Q8_0,   ggml_type::Q4_0,   ggml_type::Q4_K,
+      ggml_type::Q5_K, ggml_type::Q6_K, ggml_type::Q4_1, ggml_type::Q5_0,   ggml_type::Q5_1,   ggml_type::Q2_K,
+      ggml_type::Q3_K, ggml_type::IQ4_NL, ggml_type::IQ4_XS, ggml_type::MXFP4};
   return types;
 }
 

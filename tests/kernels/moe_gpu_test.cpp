@@ -5,7 +5,8 @@
 //     active list names exactly the experts with pairs, in ascending order.
 //   matmul: every GEMV weight type, gate/up (one row per token, two matrices in one launch) and
 //     down (one row per pair): each pair's output equals matmul_ref of its expert's matrix on its
-//     row within 1e-5 of the |W|.|x| scale (float activations, exact decode). Poisoned and guarded.
+//     row within 1e-5 of the |W|.|x| scale (float activations, exact decode); on 8-bit rows (the
+//     integer types), matmul_ref of the rounded rows within 1e-5. Poisoned and guarded.
 //   combine: within 1e-5, with and without the shared expert and its gate.
 #include <algorithm>
 #include <cmath>
@@ -181,14 +182,42 @@ struct matmul_case {
   }
 };
 
+// Rows of x rounded to 8 bits as the GEMV's activation quantizer rounds them (kernels/gemv.h):
+// q = rint(x / d), d = max|x| / 127 per 32 elements, {d, d * sum(q)} per 16; `rounded` is q * d.
+struct host_x8 {
+  std::vector<std::int8_t> q;
+  std::vector<float> ds, rounded;
+  explicit host_x8(const std::vector<float>& x) : q(x.size()), ds(x.size() / 8), rounded(x.size()) {
+    for (std::size_t b = 0; b < x.size(); b += 32) {
+      float amax = 0.f;
+      for (std::size_t i = b; i < b + 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+      const float d = amax / 127.f, id = d > 0.f ? 1.f / d : 0.f;
+      for (std::size_t h = b; h < b + 32; h += 16) {
+        int sum = 0;
+        for (std::size_t i = h; i < h + 16; ++i) {
+          q[i] = std::int8_t(std::rint(x[i] * id));
+          sum += q[i];
+          rounded[i] = float(q[i]) * d;
+        }
+        ds[h / 8] = d;
+        ds[h / 8 + 1] = d * float(sum);
+      }
+    }
+  }
+};
+
 class MoeMatmulGpu : public ::testing::TestWithParam<ggml_type> {};
 
 TEST_P(MoeMatmulGpu, EachPairIsItsExpertsMatmulOfItsRow) {
   require_device();
   const ggml_type type = GetParam();
   // Decode-sized, prefill-sized (chunks of 8, 2 and 1 pairs per expert) and one expert taking all.
+  // Rows of 768 (a 30B-A3B expert's down projection), 2048 and 4096 take 4, 8 and 32 lanes a row
+  // on the integer path for some types.
   for (const matmul_case c : {matmul_case{type, 1, 8, 2, 256, 72}, matmul_case{type, 23, 6, 2, 512, 40},
-                              matmul_case{type, 40, 4, 3, 256, 130}, matmul_case{type, 9, 1, 1, 256, 8}}) {
+                              matmul_case{type, 40, 4, 3, 256, 130}, matmul_case{type, 9, 1, 1, 256, 8},
+                              matmul_case{type, 2, 16, 8, 768, 33}, matmul_case{type, 3, 4, 2, 2048, 20},
+                              matmul_case{type, 1, 4, 2, 4096, 9}}) {
     SCOPED_TRACE(c.str());
     std::mt19937 rng(unsigned(c.tokens * 131 + c.n_expert + int(type)));
     const std::int64_t pairs = c.tokens * c.k;
@@ -264,6 +293,35 @@ TEST_P(MoeMatmulGpu, EachPairIsItsExpertsMatmulOfItsRow) {
       matmul_ref({.w = hw.bytes.data(), .w_type = type, .in = c.in, .out = c.out, .x = xr.data(), .y = ref.data(), .n_tokens = 1});
       const std::vector<float> mine(got_d.begin() + pr * c.out, got_d.begin() + (pr + 1) * c.out);
       EXPECT_LE(max_scaled_error(mine, ref, hw, xr, nullptr, 1), 1e-5) << "pair " << pr;
+    }
+    if (!moe_matmul_int8(type)) continue;
+    // The integer path: the same launches on 8-bit rows, against matmul_ref of the rounded rows
+    // (exact but for float rounding of the per-block terms, as the GEMV's).
+    const host_x8 x8(x), xp8(xp);
+    guarded_array<std::int8_t> q_tok(x8.q), q_pair(xp8.q);
+    guarded_array<float> s_tok(x8.ds), s_pair(xp8.ds);
+    moe_matmul_params gi = p, di = d;
+    gi.xq = q_tok.data(), gi.x_scales = s_tok.data(), gi.x = nullptr;
+    di.xq = q_pair.data(), di.x_scales = s_pair.data(), di.x = nullptr;
+    yg.poison();
+    yu.poison();
+    yd.poison();
+    ANVIL_GPU_CHECK(launch_moe_matmul(gi, nullptr));
+    ANVIL_GPU_CHECK(launch_moe_matmul(di, nullptr));
+    ANVIL_GPU_CHECK(hipDeviceSynchronize());
+    for (const auto* a : {&yg, &yu, &yd}) EXPECT_TRUE(a->guards_intact());
+    const std::vector<float> ig = yg.download(), iu = yu.download(), id = yd.download();
+    for (std::int64_t pr = 0; pr < pairs; ++pr) {
+      const std::size_t e = std::size_t(r.ids[std::size_t(pr)]);
+      const std::int64_t t = pr / c.k;
+      const std::vector<float> xt(x8.rounded.begin() + t * c.in, x8.rounded.begin() + (t + 1) * c.in);
+      const std::vector<float> xr(xp8.rounded.begin() + pr * c.in, xp8.rounded.begin() + (pr + 1) * c.in);
+      for (const auto& [hw, xv, got] : {std::tuple{&gate[e], &xt, &ig}, std::tuple{&up[e], &xt, &iu}, std::tuple{&gate[e], &xr, &id}}) {
+        std::vector<float> ref(std::size_t(c.out));
+        matmul_ref({.w = hw->bytes.data(), .w_type = type, .in = c.in, .out = c.out, .x = xv->data(), .y = ref.data(), .n_tokens = 1});
+        const std::vector<float> mine(got->begin() + pr * c.out, got->begin() + (pr + 1) * c.out);
+        EXPECT_LE(max_scaled_error(mine, ref, *hw, *xv, nullptr, 1), 1e-5) << "integer path, pair " << pr;
+      }
     }
   }
 }
