@@ -97,9 +97,19 @@ __device__ __forceinline__ x_two_runs load_two_runs(x8_view x, std::int64_t e0, 
   return {ld_i4(x.xq + e0), ld_i4(x.xq + e1), x.ds[e0 / 16], x.ds[e1 / 16]};
 }
 
+// The 32-element block formats (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4): a slice is a
+// block, its activations the block's two runs of 16; codes lo[] are elements 0..15, hi[] 16..31.
+struct block32 {
+  static constexpr int block_elems = 32, slices = 1;
+  __device__ static x_two_runs load_x(x8_view x, std::int64_t blk, int) { return load_two_runs(x, 32 * blk, 32 * blk + 16); }
+};
+__device__ __forceinline__ int dot_codes32(const u32 (&lo)[4], const u32 (&hi)[4], const x_two_runs& x) {
+  return dot16(lo, x.q0) + dot16(hi, x.q1);
+}
+
 // Q8_0: value = q * d. Slice = block.
-struct dot_q8_0 {
-  static constexpr int block_elems = 32, block_bytes = 34, slices = 1;
+struct dot_q8_0 : block32 {
+  static constexpr int block_bytes = 34;
   struct w_t { u32 o[9]; };
   struct dec_t { u32 lo[4], hi[4]; float d; };
   __device__ static w_t load(const u8* b, int) { w_t w; load_a2<8>(b, w.o); return w; }
@@ -113,15 +123,14 @@ struct dot_q8_0 {
     r.d = f16(u16(w.o[0] & 0xFFFFu));
     return r;
   }
-  __device__ static x_two_runs load_x(x8_view x, std::int64_t blk, int) { return load_two_runs(x, 32 * blk, 32 * blk + 16); }
   __device__ static float dot(const dec_t& w, const x_two_runs& x) {
-    return w.d * (x.s0.x * float(dot16(w.lo, x.q0) + dot16(w.hi, x.q1)));  // s0.x == s1.x: one block
+    return w.d * (x.s0.x * float(dot_codes32(w.lo, w.hi, x)));  // s0.x == s1.x: one block
   }
 };
 
 // Q4_0: value = (q - 8) * d; byte j holds element j (low nibble) and j + 16 (high). Slice = block.
-struct dot_q4_0 {
-  static constexpr int block_elems = 32, block_bytes = 18, slices = 1;
+struct dot_q4_0 : block32 {
+  static constexpr int block_bytes = 18;
   struct w_t { u32 o[5]; };
   struct dec_t { u32 lo[4], hi[4]; float d; };
   __device__ static w_t load(const u8* b, int) { w_t w; load_a2<4>(b, w.o); return w; }
@@ -136,17 +145,15 @@ struct dot_q4_0 {
     r.d = f16(u16(w.o[0] & 0xFFFFu));
     return r;
   }
-  __device__ static x_two_runs load_x(x8_view x, std::int64_t blk, int) { return load_two_runs(x, 32 * blk, 32 * blk + 16); }
   __device__ static float dot(const dec_t& w, const x_two_runs& x) {
-    const int s = dot16(w.lo, x.q0) + dot16(w.hi, x.q1);
-    return w.d * (x.s0.x * float(s) - 8.f * (x.s0.y + x.s1.y));
+    return w.d * (x.s0.x * float(dot_codes32(w.lo, w.hi, x)) - 8.f * (x.s0.y + x.s1.y));
   }
 };
 
 // Q4_1: value = q * d + m (nibbles as Q4_0); m enters through the activations' sums. Slice =
 // block; blocks are 4-byte aligned (20 bytes).
-struct dot_q4_1 {
-  static constexpr int block_elems = 32, block_bytes = 20, slices = 1;
+struct dot_q4_1 : block32 {
+  static constexpr int block_bytes = 20;
   struct w_t { u32 o[5]; };
   struct dec_t { u32 lo[4], hi[4]; float d, m; };
   __device__ static w_t load(const u8* b, int) {
@@ -166,9 +173,8 @@ struct dot_q4_1 {
     r.m = f16(u16(w.o[0] >> 16));
     return r;
   }
-  __device__ static x_two_runs load_x(x8_view x, std::int64_t blk, int) { return load_two_runs(x, 32 * blk, 32 * blk + 16); }
   __device__ static float dot(const dec_t& w, const x_two_runs& x) {
-    return w.d * x.s0.x * float(dot16(w.lo, x.q0) + dot16(w.hi, x.q1)) + w.m * (x.s0.y + x.s1.y);
+    return w.d * x.s0.x * float(dot_codes32(w.lo, w.hi, x)) + w.m * (x.s0.y + x.s1.y);
   }
 };
 
@@ -187,8 +193,8 @@ __device__ __forceinline__ void q5_codes(u32 qh, const u32 (&qs)[4], u32 (&lo)[4
 }
 
 // Q5_0: value = (q - 16) * d. Slice = block (22 bytes, 2-byte aligned).
-struct dot_q5_0 {
-  static constexpr int block_elems = 32, block_bytes = 22, slices = 1;
+struct dot_q5_0 : block32 {
+  static constexpr int block_bytes = 22;
   struct w_t { u32 o[6]; };
   struct dec_t { u32 lo[4], hi[4]; float d; };
   __device__ static w_t load(const u8* b, int) { w_t w; load_a2<5>(b, w.o); return w; }
@@ -199,16 +205,14 @@ struct dot_q5_0 {
     r.d = f16(u16(w.o[0] & 0xFFFFu));
     return r;
   }
-  __device__ static x_two_runs load_x(x8_view x, std::int64_t blk, int) { return load_two_runs(x, 32 * blk, 32 * blk + 16); }
   __device__ static float dot(const dec_t& w, const x_two_runs& x) {
-    const int s = dot16(w.lo, x.q0) + dot16(w.hi, x.q1);
-    return w.d * (x.s0.x * float(s) - 16.f * (x.s0.y + x.s1.y));
+    return w.d * (x.s0.x * float(dot_codes32(w.lo, w.hi, x)) - 16.f * (x.s0.y + x.s1.y));
   }
 };
 
 // Q5_1: value = q * d + m. Slice = block (24 bytes, 8-byte aligned).
-struct dot_q5_1 {
-  static constexpr int block_elems = 32, block_bytes = 24, slices = 1;
+struct dot_q5_1 : block32 {
+  static constexpr int block_bytes = 24;
   struct w_t { uint2 head, q0, q1; };
   struct dec_t { u32 lo[4], hi[4]; float d, m; };
   __device__ static w_t load(const u8* b, int) { return {ld_8(b), ld_8(b + 8), ld_8(b + 16)}; }
@@ -220,9 +224,8 @@ struct dot_q5_1 {
     r.m = f16(u16(w.head.x >> 16));
     return r;
   }
-  __device__ static x_two_runs load_x(x8_view x, std::int64_t blk, int) { return load_two_runs(x, 32 * blk, 32 * blk + 16); }
   __device__ static float dot(const dec_t& w, const x_two_runs& x) {
-    return w.d * x.s0.x * float(dot16(w.lo, x.q0) + dot16(w.hi, x.q1)) + w.m * (x.s0.y + x.s1.y);
+    return w.d * x.s0.x * float(dot_codes32(w.lo, w.hi, x)) + w.m * (x.s0.y + x.s1.y);
   }
 };
 
@@ -240,8 +243,8 @@ __device__ __forceinline__ void decode_level_words(const level_table& t, const u
   }
 }
 
-struct dot_iq4_nl {
-  static constexpr int block_elems = 32, block_bytes = 18, slices = 1;
+struct dot_iq4_nl : block32 {
+  static constexpr int block_bytes = 18;
   struct w_t { u32 o[5]; };
   using dec_t = levels_dec;
   __device__ static w_t load(const u8* b, int) { w_t w; load_a2<4>(b, w.o); return w; }
@@ -252,15 +255,14 @@ struct dot_iq4_nl {
     r.d = f16(u16(w.o[0] & 0xFFFFu));
     return r;
   }
-  __device__ static x_two_runs load_x(x8_view x, std::int64_t blk, int) { return load_two_runs(x, 32 * blk, 32 * blk + 16); }
   __device__ static float dot(const dec_t& w, const x_two_runs& x) {
-    return w.d * x.s0.x * float(dot16(w.lo, x.q0) + dot16(w.hi, x.q1));
+    return w.d * x.s0.x * float(dot_codes32(w.lo, w.hi, x));
   }
 };
 
 // MXFP4 blocks (17 bytes) are byte aligned: the bytes load one by one.
-struct dot_mxfp4 {
-  static constexpr int block_elems = 32, block_bytes = 17, slices = 1;
+struct dot_mxfp4 : block32 {
+  static constexpr int block_bytes = 17;
   struct w_t { u32 e, qs[4]; };
   using dec_t = levels_dec;
   __device__ static w_t load(const u8* b, int) {
@@ -279,9 +281,8 @@ struct dot_mxfp4 {
     r.d = e8m0_half(w.e);
     return r;
   }
-  __device__ static x_two_runs load_x(x8_view x, std::int64_t blk, int) { return load_two_runs(x, 32 * blk, 32 * blk + 16); }
   __device__ static float dot(const dec_t& w, const x_two_runs& x) {
-    return w.d * x.s0.x * float(dot16(w.lo, x.q0) + dot16(w.hi, x.q1));
+    return w.d * x.s0.x * float(dot_codes32(w.lo, w.hi, x));
   }
 };
 
