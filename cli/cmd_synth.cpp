@@ -29,7 +29,7 @@ int run_synth(const synth_args& a) {
     throw std::invalid_argument("unknown shape '" + a.shape + "' (known: " + names + ")");
   }
   const auto mix = model::parse_synth_mix(a.type);
-  if (!mix) throw std::invalid_argument("unknown type '" + a.type + "' (known: F32, F16, BF16, Q8_0, Q4_0, Q6_K, Q4_K_M, IQ4_XS)");
+  if (!mix) throw std::invalid_argument("unknown type '" + a.type + "' (known: F32, F16, BF16, Q8_0, Q4_0, Q6_K, Q4_K_M, IQ4_XS, MXFP4)");
   model::synth_options opt;
   opt.shape = *shape;
   opt.mix = *mix;
@@ -53,7 +53,7 @@ void add_synth_command(CLI::App& app, int& exit_code) {
   auto a = std::make_shared<synth_args>();
   cmd->add_option("--shape", a->shape, "tiny, tiny-qwen2, tiny-qwen3, qwen2.5-0.5b, llama3-8b, qwen3-8b; with experts tiny-qwen2moe, "
                   "tiny-qwen3moe, tiny-mixtral, qwen3-30b-a3b or mixtral-8x7b")->capture_default_str();
-  cmd->add_option("--type", a->type, "F32, F16, BF16, Q8_0, Q4_0, Q6_K, Q4_K_M or IQ4_XS")->capture_default_str();
+  cmd->add_option("--type", a->type, "F32, F16, BF16, Q8_0, Q4_0, Q6_K, Q4_K_M, IQ4_XS or MXFP4 (experts; the rest Q8_0)")->capture_default_str();
   cmd->add_option("-o,--output", a->out, "the GGUF file to write")->required();
   cmd->add_option("--tokenizer", a->tokenizer_json, "a Hugging Face tokenizer.json to embed (else a synthetic byte-level one)");
   cmd->add_option("--tokenizer-config", a->tokenizer_config, "its tokenizer_config.json (BOS/EOS, chat template)");

@@ -261,7 +261,7 @@ const model::chat_template* engine::chat_template() const { return impl_->chat ?
 const model::chat_syntax& engine::chat_syntax() const { return impl_->syntax; }
 
 bool engine::impl::parses_output(const generate_request& r) const {
-  return !r.messages.empty() && chat && (!r.tools_json.empty() || syntax.think_tags);
+  return !r.messages.empty() && chat && (!r.tools_json.empty() || syntax.reasoning());
 }
 
 std::optional<model::chat_output_parser> engine::output_parser(const generate_request& r) const {
@@ -354,6 +354,9 @@ structured_output engine::impl::constraint_of(const generate_request& r, std::st
     format = {.open = "", .close = "", .args_key = "arguments", .separator = ", ", .list_open = "[TOOL_CALLS][", .list_close = "]"};
   } else if (syntax.tools == tool_call_syntax::mistral_args) {
     format = {.open = "[TOOL_CALLS]", .close = "", .args_key = "", .separator = "", .args_marker = "[ARGS]"};
+  } else if (syntax.tools == tool_call_syntax::harmony) {  // one commentary message per call, addressed to it
+    format = {.open = "<|channel|>commentary to=functions.", .close = "", .args_key = "", .separator = "",
+              .args_marker = "<|constrain|>json<|message|>"};
   }
   const bool parallel = r.parallel_tool_calls && syntax.tools != tool_call_syntax::llama3_json;
   try {
@@ -385,7 +388,7 @@ error_code engine::impl::check(const generate_request& r, std::string& why,
     why = "tools and chat_template_kwargs go with messages";
   } else if (!r.tools_json.empty() && syntax.tools == model::tool_call_syntax::none) {
     why = "`tools`: this model's chat template has no tool-call syntax anvil parses (Hermes/Qwen <tool_call>, "
-          "Llama 3 JSON or Mistral [TOOL_CALLS]), so its calls could not be returned as tool_calls";
+          "Llama 3 JSON, Mistral [TOOL_CALLS] or gpt-oss's harmony), so its calls could not be returned as tool_calls";
   } else if (const structured_output c = constraint_of(r, why); !why.empty()) {
     // why names the field and the problem
   } else if (auto masks = constraint_for(c, why); c.what != structured_output::kind::none && !masks) {

@@ -230,7 +230,8 @@ class engine : public std::enable_shared_from_this<engine> {
   // How the template writes reasoning and tool calls.
   const model::chat_syntax& chat_syntax() const;
   // What a server splits a request's output with (reasoning, content, tool calls as the template
-  // writes them): nullopt for prompts, and for chats with neither tools nor a thinking template.
+  // writes them): nullopt for prompts, and for chats with neither tools nor a template that writes
+  // reasoning (<think> tags, or gpt-oss's harmony channels).
   // Renders the conversation to see whether the prompt opens a <think> block; throws model_error
   // when it cannot be rendered.
   std::optional<model::chat_output_parser> output_parser(const generate_request& r) const;

@@ -82,6 +82,7 @@ class gpu_device {
   struct layer {
     const float *attn_norm = nullptr, *ffn_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
     const float *bq = nullptr, *bk = nullptr, *bv = nullptr;
+    const float *bo = nullptr, *sinks = nullptr;  // gpt-oss
     matrix wq, wk, wv, wo, gate, up, down;
     // gemm_dtype fp8: q, k and v stacked into one FP8 copy (one GEMM per layer where there were
     // three; wq/wk/wv then have none), and their biases, if any, into one vector.
@@ -97,6 +98,8 @@ class gpu_device {
       std::size_t stride = 0;  // bytes from one expert's matrix to the next
     };
     stacked gate_exps, up_exps, down_exps;
+    // gpt-oss: the router's bias [n_expert] and the experts' [n_expert, out].
+    const float *router_b = nullptr, *gate_exps_b = nullptr, *up_exps_b = nullptr, *down_exps_b = nullptr;
     matrix gate_shexp, up_shexp, down_shexp;
     const float* shexp_gate = nullptr;
   };

@@ -195,7 +195,10 @@ void gpu_device::upload_weights(const gpu_worker_config& cfg, memory_plan& mem) 
   add_vec(m_.output_norm);
   add_vec(m_.rope_freqs);
   for (const model::layer_weights& l : m_.layers) {
-    for (const auto* v : {&l.attn_norm, &l.ffn_norm, &l.q_norm, &l.k_norm, &l.bq, &l.bk, &l.bv}) add_vec(*v);
+    for (const auto* v : {&l.attn_norm, &l.ffn_norm, &l.q_norm, &l.k_norm, &l.bq, &l.bk, &l.bv, &l.bo, &l.sinks, &l.router_b,
+                          &l.gate_exps_b, &l.up_exps_b, &l.down_exps_b}) {
+      add_vec(*v);
+    }
     for (const auto* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) add_matrix(*w);
     if (!l.moe()) continue;
     if (l.router.type != model::ggml_type::F32 || l.router.in % 4 != 0) {
@@ -259,6 +262,8 @@ void gpu_device::upload_weights(const gpu_worker_config& cfg, memory_plan& mem) 
     d.bq = dev_vec(l.bq);
     d.bk = dev_vec(l.bk);
     d.bv = dev_vec(l.bv);
+    d.bo = dev_vec(l.bo);
+    d.sinks = dev_vec(l.sinks);
     d.wq = dev_matrix(l.wq);
     d.wk = dev_matrix(l.wk);
     d.wv = dev_matrix(l.wv);
@@ -271,6 +276,10 @@ void gpu_device::upload_weights(const gpu_worker_config& cfg, memory_plan& mem) 
       d.gate_exps = dev_stacked(l.gate_exps);
       d.up_exps = dev_stacked(l.up_exps);
       d.down_exps = dev_stacked(l.down_exps);
+      d.router_b = dev_vec(l.router_b);
+      d.gate_exps_b = dev_vec(l.gate_exps_b);
+      d.up_exps_b = dev_vec(l.up_exps_b);
+      d.down_exps_b = dev_vec(l.down_exps_b);
       d.gate_shexp = dev_matrix(l.gate_shexp);
       d.up_shexp = dev_matrix(l.up_shexp);
       d.down_shexp = dev_matrix(l.down_shexp);

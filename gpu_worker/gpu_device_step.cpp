@@ -457,7 +457,7 @@ void gpu_device::run_layer(std::int64_t l) {
   const bool x8_attn = step_.n_pre == 0 && x8_fused(hp.n_head * hp.head_dim);
   run_attention(l, x8_attn);
   prof_.mark("o projection", stream_);
-  matmul(w.wo, nullptr, attn_, o_, T, x8_attn);
+  matmul(w.wo, w.bo, attn_, o_, T, x8_attn);
   prof_.mark("norm", stream_);
   ok(kernels::launch_rms_norm_residual(norm_params(o_, w.ffn_norm), stream_), "ffn norm");
   if (w.router.w != nullptr) {
@@ -491,7 +491,9 @@ void gpu_device::run_dense_ffn(const layer& w, bool x8_embd) {
                                  .cols = hp.n_ff,
                                  .gate_stride = hp.n_ff,
                                  .up_stride = hp.n_ff,
-                                 .out_stride = hp.n_ff};
+                                 .out_stride = hp.n_ff,
+                                 .limit = hp.swiglu_limit,
+                                 .alpha = hp.swiglu_alpha};
   const bool x8_ff = x8_fused(hp.n_ff);
   if (x8_ff) {
     const kernels::gemv_x8_rows x8 = kernels::gemv_x8_view(gemv_ws_, hp.n_ff, T);
@@ -513,7 +515,8 @@ void gpu_device::run_experts(const layer& w, bool x8_embd) {
                                  .logits = router_logits_,
                                  .in = w.router.in,
                                  .n_expert = hp.n_expert,
-                                 .n_tokens = T},
+                                 .n_tokens = T,
+                                 .bias = w.router_b},
                                 stream_),
      "router");
   ok(kernels::launch_moe_route({.logits = router_logits_,
@@ -544,10 +547,11 @@ void gpu_device::run_experts(const layer& w, bool x8_embd) {
   const bool x8_down = moe_x8_pairs_ != nullptr && kernels::moe_matmul_int8(w.down_exps.type);
   const kernels::gemv_x8_rows x8_pairs =
       x8_down ? kernels::gemv_x8_view(moe_x8_pairs_, hp.n_ff_exp, pairs) : kernels::gemv_x8_rows{};
-  const auto experts = [&](const layer::stacked& s, float* y, const float* x, std::int64_t x_div,
+  const auto experts = [&](const layer::stacked& s, const float* bias, float* y, const float* x, std::int64_t x_div,
                            const kernels::gemv_x8_rows& x8) {
     return kernels::moe_matmul_params{.w = {s.w},
                                       .y = {y},
+                                      .bias = {bias},
                                       .n_mats = 1,
                                       .w_type = s.type,
                                       .in = s.in,
@@ -563,15 +567,16 @@ void gpu_device::run_experts(const layer& w, bool x8_embd) {
                                       .sorted = moe_sorted_,
                                       .active = moe_active_};
   };
-  kernels::moe_matmul_params gu = experts(w.gate_exps, gate_, h_, k, x8_h);
+  kernels::moe_matmul_params gu = experts(w.gate_exps, w.gate_exps_b, gate_, h_, k, x8_h);
   if (w.up_exps.type == w.gate_exps.type) {
     gu.w[1] = w.up_exps.w;
     gu.y[1] = up_;
+    gu.bias[1] = w.up_exps_b;
     gu.n_mats = 2;
     ok(kernels::launch_moe_matmul(gu, stream_), "experts gate/up");
   } else {
     ok(kernels::launch_moe_matmul(gu, stream_), "experts gate");
-    ok(kernels::launch_moe_matmul(experts(w.up_exps, up_, h_, k, x8_h), stream_), "experts up");
+    ok(kernels::launch_moe_matmul(experts(w.up_exps, w.up_exps_b, up_, h_, k, x8_h), stream_), "experts up");
   }
   // SwiGLU in place over gate_ and up_ rows of `cols`, packed (and to 8 bits where x8 says).
   const auto swiglu = [&](std::int64_t rows, std::int64_t cols, const char* what, const kernels::gemv_x8_rows& x8) {
@@ -583,6 +588,8 @@ void gpu_device::run_experts(const layer& w, bool x8_embd) {
                                .gate_stride = cols,
                                .up_stride = cols,
                                .out_stride = cols,
+                               .limit = hp.swiglu_limit,
+                               .alpha = hp.swiglu_alpha,
                                .yq = x8.q,
                                .yq_scales = x8.ds},
                               stream_),
@@ -591,7 +598,8 @@ void gpu_device::run_experts(const layer& w, bool x8_embd) {
   prof_.mark("swiglu", stream_);
   swiglu(pairs, hp.n_ff_exp, "experts swiglu", x8_pairs);
   prof_.mark("experts down", stream_);
-  ok(kernels::launch_moe_matmul(experts(w.down_exps, pair_out_, gate_, 1, x8_pairs), stream_), "experts down");
+  ok(kernels::launch_moe_matmul(experts(w.down_exps, w.down_exps_b, pair_out_, gate_, 1, x8_pairs), stream_),
+     "experts down");
   // The shared expert (Qwen2-MoE) as a dense feed-forward of its own width, into shared_out_.
   const bool shared = w.gate_shexp.w != nullptr;
   if (shared) {
@@ -617,7 +625,9 @@ void gpu_device::run_experts(const layer& w, bool x8_embd) {
 
 void gpu_device::run_attention(std::int64_t l, bool x8_out) {
   const model::hparams& hp = m_.hp;
-  const float scale = 1.f / std::sqrt(float(hp.head_dim));
+  const float scale = hp.attention_scale();
+  const std::int64_t window = hp.layer_window(l);
+  const float* sinks = layers_[std::size_t(l)].sinks;
   const auto* tables = dev_at<std::int32_t>(up_off_.tables);
   if (step_.n_dec > 0) {
     kernels::attention_decode_params p{.q = q_,
@@ -631,6 +641,8 @@ void gpu_device::run_attention(std::int64_t l, bool x8_out) {
                                        .max_context = step_.max_dec_context,
                                        .scale = scale,
                                        .split = attn_split_,
+                                       .window = window,
+                                       .sinks = sinks,
                                        .workspace = attn_ws_,
                                        .workspace_bytes = attn_ws_bytes_};
     if (x8_out) {
@@ -651,7 +663,9 @@ void gpu_device::run_attention(std::int64_t l, bool x8_out) {
                                               .max_seq_tokens = step_.max_pre_tokens,
                                               .block_tables = tables + step_.n_dec * step_.stride,
                                               .block_table_stride = step_.stride,
-                                              .scale = scale};
+                                              .scale = scale,
+                                              .window = window,
+                                              .sinks = sinks};
     prof_.mark("prefill attention", stream_);
     ok(kernels::launch_attention_prefill(p, stream_), "prefill attention");
   }

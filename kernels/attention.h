@@ -6,6 +6,12 @@
 // offset p % block_size. kv_write stores the K/V of new tokens at their slots; attention lets
 // each query token attend to every position up to its own (causal), with grouped-query heads
 // (query head h reads kv head h / (n_heads / n_kv_heads)).
+//
+// Two options shared by every attention kernel (gpt-oss uses both):
+// - a sliding window of W positions: a query at position p attends to positions (p - W, p] only
+//   (W = 0: the whole context);
+// - a learned sink per query head: one more logit s_h in the softmax, whose value vector is zero,
+//   so out = sum_i exp(x_i) v_i / (exp(s_h) + sum_i exp(x_i)).
 #pragma once
 
 #include <cstdint>
@@ -74,6 +80,8 @@ struct attention_params {
   paged_kv_view cache;
   float scale = 1.f;               // usually 1 / sqrt(head_dim)
   std::span<const attention_seq> seqs;
+  std::int64_t window = 0;         // sliding window in positions; 0: the whole context
+  const float* sinks = nullptr;    // [n_heads] sink logits, or none
 };
 // Softmax in double over the whole context: the definition the fused GPU kernels approximate.
 void attention_ref(const attention_params& p);

@@ -1,7 +1,8 @@
 // Paged attention for decode: one query token per sequence, many sequences, over the device cache
 // in f16 or 8 bits (kernels/attention.h, paged_kv_device; kernels/kv_quant.h). The definition is attention_ref with one token per
 // sequence whose K/V is already in the cache (rope_kv_write runs first): sequence s attends to
-// positions [0, context_lens[s]).
+// positions [0, context_lens[s]), or with a window of W positions to the last W of them, and a
+// sink logit per query head, when given, takes its share of the softmax.
 //
 // Design (flash-decoding): a block takes one sequence, one kv head — and all query heads that share
 // it (GQA), so each K/V row is read from memory once — and one split of the context of `split`
@@ -16,6 +17,12 @@
 // serves (attention_decode_split_for): short splits give a short context more blocks (a decode step
 // at a context of 300 runs 5 splits of 64 per kv head instead of 2 of 256), long ones keep the
 // workspace and the merge small when contexts are long.
+//
+// A window leaves the splits wholly before it out: the grid has only as many splits per sequence
+// as W positions can touch (they start at the window's first split), and the first of them starts
+// at the window's first position. A split the window leaves empty has no block and no part in the
+// merge. The sink enters once, where the output is normalised: in the block that writes it (one
+// split in the window) or in the merge.
 #pragma once
 
 #include <cstddef>
@@ -55,6 +62,8 @@ struct attention_decode_params {
   std::int64_t n_seqs = 0;                   // <= 65535
   std::int64_t max_context = 0;              // >= every context_lens[s]: sizes the grid and workspace
   float scale = 1.f;                         // usually 1 / sqrt(head_dim)
+  std::int64_t window = 0;                   // sliding window: the last `window` positions; 0: the whole context
+  const float* sinks = nullptr;              // [n_heads], device memory: a sink logit per query head, or none
   std::int64_t split = attention_decode_split;  // positions per split: attention_decode_split, _short_, _long_ or
                                                 // (tensor cores) _longest_split
   // Optional: the output also in the 8-bit form the next GEMV reads from its workspace

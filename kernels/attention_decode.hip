@@ -20,6 +20,12 @@
 // The context is latency-bound, not bandwidth-bound (a split of 64 positions is 32 KB of K and V
 // per kv head): a thread issues all its K and V loads of a 64-position tile at once, so a split
 // of 64 waits on the cache once rather than once per pass of the block.
+//
+// Window and sinks (both kernels, decode_span and decode_store): a block's split is cut to the
+// window's positions (splits before it have no block: the grid's z counts from the window's first
+// split), and the sink logit joins the denominator where the output is normalised — in
+// decode_store when the window holds one split, else in the merge, which starts its softmax at the
+// sink. Without them the arithmetic is today's, operation for operation.
 #include "kernels/attention_decode.h"
 
 #include <algorithm>
@@ -34,22 +40,42 @@ namespace {
 
 constexpr int threads = 128;
 
+// What a query at position ctx - 1 reads: positions [lo, ctx) (lo > 0 only under a window shorter
+// than the context), which lie in splits [first, end) of `split` positions. Block z of a sequence
+// takes split first + z; the merge combines [first, end).
+struct decode_span {
+  int lo, first, end;
+};
+__device__ __forceinline__ decode_span decode_span_of(const attention_decode_params& p, int ctx, int split) {
+  const int lo = p.window > 0 && p.window < ctx ? ctx - int(p.window) : 0;
+  return {lo, lo / split, (ctx + split - 1) / split};
+}
+
+// Splits per sequence in the grid: max_context's, or as many as a window of W positions can touch.
+std::int64_t decode_grid_splits(const attention_decode_params& p) {
+  const std::int64_t all = attention_decode_splits(p.max_context, p.split);
+  const std::int64_t w = std::min(p.window, p.max_context);  // a window past every context is none
+  return w > 0 ? std::min(all, (w - 1 + p.split - 1) / p.split + 1) : all;
+}
+
 // What a block of the decode kernels leaves for heads head0 .. head0 + ng of one sequence and
-// split `sp`: with one split, the output (and its 8-bit form when asked); with several, the split's
-// partial output and its heads' softmax (max, sum) for the merge. o(g, d) is head g's normalized
-// output at dim d; m and l the heads' max and sum, in shared memory.
-template <int HeadDim, int MaxG, class Output>
-__device__ __forceinline__ void decode_store(const attention_decode_params& p, int seq, int sp, int split, int head0,
-                                             int ng, const float* m, const float* l, Output o) {
+// split `sp`: alone (the only split of the window), the output (and its 8-bit form when asked);
+// else the split's partial output and its heads' softmax (max, sum) for the merge. sum(g, d) is
+// head g's unnormalised output at dim d; m and l the heads' max and sum, in shared memory. The
+// output alone takes the sink into its denominator: l + exp(s - m), m finite (the split has a
+// key); a sink that overwhelms the scores gives inf and the output 0, its limit, never NaN.
+template <int HeadDim, int MaxG, class Sum>
+__device__ __forceinline__ void decode_store(const attention_decode_params& p, int seq, int sp, bool alone, int head0,
+                                             int ng, const float* m, const float* l, Sum sum) {
   const int tid = threadIdx.x;
-  const int ctx = min(p.context_lens[seq], int(p.max_context));
-  const int n_splits = (ctx + split - 1) / split;
-  const std::int64_t max_splits = (p.max_context + split - 1) / split;
+  const std::int64_t max_splits = (p.max_context + p.split - 1) / p.split;
+  const bool sink = alone && p.sinks != nullptr;
+  const auto o = [&](int g, int d) { return sum(g, d) / (sink ? l[g] + expf(p.sinks[head0 + g] - m[g]) : l[g]); };
   for (int e = tid; e < ng * HeadDim; e += threads) {
     const int g = e / HeadDim, d = e % HeadDim;
     const float v = o(g, d);
     const std::int64_t qh = std::int64_t(seq) * p.n_heads + head0 + g;
-    if (n_splits == 1) {
+    if (alone) {
       p.out[qh * HeadDim + d] = v;
     } else {
       float* partial = static_cast<float*>(p.workspace);
@@ -57,7 +83,7 @@ __device__ __forceinline__ void decode_store(const attention_decode_params& p, i
     }
   }
   // The 8-bit form, four outputs per thread (eight lanes per 32-element block), from the same sums.
-  if (n_splits == 1 && p.yq != nullptr) {
+  if (alone && p.yq != nullptr) {
     for (int base = 0; base < MaxG * HeadDim / 4; base += threads) {  // uniform: every lane shuffles
       const int e4 = base + tid;
       const bool valid = e4 < ng * HeadDim / 4;
@@ -67,7 +93,7 @@ __device__ __forceinline__ void decode_store(const attention_decode_params& p, i
       gpu_quant::quantize_x8(v, i, valid, p.yq, reinterpret_cast<float2*>(p.yq_scales));
     }
   }
-  if (n_splits > 1 && tid < ng) {
+  if (!alone && tid < ng) {
     const std::int64_t qh = std::int64_t(seq) * p.n_heads + head0 + tid;
     float* stats = static_cast<float*>(p.workspace) + p.n_seqs * p.n_heads * max_splits * HeadDim;
     stats[(qh * max_splits + sp) * 2] = m[tid];
@@ -98,7 +124,7 @@ __global__ void __launch_bounds__(threads) decode_kernel(attention_decode_params
   constexpr int tpk = smem_t::tpk, rows = smem_t::rows, tile = smem_t::tile, per_thread = smem_t::per_thread;
   __shared__ smem_t sm;
 
-  const int seq = blockIdx.y, sp = blockIdx.z, tid = threadIdx.x;
+  const int seq = blockIdx.y, tid = threadIdx.x;
   const int n_kv = int(p.cache.n_kv_heads), group = int(p.n_heads / n_kv);
   const int chunks = (group + MaxG - 1) / MaxG;
   const int kvh = blockIdx.x / chunks, chunk = blockIdx.x % chunks;
@@ -106,9 +132,10 @@ __global__ void __launch_bounds__(threads) decode_kernel(attention_decode_params
   // The context lengths and block tables are inputs of the step, complete before the kernel ahead
   // of this one started: read before the wait, while that kernel finishes.
   const int ctx = min(p.context_lens[seq], int(p.max_context));
-  const int n_splits = (ctx + Split - 1) / Split;
-  if (sp >= n_splits) return;  // uniform over the block
-  const int start = sp * Split, n = min(Split, ctx - start);
+  const decode_span span = decode_span_of(p, ctx, Split);
+  const int sp = span.first + int(blockIdx.z);
+  if (sp >= span.end) return;  // uniform over the block
+  const int start = max(sp * Split, span.lo), n = min(sp * Split + Split, ctx) - start;
   const std::int32_t* table = p.block_tables + std::int64_t(seq) * p.block_table_stride;
   const std::int64_t bs = p.cache.block_size, kv_row = std::int64_t(n_kv) * HeadDim;
   for (int j = tid; j < n; j += threads) {
@@ -226,10 +253,10 @@ __global__ void __launch_bounds__(threads) decode_kernel(attention_decode_params
   }
   __syncthreads();
 
-  decode_store<HeadDim, MaxG>(p, seq, sp, Split, head0, ng, sm.m, sm.l, [&](int g, int d) {
+  decode_store<HeadDim, MaxG>(p, seq, sp, span.end - span.first == 1, head0, ng, sm.m, sm.l, [&](int g, int d) {
     float o = 0.f;
     for (int rr = 0; rr < rows; ++rr) o += sm.u.red[rr][g][d];
-    return o / sm.l[g];
+    return o;
   });
 }
 
@@ -357,16 +384,17 @@ __global__ void __launch_bounds__(threads) decode_tc_kernel(attention_decode_par
   __shared__ float warp_m[warps][MaxG], warp_l[warps][MaxG], head_m[MaxG], head_l[MaxG];
   extern __shared__ __align__(16) unsigned char dyn_smem[];  // the rings; after the loop, the warps' outputs
 
-  const int seq = blockIdx.y, sp = blockIdx.z, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int seq = blockIdx.y, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int g = lane / 4, c = lane % 4;
   const int n_kv = int(p.cache.n_kv_heads), group = int(p.n_heads / n_kv);
   const int chunks = (group + MaxG - 1) / MaxG;
   const int kvh = blockIdx.x / chunks, chunk = blockIdx.x % chunks;
   const int head0 = kvh * group + chunk * MaxG, ng = min(MaxG, group - chunk * MaxG);
   const int ctx = min(p.context_lens[seq], int(p.max_context));  // step inputs: read before the wait
-  const int n_splits = (ctx + Split - 1) / Split;
-  if (sp >= n_splits) return;  // uniform over the block
-  const int start = sp * Split, n = min(Split, ctx - start);
+  const decode_span span = decode_span_of(p, ctx, Split);
+  const int sp = span.first + int(blockIdx.z);
+  if (sp >= span.end) return;  // uniform over the block
+  const int start = max(sp * Split, span.lo), n = min(sp * Split + Split, ctx) - start;
   const std::int32_t* table = p.block_tables + std::int64_t(seq) * p.block_table_stride;
   const std::int64_t bs = p.cache.block_size, kv_row = std::int64_t(n_kv) * HeadDim;
   for (int j = tid; j < n; j += threads) {
@@ -560,10 +588,10 @@ __global__ void __launch_bounds__(threads) decode_tc_kernel(attention_decode_par
     }
   }
   __syncthreads();
-  decode_store<HeadDim, MaxG>(p, seq, sp, Split, head0, ng, head_m, head_l, [&](int h, int d) {
+  decode_store<HeadDim, MaxG>(p, seq, sp, span.end - span.first == 1, head0, ng, head_m, head_l, [&](int h, int d) {
     float o = 0.f;
     for (int w = 0; w < warps; ++w) o += warp_o[w][h][d];
-    return o / head_l[h];
+    return o;
   });
 #else
   __trap();  // launched only on devices of compute capability 8.0 and up
@@ -573,11 +601,12 @@ __global__ void __launch_bounds__(threads) decode_tc_kernel(attention_decode_par
 #endif
 
 // Merges the splits of one (sequence, query head): out = sum_s w_s o_s / sum_s w_s with
-// w_s = l_s exp(m_s - max_s m_s), in split order. A merge is a few loads per split on the
-// critical path of every layer, so none of them waits on another: the threads stage the splits'
-// (max, sum) pairs in shared memory together (HeadDim splits per round, one round but for very
-// long contexts, whose running sums are rescaled to the new max), and each thread then issues
-// the loads of its dim's partial outputs eight at a time.
+// w_s = l_s exp(m_s - max_s m_s), in split order, over the splits the window reaches; a sink s_h
+// is one more term of the denominator, exp(s_h - max), the max taken over it too. A merge is a
+// few loads per split on the critical path of every layer, so none of them waits on another: the
+// threads stage the splits' (max, sum) pairs in shared memory together (HeadDim splits per round,
+// one round but for very long contexts, whose running sums are rescaled to the new max), and each
+// thread then issues the loads of its dim's partial outputs eight at a time.
 template <int HeadDim>
 __global__ void __launch_bounds__(HeadDim) decode_merge_kernel(attention_decode_params p) {
   __shared__ float merged[HeadDim];
@@ -585,16 +614,18 @@ __global__ void __launch_bounds__(HeadDim) decode_merge_kernel(attention_decode_
   const int head = blockIdx.x, seq = blockIdx.y, d = threadIdx.x;
   const int ctx = min(p.context_lens[seq], int(p.max_context));  // a step input: read before the wait
   const int split = int(p.split);
-  const int n_splits = (ctx + split - 1) / split;
+  const decode_span span = decode_span_of(p, ctx, split);
+  const int n_splits = span.end - span.first;
   if (n_splits <= 1) return;  // the decode kernel wrote the output itself
   gpu::dependency_wait();     // launched with gpu::launch_dependent
   gpu::allow_dependents();
   const std::int64_t max_splits = (p.max_context + split - 1) / split;
   const std::int64_t qh = std::int64_t(seq) * p.n_heads + head;
-  const float* partial = static_cast<const float*>(p.workspace) + qh * max_splits * HeadDim + d;
+  const float* partial = static_cast<const float*>(p.workspace) + (qh * max_splits + span.first) * HeadDim + d;
   const float* stats = static_cast<const float*>(p.workspace) + p.n_seqs * p.n_heads * max_splits * HeadDim +
-                       qh * max_splits * 2;
+                       (qh * max_splits + span.first) * 2;
   float mx = -INFINITY, num = 0.f, den = 0.f;
+  if (p.sinks != nullptr) mx = p.sinks[head], den = 1.f;  // the sink: exp(s_h - mx) with mx = s_h so far
   for (int s0 = 0; s0 < n_splits; s0 += HeadDim) {
     const int n = min(HeadDim, n_splits - s0);
     __syncthreads();  // the previous round's statistics are read
@@ -605,7 +636,7 @@ __global__ void __launch_bounds__(HeadDim) decode_merge_kernel(attention_decode_
     __syncthreads();
     float round_mx = mx;
     for (int s = 0; s < n; ++s) round_mx = fmaxf(round_mx, sm_m[s]);
-    const float rescale = expf(mx - round_mx);  // 0 in the first round (mx = -inf)
+    const float rescale = expf(mx - round_mx);  // 0 in the first round (mx = -inf) but for a sink
     num *= rescale;
     den *= rescale;
     mx = round_mx;
@@ -637,12 +668,12 @@ __global__ void __launch_bounds__(HeadDim) decode_merge_kernel(attention_decode_
 }
 
 // The decode kernel kernel<Split> over (kv heads x chunks of max_heads query heads, sequences,
-// splits), then the merge where a context has several splits.
+// splits the window may touch), then the merge where a context has several.
 template <int HeadDim, int MaxHeads, class Kernel>
 void launch_with_merge(const attention_decode_params& p, int group, Kernel kernel, hipStream_t stream,
                        std::size_t dynamic_smem = 0) {
   const int chunks = (group + MaxHeads - 1) / MaxHeads;
-  const std::int64_t splits = attention_decode_splits(p.max_context, p.split);
+  const std::int64_t splits = decode_grid_splits(p);
   const dim3 grid(static_cast<unsigned>(p.cache.n_kv_heads * chunks), static_cast<unsigned>(p.n_seqs),
                   static_cast<unsigned>(splits));
   gpu::launch_dependent_smem(kernel, grid, dim3(threads), dynamic_smem, stream, p);
@@ -722,7 +753,7 @@ hipError_t launch_attention_decode(const attention_decode_params& p, hipStream_t
   if (p.n_seqs == 0) return hipSuccess;
   const std::int64_t hd = p.cache.head_dim, n_kv = p.cache.n_kv_heads;
   if (p.n_seqs < 0 || p.n_seqs > 65535 || (hd != 64 && hd != 128) || n_kv <= 0 || p.n_heads <= 0 ||
-      p.n_heads % n_kv != 0 || p.n_heads > 65535 || p.max_context < 1 || p.max_context > 0x7fffffff ||
+      p.n_heads % n_kv != 0 || p.n_heads > 65535 || p.max_context < 1 || p.max_context > 0x7fffffff || p.window < 0 ||
       (p.split != attention_decode_split && p.split != attention_decode_short_split &&
        p.split != attention_decode_long_split &&
        (p.split != attention_decode_longest_split || p.cuda_cores_only || !attention_decode_tensor_cores())) ||

@@ -2,7 +2,8 @@
 // the device cache in f16 or 8 bits (kernels/attention.h, paged_kv_device; kernels/kv_quant.h).
 // The definition is attention_ref: the chunk's tokens sit at positions start_pos.. and attend to
 // every cached position up to their own — the earlier chunks' and their own chunk's K/V, which
-// rope_kv_write stored first.
+// rope_kv_write stored first — or with a window of W positions the last W up to their own; a sink
+// logit per query head, when given, takes its share of the softmax.
 //
 // Design, on NVIDIA sm_80+ (attention_prefill_tensor_cores()): FlashAttention-2 on mma.sync
 // tensor-core instructions, 64 query rows per block (attention_prefill.hip has the details).
@@ -11,6 +12,10 @@
 // head (GQA: K/V tiles are loaded once for all of them). It walks the context in tiles of one
 // warp's width of keys, staged in shared memory as f16; each warp keeps its rows' running max,
 // sum and output in registers (online softmax) and updates them per tile.
+//
+// With a window, both kernels start the key loop at the tile holding the first key the block's
+// earliest query sees (a long prompt does not pay for the whole context) and mask per element
+// below each row's window; the sink enters the row's final normalisation.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +44,11 @@ struct attention_prefill_params {
   const std::int32_t* block_tables = nullptr;  // [n_seqs, block_table_stride] block ids
   std::int64_t block_table_stride = 0;         // covers start_pos + n_tokens of every sequence
   float scale = 1.f;
+  std::int64_t window = 0;                     // sliding window: the last `window` positions; 0: the whole context
+  const float* sinks = nullptr;                // [n_heads], device memory: a sink logit per query head, or none
+  // Run the portable CUDA-core kernel even where the tensor-core one would (the tests check both
+  // on one device).
+  bool cuda_cores_only = false;
 };
 
 }  // namespace anvil::kernels
@@ -50,7 +60,7 @@ namespace anvil::kernels {
 // Needs no workspace. Rejects (hipErrorInvalidValue) unsupported shapes or a misaligned cache.
 hipError_t launch_attention_prefill(const attention_prefill_params& p, hipStream_t stream);
 // Whether launch_attention_prefill runs on tensor cores here (NVIDIA, compute capability 8.0 and
-// up): Q and the softmax weights then enter the products as f16, not f32 (nmse ~1e-7).
+// up) unless told cuda_cores_only: Q and the softmax weights then enter the products as f16, not f32 (nmse ~1e-7).
 bool attention_prefill_tensor_cores();
 }  // namespace anvil::kernels
 #endif

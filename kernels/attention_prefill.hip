@@ -7,8 +7,10 @@
 //   online softmax per row: tile max and sum by warp reductions, f32;
 //   P·V: lane d owns dims d, d + warp_size, ...; p_j is broadcast by a shuffle.
 // An 8-bit cache is decoded and scaled as it is staged (kernels/kv_cache_read.h).
-// Masked keys (past the row's own position) weigh exactly 0, and rows past the sequence's tokens
-// are computed but never stored.
+// Masked keys (past the row's own position, or before its window) weigh exactly 0, and rows past
+// the sequence's tokens are computed but never stored. A window starts the key loop at the tile of
+// the first key the block's earliest row sees (first_key_tile); the sink joins each row's
+// denominator at the end, l + exp(s - m). Without them the arithmetic is today's.
 #include "kernels/attention_prefill.h"
 
 #include "kernels/kv_cache_read.h"
@@ -21,6 +23,17 @@ namespace {
 // 256 threads and 32 rows per block; 8 warps of 4 rows with 32-wide warps, 4 of 8 with 64.
 constexpr int threads = 256;
 constexpr int tile_rows = 32;
+
+// The first key a query at position qpos sees under a window of W positions (0: none).
+__device__ __forceinline__ int window_first_key(std::int64_t window, int qpos) {
+  return window > 0 && window <= qpos ? qpos - int(window) + 1 : 0;
+}
+
+// Where a block's key loop starts: the tile (of `keys`, from 0) holding the first key its earliest
+// query, at position q0, sees.
+__device__ __forceinline__ int first_key_tile(std::int64_t window, int q0, int keys) {
+  return window_first_key(window, q0) / keys * keys;
+}
 
 // Eight 8-bit codes decoded and scaled, as f16 (one more rounding than the f32 reference). fp8
 // on sm_89+ takes the conversion instruction, two codes at a time (their own values, so the scale
@@ -87,13 +100,14 @@ __global__ void __launch_bounds__(threads) prefill_kernel(attention_prefill_para
     q_s[r][d] = x;
   }
 
-  // The warp's rows: their query positions (-1: no row) and running state.
-  int qpos[rows_per_warp];
+  // The warp's rows: their query positions (-1: no row), first keys and running state.
+  int qpos[rows_per_warp], qlo[rows_per_warp];
   float m[rows_per_warp], l[rows_per_warp], acc[rows_per_warp][dpl];
 #pragma unroll
   for (int i = 0; i < rows_per_warp; ++i) {
     const std::int64_t row = row0 + warp * rows_per_warp + i;
     qpos[i] = row < rows_total ? sq.start_pos + int(row / group) : -1;
+    qlo[i] = window_first_key(p.window, qpos[i]);
     m[i] = -INFINITY;
     l[i] = 0.f;
 #pragma unroll
@@ -102,7 +116,7 @@ __global__ void __launch_bounds__(threads) prefill_kernel(attention_prefill_para
   const std::int64_t last_row = min(row0 + tile_rows, rows_total) - 1;
   const int kv_end = sq.start_pos + int(last_row / group) + 1;
 
-  for (int kt0 = 0; kt0 < kv_end; kt0 += keys) {
+  for (int kt0 = first_key_tile(p.window, sq.start_pos + int(row0 / group), keys); kt0 < kv_end; kt0 += keys) {
     __syncthreads();  // the previous tile is fully read (and q_s written, the first time)
     for (int e = tid; e < keys * (HeadDim / 8); e += threads) {
       const int j = e / (HeadDim / 8), c = e % (HeadDim / 8);
@@ -140,7 +154,7 @@ __global__ void __launch_bounds__(threads) prefill_kernel(attention_prefill_para
     float pr[rows_per_warp];
 #pragma unroll
     for (int i = 0; i < rows_per_warp; ++i) {
-      const bool masked = kt0 + lane > qpos[i];  // also every key of a missing row (qpos -1)
+      const bool masked = kt0 + lane > qpos[i] || kt0 + lane < qlo[i];  // also every key of a missing row (qpos -1)
       const float si = masked ? -INFINITY : s[i];
       const float m_new = fmaxf(m[i], gpu::warp_reduce_max(si));
       const bool none = m_new == -INFINITY;  // no key so far: leave the state alone
@@ -172,7 +186,8 @@ __global__ void __launch_bounds__(threads) prefill_kernel(attention_prefill_para
     const std::int64_t row = row0 + warp * rows_per_warp + i;
     const std::int64_t tok = sq.first_token + row / group, head = std::int64_t(kvh) * group + row % group;
     float* o = p.out + (tok * p.n_heads + head) * HeadDim;
-    const float inv = 1.f / l[i];
+    // The sink's share beside the keys'; m finite: the row has a key.
+    const float inv = 1.f / (p.sinks != nullptr ? l[i] + expf(p.sinks[head] - m[i]) : l[i]);
 #pragma unroll
     for (int d = 0; d < dpl; ++d) o[lane + d * ws] = acc[i][d] * inv;
   }
@@ -230,7 +245,7 @@ __global__ void __launch_bounds__(prefill_tc::threads) prefill_tc_kernel(attenti
 
   // The lane's two rows (g and g + 8 of the warp's 16): positions (-1: no row) and q, as the
   // A operand of S = Q K^T for each 16-wide slice of the head.
-  int qpos[2];
+  int qpos[2], qlo[2];  // and the first key each row's window holds
   const float* qrow[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -238,6 +253,7 @@ __global__ void __launch_bounds__(prefill_tc::threads) prefill_tc_kernel(attenti
     const bool valid = row < rows_total;
     const std::int64_t tok = sq.first_token + row / group, head = std::int64_t(kvh) * group + row % group;
     qpos[h] = valid ? sq.start_pos + int(row / group) : -1;
+    qlo[h] = window_first_key(p.window, qpos[h]);
     qrow[h] = valid ? p.q + (tok * p.n_heads + head) * HeadDim : nullptr;
   }
   // Scores in the base-2 domain: q carries scale x log2(e), so the softmax takes exp2 (one
@@ -305,9 +321,10 @@ __global__ void __launch_bounds__(prefill_tc::threads) prefill_tc_kernel(attenti
       }
     }
   };
-  fetch(0, 0);
+  const int kt_first = first_key_tile(p.window, sq.start_pos + int(row0 / group), prefill_tc::keys);
+  fetch(kt_first, 0);
   decode(0);
-  for (int kt0 = 0, b = 0; kt0 < kv_end; kt0 += prefill_tc::keys, b ^= 1) {
+  for (int kt0 = kt_first, b = 0; kt0 < kv_end; kt0 += prefill_tc::keys, b ^= 1) {
     const bool more = kt0 + prefill_tc::keys < kv_end;
     if (more) fetch(kt0 + prefill_tc::keys, b ^ 1);  // tiles[b ^ 1] was last read before the previous barrier
     if constexpr (T == kv_dtype::f16) {
@@ -337,18 +354,19 @@ __global__ void __launch_bounds__(prefill_tc::threads) prefill_tc_kernel(attenti
         tc::mma_16816(s[nt + 1], qa[ks], b[2], b[3]);
       }
     }
-    // Online softmax per row; keys past the row's position (and every key of a missing row) weigh
-    // 0 — checked only on the tiles that reach past it.
+    // Online softmax per row; keys past the row's position or before its window (and every key of a
+    // missing row) weigh 0 — checked only on the tiles that reach past either.
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float mx = -INFINITY;
-      const bool masked = kt0 + prefill_tc::keys - 1 > qpos[h];
+      const bool masked = kt0 + prefill_tc::keys - 1 > qpos[h] || kt0 < qlo[h];
 #pragma unroll
       for (int nt = 0; nt < ntiles; ++nt) {
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
           float& x = s[nt][2 * h + j];
-          if (masked && kt0 + nt * 8 + 2 * c + j > qpos[h]) x = -INFINITY;
+          const int key = kt0 + nt * 8 + 2 * c + j;
+          if (masked && (key > qpos[h] || key < qlo[h])) x = -INFINITY;
           mx = fmaxf(mx, x);
         }
       }
@@ -404,7 +422,8 @@ __global__ void __launch_bounds__(prefill_tc::threads) prefill_tc_kernel(attenti
     const std::int64_t row = row0 + warp * 16 + g + 8 * h;
     const std::int64_t tok = sq.first_token + row / group, head = std::int64_t(kvh) * group + row % group;
     float* out = p.out + (tok * p.n_heads + head) * HeadDim;
-    const float inv = 1.f / l[h];
+    // The sink in the scores' base-2 domain; m finite: the row has a key.
+    const float inv = 1.f / (p.sinks != nullptr ? l[h] + exp2f(p.sinks[head] * 1.4426950408889634f - m[h]) : l[h]);
 #pragma unroll
     for (int dt = 0; dt < dtiles; ++dt) {
       *reinterpret_cast<float2*>(out + dt * 8 + 2 * c) = make_float2(o[dt][2 * h] * inv, o[dt][2 * h + 1] * inv);
@@ -429,7 +448,7 @@ void launch_tc(const attention_prefill_params& p, dim3 grid, hipStream_t stream)
 template <kv_dtype T>
 void launch(const attention_prefill_params& p, dim3 grid, hipStream_t stream) {
 #if defined(ANVIL_GPU_CUDA)
-  if (attention_prefill_tensor_cores()) {
+  if (!p.cuda_cores_only && attention_prefill_tensor_cores()) {
     grid.x = static_cast<unsigned>((p.max_seq_tokens * (p.n_heads / p.cache.n_kv_heads) + prefill_tc::rows - 1) / prefill_tc::rows);
     if (p.cache.head_dim == 64) {
       launch_tc<T, 64>(p, grid, stream);
@@ -462,7 +481,7 @@ hipError_t launch_attention_prefill(const attention_prefill_params& p, hipStream
   if (p.n_seqs == 0 || p.max_seq_tokens == 0) return hipSuccess;
   const std::int64_t hd = p.cache.head_dim, n_kv = p.cache.n_kv_heads;
   if (p.n_seqs < 0 || p.n_seqs > 65535 || p.max_seq_tokens < 0 || (hd != 64 && hd != 128) || n_kv <= 0 ||
-      n_kv > 65535 || p.n_heads <= 0 || p.n_heads % n_kv != 0 || p.cache.block_size <= 0) {
+      n_kv > 65535 || p.n_heads <= 0 || p.n_heads % n_kv != 0 || p.cache.block_size <= 0 || p.window < 0) {
     return hipErrorInvalidValue;
   }
   if (!aligned16(p.cache.k) || !aligned16(p.cache.v)) return hipErrorInvalidValue;

@@ -57,19 +57,20 @@ void attention_ref(const attention_params& p) {
       for (std::int64_t j = 0; j < s.n_tokens; ++j) {
         for (std::int64_t h = 0; h < p.n_heads; ++h) {
           const std::int64_t tok = s.first_token + j, ctx = s.start_pos + j + 1, kvh = h / group;
+          const std::int64_t first = p.window > 0 ? std::max<std::int64_t>(0, ctx - p.window) : 0;
           const float* q = p.q + (tok * p.n_heads + h) * d;
-          double max_score = -INFINITY;
-          for (std::int64_t pos = 0; pos < ctx; ++pos) {
+          double max_score = p.sinks ? double(p.sinks[h]) : -INFINITY;
+          for (std::int64_t pos = first; pos < ctx; ++pos) {
             kv_read_row(c, false, slot_of(c, s.block_table, pos), kvh, row.data());
             double dot = 0;
             for (std::int64_t i = 0; i < d; ++i) dot += double(q[i]) * double(k[i]);
             score[pos] = dot * p.scale;
             max_score = std::max(max_score, score[pos]);
           }
-          double sum = 0;
-          for (std::int64_t pos = 0; pos < ctx; ++pos) sum += score[pos] = std::exp(score[pos] - max_score);
+          double sum = p.sinks ? std::exp(double(p.sinks[h]) - max_score) : 0.0;
+          for (std::int64_t pos = first; pos < ctx; ++pos) sum += score[pos] = std::exp(score[pos] - max_score);
           std::fill(acc.begin(), acc.end(), 0.0);
-          for (std::int64_t pos = 0; pos < ctx; ++pos) {
+          for (std::int64_t pos = first; pos < ctx; ++pos) {
             kv_read_row(c, true, slot_of(c, s.block_table, pos), kvh, row.data());
             const double w = score[pos] / sum;
             for (std::int64_t i = 0; i < d; ++i) acc[i] += w * double(v[i]);

@@ -1,13 +1,13 @@
 // Mixture-of-experts ops (Mixtral, Qwen2-MoE, Qwen3-MoE), all on the device so that a step with
 // experts needs no host round trip and still fits a captured graph:
-//   0. router:  logits[t, e] = router_e . x[t], the router (F32, as GGUF files keep it) in f32 at
+//   0. router:  logits[t, e] = router_e . x[t] (+ bias_e), the router (F32, as GGUF files keep it) in f32 at
 //               every step size: an f16 rounding of the scores could change a token's experts.
 //   1. route:   each token's router logits -> softmax over every expert -> its k most probable
 //               (the lower id first on a tie), their probabilities renormalised where the model
 //               says so; then the (token, rank) pairs grouped by expert: offsets[e] .. offsets[e+1]
 //               of `sorted` are the pairs expert e serves (in no particular order), and `active`
 //               lists the experts with pairs, so that the matmuls' grids walk only those.
-//   2. matmul:  for each expert with pairs, y[p] = W_e x(p) for each of its pairs p: the expert's
+//   2. matmul:  for each expert with pairs, y[p] = W_e x(p) (+ b_e) for each of its pairs p: the expert's
 //               rows are read once per group of pairs, not once per pair. x(p) is the token's row
 //               (the gate/up projections' input) or the pair's own row (the down projection's).
 //   3. combine: out[t] = sum over ranks j of weight[t, j] * y[t * k + j], plus the shared expert's
@@ -46,6 +46,7 @@ struct moe_router_params {
   const float* x = nullptr;         // [n_tokens, in]
   float* logits = nullptr;          // [n_tokens, n_expert]
   std::int64_t in = 0, n_expert = 0, n_tokens = 0;
+  const float* bias = nullptr;      // [n_expert] or null (gpt-oss)
 };
 
 // CPU reference: ids and weights (offsets and sorted are the GPU's grouping; the reference
@@ -57,6 +58,7 @@ struct moe_matmul_params {
   // n_expert matrices of `out` rows of `in`, `stride` bytes apart; y[m] gets [n_pairs, out].
   const void* w[2] = {};
   float* y[2] = {};
+  const float* bias[2] = {};        // [n_expert, out] per matrix, added to its y, or null (gpt-oss)
   int n_mats = 1;
   model::ggml_type w_type = model::ggml_type::F32;
   std::int64_t in = 0, out = 0;

@@ -207,7 +207,7 @@ __global__ void __launch_bounds__(router_threads) router_kernel(moe_router_param
     for (int i = 0; i < E; ++i) {
 #pragma unroll
       for (int t = 0; t < router_tokens; ++t) {
-        if (i < n_e && t < n_t) p.logits[(t0 + t) * p.n_expert + e0 + i] = acc[i][t];
+        if (i < n_e && t < n_t) p.logits[(t0 + t) * p.n_expert + e0 + i] = acc[i][t] + (p.bias ? p.bias[e0 + i] : 0.f);
       }
     }
   }
@@ -251,7 +251,7 @@ __global__ void __launch_bounds__(router_threads) router_split_kernel(moe_router
     float sum = 0.f;
 #pragma unroll
     for (int i = 0; i < warps; ++i) sum += part[i][threadIdx.x];
-    p.logits[std::int64_t(threadIdx.x) * p.n_expert + e] = sum;
+    p.logits[std::int64_t(threadIdx.x) * p.n_expert + e] = sum + (p.bias ? p.bias[e] : 0.f);
   }
 }
 
@@ -264,6 +264,8 @@ struct matmul_args {
   const u8* w1;
   float* y0;
   float* y1;
+  const float* b0;  // [n_expert, out] or null
+  const float* b1;
   std::size_t stride, row_bytes;
   std::int64_t in, out, x_div;
   const float* x;
@@ -272,10 +274,10 @@ struct matmul_args {
   const std::int32_t* active;
 };
 
-// y[p][row] for the NT pairs at sorted[i..i + NT) and the R rows at rows[].
+// y[p][row] (+ bias[row]) for the NT pairs at sorted[i..i + NT) and the R rows at rows[].
 template <class F, int NT, int R>
 __device__ __forceinline__ void matmul_chunk(const matmul_args& a, const u8* const (&rows)[R], std::int64_t row0,
-                                             float* y, int i, int lane) {
+                                             float* y, const float* bias, int i, int lane) {
   constexpr int n = F::runs * F::run_len;
   const std::int64_t in = a.in;
   std::int32_t pair[NT];
@@ -329,8 +331,9 @@ __device__ __forceinline__ void matmul_chunk(const matmul_args& a, const u8* con
     for (int r = 0; r < R; ++r) {
       const std::int64_t row = row0 + r;
       if (row >= a.out) break;
+      const float b = bias ? bias[row] : 0.f;
 #pragma unroll
-      for (int t = 0; t < NT; ++t) y[std::int64_t(pair[t]) * a.out + row] = acc[r][t];
+      for (int t = 0; t < NT; ++t) y[std::int64_t(pair[t]) * a.out + row] = acc[r][t] + b;
     }
   }
 }
@@ -349,6 +352,8 @@ __global__ void __launch_bounds__(matmul_threads) matmul_kernel(matmul_args a) {
   const int begin = a.offsets[e], end = a.offsets[e + 1];
   const u8* base = (second ? a.w1 : a.w0) + std::size_t(e) * a.stride;
   float* y = second ? a.y1 : a.y0;
+  const float* bias = second ? a.b1 : a.b0;
+  if (bias) bias += std::int64_t(e) * a.out;
   const u8* rows[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
@@ -356,9 +361,9 @@ __global__ void __launch_bounds__(matmul_threads) matmul_kernel(matmul_args a) {
     rows[r] = base + std::size_t(row) * a.row_bytes;
   }
   int i = begin;
-  for (; end - i >= 8; i += 8) matmul_chunk<F, 8, R>(a, rows, row0, y, i, lane);
-  for (; end - i >= 2; i += 2) matmul_chunk<F, 2, R>(a, rows, row0, y, i, lane);
-  if (i < end) matmul_chunk<F, 1, R>(a, rows, row0, y, i, lane);
+  for (; end - i >= 8; i += 8) matmul_chunk<F, 8, R>(a, rows, row0, y, bias, i, lane);
+  for (; end - i >= 2; i += 2) matmul_chunk<F, 2, R>(a, rows, row0, y, bias, i, lane);
+  if (i < end) matmul_chunk<F, 1, R>(a, rows, row0, y, bias, i, lane);
 }
 
 // ---- matmul on 8-bit activations -----------------------------------------------------------------
@@ -370,6 +375,8 @@ struct q8_args {
   const u8* w1;
   float* y0;
   float* y1;
+  const float* b0;  // [n_expert, out] or null
+  const float* b1;
   std::size_t stride, row_bytes;
   std::int64_t in, out, x_div;
   const i8* xq;
@@ -381,10 +388,10 @@ struct q8_args {
 
 constexpr int q8_slices_in_flight = 4;
 
-// y[p][row] for the NT pairs at sorted[i..i + NT), by the L lanes (gl their index) owning `row`.
+// y[p][row] (+ b) for the NT pairs at sorted[i..i + NT), by the L lanes (gl their index) owning `row`.
 template <class F, int NT, int L>
 __device__ __forceinline__ void q8_chunk(const q8_args& a, const u8* row_w, std::int64_t row, bool store, float* y,
-                                         int i, int gl) {
+                                         float b, int i, int gl) {
   constexpr int U = q8_slices_in_flight;
   const std::int64_t in = a.in;
   std::int32_t pair[NT];
@@ -422,7 +429,7 @@ __device__ __forceinline__ void q8_chunk(const q8_args& a, const u8* row_w, std:
   }
   if (gl == 0 && store) {
 #pragma unroll
-    for (int t = 0; t < NT; ++t) y[std::int64_t(pair[t]) * a.out + row] = acc[t];
+    for (int t = 0; t < NT; ++t) y[std::int64_t(pair[t]) * a.out + row] = acc[t] + b;
   }
 }
 
@@ -442,11 +449,13 @@ __global__ void __launch_bounds__(matmul_threads) q8_kernel(q8_args a) {
   const std::int64_t row = store ? r : a.out - 1;  // tail rows: computed, not stored
   const u8* row_w = (second ? a.w1 : a.w0) + std::size_t(e) * a.stride + std::size_t(row) * a.row_bytes;
   float* y = second ? a.y1 : a.y0;
+  const float* bias = second ? a.b1 : a.b0;
+  const float b = bias ? bias[std::int64_t(e) * a.out + row] : 0.f;
   const int gl = lane % L;
   int i = begin;
-  for (; end - i >= 8; i += 8) q8_chunk<F, 8, L>(a, row_w, row, store, y, i, gl);
-  for (; end - i >= 2; i += 2) q8_chunk<F, 2, L>(a, row_w, row, store, y, i, gl);
-  if (i < end) q8_chunk<F, 1, L>(a, row_w, row, store, y, i, gl);
+  for (; end - i >= 8; i += 8) q8_chunk<F, 8, L>(a, row_w, row, store, y, b, i, gl);
+  for (; end - i >= 2; i += 2) q8_chunk<F, 2, L>(a, row_w, row, store, y, b, i, gl);
+  if (i < end) q8_chunk<F, 1, L>(a, row_w, row, store, y, b, i, gl);
 }
 
 // Lanes per row: about a slice in flight per lane and more rows per warp when rows are short.
@@ -548,6 +557,8 @@ hipError_t launch_moe_matmul(const moe_matmul_params& p, hipStream_t stream) {
                       .w1 = static_cast<const u8*>(p.n_mats > 1 ? p.w[1] : p.w[0]),
                       .y0 = p.y[0],
                       .y1 = p.n_mats > 1 ? p.y[1] : p.y[0],
+                      .b0 = p.bias[0],
+                      .b1 = p.n_mats > 1 ? p.bias[1] : p.bias[0],
                       .stride = p.stride,
                       .row_bytes = row_bytes,
                       .in = p.in,
@@ -565,6 +576,8 @@ hipError_t launch_moe_matmul(const moe_matmul_params& p, hipStream_t stream) {
                     .w1 = a.w1,
                     .y0 = a.y0,
                     .y1 = a.y1,
+                    .b0 = a.b0,
+                    .b1 = a.b1,
                     .stride = a.stride,
                     .row_bytes = a.row_bytes,
                     .in = a.in,

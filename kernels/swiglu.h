@@ -1,4 +1,6 @@
 // SwiGLU gate of the feed-forward block: out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + e^-x).
+// gpt-oss's clamped variant (limit > 0): g = min(gate, limit), u = clamp(up, -limit, limit),
+// out = g / (1 + e^(-alpha g)) * (u + 1).
 #pragma once
 
 #include <cstdint>
@@ -10,6 +12,8 @@ struct swiglu_params {
   const float* up = nullptr;    // [n]
   float* out = nullptr;         // [n]; may alias gate or up
   std::int64_t n = 0;
+  float limit = 0.f;            // > 0: the clamped variant
+  float alpha = 1.f;
 };
 
 void swiglu_ref(const swiglu_params& p);
@@ -25,6 +29,8 @@ struct swiglu_rows_params {
   std::int64_t gate_stride = 0;    // in elements, >= cols
   std::int64_t up_stride = 0;
   std::int64_t out_stride = 0;
+  float limit = 0.f;               // > 0: the clamped variant
+  float alpha = 1.f;
   // Optional (GPU only): out also rounded to 8 bits in the form the quantized GEMV reads
   // (kernels/gemv.h, gemv_x8_rows; rows of cols elements, packed): yq [rows, cols],
   // yq_scales [rows, cols / 16] pairs. Needs cols % 32 == 0 and the 16-byte aligned path. The

@@ -1,4 +1,4 @@
-// SwiGLU: out = silu(gate) * up, elementwise over strided rows. A 2-D grid: y over rows (in
+// SwiGLU: out = silu(gate) * up (or gpt-oss's clamped variant, kernels/swiglu.h), elementwise over strided rows. A 2-D grid: y over rows (in
 // chunks when there are more than the grid allows), x over the columns of a row, so the row
 // arithmetic is done once per thread and no division by cols is needed. With yq set, each output
 // is also rounded to 8 bits for the quantized GEMV (gpu_quant_dot.h quantize_x8): 256 threads
@@ -15,7 +15,15 @@ namespace {
 constexpr int block_size = 256;
 constexpr unsigned max_grid_y = 65535;
 
-__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.f + expf(-g)) * u; }
+// swiglu_ref's two forms: SwiGLU, or gpt-oss's clamped variant when limit > 0 (uniform per launch).
+__device__ __forceinline__ float silu_mul(float g, float u, float limit, float alpha) {
+  if (limit > 0.f) {
+    g = fminf(g, limit);
+    u = fminf(fmaxf(u, -limit), limit);
+    return g / (1.f + expf(-alpha * g)) * (u + 1.f);
+  }
+  return g / (1.f + expf(-g)) * u;
+}
 
 template <bool Vec4, bool Quant>
 __global__ void __launch_bounds__(block_size) swiglu_kernel(swiglu_rows_params p) {
@@ -34,14 +42,16 @@ __global__ void __launch_bounds__(block_size) swiglu_kernel(swiglu_rows_params p
       if (valid) {
         const float4 a = reinterpret_cast<const float4*>(g)[c];
         const float4 b = reinterpret_cast<const float4*>(u)[c];
-        y = make_float4(silu_mul(a.x, b.x), silu_mul(a.y, b.y), silu_mul(a.z, b.z), silu_mul(a.w, b.w));
+        const float lim = p.limit, al = p.alpha;
+        y = make_float4(silu_mul(a.x, b.x, lim, al), silu_mul(a.y, b.y, lim, al), silu_mul(a.z, b.z, lim, al),
+                        silu_mul(a.w, b.w, lim, al));
         reinterpret_cast<float4*>(o)[c] = y;
       }
       if constexpr (Quant) {
         gpu_quant::quantize_x8(y, 4 * c, valid, p.yq + r * p.cols, reinterpret_cast<float2*>(p.yq_scales) + r * (p.cols / 16));
       }
     } else {
-      o[c] = silu_mul(g[c], u[c]);
+      o[c] = silu_mul(g[c], u[c], p.limit, p.alpha);
     }
   }
 }

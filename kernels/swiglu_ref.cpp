@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/swiglu.h"
@@ -5,6 +6,13 @@
 namespace anvil::kernels {
 
 void swiglu_ref(const swiglu_params& p) {
+  if (p.limit > 0) {
+    for (std::int64_t i = 0; i < p.n; ++i) {
+      const float g = std::min(p.gate[i], p.limit), u = std::clamp(p.up[i], -p.limit, p.limit);
+      p.out[i] = g / (1.f + std::exp(-p.alpha * g)) * (u + 1.f);
+    }
+    return;
+  }
   for (std::int64_t i = 0; i < p.n; ++i) {
     const float g = p.gate[i];
     p.out[i] = g / (1.f + std::exp(-g)) * p.up[i];
@@ -16,7 +24,9 @@ void swiglu_rows_ref(const swiglu_rows_params& p) {
     swiglu_ref({.gate = p.gate + r * p.gate_stride,
                 .up = p.up + r * p.up_stride,
                 .out = p.out + r * p.out_stride,
-                .n = p.cols});
+                .n = p.cols,
+                .limit = p.limit,
+                .alpha = p.alpha});
   }
 }
 

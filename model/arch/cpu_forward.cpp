@@ -14,16 +14,25 @@
 namespace anvil::model {
 namespace {
 
-void matmul(const weight& w, const std::vector<float>& bias, const std::pmr::vector<float>& x, std::int64_t n_tokens,
-            float* y) {
+void matmul(const weight& w, const float* bias, const std::pmr::vector<float>& x, std::int64_t n_tokens, float* y) {
   kernels::matmul_ref({.w = w.data,
                        .w_type = w.type,
                        .in = w.in,
                        .out = w.out,
-                       .bias = bias.empty() ? nullptr : bias.data(),
+                       .bias = bias,
                        .x = x.data(),
                        .y = y,
                        .n_tokens = n_tokens});
+}
+
+void matmul(const weight& w, const std::vector<float>& bias, const std::pmr::vector<float>& x, std::int64_t n_tokens,
+            float* y) {
+  matmul(w, bias.empty() ? nullptr : bias.data(), x, n_tokens, y);
+}
+
+// Expert e's slice of a layer's stacked expert biases, or null where the model has none.
+const float* expert_bias(const std::vector<float>& b, std::int64_t e, std::int64_t out) {
+  return b.empty() ? nullptr : b.data() + e * out;
 }
 
 void rms_norm(const float* x, const std::vector<float>& w, float* y, std::int64_t rows, std::int64_t cols, float eps) {
@@ -230,10 +239,12 @@ void cpu_forward::layer(std::int64_t l, kv_cache_storage& cache) {
                           .out = attn_.data(),
                           .n_heads = hp.n_head,
                           .cache = kv,
-                          .scale = 1.f / std::sqrt(float(hp.head_dim)),
-                          .seqs = seqs_});
+                          .scale = hp.attention_scale(),
+                          .seqs = seqs_,
+                          .window = hp.layer_window(l),
+                          .sinks = w.sinks.empty() ? nullptr : w.sinks.data()});
   o_.resize(x_.size());
-  matmul(w.wo, {}, attn_, n, o_.data());
+  matmul(w.wo, w.bo, attn_, n, o_.data());
   for (std::size_t i = 0; i < x_.size(); ++i) x_[i] += o_[i];
 
   // Feed-forward block.
@@ -243,7 +254,7 @@ void cpu_forward::layer(std::int64_t l, kv_cache_storage& cache) {
     for (std::size_t i = 0; i < x_.size(); ++i) x_[i] += o_[i];
     return;
   }
-  swiglu_ffn(w.gate, w.up, w.down, h_, n, o_.data());
+  swiglu_ffn({.gate = w.gate, .up = w.up, .down = w.down}, h_, n, o_.data());
   for (std::size_t i = 0; i < x_.size(); ++i) x_[i] += o_[i];
 }
 
@@ -251,21 +262,25 @@ void cpu_forward::layer(std::int64_t l, kv_cache_storage& cache) {
 
 namespace anvil::model {
 
-void cpu_forward::swiglu_ffn(const weight& gate, const weight& up, const weight& down, const std::pmr::vector<float>& x,
-                             std::int64_t n, float* y) {
-  gate_.resize(std::size_t(n * gate.out));
+void cpu_forward::swiglu_ffn(const ffn& f, const std::pmr::vector<float>& x, std::int64_t n, float* y) {
+  gate_.resize(std::size_t(n * f.gate.out));
   up_.resize(gate_.size());
-  matmul(gate, {}, x, n, gate_.data());
-  matmul(up, {}, x, n, up_.data());
-  kernels::swiglu_ref({.gate = gate_.data(), .up = up_.data(), .out = gate_.data(), .n = std::int64_t(gate_.size())});
-  matmul(down, {}, gate_, n, y);
+  matmul(f.gate, f.gate_b, x, n, gate_.data());
+  matmul(f.up, f.up_b, x, n, up_.data());
+  kernels::swiglu_ref({.gate = gate_.data(),
+                       .up = up_.data(),
+                       .out = gate_.data(),
+                       .n = std::int64_t(gate_.size()),
+                       .limit = m_.hp.swiglu_limit,
+                       .alpha = m_.hp.swiglu_alpha});
+  matmul(f.down, f.down_b, gate_, n, y);
 }
 
 void cpu_forward::experts(const layer_weights& w) {
   const hparams& hp = m_.hp;
   const std::int64_t n = std::int64_t(ids_.size()), n_expert = hp.n_expert, k = hp.n_expert_used, d = hp.n_embd;
   router_.resize(std::size_t(n * n_expert));
-  matmul(w.router, {}, h_, n, router_.data());
+  matmul(w.router, w.router_b, h_, n, router_.data());
   chosen_.resize(std::size_t(n * k));
   chosen_w_.resize(std::size_t(n * k));
   kernels::moe_route_ref({.logits = router_.data(),
@@ -290,7 +305,13 @@ void cpu_forward::experts(const layer_weights& w) {
       std::copy_n(h_.data() + routed_[std::size_t(r)] / k * d, d, xe_.data() + r * d);
     }
     ye_.resize(xe_.size());
-    swiglu_ffn(w.gate_exps.at(e), w.up_exps.at(e), w.down_exps.at(e), xe_, cnt, ye_.data());
+    swiglu_ffn({.gate = w.gate_exps.at(e),
+                .up = w.up_exps.at(e),
+                .down = w.down_exps.at(e),
+                .gate_b = expert_bias(w.gate_exps_b, e, hp.n_ff_exp),
+                .up_b = expert_bias(w.up_exps_b, e, hp.n_ff_exp),
+                .down_b = expert_bias(w.down_exps_b, e, d)},
+               xe_, cnt, ye_.data());
     for (std::int64_t r = 0; r < cnt; ++r) {
       std::copy_n(ye_.data() + r * d, d, pair_out_.data() + std::size_t(routed_[std::size_t(r)]) * std::size_t(d));
     }
@@ -299,7 +320,7 @@ void cpu_forward::experts(const layer_weights& w) {
   const bool shared = w.gate_shexp.data != nullptr;
   if (shared) {
     ye_.resize(std::size_t(n * d));
-    swiglu_ffn(w.gate_shexp, w.up_shexp, w.down_shexp, h_, n, ye_.data());
+    swiglu_ffn({.gate = w.gate_shexp, .up = w.up_shexp, .down = w.down_shexp}, h_, n, ye_.data());
   }
   o_.resize(std::size_t(n * d));
   kernels::moe_combine_ref({.y = pair_out_.data(),

@@ -74,9 +74,14 @@ class cpu_forward {
   void layer(std::int64_t l, kv_cache_storage& cache);
   // A mixture-of-experts feed-forward on the normed rows in h_, its output into o_.
   void experts(const layer_weights& w);
-  // The SwiGLU feed-forward down(silu(gate x) * up x) of n rows x into y, through gate_ and up_.
-  void swiglu_ffn(const weight& gate, const weight& up, const weight& down, const std::pmr::vector<float>& x,
-                  std::int64_t n, float* y);
+  // A feed-forward's matrices and their biases (null: none).
+  struct ffn {
+    weight gate, up, down;
+    const float *gate_b = nullptr, *up_b = nullptr, *down_b = nullptr;
+  };
+  // The SwiGLU feed-forward down(swiglu(gate x, up x)) of n rows x into y, through gate_ and up_
+  // (the model's SwiGLU variant).
+  void swiglu_ffn(const ffn& f, const std::pmr::vector<float>& x, std::int64_t n, float* y);
 
   const llm& m_;
   // Scratch, reused across steps: [T, ...] activations of the current step.

@@ -1,5 +1,6 @@
 #include "model/arch/llm.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace anvil::model {
@@ -49,6 +50,15 @@ class loader {
     return v;
   }
 
+  // `count` vectors of n floats stacked in one tensor [n, count] (a layer's experts' biases).
+  std::vector<float> vecs(const std::string& name, std::int64_t n, std::int64_t count) const {
+    const gguf_tensor* t = find(name, {n, count}, true);
+    std::vector<float> v(static_cast<std::size_t>(n * count));
+    const std::size_t row = t->nbytes / std::size_t(count);
+    for (std::int64_t i = 0; i < count; ++i) dequantize_row(t->type, t->data + std::size_t(i) * row, v.data() + i * n, n);
+    return v;
+  }
+
  private:
   const gguf_file& f_;
 };
@@ -69,6 +79,7 @@ std::string_view arch_name(arch a) {
     case arch::qwen3: return "qwen3";
     case arch::qwen3moe: return "qwen3moe";
     case arch::qwen2moe: return "qwen2moe";
+    case arch::gpt_oss: return "gpt-oss";
   }
   return "?";
 }
@@ -88,8 +99,11 @@ hparams read_hparams(const gguf_file& f) {
     hp.architecture = arch::qwen3moe;
   } else if (hp.arch_name == "qwen2moe") {
     hp.architecture = arch::qwen2moe;
+  } else if (hp.arch_name == "gpt-oss") {
+    hp.architecture = arch::gpt_oss;
   } else {
-    throw model_error("unsupported architecture '" + hp.arch_name + "' (anvil runs llama, qwen2, qwen3, qwen2moe and qwen3moe)");
+    throw model_error("unsupported architecture '" + hp.arch_name +
+                      "' (anvil runs llama, qwen2, qwen3, qwen2moe, qwen3moe and gpt-oss)");
   }
   const std::string a = hp.arch_name + ".";
   hp.n_ctx_train = required_int(f, a + "context_length");
@@ -128,15 +142,34 @@ hparams read_hparams(const gguf_file& f) {
     const double factor = f.get_float(a + "rope.scaling.factor").value_or(1.0);
     if (!(factor > 0)) throw model_error("rope.scaling.factor must be positive");
     hp.rope_freq_scale = static_cast<float>(1.0 / factor);
+  } else if (scaling == "yarn") {
+    hp.yarn_factor = static_cast<float>(f.get_float(a + "rope.scaling.factor").value_or(0.0));
+    if (!(hp.yarn_factor >= 1)) throw model_error("rope.scaling.factor must be at least 1 for YaRN");
+    hp.yarn_orig_ctx = required_int(f, a + "rope.scaling.original_context_length");
+    hp.yarn_beta_fast = static_cast<float>(f.get_float(a + "rope.scaling.yarn_beta_fast").value_or(32.0));
+    hp.yarn_beta_slow = static_cast<float>(f.get_float(a + "rope.scaling.yarn_beta_slow").value_or(1.0));
+    if (!(hp.yarn_beta_fast > 0) || !(hp.yarn_beta_slow > 0)) throw model_error("rope.scaling.yarn_beta_fast/slow must be positive");
+    hp.yarn_truncate = hp.architecture != arch::gpt_oss;
+    hp.yarn_attn_factor = 0.1f * std::log(hp.yarn_factor) + 1.f;
   } else if (scaling != "none") {
-    throw model_error("rope scaling '" + scaling + "' is not supported (anvil supports none and linear)");
+    throw model_error("rope scaling '" + scaling + "' is not supported (anvil supports none, linear and yarn)");
   }
+  const bool gpt_oss = hp.architecture == arch::gpt_oss;
   hp.rope = hp.architecture == arch::llama ? kernels::rope_style::normal : kernels::rope_style::neox;
-  hp.qkv_bias = hp.architecture == arch::qwen2 || hp.architecture == arch::qwen2moe;
+  hp.qkv_bias = hp.architecture == arch::qwen2 || hp.architecture == arch::qwen2moe || gpt_oss;
+  hp.o_bias = hp.attn_sinks = hp.expert_bias = gpt_oss;
   hp.qk_norm = hp.architecture == arch::qwen3 || hp.architecture == arch::qwen3moe;
+  if (gpt_oss) {
+    hp.swiglu_limit = 7.f;  // constants of the architecture (HF GptOssExperts, llama.cpp's swiglu_oai)
+    hp.swiglu_alpha = 1.702f;
+    hp.sliding_window = required_int(f, a + "attention.sliding_window");
+    hp.swa_pattern = 2;
+  } else if (f.find(a + "attention.sliding_window")) {
+    throw model_error("metadata '" + a + "attention.sliding_window': sliding-window attention is supported for gpt-oss only");
+  }
 
   // Mixture of experts: qwen2moe and qwen3moe always, llama when the file counts experts (Mixtral).
-  if (hp.architecture == arch::qwen3moe || hp.architecture == arch::qwen2moe || f.find(a + "expert_count")) {
+  if (hp.architecture == arch::qwen3moe || hp.architecture == arch::qwen2moe || gpt_oss || f.find(a + "expert_count")) {
     hp.n_expert = required_int(f, a + "expert_count");
     hp.n_expert_used = required_int(f, a + "expert_used_count");
     // The limits kernels/moe.h states (moe_max_experts, moe_max_used).
@@ -160,12 +193,45 @@ hparams read_hparams(const gguf_file& f) {
   return hp;
 }
 
+float hparams::attention_scale() const {
+  return yarn_attn_factor * yarn_attn_factor / std::sqrt(float(head_dim));
+}
+
+namespace {
+
+// YaRN's per-pair frequency factors in rope_ref's convention (the angle is divided by them), as
+// HF's _compute_yarn_parameters defines the inverse frequencies, in float like it.
+std::vector<float> yarn_freq_factors(const hparams& hp) {
+  const double d = double(hp.rope_dim), base = hp.rope_base;
+  const auto correction_dim = [&](double rotations) {
+    return d * std::log(double(hp.yarn_orig_ctx) / (rotations * 2 * M_PI)) / (2 * std::log(base));
+  };
+  double low = correction_dim(hp.yarn_beta_fast), high = correction_dim(hp.yarn_beta_slow);
+  if (hp.yarn_truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, d - 1);
+  if (low == high) high += 0.001;
+  std::vector<float> factors(static_cast<std::size_t>(hp.rope_dim / 2));
+  for (std::size_t i = 0; i < factors.size(); ++i) {
+    const float ramp = std::clamp(float((double(i) - low) / (high - low)), 0.f, 1.f);
+    // Interpolated (divided by the factor) where the ramp is 1, extrapolated (as is) where it is 0.
+    factors[i] = 1.f / (ramp / hp.yarn_factor + (1.f - ramp));
+  }
+  return factors;
+}
+
+}  // namespace
+
 llm load_llm(gguf_file file) {
   llm m;
   m.hp = read_hparams(file);
   m.file = std::move(file);
   hparams& hp = m.hp;
   const loader ld(m.file);
+  const bool gpt_oss = hp.architecture == arch::gpt_oss;
 
   const gguf_tensor* embd = m.file.find_tensor("token_embd.weight");
   if (!embd) throw model_error("missing tensor 'token_embd.weight'");
@@ -183,6 +249,10 @@ llm load_llm(gguf_file file) {
   hp.tied_output = m.file.find_tensor("output.weight") == nullptr;
   m.output = hp.tied_output ? m.tok_embd : ld.matrix("output.weight", hp.n_embd, hp.n_vocab);
   m.rope_freqs = ld.vec("rope_freqs.weight", hp.rope_dim / 2, false);
+  if (hp.yarn_factor > 0) {
+    if (!m.rope_freqs.empty()) throw model_error("tensor 'rope_freqs.weight' with YaRN scaling: anvil applies one or the other");
+    m.rope_freqs = yarn_freq_factors(hp);
+  }
 
   const std::int64_t q_dim = hp.n_head * hp.head_dim, kv_dim = hp.n_head_kv * hp.head_dim;
   for (std::int64_t i = 0; i < hp.n_layer; ++i) {
@@ -196,11 +266,14 @@ llm load_llm(gguf_file file) {
     l.bq = ld.vec(b + "attn_q.bias", q_dim, hp.qkv_bias);
     l.bk = ld.vec(b + "attn_k.bias", kv_dim, hp.qkv_bias);
     l.bv = ld.vec(b + "attn_v.bias", kv_dim, hp.qkv_bias);
+    if (hp.o_bias) l.bo = ld.vec(b + "attn_output.bias", hp.n_embd);
+    if (hp.attn_sinks) l.sinks = ld.vec(b + "attn_sinks.weight", hp.n_head);
     if (hp.qk_norm) {
       l.q_norm = ld.vec(b + "attn_q_norm.weight", hp.head_dim);
       l.k_norm = ld.vec(b + "attn_k_norm.weight", hp.head_dim);
     }
-    l.ffn_norm = ld.vec(b + "ffn_norm.weight", hp.n_embd);
+    // gpt-oss names the feed-forward's norm after the attention it follows.
+    l.ffn_norm = ld.vec(b + (gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), hp.n_embd);
     // A model with experts may keep some layers dense (Qwen3-MoE's mlp_only_layers): a layer
     // without a router is one.
     if (hp.n_expert > 0 && m.file.find_tensor(b + "ffn_gate_inp.weight")) {
@@ -208,6 +281,12 @@ llm load_llm(gguf_file file) {
       l.gate_exps = ld.stacked(b + "ffn_gate_exps.weight", hp.n_embd, hp.n_ff_exp, hp.n_expert);
       l.up_exps = ld.stacked(b + "ffn_up_exps.weight", hp.n_embd, hp.n_ff_exp, hp.n_expert);
       l.down_exps = ld.stacked(b + "ffn_down_exps.weight", hp.n_ff_exp, hp.n_embd, hp.n_expert);
+      if (hp.expert_bias) {
+        l.router_b = ld.vec(b + "ffn_gate_inp.bias", hp.n_expert);
+        l.gate_exps_b = ld.vecs(b + "ffn_gate_exps.bias", hp.n_ff_exp, hp.n_expert);
+        l.up_exps_b = ld.vecs(b + "ffn_up_exps.bias", hp.n_ff_exp, hp.n_expert);
+        l.down_exps_b = ld.vecs(b + "ffn_down_exps.bias", hp.n_embd, hp.n_expert);
+      }
       if (hp.n_ff_shexp > 0) {
         l.gate_shexp = ld.matrix(b + "ffn_gate_shexp.weight", hp.n_embd, hp.n_ff_shexp);
         l.up_shexp = ld.matrix(b + "ffn_up_shexp.weight", hp.n_embd, hp.n_ff_shexp);
@@ -239,6 +318,9 @@ std::size_t llm::token_weight_bytes() const {
   for (const layer_weights& l : layers) {
     for (const stacked_weight* w : {&l.gate_exps, &l.up_exps, &l.down_exps}) {
       n -= w->stride * std::size_t(w->count - hp.n_expert_used);  // the experts a token skips
+    }
+    for (const std::vector<float>* b : {&l.gate_exps_b, &l.up_exps_b, &l.down_exps_b}) {  // and their biases (F32)
+      if (!b->empty()) n -= b->size() / std::size_t(hp.n_expert) * std::size_t(hp.n_expert - hp.n_expert_used) * sizeof(float);
     }
   }
   return n;

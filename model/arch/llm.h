@@ -25,7 +25,7 @@
 
 namespace anvil::model {
 
-enum class arch { llama, qwen2, qwen3, qwen3moe, qwen2moe };
+enum class arch { llama, qwen2, qwen3, qwen3moe, qwen2moe, gpt_oss };
 
 struct hparams {
   arch architecture = arch::llama;
@@ -41,10 +41,23 @@ struct hparams {
   float rms_eps = 1e-5f;
   float rope_base = 10000.f;
   float rope_freq_scale = 1.f;     // 1 / rope.scaling.factor for linear scaling
+  // YaRN (yarn_factor > 0): the per-pair frequency factors llm::rope_freqs holds, and the
+  // magnitude factor attention_scale() folds in.
+  float yarn_factor = 0.f;
+  std::int64_t yarn_orig_ctx = 0;
+  float yarn_beta_fast = 32.f, yarn_beta_slow = 1.f;
+  bool yarn_truncate = true;       // the ramp's ends rounded to whole pairs (HF's default)
+  float yarn_attn_factor = 1.f;
   std::int64_t rope_dim = 0;       // rotated dimensions per head (rope.dimension_count)
   kernels::rope_style rope = kernels::rope_style::normal;
   bool qkv_bias = false;
+  bool o_bias = false;             // gpt-oss: the attention output projection has a bias
   bool qk_norm = false;
+  bool attn_sinks = false;         // gpt-oss: a sink logit per head
+  // Sliding-window attention (0: none): layer l attends within the window when
+  // l % swa_pattern < swa_pattern - 1 (gpt-oss: pattern 2, the even layers).
+  std::int64_t sliding_window = 0;
+  std::int64_t swa_pattern = 0;
   bool tied_output = false;
   // Mixture of experts (0 experts: every layer is dense).
   std::int64_t n_expert = 0;
@@ -52,6 +65,17 @@ struct hparams {
   std::int64_t n_ff_exp = 0;       // each expert's feed-forward width
   std::int64_t n_ff_shexp = 0;     // the shared expert's (0: none)
   bool expert_weights_norm = true; // the chosen experts' probabilities renormalised to sum to 1
+  bool expert_bias = false;        // gpt-oss: biases on the router and on each expert's matrices
+  // The feed-forward's gate (0: SwiGLU; > 0: gpt-oss's clamped variant with this limit).
+  float swiglu_limit = 0.f;
+  float swiglu_alpha = 1.f;
+
+  // The window layer l attends within (0: the whole context).
+  std::int64_t layer_window(std::int64_t l) const {
+    return sliding_window > 0 && swa_pattern > 0 && l % swa_pattern < swa_pattern - 1 ? sliding_window : 0;
+  }
+  // Scores are q.k times this: 1 / sqrt(head_dim), times YaRN's magnitude factor on q and on k.
+  float attention_scale() const;
 };
 
 // A matrix weight as stored in the file: `out` rows of `in` elements in `type`.
@@ -76,11 +100,15 @@ struct stacked_weight {
 struct layer_weights {
   std::vector<float> attn_norm, ffn_norm;  // [n_embd]
   std::vector<float> q_norm, k_norm;       // [head_dim], qwen3 only
-  std::vector<float> bq, bk, bv;           // qwen2 only
+  std::vector<float> bq, bk, bv;           // qwen2, gpt-oss
+  std::vector<float> bo;                   // gpt-oss
+  std::vector<float> sinks;                // [n_head], gpt-oss
   weight wq, wk, wv, wo;
   weight gate, up, down;                   // a dense layer's feed-forward
   weight router;                           // a mixture-of-experts layer's: in = n_embd, out = n_expert
   stacked_weight gate_exps, up_exps, down_exps;
+  // gpt-oss: the router's bias [n_expert] and each expert's biases, expert e's at e * out.
+  std::vector<float> router_b, gate_exps_b, up_exps_b, down_exps_b;
   weight gate_shexp, up_shexp, down_shexp;  // the shared expert (Qwen2-MoE), absent elsewhere
   std::vector<float> shexp_gate;            // [n_embd]: its output scaled by sigmoid(x . shexp_gate)
   bool moe() const { return router.data != nullptr; }
@@ -92,7 +120,7 @@ struct llm {
   weight tok_embd;                 // in = n_embd, out = n_vocab
   weight output;                   // the head; same as tok_embd when tied
   std::vector<float> output_norm;
-  std::vector<float> rope_freqs;   // per-pair frequency factors (Llama 3.1), empty if none
+  std::vector<float> rope_freqs;   // per-pair frequency factors (Llama 3.1's, or YaRN's), empty if none
   std::vector<layer_weights> layers;
 
   std::size_t weight_bytes() const;  // bytes of all tensors (what a decode step streams)

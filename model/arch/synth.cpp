@@ -70,6 +70,7 @@ std::uint32_t file_type(synth_mix m) {
     case synth_mix::q6_k: return 18;
     case synth_mix::bf16: return 32;
     case synth_mix::iq4_xs: return 30;
+    case synth_mix::mxfp4: return 38;  // MOSTLY_MXFP4_MOE
   }
   return 0;
 }
@@ -99,6 +100,20 @@ const std::vector<synth_shape>& synth_shapes() {
       {.name = "qwen3-30b-a3b", .architecture = arch::qwen3moe, .n_vocab = 151936, .n_embd = 2048, .n_layer = 48,
        .n_head = 32, .n_head_kv = 4, .head_dim = 128, .n_ff = 6144, .n_ctx = 40960, .rope_base = 1000000.f,
        .rms_eps = 1e-6f, .tied_output = false, .n_expert = 128, .n_expert_used = 8, .n_ff_exp = 768},
+      // gpt-oss: the 20b and 120b shapes (vocabulary of the o200k harmony tokenizer), and a tiny one
+      // whose window (16) short prompts already pass.
+      {.name = "tiny-gpt-oss", .architecture = arch::gpt_oss, .n_vocab = 512, .n_embd = 256, .n_layer = 2, .n_head = 8,
+       .n_head_kv = 2, .head_dim = 64, .n_ff = 128, .n_ctx = 4096, .rope_base = 150000.f, .rms_eps = 1e-5f,
+       .tied_output = false, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 128, .sliding_window = 16,
+       .yarn_factor = 32.f, .yarn_orig_ctx = 128},
+      {.name = "gpt-oss-20b", .architecture = arch::gpt_oss, .n_vocab = 201088, .n_embd = 2880, .n_layer = 24,
+       .n_head = 64, .n_head_kv = 8, .head_dim = 64, .n_ff = 2880, .n_ctx = 131072, .rope_base = 150000.f,
+       .rms_eps = 1e-5f, .tied_output = false, .n_expert = 32, .n_expert_used = 4, .n_ff_exp = 2880,
+       .sliding_window = 128, .yarn_factor = 32.f, .yarn_orig_ctx = 4096},
+      {.name = "gpt-oss-120b", .architecture = arch::gpt_oss, .n_vocab = 201088, .n_embd = 2880, .n_layer = 36,
+       .n_head = 64, .n_head_kv = 8, .head_dim = 64, .n_ff = 2880, .n_ctx = 131072, .rope_base = 150000.f,
+       .rms_eps = 1e-5f, .tied_output = false, .n_expert = 128, .n_expert_used = 4, .n_ff_exp = 2880,
+       .sliding_window = 128, .yarn_factor = 32.f, .yarn_orig_ctx = 4096},
       {.name = "mixtral-8x7b", .architecture = arch::llama, .n_vocab = 32000, .n_embd = 4096, .n_layer = 32, .n_head = 32,
        .n_head_kv = 8, .head_dim = 128, .n_ff = 14336, .n_ctx = 32768, .rope_base = 1000000.f, .rms_eps = 1e-5f,
        .tied_output = false, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 14336},
@@ -115,7 +130,7 @@ const synth_shape* find_synth_shape(std::string_view name) {
 
 std::optional<synth_mix> parse_synth_mix(std::string_view name) {
   for (synth_mix m : {synth_mix::f32, synth_mix::f16, synth_mix::bf16, synth_mix::q8_0, synth_mix::q4_0,
-                      synth_mix::q6_k, synth_mix::q4_k_m, synth_mix::iq4_xs}) {
+                      synth_mix::q6_k, synth_mix::q4_k_m, synth_mix::iq4_xs, synth_mix::mxfp4}) {
     if (synth_mix_name(m) == name) return m;
   }
   return std::nullopt;
@@ -131,6 +146,7 @@ std::string_view synth_mix_name(synth_mix m) {
     case synth_mix::q6_k: return "Q6_K";
     case synth_mix::q4_k_m: return "Q4_K_M";
     case synth_mix::iq4_xs: return "IQ4_XS";
+    case synth_mix::mxfp4: return "MXFP4";
   }
   return "?";
 }
@@ -179,6 +195,9 @@ ggml_type synth_weight_type(synth_mix mix, const std::string& name, std::int64_t
     case synth_mix::iq4_xs:  // llama.cpp's IQ4_XS: the head in Q6_K, every other matrix IQ4_XS
       t = name == "output.weight" ? ggml_type::Q6_K : ggml_type::IQ4_XS;
       break;
+    case synth_mix::mxfp4:  // the experts in MXFP4, as gpt-oss ships them; every other matrix Q8_0
+      t = name.find("_exps.") != std::string::npos ? ggml_type::MXFP4 : ggml_type::Q8_0;
+      break;
   }
   if (fits(t, row_len)) return t;
   return fits(ggml_type::Q8_0, row_len) && t != ggml_type::F32 ? ggml_type::Q8_0 : ggml_type::F16;
@@ -214,6 +233,12 @@ void write_synth_model(const synth_options& opt, const std::string& path,
   w.set_f32(a + ".rope.freq_base", sh.rope_base);
   w.set_f32(a + ".attention.layer_norm_rms_epsilon", sh.rms_eps);
   w.set_u32(a + ".vocab_size", std::uint32_t(n_vocab));
+  if (sh.sliding_window > 0) w.set_u32(a + ".attention.sliding_window", std::uint32_t(sh.sliding_window));
+  if (sh.yarn_factor > 0) {
+    w.set_string(a + ".rope.scaling.type", "yarn");
+    w.set_f32(a + ".rope.scaling.factor", sh.yarn_factor);
+    w.set_u32(a + ".rope.scaling.original_context_length", std::uint32_t(sh.yarn_orig_ctx));
+  }
   if (sh.n_expert > 0) {
     w.set_u32(a + ".expert_count", std::uint32_t(sh.n_expert));
     w.set_u32(a + ".expert_used_count", std::uint32_t(sh.n_expert_used));
@@ -250,7 +275,8 @@ void write_synth_model(const synth_options& opt, const std::string& path,
   const auto is_scripted = [&](const std::string& name) {
     return scripted && (name == "token_embd.weight" || name == "output.weight" || name == "output_norm.weight" ||
                         name.ends_with("attn_output.weight") || name.ends_with("ffn_down.weight") ||
-                        name.ends_with("ffn_down_exps.weight") || name.ends_with("ffn_down_shexp.weight"));
+                        name.ends_with("ffn_down_exps.weight") || name.ends_with("ffn_down_shexp.weight") ||
+                        name.ends_with("attn_output.bias") || name.ends_with("ffn_down_exps.bias"));
   };
 
   std::uint64_t tensor_index = 0;
@@ -258,9 +284,10 @@ void write_synth_model(const synth_options& opt, const std::string& path,
   auto add = [&](const std::string& name, std::int64_t in, std::int64_t out, float mean, float stddev, std::int64_t layer,
                  std::int64_t count = 1) {
     const bool vector = out == 1;
-    // The experts' router stays F32, as converters keep it.
-    const ggml_type t = vector || name.ends_with("ffn_gate_inp.weight") ? ggml_type::F32
-                                                                        : synth_weight_type(opt.mix, name, in, layer, sh.n_layer);
+    // The experts' router and biases stay F32, as converters keep them.
+    const ggml_type t = vector || name.ends_with("ffn_gate_inp.weight") || name.ends_with(".bias")
+                            ? ggml_type::F32
+                            : synth_weight_type(opt.mix, name, in, layer, sh.n_layer);
     const std::uint64_t stream = mix64(opt.seed ^ name_hash(name)) + tensor_index++;
     std::vector<std::int64_t> dims = vector ? std::vector<std::int64_t>{in}
                                      : count > 1 ? std::vector<std::int64_t>{in, out, count}
@@ -299,7 +326,8 @@ void write_synth_model(const synth_options& opt, const std::string& path,
     add(b + "attn_q.weight", sh.n_embd, q_dim, 0.f, s_embd, l);
     add(b + "attn_k.weight", sh.n_embd, kv_dim, 0.f, s_embd, l);
     add(b + "attn_v.weight", sh.n_embd, kv_dim, 0.f, s_embd, l);
-    if (sh.architecture == arch::qwen2 || sh.architecture == arch::qwen2moe) {
+    const bool gpt_oss = sh.architecture == arch::gpt_oss;
+    if (sh.architecture == arch::qwen2 || sh.architecture == arch::qwen2moe || gpt_oss) {
       add(b + "attn_q.bias", q_dim, 1, 0.f, 0.1f, l);
       add(b + "attn_k.bias", kv_dim, 1, 0.f, 0.1f, l);
       add(b + "attn_v.bias", kv_dim, 1, 0.f, 0.1f, l);
@@ -309,12 +337,22 @@ void write_synth_model(const synth_options& opt, const std::string& path,
       add(b + "attn_k_norm.weight", sh.head_dim, 1, 1.f, 0.1f, l);
     }
     add(b + "attn_output.weight", q_dim, sh.n_embd, 0.f, 1.f / std::sqrt(float(q_dim)), l);
-    add(b + "ffn_norm.weight", sh.n_embd, 1, 1.f, 0.1f, l);
+    if (gpt_oss) {
+      add(b + "attn_output.bias", sh.n_embd, 1, 0.f, 0.1f, l);
+      add(b + "attn_sinks.weight", sh.n_head, 1, 0.f, 1.f, l);
+    }
+    add(b + (gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), sh.n_embd, 1, 1.f, 0.1f, l);
     if (sh.n_expert > 0) {
       add(b + "ffn_gate_inp.weight", sh.n_embd, sh.n_expert, 0.f, s_embd, l);
       add(b + "ffn_gate_exps.weight", sh.n_embd, sh.n_ff_exp, 0.f, s_embd, l, sh.n_expert);
       add(b + "ffn_up_exps.weight", sh.n_embd, sh.n_ff_exp, 0.f, s_embd, l, sh.n_expert);
       add(b + "ffn_down_exps.weight", sh.n_ff_exp, sh.n_embd, 0.f, 1.f / std::sqrt(float(sh.n_ff_exp)), l, sh.n_expert);
+      if (gpt_oss) {  // [out, n_expert] each
+        add(b + "ffn_gate_inp.bias", sh.n_expert, 1, 0.f, 0.1f, l);
+        add(b + "ffn_gate_exps.bias", sh.n_ff_exp, sh.n_expert, 0.f, 0.1f, l);
+        add(b + "ffn_up_exps.bias", sh.n_ff_exp, sh.n_expert, 0.f, 0.1f, l);
+        add(b + "ffn_down_exps.bias", sh.n_embd, sh.n_expert, 0.f, 0.1f, l);
+      }
       if (sh.n_ff_shexp > 0) {
         add(b + "ffn_gate_inp_shexp.weight", sh.n_embd, 1, 0.f, s_embd, l);
         add(b + "ffn_gate_shexp.weight", sh.n_embd, sh.n_ff_shexp, 0.f, s_embd, l);

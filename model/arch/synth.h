@@ -25,14 +25,18 @@ struct synth_shape {
   // Mixture of experts (every layer; 0: dense): experts, those used per token, each one's width,
   // and the shared expert's width (qwen2moe; 0: none).
   std::int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_ff_shexp = 0;
+  // gpt-oss: the sliding window of its even layers, and YaRN (factor over the original context).
+  std::int64_t sliding_window = 0;
+  float yarn_factor = 0.f;
+  std::int64_t yarn_orig_ctx = 0;
 };
 
 const std::vector<synth_shape>& synth_shapes();
 const synth_shape* find_synth_shape(std::string_view name);
 
 // Weight type mixes, named like llama.cpp's file types.
-enum class synth_mix { f32, f16, bf16, q8_0, q4_0, q6_k, q4_k_m, iq4_xs };
-// "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q6_K", "Q4_K_M", "IQ4_XS"
+enum class synth_mix { f32, f16, bf16, q8_0, q4_0, q6_k, q4_k_m, iq4_xs, mxfp4 };
+// "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q6_K", "Q4_K_M", "IQ4_XS", "MXFP4"
 std::optional<synth_mix> parse_synth_mix(std::string_view name);
 std::string_view synth_mix_name(synth_mix m);
 

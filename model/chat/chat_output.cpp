@@ -1,8 +1,10 @@
 #include "model/chat/chat_output.h"
 
 #include <algorithm>
+#include <initializer_list>
 #include <optional>
 #include <random>
+#include <utility>
 
 #include <boost/json.hpp>
 
@@ -14,6 +16,12 @@ namespace json = boost::json;
 constexpr std::string_view think_open = "<think>", think_close = "</think>";
 constexpr std::string_view call_open = "<tool_call>", call_close = "</tool_call>";
 constexpr std::string_view mistral_calls = "[TOOL_CALLS]", mistral_args = "[ARGS]", mistral_call_id = "[CALL_ID]";
+
+// Harmony's markers (control tokens in gpt-oss's vocabulary).
+constexpr std::string_view h_start = "<|start|>", h_end = "<|end|>", h_message = "<|message|>", h_channel = "<|channel|>",
+                           h_constrain = "<|constrain|>", h_return = "<|return|>", h_call = "<|call|>";
+constexpr std::string_view h_functions = "functions.";
+constexpr std::size_t h_max_header = 256;  // a longer one, or one with a newline, is not a header
 
 bool is_ws(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 
@@ -28,6 +36,65 @@ std::size_t marker_tail(std::string_view s, std::string_view marker) {
     if (marker.substr(0, n) == s.substr(s.size() - n)) return n;
   }
   return 0;
+}
+
+// Where the first of `markers` stands in `s`, and which it is (npos and "" when none does).
+std::pair<std::size_t, std::string_view> find_first(std::string_view s, std::initializer_list<std::string_view> markers) {
+  std::pair<std::size_t, std::string_view> first{std::string_view::npos, {}};
+  for (const std::string_view m : markers) {
+    if (const std::size_t at = s.find(m); at < first.first) first = {at, m};
+  }
+  return first;
+}
+
+std::size_t markers_tail(std::string_view s, std::initializer_list<std::string_view> markers) {
+  std::size_t keep = 0;
+  for (const std::string_view m : markers) keep = std::max(keep, marker_tail(s, m));
+  return keep;
+}
+
+// A harmony header: [ROLE] [to=RECIPIENT] [<|channel|>CHANNEL [to=RECIPIENT] [TYPE]] [<|constrain|>TYPE].
+// The role is there when the message began with <|start|> (the prompt wrote the first one's).
+struct header_fields {
+  bool well_formed = true;  // no marker but <|channel|> and <|constrain|>, and a role where one is due
+  std::string_view role, channel, recipient;
+};
+
+header_fields read_header(std::string_view h, bool with_role) {
+  header_fields r;
+  enum { role_part, channel_part, constrain_part } part = role_part;
+  for (;;) {
+    const std::size_t special = h.find("<|");
+    std::string_view words = h.substr(0, special);
+    bool first = true;  // the part's first word other than to=...: the role, the channel or a type
+    while (!(words = lstrip(words)).empty()) {
+      std::size_t end = 0;
+      while (end < words.size() && !is_ws(words[end])) ++end;
+      const std::string_view word = words.substr(0, end);
+      words.remove_prefix(end);
+      if (word.starts_with("to=")) {
+        if (r.recipient.empty()) r.recipient = word.substr(3);
+      } else if (first) {
+        first = false;
+        if (part == role_part && with_role) r.role = word;
+        if (part == channel_part) r.channel = word;
+      }
+    }
+    if (special == std::string_view::npos) break;
+    h.remove_prefix(special);
+    if (h.starts_with(h_channel) && part == role_part) {
+      part = channel_part;
+      h.remove_prefix(h_channel.size());
+    } else if (h.starts_with(h_constrain)) {
+      part = constrain_part;
+      h.remove_prefix(h_constrain.size());
+    } else {
+      r.well_formed = false;
+      break;
+    }
+  }
+  if (with_role && r.role.empty()) r.well_formed = false;
+  return r;
 }
 
 // A call from its name and arguments (an object, a string holding one, or absent).
@@ -54,6 +121,9 @@ std::vector<std::string_view> chat_syntax::markers() const {
   if (think_tags) m.insert(m.end(), {think_open, think_close});
   if (tools == tool_call_syntax::hermes) m.insert(m.end(), {call_open, call_close});
   if (mistral()) m.insert(m.end(), {mistral_calls, mistral_args, mistral_call_id});
+  // Not <|return|> and <|call|>: they end the generation (a parsed output need not show them, and
+  // a constraint that could write them as text would end it early).
+  if (harmony()) m.insert(m.end(), {h_start, h_end, h_message, h_channel, h_constrain});
   return m;
 }
 
@@ -67,7 +137,9 @@ std::string new_tool_call_id(const chat_syntax& syntax) {
 
 chat_syntax detect_chat_syntax(std::string_view src) {
   chat_syntax s;
-  if (src.find(mistral_calls) != std::string_view::npos) {
+  if (src.find(h_channel) != std::string_view::npos && src.find(h_message) != std::string_view::npos) {
+    s.tools = tool_call_syntax::harmony;  // gpt-oss: its messages carry reasoning and calls alike
+  } else if (src.find(mistral_calls) != std::string_view::npos) {
     s.tools = src.find(mistral_args) != std::string_view::npos ? tool_call_syntax::mistral_args
                                                                 : tool_call_syntax::mistral_json;
   } else if (src.find(call_open) != std::string_view::npos) {
@@ -160,6 +232,18 @@ bool chat_output_parser::take_mistral_calls(std::string_view text) {
 }
 
 void chat_output_parser::run(piece& out, bool final) {
+  if (syntax_.harmony()) {
+    for (bool more = true; more;) {
+      switch (h_state_) {
+        case h_state::between: more = harmony_between(final); break;
+        case h_state::loose: more = harmony_loose(out, final); break;
+        case h_state::header: more = harmony_header(out, final); break;
+        case h_state::body: more = harmony_body(out, final); break;
+        case h_state::done: pending_.clear(); more = false; break;  // the generation ended
+      }
+    }
+    return;
+  }
   for (;;) {
     switch (state_) {
       case state::start: {
@@ -241,6 +325,122 @@ void chat_output_parser::run(piece& out, bool final) {
       }
     }
   }
+}
+
+// Harmony: what comes next is a message (its header: after <|start|>, or the first message's,
+// whose role the prompt wrote), the end of the generation, or text outside any message.
+bool chat_output_parser::harmony_between(bool final) {
+  const std::string_view v = lstrip(pending_);
+  if (v.starts_with(h_start)) {
+    pending_.erase(0, pending_.size() - v.size() + h_start.size());
+    head_ = h_start;
+    h_state_ = h_state::header;
+    return true;
+  }
+  if (v.starts_with(h_channel) || v.starts_with(h_constrain) || v.starts_with(h_message) || pending_.starts_with(" to=")) {
+    if (!pending_.starts_with(" to=")) pending_ = std::string(v);
+    head_.clear();
+    h_state_ = h_state::header;
+    return true;
+  }
+  if (v.starts_with(h_return) || v.starts_with(h_call)) {
+    h_state_ = h_state::done;
+    return true;
+  }
+  if (!final) {
+    const auto may_start = [&](std::string_view m) { return m.starts_with(v); };
+    if (v.empty() || may_start(h_start) || may_start(h_channel) || may_start(h_constrain) || may_start(h_message) ||
+        may_start(h_return) || may_start(h_call) || std::string_view(" to=").starts_with(pending_)) {
+      return false;
+    }
+  }
+  if (message_seen_) pending_ = std::string(v);  // whitespace between messages is dropped
+  h_state_ = h_state::loose;
+  return true;
+}
+
+// Text outside any message is content, up to the next message.
+bool chat_output_parser::harmony_loose(piece& out, bool final) {
+  const auto [at, marker] = find_first(pending_, {h_start, h_return, h_call});
+  if (at != std::string::npos) {
+    out.content += pending_.substr(0, at);
+    pending_.erase(0, at);
+    h_state_ = marker == h_start ? h_state::between : h_state::done;
+    return true;
+  }
+  const std::size_t keep = final ? 0 : markers_tail(pending_, {h_start, h_return, h_call});
+  out.content += pending_.substr(0, pending_.size() - keep);
+  pending_.erase(0, pending_.size() - keep);
+  return false;
+}
+
+// A header is held back until its <|message|>; one cut short or broken is text as written.
+bool chat_output_parser::harmony_header(piece& out, bool final) {
+  const auto [at, marker] = find_first(pending_, {h_message, h_start, h_end, h_return, h_call});
+  const std::string_view header = std::string_view(pending_).substr(0, at);
+  const bool broken = header.size() > h_max_header || header.find('\n') != std::string_view::npos;
+  if (marker == h_message && !broken) {
+    open_body(out, header);
+    pending_.erase(0, at + h_message.size());
+    h_state_ = h_state::body;
+    message_seen_ = true;
+    return true;
+  }
+  if (at == std::string::npos && !broken && !final) return false;
+  out.content += head_;
+  head_.clear();
+  if (broken) {  // not a header: text, up to the next message
+    h_state_ = h_state::loose;
+    return true;
+  }
+  out.content += header;
+  pending_.erase(0, header.size());
+  h_state_ = h_state::between;
+  return true;
+}
+
+void chat_output_parser::open_body(piece& out, std::string_view header) {
+  const header_fields h = read_header(header, !head_.empty());
+  head_ += header;
+  head_ += h_message;
+  fallback_ = h.channel == "analysis" ? goes_to::reasoning : goes_to::content;
+  const bool known = h.well_formed && (h.role.empty() || h.role == "assistant") &&
+                     (h.channel.empty() || h.channel == "analysis" || h.channel == "commentary" || h.channel == "final");
+  if (known && parse_tools_ && h.recipient.starts_with(h_functions) && h.recipient.size() > h_functions.size()) {
+    body_ = goes_to::call;
+    call_name_ = std::string(h.recipient.substr(h_functions.size()));
+    call_body_.clear();
+    return;
+  }
+  body_ = fallback_;
+  if (!known || !h.recipient.empty()) (body_ == goes_to::reasoning ? out.reasoning : out.content) += head_;
+}
+
+// A body runs to <|end|>, <|return|> or <|call|>, or to where another message begins.
+bool chat_output_parser::harmony_body(piece& out, bool final) {
+  const auto [at, marker] = find_first(pending_, {h_end, h_return, h_call, h_start, h_channel});
+  const std::size_t keep = at != std::string::npos || final ? 0 : markers_tail(pending_, {h_end, h_return, h_call, h_start, h_channel});
+  const std::size_t n = at != std::string::npos ? at : pending_.size() - keep;
+  (body_ == goes_to::call ? call_body_ : body_ == goes_to::reasoning ? out.reasoning : out.content) += pending_.substr(0, n);
+  pending_.erase(0, n);
+  if (at == std::string::npos && !final) return false;
+  if (body_ == goes_to::call) close_call(out);
+  if (marker == h_end) pending_.erase(0, h_end.size());
+  h_state_ = marker == h_return || marker == h_call ? h_state::done : h_state::between;
+  return true;
+}
+
+void chat_output_parser::close_call(piece& out) {
+  json::error_code ec;
+  const json::value args = json::parse(call_body_, ec);
+  std::optional<parsed_tool_call> call;
+  if (!ec && (args.is_object() || args.is_string())) call = call_of(call_name_, &args);
+  if (call) {
+    calls_.push_back(std::move(*call));
+  } else {  // not a call after all: the message as the model wrote it
+    (fallback_ == goes_to::reasoning ? out.reasoning : out.content) += head_ + call_body_;
+  }
+  call_body_.clear();
 }
 
 }  // namespace anvil::model

@@ -2,6 +2,7 @@
 
 #include <boost/json.hpp>
 
+#include "model/chat/chat_output.h"
 #include "model/chat/jinja/template.h"
 #include "model/model_error.h"
 
@@ -34,12 +35,15 @@ json::object chat_message_json(const chat_message& m) {
   }
   if (!m.tool_call_id.empty()) o["tool_call_id"] = m.tool_call_id;
   if (!m.name.empty()) o["name"] = m.name;
-  if (!m.reasoning_content.empty()) o["reasoning_content"] = m.reasoning_content;
+  if (!m.reasoning_content.empty()) {
+    o["reasoning_content"] = m.reasoning_content;
+    o["thinking"] = m.reasoning_content;  // the name gpt-oss's template reads it by
+  }
   return o;
 }
 
 chat_template::chat_template(std::string_view template_source, std::string bos_token, std::string eos_token)
-    : bos_(std::move(bos_token)), eos_(std::move(eos_token)) {
+    : harmony_(detect_chat_syntax(template_source).harmony()), bos_(std::move(bos_token)), eos_(std::move(eos_token)) {
   try {
     program_ = std::make_unique<jinja::template_program>(template_source);
   } catch (const jinja::template_error& e) {
@@ -54,7 +58,14 @@ chat_template& chat_template::operator=(chat_template&&) noexcept = default;
 std::string chat_template::render(const chat_inputs& in) const {
   json::object vars;
   json::array messages;
-  for (const chat_message& m : in.messages) messages.push_back(chat_message_json(m));
+  for (const chat_message& m : in.messages) {
+    json::object o = chat_message_json(m);
+    if (harmony_ && m.role == "assistant") {
+      if (m.content_is_null) o.erase("content");
+      if (!m.tool_calls_json.empty() && !m.content.empty() && o.contains("thinking")) o.erase("content");
+    }
+    messages.push_back(std::move(o));
+  }
   if (!in.template_kwargs_json.empty()) {
     json::value kw = parse_json(in.template_kwargs_json, "chat_template_kwargs");
     if (!kw.is_object()) throw model_error("chat_template_kwargs must be a JSON object");

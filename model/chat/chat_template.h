@@ -52,6 +52,10 @@ class chat_template {
 
   // Throws model_error("chat template, line N: ...") when the template raises (raise_exception,
   // a conversation it does not accept) or fails, or when tools / kwargs are not the JSON asked for.
+  // For gpt-oss's harmony template, an assistant message as OpenAI clients send it back reaches
+  // the template in the form it accepts: a null `content` is left out (the template tests it as
+  // a string), and a tool-call message with both content and reasoning keeps the reasoning only
+  // (the template renders one of them as the call's analysis and raises on both).
   std::string render(const chat_inputs& in) const;
   std::string render(std::span<const chat_message> messages, bool add_generation_prompt) const {
     return render(chat_inputs{.messages = messages, .add_generation_prompt = add_generation_prompt});
@@ -66,13 +70,16 @@ class chat_template {
 
  private:
   std::unique_ptr<jinja::template_program> program_;
+  // gpt-oss's harmony template (chat_output.h): its history rules differ (render()).
+  bool harmony_ = false;
   std::string bos_;
   std::string eos_;
   std::optional<std::tm> pinned_now_;
 };
 
 // The message fields a template sees, as a JSON object: role and content (null when
-// content_is_null), and tool_calls, tool_call_id, name, reasoning_content when present.
+// content_is_null), and tool_calls, tool_call_id, name, reasoning_content when present;
+// reasoning_content also as `thinking`, the field gpt-oss's template reads.
 // Throws model_error when tool_calls_json is not a JSON array.
 boost::json::object chat_message_json(const chat_message& m);
 

@@ -41,6 +41,23 @@ constexpr std::string_view qwen2_pattern =
     "|[WS]+(?![^WS])"
     "|[WS]+";
 
+// GPT-4o's o200k (gpt-oss; llama.cpp also runs Llama 4 with it): a word is an optional leading
+// non-letter, upper-case letters, then lower-case ones ("camelCase" -> "camel" "Case", "HTTPServer"
+// whole), or an upper-case run ("ABC"); a contraction stays on its word ("Don't" is one piece); Lm,
+// Lo and marks (\p{M}) count as either case. Digits in runs of up to three; a punctuation run takes
+// trailing newlines and '/' with it. As the tokenizer.json of gpt-oss spells it, with (?i:'s|...)
+// written letter by letter.
+constexpr std::string_view gpt4o_pattern =
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?"
+    "|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*"
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?"
+    "|\\p{N}{1,3}"
+    "| ?[^WS\\p{L}\\p{N}]+[\\r\\n/]*"
+    "|[WS]*[\\r\\n]+"
+    "|[WS]+(?![^WS])"
+    "|[WS]+";
+
 // GPT-2, llama.cpp's fallback when a BPE vocabulary names no pre-tokenizer.
 constexpr std::string_view gpt2_pattern =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^WS\\p{L}\\p{N}]+|[WS]+(?![^WS])|[WS]+";
@@ -48,6 +65,7 @@ constexpr std::string_view gpt2_pattern =
 std::string_view pattern_for(std::string_view pre) {
   if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3") return llama3_pattern;
   if (pre == "qwen2") return qwen2_pattern;
+  if (pre == "gpt-4o" || pre == "llama4" || pre == "kanana2" || pre == "talkie") return gpt4o_pattern;
   if (pre == "default" || pre.empty()) return gpt2_pattern;
   throw model_error("tokenizer: unknown pre-tokenizer '" + std::string(pre) +
                     "' (tokenizer.ggml.pre); known: " + pre_tokenizer::known_names());
@@ -61,7 +79,9 @@ std::string pcre2_message(int code) {
 
 }  // namespace
 
-const char* pre_tokenizer::known_names() { return "llama-bpe (llama3, llama-v3), qwen2, default"; }
+const char* pre_tokenizer::known_names() {
+  return "llama-bpe (llama3, llama-v3), qwen2, gpt-4o (llama4, kanana2, talkie), default";
+}
 
 pre_tokenizer::pre_tokenizer(std::string_view pre) {
   const std::string pattern = detail::replace_all(pattern_for(pre), ws_placeholder, ws_set);

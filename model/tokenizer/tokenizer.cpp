@@ -50,6 +50,33 @@ std::string replace_all(std::string_view s, std::string_view from, std::string_v
   }
 }
 
+harmony_ends find_harmony_ends(const std::vector<std::string>& tokens) {
+  harmony_ends h;
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    const std::string& t = tokens[i];
+    std::int32_t* slot = t == "<|return|>" ? &h.return_id
+                         : t == "<|call|>"   ? &h.call_id
+                         : t == "<|end|>"    ? &h.end_id
+                                             : nullptr;
+    if (slot != nullptr && *slot < 0) *slot = static_cast<std::int32_t>(i);
+  }
+  return h;
+}
+
+std::vector<std::int32_t> end_of_generation_ids(const tokenizer_spec& spec) {
+  std::vector<std::int32_t> ids;
+  for (const std::int32_t id : {spec.eos_id, spec.eot_id, spec.eom_id})
+    if (id >= 0) ids.push_back(id);
+  if (const harmony_ends h = find_harmony_ends(spec.tokens); h.present()) {
+    ids.push_back(h.return_id);
+    ids.push_back(h.call_id);
+    std::erase(ids, h.end_id);
+  }
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
 special_matcher::special_matcher(const tokenizer_spec& spec, const vocab_index& vocab)
     : spec_(spec), vocab_(vocab) {
   for (std::size_t i = 0; i < spec.tokens.size(); ++i) {
@@ -83,6 +110,9 @@ tokenizer::state::state(tokenizer_spec s) : spec(std::move(s)) {
   if (byte_level) {
     pre.emplace(spec.pre);
     nfc = spec.pre == "qwen2";
+    // A piece that is itself a token is emitted whole for llama-bpe (HF's ignore_merges, as
+    // llama.cpp does). gpt-oss's tokenizer.json sets ignore_merges too, but llama.cpp does not for
+    // gpt-4o and need not: the merges rebuild every one of the o200k tokens, so the ids agree.
     const bool ignore_merges = spec.pre == "llama-bpe" || spec.pre == "llama3" || spec.pre == "llama-v3";
     bpe = std::make_unique<detail::bpe_encoder>(spec, vocab, ignore_merges);
   } else {
@@ -90,6 +120,7 @@ tokenizer::state::state(tokenizer_spec s) : spec(std::move(s)) {
     strip_leading_space = spec.add_space_prefix;
   }
   specials = std::make_unique<detail::special_matcher>(spec, vocab);
+  eog = detail::end_of_generation_ids(spec);
   pieces.reserve(spec.tokens.size());
   for (std::size_t i = 0; i < spec.tokens.size(); ++i) pieces.push_back(make_piece(*this, i));
 }
@@ -150,8 +181,7 @@ std::int32_t tokenizer::bos() const { return state_->spec.bos_id; }
 std::int32_t tokenizer::eos() const { return state_->spec.eos_id; }
 
 bool tokenizer::is_eog(std::int32_t id) const {
-  const tokenizer_spec& sp = state_->spec;
-  return id >= 0 && (id == sp.eos_id || id == sp.eot_id || id == sp.eom_id);
+  return std::binary_search(state_->eog.begin(), state_->eog.end(), id);
 }
 
 bool tokenizer::is_control(std::int32_t id) const {

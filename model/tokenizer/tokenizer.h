@@ -1,5 +1,5 @@
-// Tokenizers built from GGUF tokenizer.* metadata: byte-level BPE ("gpt2": Llama 3, Qwen2/2.5/3)
-// and SentencePiece-style BPE ("llama": Llama 2, Mistral, Gemma). tokenizer_spec mirrors the
+// Tokenizers built from GGUF tokenizer.* metadata: byte-level BPE ("gpt2": Llama 3, Qwen2/2.5/3,
+// gpt-oss) and SentencePiece-style BPE ("llama": Llama 2, Mistral, Gemma). tokenizer_spec mirrors the
 // GGUF keys one to one so the loader only copies them in; the tokenizer validates the spec once,
 // builds its lookup tables, and is immutable afterwards: encode/decode are const, thread-safe,
 // and copies share the tables.
@@ -9,6 +9,9 @@
 //  - special tokens in text: user-defined tokens are always recognised, control and unknown
 //    tokens only with parse_special (llama.cpp); leftmost-longest match (HF).
 //  - "qwen2" normalises text to NFC first, as its tokenizer.json does (llama.cpp does not).
+//  - end of generation (is_eog): eos, eot and eom; on the harmony vocabulary of gpt-oss (one
+//    with both <|return|> and <|call|>) those two, and not <|end|>, which there closes a message
+//    the model goes on from (llama.cpp's rule, on the vocabulary rather than the model name).
 //  - decode() is the exact inverse for text that round-trips: no clean-up of spaces before
 //    punctuation; for "llama" with add_space_prefix the one leading space encode() added is
 //    removed again (HF's Strip decoder, llama.cpp's remove_space).
@@ -25,7 +28,7 @@ namespace anvil::model {
 
 struct tokenizer_spec {
   std::string model;                      // tokenizer.ggml.model: "gpt2" (byte-level BPE) or "llama" (SPM)
-  std::string pre;                        // tokenizer.ggml.pre: "llama-bpe", "qwen2", "default"/""
+  std::string pre;                        // tokenizer.ggml.pre: "llama-bpe", "qwen2", "gpt-4o", "default"/""
   std::vector<std::string> tokens;        // tokenizer.ggml.tokens, indexed by id
   std::vector<float> scores;              // tokenizer.ggml.scores: SPM merge priority; empty = all 0
   std::vector<std::int32_t> token_types;  // tokenizer.ggml.token_type: 1 normal, 2 unknown, 3 control,
@@ -57,7 +60,7 @@ class tokenizer {
   std::int32_t n_vocab() const;
   std::int32_t bos() const;  // -1 when the vocabulary has none
   std::int32_t eos() const;
-  bool is_eog(std::int32_t id) const;  // end of generation: eos, eot or eom
+  bool is_eog(std::int32_t id) const;  // end of generation: eos, eot, eom; harmony's rule above
   bool is_control(std::int32_t id) const;
   const tokenizer_spec& spec() const;
 

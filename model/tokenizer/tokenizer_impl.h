@@ -100,6 +100,21 @@ class spm_encoder {
   std::int32_t unk_id_;
 };
 
+// The end tokens of the harmony vocabulary (gpt-oss's o200k_harmony), found by their text; -1
+// where absent (the first of duplicate texts). A vocabulary with both <|return|> and <|call|> is
+// harmony: there <|end|> closes one message (the analysis channel, say) and the model goes on with
+// the next, so only <|return|> and <|call|> end generation. llama.cpp applies the same rule to the
+// vocabulary, whatever the model is called.
+struct harmony_ends {
+  std::int32_t return_id = -1, call_id = -1, end_id = -1;
+  bool present() const { return return_id >= 0 && call_id >= 0; }
+};
+harmony_ends find_harmony_ends(const std::vector<std::string>& tokens);
+
+// The ids is_eog() is true for, sorted and unique: eos, eot and eom; on a harmony vocabulary also
+// <|return|> and <|call|>, and never <|end|>, even when the spec names it eos or eot.
+std::vector<std::int32_t> end_of_generation_ids(const tokenizer_spec& spec);
+
 // Token strings recognised in text before encoding, found leftmost-longest (HF's added-token
 // matching): user-defined tokens always, control and unknown tokens only with parse_special.
 class special_matcher {
@@ -134,6 +149,7 @@ struct tokenizer::state {
   bool strip_leading_space = false;  // decode drops the space encode prefixed ("llama")
   detail::vocab_index vocab;
   std::vector<std::string> pieces;  // token_piece() per id
+  std::vector<std::int32_t> eog;    // detail::end_of_generation_ids(spec), for is_eog()
   std::optional<pre_tokenizer> pre;
   std::unique_ptr<detail::bpe_encoder> bpe;
   std::unique_ptr<detail::spm_encoder> spm;

@@ -5,8 +5,8 @@
 //  - token types: special added tokens (and ones that look special, "<|...|>") are control, the
 //    unk token unknown, other added tokens user-defined, "<0xHH>" tokens byte (SentencePiece);
 //  - merges in either serialisation ("a b" strings or ["a", "b"] pairs);
-//  - byte-level BPE files become model "gpt2" with pre "llama-bpe" or "qwen2", recognised by
-//    their pre-tokenizer regex; SentencePiece-style BPE files (byte_fallback, U+2581 spaces)
+//  - byte-level BPE files become model "gpt2" with pre "llama-bpe", "qwen2" or "gpt-4o",
+//    recognised by their pre-tokenizer regex; SentencePiece-style BPE files (byte_fallback, U+2581 spaces)
 //    become model "llama", with merge ranks turned into scores (see tokenizer_json.cpp);
 //  - bos/eos/pad/unk from tokenizer_config.json, add_bos/add_eos from it or from the
 //    post-processor template; eot/eom by the token names llama.cpp looks for.

@@ -183,11 +183,11 @@ TEST(Engine, ManyConcurrentRequestsAllCompleteWithUnchangedOutputs) {
   eng->async_stop(asio::use_future).get();
 }
 
-// Mixtures of experts (Qwen2-MoE, Qwen3-MoE, Mixtral) through the engine: concurrent greedy requests, batched
+// Mixtures of experts (Qwen2-MoE, Qwen3-MoE, Mixtral, gpt-oss) through the engine: concurrent greedy requests, batched
 // with each other in every step, each give the tokens of the reference forward pass run alone,
 // and the scratch the routing uses was all allocated at start-up.
 TEST(Engine, MixtureOfExpertsModelsServeConcurrentRequestsWithTheReferenceTokens) {
-  for (const char* shape : {"tiny-qwen2moe", "tiny-qwen3moe", "tiny-mixtral"}) {
+  for (const char* shape : {"tiny-qwen2moe", "tiny-qwen3moe", "tiny-mixtral", "tiny-gpt-oss"}) {
     SCOPED_TRACE(shape);
     engine_config cfg = tiny_config();
     cfg.model_path = synth_fixture(shape, model::synth_mix::q8_0);

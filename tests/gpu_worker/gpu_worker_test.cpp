@@ -210,7 +210,10 @@ INSTANTIATE_TEST_SUITE_P(
                       model_case{"tiny-qwen3moe", synth_mix::q8_0}, model_case{"tiny-qwen2moe", synth_mix::f16},
                       model_case{"tiny-mixtral", synth_mix::q4_k_m},
                       // IQ4_XS (no integer path: the float GEMV, dequantized batches, float experts).
-                      model_case{"tiny-qwen3moe", synth_mix::iq4_xs}),
+                      model_case{"tiny-qwen3moe", synth_mix::iq4_xs},
+                      // gpt-oss: sinks, a window of 16 on layer 0 (prompts of 20 and 33 tokens), YaRN,
+                      // biases everywhere, the clamped SwiGLU; experts in MXFP4 as it ships, and in F16.
+                      model_case{"tiny-gpt-oss", synth_mix::mxfp4}, model_case{"tiny-gpt-oss", synth_mix::f16}),
     [](const auto& param_info) { return case_name(param_info.param); });
 
 TEST(GpuWorker, RefusesABrokenPlanWithoutRunningIt) {
@@ -629,7 +632,8 @@ INSTANTIATE_TEST_SUITE_P(Models, GpuEngine,
                                            model_case{"tiny-qwen3", synth_mix::f16, kernels::kv_dtype::fp8},
                                            model_case{"tiny-qwen3moe", synth_mix::f16},
                                            model_case{"tiny-qwen2moe", synth_mix::q4_k_m},
-                                           model_case{"tiny-mixtral", synth_mix::q8_0}),
+                                           model_case{"tiny-mixtral", synth_mix::q8_0},
+                                           model_case{"tiny-gpt-oss", synth_mix::mxfp4}),
                          [](const auto& param_info) { return case_name(param_info.param); });
 
 // Overlapped steps on the device: a step planned ahead feeds the token the draw kernel chose

@@ -1,11 +1,13 @@
 // The attention-side GPU kernels against their CPU references: rope_kv_write (RoPE + the paged KV
 // write), paged decode attention (split-K) and paged prefill attention, over each cache element
-// type (f16, int8, fp8: kernels/kv_quant.h). The references run on the cache's own values (K/V
-// rounded through f16, or codes times scales): what remains is summation order and f32 softmax.
-// Sentinels guard every output; untouched cache slots must keep their bits. Label: gpu.
+// type (f16, int8, fp8: kernels/kv_quant.h), with and without a sliding window and sink logits
+// (gpt-oss). The references run on the cache's own values (K/V rounded through f16, or codes
+// times scales): what remains is summation order and f32 softmax. Sentinels guard every output;
+// untouched cache slots must keep their bits. Label: gpu.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -367,11 +369,16 @@ struct attn_seq_shape {
 struct attn_case {
   std::int64_t head_dim, n_kv_heads, group;
   std::vector<attn_seq_shape> seqs;
+  std::int64_t window = 0;  // sliding window in positions; 0: the whole context
+  bool sinks = false;       // a sink logit per query head (attn_setup::sinks)
   std::string str(const char* op) const {
     std::ostringstream s;
     s << op << "(head_dim=" << head_dim << ", kv_heads=" << n_kv_heads << ", group=" << group << ", seqs=[";
     for (std::size_t i = 0; i < seqs.size(); ++i) s << (i ? " " : "") << seqs[i].start_pos << "+" << seqs[i].n_tokens;
-    s << "])";
+    s << "]";
+    if (window > 0) s << ", window=" << window;
+    if (sinks) s << ", sinks";
+    s << ")";
     return s.str();
   }
 };
@@ -385,6 +392,7 @@ struct attn_setup {
   std::vector<std::uint8_t> k8, v8;      // 8 bits: random codes (no NaN) ...
   std::vector<float> ks, vs;             // ... and row scales
   std::vector<float> q;
+  std::vector<float> sinks;  // c.sinks: [n_heads] around the scores' range, the last head's large
   std::vector<float> ref;
 
   attn_setup(const attn_case& c, std::mt19937& rng, kv_dtype t = kv_dtype::f16) : dtype(t) {
@@ -425,6 +433,12 @@ struct attn_setup {
       vf = to_float(v16);
     }
     q = random_vector(std::size_t(total_tokens * n_heads * c.head_dim), rng, -2.f, 2.f);
+    if (c.sinks) {
+      // The scores are about N(0, 1.3^2): sinks among them, and one (exp(12) = 1.6e5 against at most
+      // about 1e4 for the rows here) that takes most of its head's mass.
+      sinks = random_vector(std::size_t(n_heads), rng, -2.f, 4.f);
+      sinks.back() = large_sink;
+    }
 
     // The reference on the cache's own values (f16, or codes times scales).
     std::vector<attention_seq> ref_seqs;
@@ -449,8 +463,46 @@ struct attn_setup {
                              .k_scales = ks.empty() ? nullptr : ks.data(),
                              .v_scales = vs.empty() ? nullptr : vs.data()},
                    .scale = 1.f / std::sqrt(float(c.head_dim)),
-                   .seqs = ref_seqs});
+                   .seqs = ref_seqs,
+                   .window = c.window,
+                   .sinks = sinks.empty() ? nullptr : sinks.data()});
   }
+  static constexpr float large_sink = 12.f;
+};
+
+// nmse of one query head's outputs alone (rows of n_heads x head_dim): the head whose sink takes
+// most of the mass has small outputs, which the nmse over every head would hardly see.
+double head_nmse(const std::vector<float>& out, const std::vector<float>& ref, std::int64_t n_heads, std::int64_t head_dim,
+                 std::int64_t head) {
+  std::vector<float> o, r;
+  for (std::size_t row = 0; row < ref.size() / std::size_t(n_heads * head_dim); ++row) {
+    const std::size_t at = (row * std::size_t(n_heads) + std::size_t(head)) * std::size_t(head_dim);
+    o.insert(o.end(), out.begin() + std::ptrdiff_t(at), out.begin() + std::ptrdiff_t(at + std::size_t(head_dim)));
+    r.insert(r.end(), ref.begin() + std::ptrdiff_t(at), ref.begin() + std::ptrdiff_t(at + std::size_t(head_dim)));
+  }
+  return nmse(o, r);
+}
+
+// A short fingerprint of an output's bits (FNV-1a), printed beside its error: two builds whose
+// kernels should agree bit for bit print the same.
+unsigned bits_hash(const std::vector<float>& x) {
+  std::uint32_t h = 2166136261u;
+  for (const float f : x) {
+    std::uint32_t u;
+    std::memcpy(&u, &f, sizeof u);
+    for (int i = 0; i < 4; ++i) h = (h ^ ((u >> (8 * i)) & 0xffu)) * 16777619u;
+  }
+  return h;
+}
+
+// The sinks on the device (one unused element when there are none), and the launch's pointer.
+struct device_sinks {
+  guarded_array<float> d;
+  const float* ptr;
+  explicit device_sinks(const attn_setup& s)
+      : d(s.sinks.empty() ? std::vector<float>{0.f} : s.sinks), ptr(s.sinks.empty() ? nullptr : d.data()) {}
+  // The no-op options: sinks of -inf (exp gives exactly 0) beside a window past every context.
+  static std::vector<float> none(std::int64_t n_heads) { return std::vector<float>(std::size_t(n_heads), -INFINITY); }
 };
 
 // The setup's cache on the device, in its element type; the kernels only read it.
@@ -510,6 +562,7 @@ TEST_P(AttentionDecodeGpu, MatchesReferenceOnItsCache) {
 
         guarded_array<float> dq(s.q), dout(s.q.size());
         const device_cache dc(s, c);
+        const device_sinks ds(s);
         guarded_array<std::int32_t> dtables(s.flat_tables), dlens(lens);
         const std::size_t ws_bytes =
             attention_decode_workspace_bytes(std::int64_t(c.seqs.size()), s.n_heads, c.head_dim, s.max_context, split);
@@ -531,6 +584,8 @@ TEST_P(AttentionDecodeGpu, MatchesReferenceOnItsCache) {
                                   .n_seqs = std::int64_t(c.seqs.size()),
                                   .max_context = s.max_context,
                                   .scale = 1.f / std::sqrt(float(c.head_dim)),
+                                  .window = c.window,
+                                  .sinks = ds.ptr,
                                   .split = split,
                                   .yq = dyq.data(),
                                   .yq_scales = dyds.data(),
@@ -549,14 +604,33 @@ TEST_P(AttentionDecodeGpu, MatchesReferenceOnItsCache) {
         ANVIL_GPU_CHECK(launch_attention_decode(p, nullptr));
         ANVIL_GPU_CHECK(hipDeviceSynchronize());
         EXPECT_TRUE(dout.download() == out) << "two runs differ";
+        if (c.window == 0 && !c.sinks) {
+          // Options that change nothing (a window past every context, sinks of -inf) give the
+          // defaults' bits.
+          guarded_array<float> dnone(device_sinks::none(s.n_heads));
+          attention_decode_params noop = p;
+          noop.window = s.max_context;
+          noop.sinks = dnone.data();
+          dout.poison();
+          ANVIL_GPU_CHECK(launch_attention_decode(noop, nullptr));
+          ANVIL_GPU_CHECK(hipDeviceSynchronize());
+          EXPECT_TRUE(dout.download() == out) << "the no-op window and sinks change the output";
+          EXPECT_TRUE(dnone.guards_intact());
+        }
 
-        std::printf("  %-75s %s %s nmse=%.3g splits=%lld\n", c.str("decode").c_str(), std::string(kv_dtype_name(t)).c_str(),
-                    tensor_cores ? "tc" : "cc", err, static_cast<long long>(attention_decode_splits(s.max_context, split)));
+        const double sink_err = c.sinks ? head_nmse(out, s.ref, s.n_heads, c.head_dim, s.n_heads - 1) : 0.0;
+        std::printf("  %-75s %s %s nmse=%.3g splits=%lld bits=%08x", c.str("decode").c_str(),
+                    std::string(kv_dtype_name(t)).c_str(), tensor_cores ? "tc" : "cc", err,
+                    static_cast<long long>(attention_decode_splits(s.max_context, split)), bits_hash(out));
+        if (c.sinks) std::printf(" large-sink head nmse=%.3g", sink_err);
+        std::printf("\n");
         EXPECT_LT(err, 1e-9) << "nmse " << err;
+        EXPECT_LT(sink_err, 1e-9) << "the large-sink head's nmse " << sink_err;
         EXPECT_TRUE(dc.intact(s)) << "the cache is read only";
         for (auto* g : {&dq, &dout}) EXPECT_TRUE(g->guards_intact());
         EXPECT_TRUE(dtables.guards_intact() && dlens.guards_intact());
         EXPECT_TRUE(dws.guards_intact());
+        EXPECT_TRUE(ds.d.guards_intact() && ds.d.download() == (s.sinks.empty() ? std::vector<float>{0.f} : s.sinks));
       }
     }
   }
@@ -581,6 +655,30 @@ std::vector<attn_case> decode_cases() {
   return cases;
 }
 
+// gpt-oss's options: windows of 1, 7 and 128 (gpt-oss: 128 on every other layer) over contexts
+// shorter than the window, just around it and many splits longer (4097: the splits before the
+// window's first have no block, at every split length), with and without sinks; sinks alone.
+// head_dim 64 and group 8 are gpt-oss's.
+std::vector<attn_case> decode_window_cases() {
+  std::vector<attn_case> cases;
+  const std::vector<attn_seq_shape> batch = {{4096, 1}, {0, 1},    {5, 1},    {126, 1},  {127, 1},
+                                             {128, 1},  {299, 1},  {2047, 1}, {2048, 1}, {1000, 1}};
+  for (std::int64_t hd : {64, 128}) {
+    for (std::int64_t group : {1, 8}) {
+      for (std::int64_t window : {0, 1, 7, 128}) {
+        for (bool sinks : {false, true}) {
+          if (window > 0 || sinks) cases.push_back({hd, group == 1 ? 4 : 2, group, batch, window, sinks});
+        }
+      }
+    }
+  }
+  cases.push_back({128, 2, 7, {{300, 1}, {5000, 1}}, 128, true});  // a group that is not a power of two
+  cases.push_back({64, 1, 14, {{700, 1}, {3, 1}}, 7, true});       // two head chunks
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(WindowAndSinks, AttentionDecodeGpu, ::testing::ValuesIn(decode_window_cases()));
+
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionDecodeGpu, ::testing::ValuesIn(decode_cases()));
 
 // ---------------------------------------------------------------------------------------------
@@ -603,32 +701,63 @@ TEST_P(AttentionPrefillGpu, MatchesReferenceOnItsCache) {
       first += std::int32_t(sq.n_tokens);
     }
 
-    guarded_array<float> dq(s.q), dout(s.q.size());
-    const device_cache dc(s, c);
-    guarded_array<std::int32_t> dtables(s.flat_tables);
-    guarded_array<attention_prefill_seq> dseqs(seqs);
-    dout.poison();
+    // Both kernels where the tensor-core one runs: the CUDA-core one is what other devices run.
+    for (const bool cuda_cores : {false, true}) {
+      if (cuda_cores && !attention_prefill_tensor_cores()) continue;
+      const bool tensor_cores = !cuda_cores && attention_prefill_tensor_cores();
+      SCOPED_TRACE(tensor_cores ? "tensor cores" : "CUDA cores");
+      guarded_array<float> dq(s.q), dout(s.q.size());
+      const device_cache dc(s, c);
+      const device_sinks ds(s);
+      guarded_array<std::int32_t> dtables(s.flat_tables);
+      guarded_array<attention_prefill_seq> dseqs(seqs);
+      dout.poison();
 
-    attention_prefill_params p{.q = dq.data(),
-                               .out = dout.data(),
-                               .cache = dc.view,
-                               .n_heads = s.n_heads,
-                               .seqs = dseqs.data(),
-                               .n_seqs = std::int64_t(seqs.size()),
-                               .max_seq_tokens = s.max_tokens,
-                               .block_tables = dtables.data(),
-                               .block_table_stride = s.stride,
-                               .scale = 1.f / std::sqrt(float(c.head_dim))};
-    ANVIL_GPU_CHECK(launch_attention_prefill(p, nullptr));
-    ANVIL_GPU_CHECK(hipDeviceSynchronize());
-    const double err = nmse(dout.download(), s.ref);
-    std::printf("  %-75s %s nmse=%.3g\n", c.str("prefill").c_str(), std::string(kv_dtype_name(t)).c_str(), err);
-    // 8-bit rows are staged as halves of code x scale: one more f16 rounding than the f16 cache;
-    // on tensor cores q and the softmax weights are f16 too (nmse ~1e-7).
-    EXPECT_LT(err, kv_is_8bit(t) || attention_prefill_tensor_cores() ? 1e-6 : 1e-9) << "nmse " << err;
-    EXPECT_TRUE(dc.intact(s)) << "the cache is read only";
-    for (auto* g : {&dq, &dout}) EXPECT_TRUE(g->guards_intact());
-    EXPECT_TRUE(dtables.guards_intact() && dseqs.guards_intact());
+      attention_prefill_params p{.q = dq.data(),
+                                 .out = dout.data(),
+                                 .cache = dc.view,
+                                 .n_heads = s.n_heads,
+                                 .seqs = dseqs.data(),
+                                 .n_seqs = std::int64_t(seqs.size()),
+                                 .max_seq_tokens = s.max_tokens,
+                                 .block_tables = dtables.data(),
+                                 .block_table_stride = s.stride,
+                                 .scale = 1.f / std::sqrt(float(c.head_dim)),
+                                 .window = c.window,
+                                 .sinks = ds.ptr,
+                                 .cuda_cores_only = cuda_cores};
+      ANVIL_GPU_CHECK(launch_attention_prefill(p, nullptr));
+      ANVIL_GPU_CHECK(hipDeviceSynchronize());
+      const std::vector<float> out = dout.download();
+      const double err = nmse(out, s.ref);
+      if (c.window == 0 && !c.sinks) {
+        // Options that change nothing (a window past every position, sinks of -inf) give the
+        // defaults' bits.
+        guarded_array<float> dnone(device_sinks::none(s.n_heads));
+        attention_prefill_params noop = p;
+        noop.window = s.max_context;
+        noop.sinks = dnone.data();
+        dout.poison();
+        ANVIL_GPU_CHECK(launch_attention_prefill(noop, nullptr));
+        ANVIL_GPU_CHECK(hipDeviceSynchronize());
+        EXPECT_TRUE(dout.download() == out) << "the no-op window and sinks change the output";
+        EXPECT_TRUE(dnone.guards_intact());
+      }
+      const double sink_err = c.sinks ? head_nmse(out, s.ref, s.n_heads, c.head_dim, s.n_heads - 1) : 0.0;
+      std::printf("  %-75s %s %s nmse=%.3g bits=%08x", c.str("prefill").c_str(), std::string(kv_dtype_name(t)).c_str(),
+                  tensor_cores ? "tc" : "cc", err, bits_hash(out));
+      if (c.sinks) std::printf(" large-sink head nmse=%.3g", sink_err);
+      std::printf("\n");
+      // 8-bit rows are staged as halves of code x scale: one more f16 rounding than the f16 cache;
+      // on tensor cores q and the softmax weights are f16 too (nmse ~1e-7).
+      const double tolerance = kv_is_8bit(t) || tensor_cores ? 1e-6 : 1e-9;
+      EXPECT_LT(err, tolerance) << "nmse " << err;
+      EXPECT_LT(sink_err, tolerance) << "the large-sink head's nmse " << sink_err;
+      EXPECT_TRUE(dc.intact(s)) << "the cache is read only";
+      for (auto* g : {&dq, &dout}) EXPECT_TRUE(g->guards_intact());
+      EXPECT_TRUE(dtables.guards_intact() && dseqs.guards_intact());
+      EXPECT_TRUE(ds.d.guards_intact());
+    }
   }
 }
 
@@ -653,6 +782,28 @@ std::vector<attn_case> prefill_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionPrefillGpu, ::testing::ValuesIn(prefill_cases()));
 
+// gpt-oss's options: windows of 1, 7 and 128 over a prompt of 1001 tokens (its later row blocks
+// start their key loop far past 0), a chunk 3999 positions in, a prompt shorter than the window,
+// single tokens and odd chunks, with and without sinks; sinks alone.
+std::vector<attn_case> prefill_window_cases() {
+  std::vector<attn_case> cases;
+  const std::vector<attn_seq_shape> batch = {{0, 1001}, {3999, 98}, {0, 5}, {5, 1}, {256, 44}, {1000, 33}};
+  const std::vector<attn_seq_shape> whole = {{0, 300}, {3999, 98}, {5, 1}, {256, 44}};  // sinks alone: cheaper reference
+  for (std::int64_t hd : {64, 128}) {
+    for (std::int64_t group : {1, 8}) {
+      for (std::int64_t window : {0, 1, 7, 128}) {
+        for (bool sinks : {false, true}) {
+          if (window > 0 || sinks) cases.push_back({hd, group == 1 ? 4 : 2, group, window ? batch : whole, window, sinks});
+        }
+      }
+    }
+  }
+  cases.push_back({128, 2, 7, {{0, 45}, {123, 200}}, 128, true});  // a group that does not divide the tile
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(WindowAndSinks, AttentionPrefillGpu, ::testing::ValuesIn(prefill_window_cases()));
+
 TEST(AttentionGpuLaunch, RejectsBadShapesWithoutLaunching) {
   require_device();
   attention_decode_params d{.cache = {.n_blocks = 1, .block_size = 16, .n_kv_heads = 2, .head_dim = 96},  // unsupported
@@ -676,11 +827,18 @@ TEST(AttentionGpuLaunch, RejectsBadShapesWithoutLaunching) {
   std::int8_t yq[8];
   d.yq = yq;  // an 8-bit output without its scales
   EXPECT_EQ(launch_attention_decode(d, nullptr), hipErrorInvalidValue);
+  d.yq = nullptr;
+  d.window = -1;
+  EXPECT_EQ(launch_attention_decode(d, nullptr), hipErrorInvalidValue);
   const attention_prefill_params pf{.cache = {.n_blocks = 1, .block_size = 16, .n_kv_heads = 4, .head_dim = 64},
                                     .n_heads = 6,  // 6 heads over 4 kv heads
                                     .n_seqs = 1,
                                     .max_seq_tokens = 1};
   EXPECT_EQ(launch_attention_prefill(pf, nullptr), hipErrorInvalidValue);
+  attention_prefill_params negative_window = pf;
+  negative_window.n_heads = 8;
+  negative_window.window = -1;
+  EXPECT_EQ(launch_attention_prefill(negative_window, nullptr), hipErrorInvalidValue);
   const rope_kv_write_params r{.cache = {.n_kv_heads = 1, .head_dim = 64}, .n_tokens = 1, .n_heads = 1, .rot_dim = 65};
   EXPECT_EQ(launch_rope_kv_write(r, nullptr), hipErrorInvalidValue);
   const rope_kv_write_params no_angles{.cache = {.n_kv_heads = 1, .head_dim = 64}, .n_tokens = 1, .n_heads = 1, .rot_dim = 64};

@@ -144,7 +144,9 @@ TEST(RopeRef, RotatesThePairsEachStyleNames) {
   EXPECT_NEAR(scaled[2], 3 * std::cos(a1 / 2) - 4 * std::sin(a1 / 2), 1e-6);
 }
 
-TEST(AttentionRef, ReadsThePagedCacheThroughTheBlockTable) {
+// The paged attention of attention_ref, written out plainly: query t at position t over positions
+// (t - window, t] (all up to t for window 0), with an optional sink logit per head.
+void check_attention(std::int64_t window, const float* sinks) {
   // 2 kv heads, 4 query heads (GQA 2:1), blocks of 2 slots, a sequence of 5 positions stored in
   // blocks 3, 0, 2 (out of order on purpose).
   const std::int64_t kvh = 2, heads = 4, dim = 4, bs = 2, nblocks = 4, n = 5;
@@ -159,29 +161,46 @@ TEST(AttentionRef, ReadsThePagedCacheThroughTheBlockTable) {
 
   std::vector<float> out(q.size());
   const attention_seq seq{0, n, 0, table};
-  attention_ref(
-      {.q = q.data(), .out = out.data(), .n_heads = heads, .cache = cache, .scale = 0.5f, .seqs = std::span(&seq, 1)});
+  attention_ref({.q = q.data(),
+                 .out = out.data(),
+                 .n_heads = heads,
+                 .cache = cache,
+                 .scale = 0.5f,
+                 .seqs = std::span(&seq, 1),
+                 .window = window,
+                 .sinks = sinks});
   for (std::int64_t t = 0; t < n; ++t) {
     for (std::int64_t h = 0; h < heads; ++h) {
-      const std::int64_t g = h / 2;
-      std::vector<double> w(t + 1);
-      double mx = -INFINITY, sum = 0;
-      for (std::int64_t p = 0; p <= t; ++p) {
+      const std::int64_t g = h / 2, first = window ? std::max<std::int64_t>(0, t + 1 - window) : 0;
+      std::vector<double> w(t + 1, 0.0);
+      double sum = sinks ? std::exp(double(sinks[h])) : 0.0;
+      for (std::int64_t p = first; p <= t; ++p) {
         double d = 0;
         for (std::int64_t i = 0; i < dim; ++i) d += double(q[(t * heads + h) * dim + i]) * k[(p * kvh + g) * dim + i];
-        w[p] = 0.5 * d;
-        mx = std::max(mx, w[p]);
+        sum += w[p] = std::exp(0.5 * d);
       }
-      for (auto& x : w) sum += x = std::exp(x - mx);
       for (std::int64_t i = 0; i < dim; ++i) {
         double ref = 0;
-        for (std::int64_t p = 0; p <= t; ++p) ref += w[p] / sum * v[(p * kvh + g) * dim + i];
-        EXPECT_NEAR(out[(t * heads + h) * dim + i], ref, 1e-5) << "t=" << t << " h=" << h;
+        for (std::int64_t p = first; p <= t; ++p) ref += w[p] / sum * v[(p * kvh + g) * dim + i];
+        EXPECT_NEAR(out[(t * heads + h) * dim + i], ref, 1e-5) << "t=" << t << " h=" << h << " window=" << window;
       }
     }
   }
-  // The first position sees only itself: its output is its own v.
-  for (std::int64_t i = 0; i < dim; ++i) EXPECT_NEAR(out[i], v[i], 1e-6);
+}
+
+TEST(AttentionRef, ReadsThePagedCacheThroughTheBlockTable) {
+  check_attention(0, nullptr);
+}
+
+TEST(AttentionRef, SlidingWindowReadsOnlyTheLastPositions) {
+  check_attention(2, nullptr);
+  check_attention(1, nullptr);  // each query sees itself only
+}
+
+TEST(AttentionRef, SinksTakeTheirShareOfTheSoftmax) {
+  const float sinks[] = {0.5f, -1.f, 3.f, 0.f};
+  check_attention(0, sinks);
+  check_attention(3, sinks);
 }
 
 TEST(SwigluRef, IsSiluOfTheGateTimesUp) {
@@ -191,6 +210,17 @@ TEST(SwigluRef, IsSiluOfTheGateTimesUp) {
   EXPECT_FLOAT_EQ(y[0], 0.f);
   EXPECT_NEAR(y[1], 1.f / (1.f + std::exp(-1.f)) * 2.f, 1e-6);
   EXPECT_NEAR(y[2], -2.f / (1.f + std::exp(2.f)) * 3.f, 1e-6);
+}
+
+TEST(SwigluRef, ClampedVariantClampsGateAndUp) {
+  // gpt-oss: g = min(gate, 7), u = clamp(up, -7, 7), out = g * sigmoid(1.702 g) * (u + 1).
+  const std::vector<float> g = {0.5f, 9.f, -3.f}, u = {2.f, -10.f, 8.f};
+  std::vector<float> y(3);
+  swiglu_ref({.gate = g.data(), .up = u.data(), .out = y.data(), .n = 3, .limit = 7.f, .alpha = 1.702f});
+  const auto sig = [](float x) { return 1.f / (1.f + std::exp(-x)); };
+  EXPECT_NEAR(y[0], 0.5f * sig(1.702f * 0.5f) * 3.f, 1e-6);
+  EXPECT_NEAR(y[1], 7.f * sig(1.702f * 7.f) * -6.f, 1e-5);
+  EXPECT_NEAR(y[2], -3.f * sig(1.702f * -3.f) * 8.f, 1e-6);
 }
 
 TEST(EmbeddingRef, GathersRowsAndRejectsIdsOutsideTheVocabulary) {

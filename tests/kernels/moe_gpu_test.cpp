@@ -153,21 +153,38 @@ TEST(MoeRouteGpu, RefusesOutOfRangeShapes) {
 
 TEST(MoeRouterGpu, IsTheF32MatmulOfTheRouter) {
   require_device();
+  // Steps of up to 8 tokens take the split kernel, longer ones the other; odd token counts add a
+  // bias per expert (gpt-oss), even ones none.
   for (const auto& [tokens, n_expert, in] : {std::tuple{1, 128, 2048}, std::tuple{5, 8, 64}, std::tuple{37, 60, 512},
                                              std::tuple{300, 128, 256}}) {
     SCOPED_TRACE("tokens " + std::to_string(tokens) + ", experts " + std::to_string(n_expert) + ", in " + std::to_string(in));
     std::mt19937 rng(unsigned(tokens + n_expert + in));
     const host_weight w(ggml_type::F32, n_expert, in, rng);
     const std::vector<float> x = random_vector(std::size_t(tokens * in), rng);
+    const bool biased = tokens % 2 == 1;
+    const std::vector<float> bias = random_vector(std::size_t(n_expert), rng, -2.f, 2.f);
     std::vector<float> ref(std::size_t(tokens * n_expert));
-    matmul_ref({.w = w.bytes.data(), .w_type = ggml_type::F32, .in = in, .out = n_expert, .x = x.data(), .y = ref.data(), .n_tokens = tokens});
-    guarded_array<float> dw(w.values), dx(x), out(ref.size());
+    matmul_ref({.w = w.bytes.data(),
+                .w_type = ggml_type::F32,
+                .in = in,
+                .out = n_expert,
+                .bias = biased ? bias.data() : nullptr,
+                .x = x.data(),
+                .y = ref.data(),
+                .n_tokens = tokens});
+    guarded_array<float> dw(w.values), dx(x), db(bias), out(ref.size());
     out.poison();
-    ANVIL_GPU_CHECK(launch_moe_router(
-        {.w = dw.data(), .x = dx.data(), .logits = out.data(), .in = in, .n_expert = n_expert, .n_tokens = tokens}, nullptr));
+    ANVIL_GPU_CHECK(launch_moe_router({.w = dw.data(),
+                                       .x = dx.data(),
+                                       .logits = out.data(),
+                                       .in = in,
+                                       .n_expert = n_expert,
+                                       .n_tokens = tokens,
+                                       .bias = biased ? db.data() : nullptr},
+                                      nullptr));
     ANVIL_GPU_CHECK(hipDeviceSynchronize());
     EXPECT_TRUE(out.guards_intact());
-    EXPECT_LE(max_scaled_error(out.download(), ref, w, x, nullptr, tokens), 1e-5);
+    EXPECT_LE(max_scaled_error(out.download(), ref, w, x, biased ? bias.data() : nullptr, tokens), 1e-5);
   }
 }
 
@@ -271,9 +288,11 @@ TEST_P(MoeMatmulGpu, EachPairIsItsExpertsMatmulOfItsRow) {
         EXPECT_LE(max_scaled_error(mine, ref, hw, xt, nullptr, 1), 1e-5) << "pair " << pr;
       }
     }
-    // The down projection's form: one row per pair (x_div 1), one matrix.
+    // The down projection's form: one row per pair (x_div 1), one matrix, with a bias per expert
+    // (gpt-oss; [n_expert, out]).
     const std::vector<float> xp = random_vector(std::size_t(pairs * c.in), rng);
-    guarded_array<float> dxp(xp), yd(std::size_t(pairs * c.out));
+    const std::vector<float> bias = random_vector(std::size_t(c.n_expert * c.out), rng, -1.f, 1.f);
+    guarded_array<float> dxp(xp), yd(std::size_t(pairs * c.out)), dbias(bias);
     yd.poison();
     moe_matmul_params d = p;
     d.w[1] = nullptr;
@@ -282,17 +301,26 @@ TEST_P(MoeMatmulGpu, EachPairIsItsExpertsMatmulOfItsRow) {
     d.x = dxp.data();
     d.x_div = 1;
     d.y[0] = yd.data();
+    d.bias[0] = dbias.data();
     ANVIL_GPU_CHECK(launch_moe_matmul(d, nullptr));
     ANVIL_GPU_CHECK(hipDeviceSynchronize());
     EXPECT_TRUE(yd.guards_intact());
     const std::vector<float> got_d = yd.download();
     for (std::int64_t pr = 0; pr < pairs; ++pr) {
-      const host_weight& hw = gate[std::size_t(r.ids[std::size_t(pr)])];
+      const std::int64_t e = r.ids[std::size_t(pr)];
+      const host_weight& hw = gate[std::size_t(e)];
       const std::vector<float> xr(xp.begin() + pr * c.in, xp.begin() + (pr + 1) * c.in);
       std::vector<float> ref(std::size_t(c.out));
-      matmul_ref({.w = hw.bytes.data(), .w_type = type, .in = c.in, .out = c.out, .x = xr.data(), .y = ref.data(), .n_tokens = 1});
+      matmul_ref({.w = hw.bytes.data(),
+                  .w_type = type,
+                  .in = c.in,
+                  .out = c.out,
+                  .bias = bias.data() + e * c.out,
+                  .x = xr.data(),
+                  .y = ref.data(),
+                  .n_tokens = 1});
       const std::vector<float> mine(got_d.begin() + pr * c.out, got_d.begin() + (pr + 1) * c.out);
-      EXPECT_LE(max_scaled_error(mine, ref, hw, xr, nullptr, 1), 1e-5) << "pair " << pr;
+      EXPECT_LE(max_scaled_error(mine, ref, hw, xr, bias.data() + e * c.out, 1), 1e-5) << "pair " << pr;
     }
     if (!moe_matmul_int8(type)) continue;
     // The integer path: the same launches on 8-bit rows, against matmul_ref of the rounded rows
@@ -316,11 +344,21 @@ TEST_P(MoeMatmulGpu, EachPairIsItsExpertsMatmulOfItsRow) {
       const std::int64_t t = pr / c.k;
       const std::vector<float> xt(x8.rounded.begin() + t * c.in, x8.rounded.begin() + (t + 1) * c.in);
       const std::vector<float> xr(xp8.rounded.begin() + pr * c.in, xp8.rounded.begin() + (pr + 1) * c.in);
-      for (const auto& [hw, xv, got] : {std::tuple{&gate[e], &xt, &ig}, std::tuple{&up[e], &xt, &iu}, std::tuple{&gate[e], &xr, &id}}) {
+      const float* down_bias = bias.data() + std::int64_t(e) * c.out;
+      for (const auto& [hw, xv, got, b] : {std::tuple{&gate[e], &xt, &ig, (const float*)nullptr},
+                                           std::tuple{&up[e], &xt, &iu, (const float*)nullptr},
+                                           std::tuple{&gate[e], &xr, &id, down_bias}}) {
         std::vector<float> ref(std::size_t(c.out));
-        matmul_ref({.w = hw->bytes.data(), .w_type = type, .in = c.in, .out = c.out, .x = xv->data(), .y = ref.data(), .n_tokens = 1});
+        matmul_ref({.w = hw->bytes.data(),
+                    .w_type = type,
+                    .in = c.in,
+                    .out = c.out,
+                    .bias = b,
+                    .x = xv->data(),
+                    .y = ref.data(),
+                    .n_tokens = 1});
         const std::vector<float> mine(got->begin() + pr * c.out, got->begin() + (pr + 1) * c.out);
-        EXPECT_LE(max_scaled_error(mine, ref, *hw, *xv, nullptr, 1), 1e-5) << "integer path, pair " << pr;
+        EXPECT_LE(max_scaled_error(mine, ref, *hw, *xv, b, 1), 1e-5) << "integer path, pair " << pr;
       }
     }
   }

@@ -207,10 +207,11 @@ struct swiglu_case {
   bool fused;     // gate and up are the halves of one [rows, 2 * cols] buffer
   bool in_place;  // out aliases gate
   std::int64_t skew;
+  float limit = 0.f;  // > 0: gpt-oss's clamped variant (alpha 1.702); the inputs span [-8, 8]
   std::string str() const {
     std::ostringstream s;
     s << "swiglu(rows=" << rows << ", cols=" << cols << ", fused=" << fused << ", in_place=" << in_place
-      << ", skew=" << skew << ")";
+      << ", skew=" << skew << ", limit=" << limit << ")";
     return s.str();
   }
 };
@@ -236,7 +237,9 @@ TEST_P(SwigluGpu, MatchesCpuReference) {
                    .cols = c.cols,
                    .gate_stride = in_stride,
                    .up_stride = in_stride,
-                   .out_stride = c.cols});
+                   .out_stride = c.cols,
+                   .limit = c.limit,
+                   .alpha = 1.702f});
 
   guarded_array<float> din(in), dout(n_out);
   dout.poison();
@@ -247,7 +250,9 @@ TEST_P(SwigluGpu, MatchesCpuReference) {
                        .cols = c.cols,
                        .gate_stride = in_stride,
                        .up_stride = in_stride,
-                       .out_stride = c.cols};
+                       .out_stride = c.cols,
+                       .limit = c.limit,
+                       .alpha = 1.702f};
   if (c.in_place) {
     p.out = din.data() + c.skew;
     p.out_stride = in_stride;
@@ -321,7 +326,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, SwigluGpu,
                          ::testing::Values(swiglu_case{1, 1, false, false, 0}, swiglu_case{7, 4864, true, false, 0},
                                            swiglu_case{7, 4864, false, false, 0}, swiglu_case{3, 14336, true, true, 0},
                                            swiglu_case{5, 1001, true, false, 0}, swiglu_case{4, 896, false, false, 3},
-                                           swiglu_case{70000, 8, false, true, 0}));
+                                           swiglu_case{70000, 8, false, true, 0},
+                                           swiglu_case{7, 2880, false, false, 0, 7.f},
+                                           swiglu_case{5, 1001, true, false, 0, 7.f}));
 
 INSTANTIATE_TEST_SUITE_P(Shapes, SwigluX8Gpu,
                          ::testing::Values(swiglu_case{7, 4864, true, false, 0}, swiglu_case{7, 4864, false, false, 0},

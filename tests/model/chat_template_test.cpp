@@ -222,4 +222,26 @@ TEST(ChatTemplate, MessagesToolsAndKeywordsReachTheTemplate) {
   EXPECT_THROW(t.render(chat_inputs{.messages = ms, .tools_json = "[oops"}), model_error);
 }
 
+TEST(ChatTemplate, GptOssTakesToolCallsBackAsOpenAiClientsSendThem) {
+  // An assistant tool-call message with null content (what anvil returns and clients send back)
+  // and its reasoning; a second one with a preamble and reasoning both. gpt-oss's own template
+  // fails on the first (null is not a string) and raises on the second.
+  const chat_template t(read_data("gpt-oss.jinja"), "<|startoftext|>", "<|return|>");
+  const std::string call = R"([{"id":"c1","type":"function","function":{"name":"get_weather","arguments":{"city":"Paris"}}}])";
+  const std::vector<chat_message> ms = {
+      {.role = "user", .content = "Weather in Paris?"},
+      {.role = "assistant", .content = "", .content_is_null = true, .tool_calls_json = call,
+       .reasoning_content = "Need the weather tool."},
+      {.role = "tool", .content = "sunny", .tool_call_id = "c1"},
+      {.role = "assistant", .content = "Checking again.", .tool_calls_json = call, .reasoning_content = "Once more."},
+      {.role = "tool", .content = "still sunny", .tool_call_id = "c1"}};
+  const std::string out = t.render(chat_inputs{
+      .messages = ms,
+      .tools_json = R"([{"type":"function","function":{"name":"get_weather","description":"Weather","parameters":{"type":"object"}}}])"});
+  EXPECT_THAT(out, HasSubstr("<|start|>assistant<|channel|>analysis<|message|>Need the weather tool.<|end|>"
+                             "<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>"));
+  EXPECT_THAT(out, HasSubstr("<|channel|>analysis<|message|>Once more.<|end|>"));
+  EXPECT_THAT(out, ::testing::Not(HasSubstr("Checking again.")));
+}
+
 }  // namespace

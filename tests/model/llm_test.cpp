@@ -42,7 +42,8 @@ void put_llama_hparams(gguf_writer& w, const std::string& arch) {
 }
 
 TEST(LoadLlm, ReadsTheHyperParametersOfEachShape) {
-  for (const char* name : {"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-qwen2moe", "tiny-qwen3moe", "tiny-mixtral"}) {
+  for (const char* name :
+       {"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-qwen2moe", "tiny-qwen3moe", "tiny-mixtral", "tiny-gpt-oss"}) {
     const synth_shape& s = *find_synth_shape(name);
     const llm m = load_llm(gguf_file::open(synth_fixture(name, synth_mix::f32)));
     EXPECT_EQ(m.hp.arch_name, std::string(arch_name(s.architecture))) << name;
@@ -55,7 +56,13 @@ TEST(LoadLlm, ReadsTheHyperParametersOfEachShape) {
     EXPECT_EQ(m.hp.n_ff, s.n_ff);
     EXPECT_EQ(m.hp.tied_output, s.tied_output);
     EXPECT_FLOAT_EQ(m.hp.rope_base, s.rope_base);
-    EXPECT_EQ(m.hp.qkv_bias, s.architecture == arch::qwen2 || s.architecture == arch::qwen2moe);
+    const bool gpt_oss = s.architecture == arch::gpt_oss;
+    EXPECT_EQ(m.hp.qkv_bias, s.architecture == arch::qwen2 || s.architecture == arch::qwen2moe || gpt_oss);
+    EXPECT_EQ(m.hp.o_bias, gpt_oss);
+    EXPECT_EQ(m.hp.attn_sinks, gpt_oss);
+    EXPECT_EQ(m.hp.sliding_window, s.sliding_window);
+    EXPECT_EQ(m.layers[0].sinks.size(), std::size_t(gpt_oss ? s.n_head : 0));
+    EXPECT_EQ(m.layers[0].bo.size(), std::size_t(gpt_oss ? s.n_embd : 0));
     EXPECT_EQ(m.hp.qk_norm, s.architecture == arch::qwen3 || s.architecture == arch::qwen3moe);
     EXPECT_EQ(m.hp.rope, s.architecture == arch::llama ? anvil::kernels::rope_style::normal : anvil::kernels::rope_style::neox);
     ASSERT_EQ(m.layers.size(), std::size_t(s.n_layer));
@@ -74,6 +81,9 @@ TEST(LoadLlm, ReadsTheHyperParametersOfEachShape) {
       EXPECT_EQ(l.gate_shexp.data != nullptr, s.n_ff_shexp > 0) << name;
       EXPECT_EQ(l.shexp_gate.size(), std::size_t(s.n_ff_shexp > 0 ? s.n_embd : 0)) << name;
       EXPECT_EQ(m.hp.expert_weights_norm, s.architecture != arch::qwen2moe) << name;
+      EXPECT_EQ(l.router_b.size(), std::size_t(gpt_oss ? s.n_expert : 0)) << name;
+      EXPECT_EQ(l.gate_exps_b.size(), std::size_t(gpt_oss ? s.n_expert * s.n_ff_exp : 0)) << name;
+      EXPECT_EQ(l.down_exps_b.size(), std::size_t(gpt_oss ? s.n_expert * s.n_embd : 0)) << name;
       // Expert e's matrix is the e-th slice of the stacked tensor.
       EXPECT_EQ(l.up_exps.at(3).data, l.up_exps.data + 3 * l.up_exps.stride);
       EXPECT_EQ(l.up_exps.stride * std::size_t(s.n_expert), *row_bytes(l.up_exps.type, s.n_embd) * std::size_t(s.n_ff_exp * s.n_expert));
@@ -84,10 +94,33 @@ TEST(LoadLlm, ReadsTheHyperParametersOfEachShape) {
       for (const stacked_weight* w : {&l.gate_exps, &l.up_exps, &l.down_exps}) {
         skipped += w->stride * std::size_t(w->count - m.hp.n_expert_used);
       }
+      if (gpt_oss) skipped += std::size_t((2 * s.n_ff_exp + s.n_embd) * (s.n_expert - s.n_expert_used)) * sizeof(float);
     }
     EXPECT_EQ(m.token_weight_bytes(), m.weight_bytes() - skipped) << name;
     EXPECT_EQ(skipped > 0, s.n_expert > s.n_expert_used) << name;
   }
+}
+
+TEST(LoadLlm, GptOssLayersAlternateWindowsAndTakeYarn) {
+  const synth_shape& s = *find_synth_shape("tiny-gpt-oss");
+  const llm m = load_llm(gguf_file::open(synth_fixture("tiny-gpt-oss", synth_mix::f32)));
+  EXPECT_EQ(m.hp.arch_name, "gpt-oss");
+  // Sliding window on the even layers, full attention on the odd ones (HF's layer_types).
+  EXPECT_EQ(m.hp.layer_window(0), s.sliding_window);
+  EXPECT_EQ(m.hp.layer_window(1), 0);
+  EXPECT_FLOAT_EQ(m.hp.swiglu_limit, 7.f);
+  EXPECT_FLOAT_EQ(m.hp.swiglu_alpha, 1.702f);
+  // YaRN: factor 32 over 128 positions, base 150000, 32 pairs. HF's ramp without rounding runs from
+  // pair low = 64 ln(128 / (32 * 2 pi)) / (2 ln 150000) < 0 (so 0) to high = 64 ln(128 / (2 pi)) /
+  // (2 ln 150000) = 8.09: pairs from 9 on are interpolated (factor 32), pair 0 extrapolated (1).
+  ASSERT_EQ(m.rope_freqs.size(), std::size_t(s.head_dim / 2));
+  const double high = 64 * std::log(128 / (2 * M_PI)) / (2 * std::log(150000.0));
+  EXPECT_FLOAT_EQ(m.rope_freqs[0], 1.f);
+  EXPECT_NEAR(m.rope_freqs[4], 1 / (4 / high / 32 + (1 - 4 / high)), 1e-5);
+  EXPECT_FLOAT_EQ(m.rope_freqs[9], 32.f);
+  EXPECT_FLOAT_EQ(m.rope_freqs[31], 32.f);
+  const float mscale = 0.1f * std::log(32.f) + 1;
+  EXPECT_NEAR(m.hp.attention_scale(), mscale * mscale / 8, 1e-6);
 }
 
 void put_expert_counts(gguf_writer& w, const std::string& arch, std::uint32_t count, std::uint32_t used) {
@@ -172,8 +205,15 @@ TEST(LoadLlm, RefusesInconsistentHeads) {
   EXPECT_NE(load_error(w).find("not a multiple of head_count_kv"), std::string::npos);
   gguf_writer y;
   put_llama_hparams(y, "llama");
-  y.set_string("llama.rope.scaling.type", "yarn");
-  EXPECT_NE(load_error(y).find("rope scaling 'yarn' is not supported"), std::string::npos);
+  y.set_string("llama.rope.scaling.type", "longrope");
+  EXPECT_NE(load_error(y).find("rope scaling 'longrope' is not supported"), std::string::npos) << load_error(y);
+  gguf_writer yarn;
+  put_llama_hparams(yarn, "llama");
+  yarn.set_string("llama.rope.scaling.type", "yarn");
+  EXPECT_NE(load_error(yarn).find("rope.scaling.factor must be at least 1 for YaRN"), std::string::npos) << load_error(yarn);
+  yarn.set_f32("llama.rope.scaling.factor", 4.f);
+  EXPECT_NE(load_error(yarn).find("missing metadata 'llama.rope.scaling.original_context_length'"), std::string::npos)
+      << load_error(yarn);
 }
 
 // Runs one sequence through the forward pass in chunks; returns logits for every position.
@@ -206,9 +246,10 @@ std::vector<std::int32_t> some_tokens(std::size_t n, std::int32_t seed) {
 }
 
 TEST(CpuForward, LogitsAreFiniteAndVariedForEveryShapeAndMix) {
-  for (const char* shape : {"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-qwen2moe", "tiny-qwen3moe", "tiny-mixtral"}) {
+  for (const char* shape :
+       {"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-qwen2moe", "tiny-qwen3moe", "tiny-mixtral", "tiny-gpt-oss"}) {
     for (synth_mix mix : {synth_mix::f32, synth_mix::f16, synth_mix::bf16, synth_mix::q8_0, synth_mix::q4_0,
-                          synth_mix::q6_k, synth_mix::q4_k_m, synth_mix::iq4_xs}) {
+                          synth_mix::q6_k, synth_mix::q4_k_m, synth_mix::iq4_xs, synth_mix::mxfp4}) {
       const llm m = load_llm(gguf_file::open(synth_fixture(shape, mix)));
       kv_cache_storage cache(m.hp, 4, 16);
       const std::vector<std::int32_t> table = {0, 1, 2, 3};
@@ -228,7 +269,9 @@ TEST(CpuForward, LogitsAreFiniteAndVariedForEveryShapeAndMix) {
 }
 
 TEST(CpuForward, ChunkedPrefillAndDecodeMatchOneShotPrefill) {
-  for (const char* shape : {"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-qwen2moe", "tiny-qwen3moe", "tiny-mixtral"}) {
+  // tiny-gpt-oss: 37 tokens pass its window of 16 on layer 0, with sinks on both layers.
+  for (const char* shape :
+       {"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-qwen2moe", "tiny-qwen3moe", "tiny-mixtral", "tiny-gpt-oss"}) {
     const llm m = load_llm(gguf_file::open(synth_fixture(shape, synth_mix::f32)));
     const auto tokens = some_tokens(37, 2);
     const std::vector<std::int32_t> table = {0, 1, 2, 3, 4};

@@ -367,4 +367,71 @@ TEST(HttpTools, MistralToolCallsComeBackAndTheirIdsGoBack) {
   }
 }
 
+// gpt-oss's harmony output: its markers are control tokens, shown to the parser only. The
+// analysis channel comes back as reasoning_content, the final channel as content and a message to
+// functions.NAME as a tool call (whole and streamed); a call sent back reaches the template with
+// its reasoning, which gpt-oss's template reads as `thinking`. In a script a token appears once,
+// so after the first message the markers come as text in tokens of their own.
+TEST(HttpTools, HarmonyChannelsComeBackAsReasoningContentAndToolCalls) {
+  const std::set<std::string> control = {"<|channel|>", "<|message|>", "<|end|>", "<|start|>", "<|constrain|>"};
+  const auto gpt_oss = [&](const char* name, std::vector<std::string> pieces) {
+    engine_config c = scripted(name, "gpt-oss.jinja", pieces, control, 't');  // the prompt ends "<|start|>assistant"
+    c.max_model_len = 4096;  // the system and developer messages are long in bytes
+    return c;
+  };
+  server s(gpt_oss("gpt-oss-call", {"<|channel|>", "analysis", "<|message|>", "Need the weather.", "<|end|>", "<|start|>",
+                                    "assistant to=functions.get_weather", "<|channel|>commentary ", "<|constrain|>",
+                                    "json<|message|>", "{\"city\": \"Paris\"}"}));
+  const reply r = s.post("/v1/chat/completions", ask(weather_tools()));
+  ASSERT_EQ(r.status, 200u) << r.body;
+  const json::object& choice = r.json().at("choices").at(0).as_object();
+  EXPECT_EQ(choice.at("finish_reason").as_string(), "tool_calls") << r.body;
+  const json::object& msg = choice.at("message").as_object();
+  EXPECT_EQ(msg.at("reasoning_content"), "Need the weather.") << r.body;
+  EXPECT_TRUE(msg.at("content").is_null()) << r.body;
+  ASSERT_TRUE(msg.contains("tool_calls")) << r.body;
+  ASSERT_EQ(msg.at("tool_calls").as_array().size(), 1u) << r.body;
+  const json::object& call = msg.at("tool_calls").at(0).as_object();
+  EXPECT_EQ(call.at("function").at("name").as_string(), "get_weather");
+  EXPECT_EQ(json::parse(call.at("function").at("arguments").as_string()), json::parse(R"({"city": "Paris"})"));
+
+  json::object req = ask(weather_tools());
+  req["stream"] = true;
+  const chat_stream st = streamed_chat(sse_data(s.post("/v1/chat/completions", req).body));
+  EXPECT_EQ(st.reasoning, "Need the weather.");
+  EXPECT_EQ(st.content, "");
+  EXPECT_EQ(st.finish, "tool_calls");
+  ASSERT_EQ(st.tool_calls.size(), 1u);
+  EXPECT_EQ(st.tool_calls[0].at("function").at("name").as_string(), "get_weather");
+
+  // The call goes back with its reasoning: the template writes it as the analysis message before it.
+  json::array history = ask({}).at("messages").as_array();
+  history.push_back(json::object{{"role", "assistant"}, {"content", ""}, {"reasoning_content", "Need the weather."},
+                                 {"tool_calls", json::array{call}}});
+  history.push_back(json::object{{"role", "tool"}, {"tool_call_id", call.at("id")}, {"content", "{\"temp\": 21}"}});
+  const reply t = s.post("/tokenize", json::object{{"messages", history}, {"tools", weather_tools()}});
+  ASSERT_EQ(t.status, 200u) << t.body;
+  std::vector<std::int32_t> ids;
+  for (const json::value& v : t.json().at("tokens").as_array()) ids.push_back(std::int32_t(v.as_int64()));
+  const std::string prompt = s.eng->tokenizer().decode(ids);
+  EXPECT_NE(prompt.find("<|start|>assistant<|channel|>analysis<|message|>Need the weather.<|end|>"
+                        "<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>"),
+            std::string::npos)
+      << prompt;
+
+  // An answer: reasoning apart from the content, whole and streamed.
+  server a(gpt_oss("gpt-oss-answer", {"<|channel|>", "analysis", "<|message|>", "The user greets me.", "<|end|>", "<|start|>",
+                                      "assistant<|channel|>final<|message|>", "Hello!"}));
+  const reply ar = a.post("/v1/chat/completions", ask(weather_tools()));
+  ASSERT_EQ(ar.status, 200u) << ar.body;
+  const json::object& answer = ar.json().at("choices").at(0).as_object();
+  EXPECT_EQ(answer.at("finish_reason").as_string(), "stop");
+  EXPECT_EQ(answer.at("message").at("reasoning_content"), "The user greets me.") << ar.body;
+  EXPECT_EQ(answer.at("message").at("content"), "Hello!") << ar.body;
+  const chat_stream ast = streamed_chat(sse_data(a.post("/v1/chat/completions", req).body));
+  EXPECT_EQ(ast.reasoning, "The user greets me.");
+  EXPECT_EQ(ast.content, "Hello!");
+  EXPECT_EQ(ast.finish, "stop");
+}
+
 }  // namespace

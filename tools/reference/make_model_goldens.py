@@ -1,6 +1,7 @@
 """Reference logits for anvil's CPU forward pass (run on the GPU machine: PyTorch + transformers).
 
-For each architecture (llama, qwen2, qwen3, qwen2moe, qwen3moe, and mixtral: llama with experts) it builds a small random-init HF model, writes it to
+For each architecture (llama, qwen2, qwen3, qwen2moe, qwen3moe, mixtral: llama with experts, and
+gpt-oss) it builds a small random-init HF model, writes it to
 GGUF the way llama.cpp's converter does (Q/K rows permuted for `llama`, so its interleaved RoPE
 equals HF's rotate_half), runs it in float32 on the CPU and stores, next to the GGUF:
   - the logits of every position of two prompts (run separately, so positions start at 0);
@@ -43,9 +44,19 @@ CONFIGS = {
     "mixtral": (transformers.MixtralConfig, transformers.MixtralForCausalLM,
                 dict(COMMON, rope_theta=1000000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
                      num_local_experts=4, num_experts_per_tok=2, sliding_window=None)),
+    # gpt-oss: a window of 8 on layer 0 (the first prompt is 23 tokens), full attention on layer 1,
+    # YaRN over an original context of 64, sinks, biases, the clamped SwiGLU; head_dim 32 x 4 heads
+    # is wider than the hidden size, as in the real model.
+    "gpt-oss": (getattr(transformers, "GptOssConfig", None), getattr(transformers, "GptOssForCausalLM", None),
+                dict(COMMON, intermediate_size=48, rope_theta=150000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                     head_dim=32, num_local_experts=8, num_experts_per_tok=2, sliding_window=8,
+                     layer_types=["sliding_attention", "full_attention"], attention_bias=True,
+                     rope_scaling=dict(rope_type="yarn", factor=32.0, beta_fast=32.0, beta_slow=1.0, truncate=False,
+                                       original_max_position_embeddings=64))),
 }
-SEEDS = {"llama": 1, "qwen2": 2, "qwen3": 3, "qwen3moe": 4, "mixtral": 5, "qwen2moe": 6}
+SEEDS = {"llama": 1, "qwen2": 2, "qwen3": 3, "qwen3moe": 4, "mixtral": 5, "qwen2moe": 6, "gpt-oss": 7}
 GGUF_ARCH = {"mixtral": "llama"}  # Mixtral files say llama, with llama.expert_count
+GPT_OSS_YARN = dict(factor=32.0, original=64, beta_fast=32.0, beta_slow=1.0)
 
 
 def byte_tokens():
@@ -64,9 +75,80 @@ def rope_theta_of(cfg):
     # transformers 5 keeps it in rope_parameters; older versions in rope_theta.
     params = getattr(cfg, "rope_parameters", None)
     if params and "rope_theta" in params:
-        assert params.get("rope_type", "default") == "default", params
+        assert params.get("rope_type", "default") in ("default", "yarn"), params
         return float(params["rope_theta"])
     return float(cfg.rope_theta)
+
+
+def yarn_inv_freq(base, dim, y):
+    """HF's _compute_yarn_parameters with truncate=False (gpt-oss), as anvil computes it."""
+    def corr(rot):
+        return dim * np.log(y["original"] / (rot * 2 * np.pi)) / (2 * np.log(base))
+    low, high = max(corr(y["beta_fast"]), 0), min(corr(y["beta_slow"]), dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0, 1)
+    extrap = 1.0 / base ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
+    return extrap * (ramp / y["factor"] + (1 - ramp)), 0.1 * np.log(y["factor"]) + 1
+
+
+def ensure_yarn(cfg):
+    """transformers 5 keeps rope settings in rope_parameters (with rope_theta) and may not carry an
+    old-style rope_scaling over: set YaRN there too, before the model builds its rotary table."""
+    params = getattr(cfg, "rope_parameters", None)
+    if isinstance(params, dict) and params.get("rope_type") != "yarn":
+        params.update(rope_type="yarn", factor=GPT_OSS_YARN["factor"], beta_fast=GPT_OSS_YARN["beta_fast"],
+                      beta_slow=GPT_OSS_YARN["beta_slow"], truncate=False,
+                      original_max_position_embeddings=GPT_OSS_YARN["original"])
+
+
+def check_gpt_oss_rope(model, cfg, head_dim):
+    """The model's rotary table must be the YaRN anvil implements (HF's config handling has
+    changed across versions: a silently different rope would make a golden anvil cannot match)."""
+    rot = model.model.rotary_emb
+    want, mscale = yarn_inv_freq(rope_theta_of(cfg), head_dim, GPT_OSS_YARN)
+    got = rot.inv_freq.double().numpy()
+    assert np.allclose(got, want, rtol=1e-6), (got, want)
+    assert abs(float(rot.attention_scaling) - mscale) < 1e-6, (rot.attention_scaling, mscale)
+
+
+def gpt_oss_experts(sd, p, cfg, mlp):
+    """A gpt-oss layer's router (weight, bias) and experts' gate, up [E, ff, hidden], down [E,
+    hidden, ff] and biases, from GptOssExperts' fused gate_up_proj (gate and up interleaved along
+    the output, HF's layout; concatenated is tried too), checked against the module's own forward."""
+    n, ff, hidden = cfg.num_local_experts, cfg.intermediate_size, cfg.hidden_size
+    q = p + "mlp."
+    gate_up, gate_up_b = sd[q + "experts.gate_up_proj"], sd[q + "experts.gate_up_proj_bias"]
+    down, down_b = sd[q + "experts.down_proj"], sd[q + "experts.down_proj_bias"]
+    if gate_up.shape == (n, hidden, 2 * ff):
+        gate_up = gate_up.transpose(0, 2, 1)
+    if down.shape == (n, ff, hidden):
+        down = down.transpose(0, 2, 1)
+    assert gate_up.shape == (n, 2 * ff, hidden) and down.shape == (n, hidden, ff), (gate_up.shape, down.shape)
+    router_w, router_b = sd[q + "router.weight"], sd[q + "router.bias"]
+    x = np.random.default_rng(0).standard_normal((5, hidden)).astype(np.float32)
+    with torch.no_grad():
+        got = mlp(torch.tensor(x)[None])
+        got = (got[0] if isinstance(got, tuple) else got).reshape(5, hidden).double().numpy()
+    for split in ("interleaved", "halves"):
+        if split == "interleaved":
+            gate, up, gb, ub = gate_up[:, 0::2], gate_up[:, 1::2], gate_up_b[:, 0::2], gate_up_b[:, 1::2]
+        else:
+            gate, up, gb, ub = gate_up[:, :ff], gate_up[:, ff:], gate_up_b[:, :ff], gate_up_b[:, ff:]
+        want = np.zeros((5, hidden))
+        logits = x.astype(np.float64) @ router_w.T + router_b
+        for t in range(5):
+            top = np.argsort(-logits[t], kind="stable")[: cfg.num_experts_per_tok]
+            w = np.exp(logits[t, top] - logits[t, top].max())
+            w /= w.sum()
+            for e, we in zip(top, w):
+                g = np.minimum(gate[e] @ x[t] + gb[e], 7.0)
+                u = np.clip(up[e] @ x[t] + ub[e], -7.0, 7.0)
+                h = g / (1 + np.exp(-1.702 * g)) * (u + 1)
+                want[t] += we * (down[e] @ h + down_b[e])
+        if np.allclose(got, want, rtol=1e-3, atol=1e-4):
+            return router_w, router_b, gate, up, down, gb, ub, down_b
+    raise AssertionError("gpt-oss experts: neither layout reproduces the module's output")
 
 
 def permute_for_llama(w, n_head):
@@ -114,6 +196,7 @@ def write_gguf(name, cfg, model, path):
     arch = GGUF_ARCH.get(name, name)
     sd = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    gpt_oss = arch == "gpt-oss"
     w = GGUFWriter()
     w.string("general.architecture", arch)
     w.string("general.name", f"anvil reference {name}")
@@ -134,6 +217,12 @@ def write_gguf(name, cfg, model, path):
             w.u32(f"{arch}.expert_feed_forward_length", expert_ff_of(cfg))
         if getattr(cfg, "shared_expert_intermediate_size", 0):
             w.u32(f"{arch}.expert_shared_feed_forward_length", cfg.shared_expert_intermediate_size)
+    if gpt_oss:
+        check_gpt_oss_rope(model, cfg, head_dim)
+        w.u32(f"{arch}.attention.sliding_window", cfg.sliding_window)
+        w.string(f"{arch}.rope.scaling.type", "yarn")
+        w.f32(f"{arch}.rope.scaling.factor", GPT_OSS_YARN["factor"])
+        w.u32(f"{arch}.rope.scaling.original_context_length", GPT_OSS_YARN["original"])
     tokens = byte_tokens() + ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     tokens += [f"<|reserved_{i}|>" for i in range(len(tokens), VOCAB)]
     w.string("tokenizer.ggml.model", "gpt2")
@@ -153,13 +242,24 @@ def write_gguf(name, cfg, model, path):
         w.tensor(b + "attn_q.weight", q)
         w.tensor(b + "attn_k.weight", k)
         w.tensor(b + "attn_v.weight", sd[p + "self_attn.v_proj.weight"])
-        if arch in ("qwen2", "qwen2moe"):
+        if arch in ("qwen2", "qwen2moe", "gpt-oss"):
             for n in "qkv":
                 w.tensor(b + f"attn_{n}.bias", sd[p + f"self_attn.{n}_proj.bias"])
         if arch in ("qwen3", "qwen3moe"):
             w.tensor(b + "attn_q_norm.weight", sd[p + "self_attn.q_norm.weight"])
             w.tensor(b + "attn_k_norm.weight", sd[p + "self_attn.k_norm.weight"])
         w.tensor(b + "attn_output.weight", sd[p + "self_attn.o_proj.weight"])
+        if gpt_oss:
+            w.tensor(b + "attn_output.bias", sd[p + "self_attn.o_proj.bias"])
+            w.tensor(b + "attn_sinks.weight", sd[p + "self_attn.sinks"])
+            w.tensor(b + "post_attention_norm.weight", sd[p + "post_attention_layernorm.weight"])
+            router_w, router_b, gate, up, down, gb, ub, db = gpt_oss_experts(sd, p, cfg, model.model.layers[i].mlp)
+            w.tensor(b + "ffn_gate_inp.weight", router_w)
+            w.tensor(b + "ffn_gate_inp.bias", router_b)
+            for t, m, bias in (("gate", gate, gb), ("up", up, ub), ("down", down, db)):
+                w.tensor(b + f"ffn_{t}_exps.weight", np.ascontiguousarray(m))
+                w.tensor(b + f"ffn_{t}_exps.bias", np.ascontiguousarray(bias))
+            continue
         w.tensor(b + "ffn_norm.weight", sd[p + "post_attention_layernorm.weight"])
         if n_experts_of(cfg):
             router, gate, up, down = expert_matrices(sd, p, cfg)
@@ -191,6 +291,12 @@ def randomise(model, gen):
                 p.copy_(1 + 0.2 * torch.randn(p.shape, generator=gen))
             elif name.endswith("bias"):
                 p.copy_(0.2 * torch.randn(p.shape, generator=gen))
+            elif name.endswith("sinks"):  # gpt-oss: on the scale of the scores
+                p.copy_(torch.randn(p.shape, generator=gen))
+            elif name.endswith("experts.gate_up_proj"):  # gpt-oss: fan-in is the hidden size; x3 so the clamp at 7 bites
+                p.copy_(3 * torch.randn(p.shape, generator=gen) / model.config.hidden_size ** 0.5)
+            elif name.endswith("experts.down_proj"):
+                p.copy_(torch.randn(p.shape, generator=gen) / model.config.intermediate_size ** 0.5)
             else:
                 p.copy_(torch.randn(p.shape, generator=gen) / p.shape[-1] ** 0.5)
 
@@ -201,9 +307,13 @@ def main(out, only=None):
     for arch, (config_cls, model_cls, kw) in CONFIGS.items():
         if only and arch not in only:
             continue
+        if config_cls is None:
+            raise SystemExit(f"transformers {transformers.__version__} has no model class for {arch}")
         torch.manual_seed(0)
         gen = torch.Generator().manual_seed(SEEDS[arch])
         cfg = config_cls(**kw)
+        if arch == "gpt-oss":
+            ensure_yarn(cfg)
         model = model_cls(cfg).eval().float()
         model.config._attn_implementation = "eager"
         randomise(model, gen)

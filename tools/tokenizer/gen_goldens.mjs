@@ -17,10 +17,36 @@ import { rng, generators, edgeCases, specials, chat, combining, randomUnicode } 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
 const outDir = path.join(root, "tests/data/tokenizer");
 
+// gpt-oss's harmony format: <|start|>role[<|channel|>channel]<|message|>text, then <|end|>; the
+// assistant's final answer ends with <|return|>, a tool call (with <|constrain|>) with <|call|>.
+function harmonyTurn(role, text, r) {
+  if (role !== "assistant") return `<|start|>${role}<|message|>${text}<|end|>`;
+  switch (r.int(0, 2)) {
+    case 0: return `<|start|>assistant<|channel|>analysis<|message|>${text}<|end|>`;
+    case 1: return `<|start|>assistant<|channel|>final<|message|>${text}<|return|>`;
+    default: {
+      const fn = r.pick(["get_weather", "search", "run_code"]);
+      return `<|start|>assistant<|channel|>commentary to=functions.${fn} <|constrain|>json<|message|>` +
+        `${JSON.stringify({ query: text.slice(0, 60) })}<|call|>`;
+    }
+  }
+}
+
+// Strings aimed at o200k's regex: case runs inside words, contractions glued to their word in any
+// case, titlecase (Lt), modifier (Lm) and other (Lo) letters and marks, '/' after punctuation.
+const gptossEdgeCases = [
+  "camelCaseWord", "HTTPServer", "iPhone", "XMLHttpRequest", "ABCdef", "aBcD", "DON'T", "don'T", "McDonald's",
+  "O'NEIL'S", "we'VE", "it'd've", "ǅemal ǈj", "ʰello ʷorld", "日本語abc", "éÉe\u0301E\u0301", "a/b", "x !/\n/y",
+  "https://a.b/c/", "...//\n\n", "1234567", " 12 345", "<|start|>user<|message|>Hi<|end|>",
+  "<|start|>assistant<|channel|>final<|message|>Hello!<|return|>",
+  "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"location\":\"Tokyo\"}<|call|>",
+];
+
 const sets = [
   { name: "qwen3", seed: 1, count: 2000, turn: (role, text) => `<|im_start|>${role}\n${text}<|im_end|>\n` },
   { name: "llama3", seed: 2, count: 2000, turn: (role, text) => `<|start_header_id|>${role}<|end_header_id|>\n\n${text}<|eot_id|>` },
   { name: "llama2", seed: 3, count: 1500, turn: (role, text) => `<s>[INST] ${role}: ${text} [/INST]</s>` },
+  { name: "gptoss", seed: 5, count: 2000, turn: harmonyTurn, extra: gptossEdgeCases },
 ];
 
 // The same rule as llama.cpp's converter and model/tokenizer/tokenizer_json.cpp: added tokens that are
@@ -43,15 +69,17 @@ function load(name) {
   // parse_special = false: only user-defined added tokens are still split out of the text.
   const userDefined = tokenizerJSON.added_tokens.filter((t) => !t.special && !looksSpecial(t.content));
   const plain = TokenizerLoader.fromPreTrained({ tokenizerJSON: { ...tokenizerJSON, added_tokens: userDefined }, tokenizerConfig });
-  // Strings to embed in text: every added token, but only one of Llama 3's 250 reserved ones.
+  // Strings to embed in text: every added token, but only one of the reserved ones (Llama 3 has
+  // 250, gpt-oss 12).
+  const reserved = /^<\|reserved_(special_token_)?\d+\|>$/;
   const specialNames = tokenizerJSON.added_tokens.map((t) => t.content)
-    .filter((c) => !/^<\|reserved_special_token_\d+\|>$/.test(c) || c === "<|reserved_special_token_7|>");
+    .filter((c) => !reserved.test(c) || c === "<|reserved_special_token_7|>" || c === "<|reserved_200000|>");
   return { full, plain, specialNames };
 }
 
 function texts(set, specialNames) {
   const r = rng(set.seed);
-  const out = [...edgeCases];
+  const out = [...edgeCases, ...(set.extra ?? [])];
   const kinds = Object.values(generators);
   while (out.length < set.count) {
     const roll = r.next();

@@ -224,9 +224,11 @@ export function specials(r, names) {
   return parts.join(r.pick(["", "", " ", "\n", "\n\n"]));
 }
 
+// A conversation in the set's chat format: t(role, text, r) writes one turn (r for formats with
+// choices of their own, such as harmony's channels).
 export function chat(r, t) {
   const turns = [];
-  for (let i = r.int(1, 3); i > 0; --i) turns.push(t(r.pick(["system", "user", "assistant"]), r.pick([prose, code, cjk])(r)));
+  for (let i = r.int(1, 3); i > 0; --i) turns.push(t(r.pick(["system", "user", "assistant"]), r.pick([prose, code, cjk])(r), r));
   return turns.join("");
 }
 
