@@ -640,9 +640,9 @@ void gpu_device::run_attention(std::int64_t l, bool x8_out) {
                                        .n_seqs = step_.n_dec,
                                        .max_context = step_.max_dec_context,
                                        .scale = scale,
-                                       .split = attn_split_,
                                        .window = window,
                                        .sinks = sinks,
+                                       .split = attn_split_,
                                        .workspace = attn_ws_,
                                        .workspace_bytes = attn_ws_bytes_};
     if (x8_out) {

@@ -133,7 +133,7 @@ TEST_P(ReferenceDenseModel, An8BitKvCacheKeepsPerplexityWithinOnePercent) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Architectures, ReferenceModel, ::testing::Values("llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "mixtral"));
+INSTANTIATE_TEST_SUITE_P(Architectures, ReferenceModel, ::testing::Values("llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "mixtral", "gpt-oss"));
 INSTANTIATE_TEST_SUITE_P(Architectures, ReferenceDenseModel, ::testing::Values("llama", "qwen2", "qwen3"));
 
 }  // namespace
