@@ -218,7 +218,9 @@ void gpu_device::upload_weights(const gpu_worker_config& cfg, memory_plan& mem) 
     for (const auto* w : {&l.gate_shexp, &l.up_shexp, &l.down_shexp}) add_matrix(*w);
     add_vec(l.shexp_gate);
   }
-  const std::size_t total = c.size();
+  // Rounded up to whole 16-byte words: the MXFP4 dot reads the aligned word holding a block's last
+  // byte (gpu_quant_dot.h, dot_mxfp4).
+  const std::size_t total = align_up(c.size(), weight_align);
   weights_ = static_cast<unsigned char*>(alloc_device(total, "the weights"));
   mem.weight_bytes = total;
   mem.token_weight_bytes = m_.token_weight_bytes();

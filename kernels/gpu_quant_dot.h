@@ -260,19 +260,29 @@ struct dot_iq4_nl : block32 {
   }
 };
 
-// MXFP4 blocks (17 bytes) are byte aligned: the bytes load one by one.
+// MXFP4 blocks (17 bytes) are byte aligned: the five aligned words holding the block's bytes load
+// whole and shift into place (17 byte loads took four times as long on the 20B experts). The last
+// of them may hold up to 3 bytes past the block: a buffer of MXFP4 rows must be readable up to the
+// next multiple of 4 bytes, as the worker's weights and the tests' buffers are.
 struct dot_mxfp4 : block32 {
   static constexpr int block_bytes = 17;
   struct w_t { u32 e, qs[4]; };
   using dec_t = levels_dec;
   __device__ static w_t load(const u8* b, int) {
-    w_t w;
-    w.e = b[0];
+    const std::uintptr_t a = reinterpret_cast<std::uintptr_t>(b);
+    const u8* base = reinterpret_cast<const u8*>(a & ~std::uintptr_t(3));
+    const unsigned sh = unsigned(a & 3u) * 8u;
+    u32 r[5];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const u8* q = b + 1 + 4 * k;
-      w.qs[k] = u32(q[0]) | (u32(q[1]) << 8) | (u32(q[2]) << 16) | (u32(q[3]) << 24);
-    }
+    for (int k = 0; k < 5; ++k) r[k] = ld_u32(base + 4 * k);
+    u32 o[5];  // o[k]: bytes b[4k .. 4k + 3] (o[4]: b[16] in its low byte)
+#pragma unroll
+    for (int k = 0; k < 4; ++k) o[k] = u32(((std::uint64_t(r[k + 1]) << 32) | r[k]) >> sh);
+    o[4] = r[4] >> sh;
+    w_t w;
+    w.e = o[0] & 0xFFu;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) w.qs[k] = (o[k] >> 8) | (o[k + 1] << 24);
     return w;
   }
   __device__ static dec_t decode(const w_t& w, int) {

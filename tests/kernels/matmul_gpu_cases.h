@@ -57,8 +57,10 @@ struct host_weight {
 // Device bytes (no guards: inputs only), 256-byte aligned by the allocator.
 class device_bytes {
  public:
+  // Rounded up to 16 bytes, as the worker's weights are: the MXFP4 dot reads the aligned word
+  // holding a block's last byte (gpu_quant_dot.h).
   explicit device_bytes(std::size_t n) : n_(n) {
-    const hipError_t e = hipMalloc(&p_, n_ ? n_ : 1);
+    const hipError_t e = hipMalloc(&p_, (n_ + 15) / 16 * 16 + 16);
     if (e != hipSuccess) throw std::runtime_error(std::string("hipMalloc: ") + hipGetErrorString(e));
   }
   ~device_bytes() { (void)hipFree(p_); }
