@@ -26,15 +26,20 @@
 //            % of the copy bandwidth.
 //   prefill attention, the same layer shape, chunks of 512-2048 tokens at the start of a prompt
 //            and deep into one: µs, TFLOP/s (QK^T and PV of the causal mask), % of the f16 GEMM rate.
+//   experts (--moe only): one layer's experts for a decode step of 1 and 4 tokens (gpt-oss-20b:
+//            MXFP4 2880 x 2880, 4 of 32 per token; qwen3-30b-a3b: Q4_K gate/up 768 x 2048 and Q6_K
+//            down 2048 x 768, 8 of 128), on 8-bit activations as the worker runs them: µs, the
+//            chosen experts' bytes / time, and % of the copy bandwidth.
 // Timing: device events around back-to-back launches, after warm-up, median of repetitions. The
 // GEMV cycles through enough copies of the weight to exceed the L2 cache several times, as a
 // model's layers do, so no figure comes from L2. Weights are random bytes (the kernels' speed
 // does not depend on the values). A plain main: the GPU machine has none of the Debian libraries.
-// Usage: gpu_roofline [--quick] [--quant-gemm] [--fp8-gemm] [--decode-attention] [--prefill-attention]
+// Usage: gpu_roofline [--quick] [--quant-gemm] [--fp8-gemm] [--decode-attention] [--prefill-attention] [--moe]
 // (--quick: fewer repetitions, skips the 128256-row shape; --quant-gemm / --fp8-gemm: the limits
 // and that GEMM table only; --decode-attention: the limits and the decode attention table only, at
 // the loads of 256-sequence serving, the tensor-core kernel at each split length it takes;
-// --prefill-attention: the limits and the prefill attention table only)
+// --prefill-attention: the limits and the prefill attention table only; --moe: the copy bandwidth and
+// the experts table only)
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -51,6 +56,7 @@
 #include "kernels/gemm_quant.h"
 #include "kernels/gemv.h"
 #include "kernels/gpu_runtime.h"
+#include "kernels/moe.h"
 #include "model/quant/quant.h"
 
 namespace {
@@ -399,12 +405,93 @@ void fp8_gemm_table(const fp8_table_args& a) {
   }
 }
 
+// One layer's experts at decode: tokens x k pairs, pair p routed to expert p % n_expert (every
+// pair its own expert while there are enough: the most bytes a step of that size reads), grouped
+// as launch_moe_route groups them; gate and up as one launch, then down, on 8-bit rows. The stacked
+// weights cycle through copies so the chosen experts come from memory, not L2.
+void moe_table(double copy_gbs, std::size_t l2, int reps) {
+  struct moe_shape {
+    const char* name;
+    ggml_type gate_type, down_type;
+    std::int64_t n_expert, k, embd, ff;
+  };
+  const moe_shape shapes[] = {{"gpt-oss-20b", ggml_type::MXFP4, ggml_type::MXFP4, 32, 4, 2880, 2880},
+                              {"qwen3-30b-a3b", ggml_type::Q4_K, ggml_type::Q6_K, 128, 8, 2048, 768}};
+  std::printf("\nExperts of one layer at decode, 8-bit activations; limit: copy bandwidth %.0f GB/s\n", copy_gbs);
+  std::printf("%-14s %-7s %6s %5s | %9s %9s %6s\n", "model", "type", "tokens", "proj", "us", "GB/s", "%copy");
+  for (const moe_shape& sh : shapes) {
+    for (const std::int64_t tokens : {std::int64_t(1), std::int64_t(4)}) {
+      const std::int64_t pairs = tokens * sh.k;
+      std::vector<std::int32_t> expert_of(static_cast<std::size_t>(pairs)), offsets(static_cast<std::size_t>(sh.n_expert + 1), 0),
+          sorted, active = {0};
+      for (std::int64_t p = 0; p < pairs; ++p) expert_of[std::size_t(p)] = std::int32_t(p % sh.n_expert);
+      for (std::int64_t e = 0; e < sh.n_expert; ++e) {
+        offsets[std::size_t(e)] = std::int32_t(sorted.size());
+        for (std::int64_t p = 0; p < pairs; ++p) {
+          if (expert_of[std::size_t(p)] == e) sorted.push_back(std::int32_t(p));
+        }
+        if (std::int64_t(sorted.size()) > offsets[std::size_t(e)]) active.push_back(std::int32_t(e));
+      }
+      offsets[std::size_t(sh.n_expert)] = std::int32_t(sorted.size());
+      active[0] = std::int32_t(active.size() - 1);
+      const std::int64_t used = active[0];
+      device_mem d_off(offsets.size() * 4), d_sorted(sorted.size() * 4), d_active(active.size() * 4);
+      CHECK(hipMemcpy(d_off.p, offsets.data(), offsets.size() * 4, hipMemcpyHostToDevice));
+      CHECK(hipMemcpy(d_sorted.p, sorted.data(), sorted.size() * 4, hipMemcpyHostToDevice));
+      CHECK(hipMemcpy(d_active.p, active.data(), active.size() * 4, hipMemcpyHostToDevice));
+      for (const bool down : {false, true}) {
+        const ggml_type t = down ? sh.down_type : sh.gate_type;
+        const std::int64_t in = down ? sh.ff : sh.embd, out = down ? sh.embd : sh.ff, rows = down ? pairs : tokens;
+        const std::size_t stride = *model::row_bytes(t, in) * std::size_t(out);
+        const int mats = down ? 1 : 2;
+        // The experts a step reads sit in the first `used` slots of each stack: only those are copied.
+        const std::size_t touched = stride * std::size_t(used) * std::size_t(mats);
+        device_mem pool(std::max<std::size_t>(4 * l2, 2 * touched) + 4096);
+        fill_random(pool.p, pool.n, 11);
+        const weight_copies copies(pool, l2, touched);
+        device_mem xq(std::size_t(rows * in)), ds(std::size_t(rows * in / 16) * 8), y(std::size_t(pairs * out) * 8);
+        CHECK(hipMemset(xq.p, 1, xq.n));
+        {
+          std::vector<float> h(std::size_t(rows * in / 8), 0.01f);
+          CHECK(hipMemcpy(ds.p, h.data(), h.size() * 4, hipMemcpyHostToDevice));
+        }
+        const double ms = time_ms(
+            [&](int i) {
+              const char* w = static_cast<const char*>(copies.at(i));
+              CHECK(kernels::launch_moe_matmul({.w = {w, w + stride * std::size_t(used)},
+                                                .y = {y.as<float>(), y.as<float>() + pairs * out},
+                                                .n_mats = mats,
+                                                .w_type = t,
+                                                .in = in,
+                                                .out = out,
+                                                .stride = stride,
+                                                .x = reinterpret_cast<const float*>(xq.p),
+                                                .x_div = down ? 1 : sh.k,
+                                                .xq = xq.as<std::int8_t>(),
+                                                .x_scales = ds.as<float>(),
+                                                .n_pairs = pairs,
+                                                .n_expert = sh.n_expert,
+                                                .offsets = d_off.as<std::int32_t>(),
+                                                .sorted = d_sorted.as<std::int32_t>(),
+                                                .active = d_active.as<std::int32_t>()},
+                                               nullptr));
+            },
+            copies.batch(), reps);
+        const double gbs = double(touched) / (ms * 1e-3) / 1e9;
+        std::printf("%-14s %-7s %6lld %5s | %9.1f %9.0f %5.1f%%\n", sh.name, std::string(model::info(t).name).c_str(),
+                    static_cast<long long>(tokens), down ? "down" : "g+u", ms * 1e3, gbs, 100 * gbs / copy_gbs);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, quant_only = false, fp8_only = false, decode_only = false, prefill_only = false;
+  bool quick = false, quant_only = false, fp8_only = false, decode_only = false, prefill_only = false, moe_only = false;
   for (int i = 1; i < argc; ++i) {
     quick = quick || std::strcmp(argv[i], "--quick") == 0;
+    moe_only = moe_only || std::strcmp(argv[i], "--moe") == 0;
     decode_only = decode_only || std::strcmp(argv[i], "--decode-attention") == 0;
     prefill_only = prefill_only || std::strcmp(argv[i], "--prefill-attention") == 0;
     quant_only = quant_only || std::strcmp(argv[i], "--quant-gemm") == 0;
@@ -430,6 +517,10 @@ int main(int argc, char** argv) {
     const double ms = time_ms([&](int) { CHECK(hipMemcpyAsync(b.p, a.p, bytes, hipMemcpyDeviceToDevice, nullptr)); }, 2, reps);
     copy_gbs = 2.0 * double(bytes) / (ms * 1e-3) / 1e9;
     std::printf("limit: device copy bandwidth %.0f GB/s (1 GiB D2D, read + written)\n", copy_gbs);
+  }
+  if (moe_only) {
+    moe_table(copy_gbs, l2, reps);
+    return 0;
   }
 
   blas::handle_t handle = nullptr;
