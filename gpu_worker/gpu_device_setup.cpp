@@ -12,6 +12,7 @@
 
 #include "actors/log.h"
 #include "kernels/attention_decode.h"
+#include "kernels/gemm_quant.h"
 #include "kernels/moe.h"
 #include "kernels/rope_kv_write.h"
 
@@ -336,6 +337,19 @@ void gpu_device::plan_scratch(memory_plan& mem) {
       // The FP8 path's x codes share the region (project() runs one path after the other).
       if (gemm_dtype_ == kernels::gemm_dtype::fp8) {
         gemm_ws = std::max(gemm_ws, kernels::gemm_fp8_workspace_bytes(w->in, max_tokens_));
+      }
+    }
+  }
+  // The experts' tensor-core GEMM (run_experts) converts the step's rows of x in the same region:
+  // the tokens' rows for gate/up, the pairs' for down.
+  if (gemm_.algo == kernels::gemm_algo::quantized && gemv_activations_ == kernels::gemv_activations::int8) {
+    const std::int64_t pairs = max_tokens_ * std::max<std::int64_t>(hp.n_expert_used, 1);
+    for (const layer& l : layers_) {
+      for (const auto& [s, rows] : {std::pair{&l.gate_exps, max_tokens_}, std::pair{&l.up_exps, max_tokens_},
+                                    std::pair{&l.down_exps, pairs}}) {
+        if (s->w != nullptr && kernels::gemm_quant_experts_supported(s->type, s->in, s->out, s->stride)) {
+          gemm_ws = std::max(gemm_ws, kernels::gemm_quant_experts_workspace_bytes(s->in, rows));
+        }
       }
     }
   }

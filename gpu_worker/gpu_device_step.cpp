@@ -567,16 +567,27 @@ void gpu_device::run_experts(const layer& w, bool x8_embd) {
                                       .sorted = moe_sorted_,
                                       .active = moe_active_};
   };
+  // Steps of 64 pairs and more take the tensor-core GEMM on the blocks (kernels/gemm_quant.h: each
+  // expert's rows read once per tile of up to 64 pairs, not once per 8), where the type has it;
+  // not with f32 activations (its operands are f16).
+  const auto matmul_experts = [&](const kernels::moe_matmul_params& p, const char* what) {
+    const bool by_gemm = moe_x8_h_ != nullptr && gemm_.algo == kernels::gemm_algo::quantized &&
+                         kernels::gemm_quant_experts_supported(p.w_type, p.in, p.out, p.stride) &&
+                         kernels::gemm_quant_experts_preferred(p.w_type, p.n_pairs, p.n_expert, p.in, p.out);
+    ok(by_gemm ? kernels::launch_gemm_quant_experts(p, gemm_.workspace, gemm_.workspace_bytes, stream_)
+               : kernels::launch_moe_matmul(p, stream_),
+       what);
+  };
   kernels::moe_matmul_params gu = experts(w.gate_exps, w.gate_exps_b, gate_, h_, k, x8_h);
   if (w.up_exps.type == w.gate_exps.type) {
     gu.w[1] = w.up_exps.w;
     gu.y[1] = up_;
     gu.bias[1] = w.up_exps_b;
     gu.n_mats = 2;
-    ok(kernels::launch_moe_matmul(gu, stream_), "experts gate/up");
+    matmul_experts(gu, "experts gate/up");
   } else {
-    ok(kernels::launch_moe_matmul(gu, stream_), "experts gate");
-    ok(kernels::launch_moe_matmul(experts(w.up_exps, w.up_exps_b, up_, h_, k, x8_h), stream_), "experts up");
+    matmul_experts(gu, "experts gate");
+    matmul_experts(experts(w.up_exps, w.up_exps_b, up_, h_, k, x8_h), "experts up");
   }
   // SwiGLU in place over gate_ and up_ rows of `cols`, packed (and to 8 bits where x8 says).
   const auto swiglu = [&](std::int64_t rows, std::int64_t cols, const char* what, const kernels::gemv_x8_rows& x8) {
@@ -598,8 +609,7 @@ void gpu_device::run_experts(const layer& w, bool x8_embd) {
   prof_.mark("swiglu", stream_);
   swiglu(pairs, hp.n_ff_exp, "experts swiglu", x8_pairs);
   prof_.mark("experts down", stream_);
-  ok(kernels::launch_moe_matmul(experts(w.down_exps, w.down_exps_b, pair_out_, gate_, 1, x8_pairs), stream_),
-     "experts down");
+  matmul_experts(experts(w.down_exps, w.down_exps_b, pair_out_, gate_, 1, x8_pairs), "experts down");
   // The shared expert (Qwen2-MoE) as a dense feed-forward of its own width, into shared_out_.
   const bool shared = w.gate_shexp.w != nullptr;
   if (shared) {

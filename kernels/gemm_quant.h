@@ -27,6 +27,7 @@
 #include <span>
 
 #include "kernels/matmul.h"
+#include "kernels/moe.h"
 
 #if defined(ANVIL_GPU_CUDA) || defined(ANVIL_GPU_HIP)
 #include "kernels/gpu_runtime.h"
@@ -70,6 +71,33 @@ hipError_t launch_gemm_quant(const matmul_params& p, void* workspace, std::size_
 // with the same x, n_tokens and in (hipErrorInvalidValue and nothing launched otherwise).
 hipError_t launch_gemm_quant_group(std::span<const matmul_params> ps, void* workspace, std::size_t workspace_bytes,
                                    hipStream_t stream);
+
+// The experts' form (kernels/moe.h's step 2 on tensor cores): for each expert with pairs, its
+// pairs in tiles of 8 to 64 (by the mean pairs per expert), each tile's rows of x gathered by pair
+// (row p / x_div) and its outputs written to the pairs' rows of y; the expert's rows are read once
+// per tile. One or two stacks (gate and up) on the same x and routing; biases [n_expert][out]. The
+// tiles are found on the device from launch_moe_route's offsets and active list: nothing comes
+// back to the host. No split of the reduction: small steps take the GEMV (launch_moe_matmul).
+// Types: Q4_K, Q5_K, Q6_K, and MXFP4 (rows of whole 32-element blocks, any byte alignment; each
+// weight code x 2^(E-127) in f16: exact for block scales 2^-23 .. 2^1 (E 104..128); below, the
+// smallest weights round to f16's subnormal step 2^-24; above, infinite. Real files stay well
+// inside).
+bool gemm_quant_experts_supported(model::ggml_type type, std::int64_t in, std::int64_t out, std::size_t stride);
+// Whether it beats launch_moe_matmul on 8-bit rows: from 64 pairs in the step. Measured
+// (gpu_roofline --moe, H200, pairs spread evenly over the experts): the GEMM wins from 64 pairs on
+// both shapes there (qwen3-30b-a3b at 8 tokens: gate+up 57.1 us against the GEMV's 66.0, down
+// 54.4 against 55.9; gpt-oss-20b at 16 tokens: 174.1 against 190.5), the GEMV below (qwen3 at 4
+// tokens: 33.7 against 41.8; gpt-oss at 8: 158.0 against 174.0).
+inline constexpr std::int64_t gemm_quant_experts_min_pairs = 64;
+bool gemm_quant_experts_preferred(model::ggml_type type, std::int64_t n_pairs, std::int64_t n_expert, std::int64_t in,
+                                  std::int64_t out);
+// Workspace bytes for `rows` rows of x (n_pairs / x_div).
+std::size_t gemm_quant_experts_workspace_bytes(std::int64_t in, std::int64_t rows);
+// Preconditions: gemm_quant_experts_supported, x (f32; xq is not read) and the workspace 16-byte
+// aligned, w 16-byte aligned (Q6_K: 2; MXFP4: any), n_pairs a multiple of x_div, rows x in below 2^31;
+// hipErrorInvalidValue and nothing launched when violated.
+hipError_t launch_gemm_quant_experts(const moe_matmul_params& p, void* workspace, std::size_t workspace_bytes,
+                                     hipStream_t stream);
 
 }  // namespace anvil::kernels
 #endif

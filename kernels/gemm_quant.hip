@@ -31,7 +31,7 @@ namespace {
 
 using namespace gpu_quant;
 
-constexpr int super_elems = 256;        // elements per block (super-block) of either format
+constexpr int super_elems = 256;        // elements per stage: a K-quant super-block, 8 MXFP4 blocks
 
 // The two block formats (quant_blocks.h): the same 16-byte head (d, dmin, 12 scale bytes), 4-bit
 // codes at `codes`; Q5_K adds each code's fifth bit in qh[32] at byte 16 (bit 2j of qh[l] for
@@ -39,17 +39,25 @@ constexpr int super_elems = 256;        // elements per block (super-block) of e
 // Q6_K (210-byte blocks: ql[128], qh[64], 16 int8 scales, d) has no mins and 6-bit codes less 32;
 // its blocks are only 2-byte aligned, so a stage holds each row's block inside the 16-byte aligned
 // 224-byte window around it (slot_bytes), read at the block's offset in the window.
+// MXFP4 (the experts' form only): a stage is 8 blocks of 17 bytes (an E8M0 scale byte, then 16
+// bytes of e2m1 codes: element j in the low nibble of byte j, j + 16 in the high one), any byte
+// alignment, held in a 160-byte window; rows need only be whole blocks, so a row's last stage may
+// be part-filled (its missing blocks get scale 0 and its missing activations are zero-filled).
 struct q4k_format {
   static constexpr int block_bytes = 144, slot_bytes = 144, codes = 16;
-  static constexpr bool high_bits = false, q6 = false;
+  static constexpr bool high_bits = false, q6 = false, mx = false, windowed = false;
 };
 struct q5k_format {
   static constexpr int block_bytes = 176, slot_bytes = 176, codes = 48;
-  static constexpr bool high_bits = true, q6 = false;
+  static constexpr bool high_bits = true, q6 = false, mx = false, windowed = false;
 };
 struct q6k_format {
   static constexpr int block_bytes = 210, slot_bytes = 224;
-  static constexpr bool q6 = true;
+  static constexpr bool q6 = true, mx = false, windowed = true;
+};
+struct mxfp4_format {
+  static constexpr int block_bytes = 136, slot_bytes = 160;
+  static constexpr bool q6 = false, mx = true, windowed = true;
 };
 // A token's 256 activations in a stage: four chunks of 64 (one per lane c), each 8 units of 16
 // bytes, chunks 9 units apart (rows 36 units, 576 bytes): a quarter-warp's reads (lanes g = 0, 1
@@ -112,7 +120,70 @@ struct gemm_quant_args {
   unsigned* counters;        // splitting: one per (token tile, row tile), zero at the start and the end
   int in, out, n_tokens;
   int supers_per_split;      // super-blocks each blockIdx.z reduces
+  // The experts' form (launch_gemm_quant_experts) only: w, y and bias are the first matrix's stack
+  // (bias [n_expert][out]), w1, y1 and bias1 the second's (blockIdx.z picks); expert e's matrix
+  // starts e * stride bytes in; the pairs come grouped by expert as launch_moe_route leaves them,
+  // pair p reading row p / x_div of x16 and xsum and writing row p of y.
+  const u8* w1;
+  float* y1;
+  const float* bias1;
+  std::size_t stride;
+  const std::int32_t* offsets;
+  const std::int32_t* sorted;
+  const std::int32_t* active;
+  int x_div;
 };
+
+// Experts' form: which expert and which of its pairs block `b` of the grid's x computes. Each
+// active expert's pairs make ceil(count / tokens) tiles, the tiles of all of them numbered in the
+// active list's order; blocks past the last tile get expert -1. Every thread of the block calls
+// it (block-wide scans of the tile counts, `Threads` experts a round).
+struct expert_tile {
+  int expert, first, count;  // first: the tile's first place in `sorted`; count: its pairs
+};
+template <int Threads>
+__device__ expert_tile find_expert_tile(const gemm_quant_args& a, int b, int tokens) {
+  __shared__ int warp_tiles[Threads / 32];
+  __shared__ expert_tile found;
+  const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32;
+  if (tid == 0) found = {-1, 0, 0};
+  const int n_active = a.active[0];
+  int base = 0;  // tiles of the rounds before
+  for (int j0 = 0; j0 < n_active; j0 += Threads) {
+    const int j = j0 + tid;
+    int e = 0, start = 0, count = 0;
+    if (j < n_active) {
+      e = a.active[1 + j];
+      start = a.offsets[e];
+      count = a.offsets[e + 1] - start;
+    }
+    const int tiles = (count + tokens - 1) / tokens;
+    int incl = tiles;
+#pragma unroll
+    for (int d = 1; d < 32; d *= 2) {
+      const int v = gpu::shfl_up(incl, unsigned(d));
+      if (lane >= d) incl += v;
+    }
+    if (lane == 31) warp_tiles[warp] = incl;
+    __syncthreads();
+    int before = base, total = 0;
+#pragma unroll
+    for (int w = 0; w < Threads / 32; ++w) {
+      before += w < warp ? warp_tiles[w] : 0;
+      total += warp_tiles[w];
+    }
+    const int first_tile = before + incl - tiles;
+    if (b >= first_tile && b < first_tile + tiles) {
+      const int t = b - first_tile;
+      found = {e, start + t * tokens, min(tokens, count - t * tokens)};
+    }
+    base += total;
+    __syncthreads();  // warp_tiles is refilled next round; `found` is seen by all
+    if (b < base) break;
+  }
+  __syncthreads();
+  return found;
+}
 
 #if defined(ANVIL_GPU_CUDA)
 __device__ __forceinline__ u32 sub_f16x2(u32 a, u32 b) {
@@ -234,9 +305,37 @@ __device__ __forceinline__ u32 q6_pair(u32 lo4, u32 hi2, u32 scale) {
   const u32 v = and_or(lo4, 0x000F000Fu, and_or(hi2 << 4, 0x00300030u, 0x64006400u));
   return mul_f16x2(sub_f16x2(v, 0x64206420u), scale);
 }
+
+// MXFP4: the four code words of a block whose codes start at shared address p (any alignment).
+__device__ __forceinline__ uint4 mx_words(const u8* p) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  const u32* w = reinterpret_cast<const u32*>(a & ~std::uintptr_t(3));
+  const unsigned sh = unsigned(a & 3) * 8;
+  const u32 w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4];
+  return make_uint4(__funnelshift_r(w0, w1, sh), __funnelshift_r(w1, w2, sh), __funnelshift_r(w2, w3, sh),
+                    __funnelshift_r(w3, w4, sh));
+}
+
+// MXFP4: a block's scale 2^(E - 127) times 2^14 as an f16 pair, or 0 for a block past the row's
+// end: exact for E in 89..128; below, 0; above, inf (the products are exact from E = 104 on:
+// kernels/gemm_quant.h).
+__device__ __forceinline__ u32 mx_scale(u32 e, bool valid) {
+  const u32 h = !valid || e < 89 ? 0u : e <= 98 ? 1u << (e - 89) : e <= 128 ? (e - 98) << 10 : 0x7C00u;
+  return h | (h << 16);
+}
+
+// MXFP4: the e2m1 codes in the low nibbles of bytes 0 and 2 of q as an f16 pair, each its value
+// times 2^-14: the sign to bit 15, exponent and mantissa bits to bits 11-9 (exponent 0 lands on
+// f16's subnormals, 0.5 x 2^-14 for code 1). Times mx_scale: the weight, rounded once (exact while
+// it stays a normal f16).
+__device__ __forceinline__ u32 mx_pair(u32 q, u32 scale) {
+  return mul_f16x2(and_or(q << 12, 0x80008000u, (q << 9) & 0x0E000E00u), scale);
+}
 #endif
 
-template <class F, int W, int MT, int NT, int S>
+// G: the experts' form (gemm_quant_args' last fields): the block's tokens are one expert's pairs,
+// gathered; no split.
+template <class F, int W, int MT, int NT, int S, bool G = false>
 __global__ void __launch_bounds__(32 * W) gemm_kq_kernel(gemm_quant_args a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using T = tile<F, W, MT, NT, S>;
@@ -244,12 +343,42 @@ __global__ void __launch_bounds__(32 * W) gemm_kq_kernel(gemm_quant_args a) {
   constexpr int threads = T::threads;
   extern __shared__ __align__(16) unsigned char smem[];
   const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32, g = lane / 4, c = lane % 4;
-  const int t0 = int(blockIdx.x) * T::tokens;
+  const int t0 = G ? 0 : int(blockIdx.x) * T::tokens;
   const int row0 = int(blockIdx.y) * T::rows;
-  const int n_super = a.in / super_elems;
-  const int kb0 = int(blockIdx.z) * a.supers_per_split;
+  // The matrix, its bias and output, and the block's tokens: rows t0 .. of x and y, or (G) the
+  // pairs sorted[first .. first + count) of one expert, which the kernel before this one wrote.
+  const u8* w_mat = a.w;
+  const u8* w_end = a.w_end;
+  float* y_mat = a.y;
+  const float* bias = a.bias;
+  const std::int32_t* pairs = nullptr;
+  int n_rows = a.n_tokens - t0;  // tokens of this block, at most T::tokens used
+  if constexpr (G) {
+    gpu::dependency_wait();  // launched with gpu::launch_dependent_smem
+    gpu::allow_dependents();
+    const expert_tile et = find_expert_tile<threads>(a, int(blockIdx.x), T::tokens);
+    if (et.expert < 0) return;
+    const bool second = blockIdx.z == 1;
+    w_mat = (second ? a.w1 : a.w) + std::size_t(et.expert) * a.stride;
+    w_end = w_mat + std::size_t(a.out) * a.row_bytes;
+    y_mat = second ? a.y1 : a.y;
+    bias = second ? a.bias1 : a.bias;
+    if (bias != nullptr) bias += std::size_t(et.expert) * std::size_t(a.out);
+    pairs = a.sorted + et.first;
+    n_rows = et.count;
+  }
+  // Token n of the block (0 <= n < T::tokens): the row of x it reads (past the block's tokens, the
+  // last one's) and the row of y it writes (-1 past them).
+  const auto x_row = [&](int n) -> int {
+    const int i = min(n, n_rows - 1);
+    return G ? pairs[i] / a.x_div : t0 + i;
+  };
+  const auto y_row = [&](int n) -> int { return n >= n_rows ? -1 : G ? pairs[n] : t0 + n; };
+  const int n_super = (a.in + super_elems - 1) / super_elems;  // MXFP4 rows may end inside a stage
+  const int kb0 = G ? 0 : int(blockIdx.z) * a.supers_per_split;  // G: blockIdx.z is the matrix
   const int kb_end = min(n_super, kb0 + a.supers_per_split);
   const int steps = kb_end - kb0;
+  const unsigned w_misalign = unsigned(reinterpret_cast<std::uintptr_t>(w_mat) & 15u);  // windowed experts' stacks
 
   // This lane's share of every stage's copies, fixed but for the super-block: units of the rows'
   // blocks and of the tokens' activations (rows and tokens past the end repeat the last one).
@@ -257,7 +386,7 @@ __global__ void __launch_bounds__(32 * W) gemm_kq_kernel(gemm_quant_args a) {
   constexpr int x_units = T::tokens * (super_elems / 8), x_copies = x_units / threads;
   static_assert(x_units % threads == 0, "every lane copies as many activation units");
   // Byte offsets from the block's first row and token (below 2^31: launch_gemm_quant's limits).
-  const u8* const w_base = a.w + std::size_t(row0) * a.row_bytes + std::size_t(kb0) * block_bytes;
+  const u8* const w_base = w_mat + std::size_t(row0) * a.row_bytes + std::size_t(kb0) * block_bytes;
   // Q6_K: w_src is the row's offset and w_unit the unit of its block's window.
   unsigned w_src[w_copies], w_dst[w_copies], w_unit[w_copies];
 #pragma unroll
@@ -265,31 +394,32 @@ __global__ void __launch_bounds__(32 * W) gemm_kq_kernel(gemm_quant_args a) {
     const int i = min(tid + k * threads, w_units - 1);  // a lane past the end repeats the last copy
     const int r = i / (F::slot_bytes / 16), u = i % (F::slot_bytes / 16);
     const unsigned row_off = unsigned(min(r, a.out - 1 - row0)) * unsigned(a.row_bytes);
-    w_src[k] = F::q6 ? row_off : row_off + 16u * unsigned(u);
+    w_src[k] = F::windowed ? row_off : row_off + 16u * unsigned(u);
     w_unit[k] = unsigned(u);
     w_dst[k] = unsigned(r * F::slot_bytes + 16 * u);
   }
-  const std::uint16_t* const x_base = a.x16 + std::size_t(t0) * a.in + std::size_t(kb0) * super_elems;
-  unsigned x_src[x_copies], x_dst[x_copies];
+  const std::uint16_t* const x_base = a.x16 + std::size_t(kb0) * super_elems;
+  unsigned x_src[x_copies], x_dst[x_copies], x_col[x_copies];
 #pragma unroll
   for (int k = 0; k < x_copies; ++k) {
     const int i = tid + k * threads, n = i / (super_elems / 8), u = i % (super_elems / 8);
-    x_src[k] = unsigned(min(n, a.n_tokens - 1 - t0)) * unsigned(a.in) + 8u * unsigned(u);  // elements
+    x_src[k] = unsigned(x_row(n)) * unsigned(a.in) + 8u * unsigned(u);  // elements
     x_dst[k] = unsigned(T::w_bytes + x_offset(n, u));
+    x_col[k] = 8u * unsigned(u);
   }
   static_assert(T::tokens <= threads, "one lane per token copies its sums");
   const std::uint16_t* sum_src =
-      a.xsum + std::size_t(min(t0 + tid, a.n_tokens - 1)) * std::size_t(a.in / 32) + std::size_t(kb0) * 8;
+      a.xsum + std::size_t(x_row(min(tid, T::tokens - 1))) * std::size_t(a.in / 32) + std::size_t(kb0) * 8;
   const auto load_weights = [&](int step) {
     unsigned char* st = smem + (step % T::stages) * T::stage_bytes;
 #pragma unroll
     for (int k = 0; k < w_copies; ++k) {
-      if constexpr (F::q6) {
-        // Unit w_unit of the 16-byte aligned window around the row's block; bytes past the
+      if constexpr (F::windowed) {
+        // Unit w_unit of the 16-byte aligned window around the row's blocks; bytes past the
         // weight's end are not read.
         const std::uintptr_t blk = reinterpret_cast<std::uintptr_t>(w_base) + w_src[k] + std::uintptr_t(step) * block_bytes;
         const u8* src = reinterpret_cast<const u8*>((blk & ~std::uintptr_t(15)) + 16u * w_unit[k]);
-        const std::ptrdiff_t left = a.w_end - src;
+        const std::ptrdiff_t left = w_end - src;
         tc::cp_async16_n(st + w_dst[k], src, unsigned(left <= 0 ? 0 : left >= 16 ? 16 : left));
       } else {
         tc::cp_async16(st + w_dst[k], w_base + w_src[k] + std::size_t(step) * block_bytes, true);
@@ -298,20 +428,29 @@ __global__ void __launch_bounds__(32 * W) gemm_kq_kernel(gemm_quant_args a) {
   };
   const auto load_activations = [&](int step) {
     unsigned char* st = smem + (step % T::stages) * T::stage_bytes;
-    if (tid < T::tokens) tc::cp_async16(st + T::sum_offset + 16 * tid, sum_src + std::size_t(step) * 8, true);
+    if constexpr (!F::mx) {  // MXFP4 has no mins
+      if (tid < T::tokens) tc::cp_async16(st + T::sum_offset + 16 * tid, sum_src + std::size_t(step) * 8, true);
+    }
 #pragma unroll
-    for (int k = 0; k < x_copies; ++k) tc::cp_async16(st + x_dst[k], x_base + x_src[k] + std::size_t(step) * super_elems, true);
+    for (int k = 0; k < x_copies; ++k) {
+      // Past the row's end (MXFP4's last stage) the activations are zero-filled.
+      const bool in_row = !F::mx || unsigned(kb0 + step) * super_elems + x_col[k] < unsigned(a.in);
+      tc::cp_async16(st + x_dst[k], x_base + x_src[k] + (in_row ? std::size_t(step) * super_elems : 0), in_row);
+    }
   };
 
   // The first stages' weights are requested before the kernel before this one has finished (they
-  // do not depend on it: gpu::dependency_wait); the activations after. The first commit group then
-  // holds every prologue weight: the first wait covers them all.
+  // do not depend on it: gpu::dependency_wait; G waited above, its expert comes from that kernel);
+  // the activations after. The first commit group then holds every prologue weight: the first wait
+  // covers them all.
 #pragma unroll
   for (int s = 0; s < T::stages - 1; ++s) {
     if (s < steps) load_weights(s);
   }
-  gpu::dependency_wait();  // launched with gpu::launch_dependent_smem
-  gpu::allow_dependents();
+  if constexpr (!G) {
+    gpu::dependency_wait();  // launched with gpu::launch_dependent_smem
+    gpu::allow_dependents();
+  }
   float acc[MT][NT][4] = {};
 #pragma unroll
   for (int s = 0; s < T::stages - 1; ++s) {
@@ -331,25 +470,37 @@ __global__ void __launch_bounds__(32 * W) gemm_kq_kernel(gemm_quant_args a) {
     const unsigned char* xs = st + T::w_bytes + x_offset(g, 8 * c);  // this lane's chunk of token g
     // Rows g and g + 8 of each m-tile: Q4_K/Q5_K blocks as stored; Q6_K blocks at their offset in
     // the window (the block's address modulo 16: the weight is 16-byte aligned, 210 = 2 mod 16).
+    // MXFP4: blocks 2c and 2c + 1 of the stage (h), their code words and scales.
     const unsigned char* blk[MT][2];
     row_scales rs[MT][2];
     q6_scales qs6[MT][2];
+    uint4 mxq[MT][2][2];
+    u32 mxs[MT][2][2];
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int rloc = 16 * (warp * MT + m) + 8 * r + g;
         blk[m][r] = st + rloc * F::slot_bytes;
-        if constexpr (F::q6) {
+        if constexpr (F::windowed) {
           const unsigned row = unsigned(min(row0 + rloc, a.out - 1));
-          blk[m][r] += (row * unsigned(a.row_bytes & 15) + 2u * unsigned(kb0 + step)) & 15u;
+          blk[m][r] += (w_misalign + row * unsigned(a.row_bytes & 15) + unsigned(F::block_bytes & 15) * unsigned(kb0 + step)) & 15u;
+        }
+        if constexpr (F::q6) {
           qs6[m][r] = q6_load_scales(blk[m][r], c);
+        } else if constexpr (F::mx) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const u8* b = blk[m][r] + 17 * (2 * c + h);
+            mxq[m][r][h] = mx_words(b + 1);
+            mxs[m][r][h] = mx_scale(*b, (kb0 + step) * (super_elems / 32) + 2 * c + h < a.in / 32);
+          }
         } else {
           rs[m][r] = load_scales(blk[m][r], c);
         }
       }
     }
-    if constexpr (!F::q6) {
+    if constexpr (!F::q6 && !F::mx) {
       // Minus the mins: rows (g, g + 8) x (-dmin m) of sub-blocks 2c, 2c+1 against token g's sums
       // of the same sub-blocks, the other half of the product's reduction zero.
       const unsigned char* sums = st + T::sum_offset + 16 * g + 4 * c;
@@ -376,7 +527,7 @@ __global__ void __launch_bounds__(32 * W) gemm_kq_kernel(gemm_quant_args a) {
             q[m][r] = q6_words2(blk[m][r] + 64 * q6_half + 8 * v);
             q_hi[m][r] = q6_words2(blk[m][r] + 64 * q6_half + 32 + 8 * v);
             hq[m][r] = q6_words2(blk[m][r] + 128 + 32 * q6_half + 8 * v);
-          } else {
+          } else if constexpr (!F::mx) {
             q[m][r] = code_words<F>(blk[m][r], c, v);
             hq[m][r] = F::high_bits ? high_words(blk[m][r], v) : make_uint2(0u, 0u);
           }
@@ -407,6 +558,18 @@ __global__ void __launch_bounds__(32 * W) gemm_kq_kernel(gemm_quant_args a) {
               af[1] = q6_pair(a1, h1, qs6[m][1].s[k]);
               af[2] = q6_pair(a0 >> 8, h0 >> 8, qs6[m][0].s[k]);
               af[3] = q6_pair(a1 >> 8, h1 >> 8, qs6[m][1].s[k]);
+            } else if constexpr (F::mx) {
+              // Elements 8v + 4e .. + 3 of block h: the low nibbles of code word 2v + e (v < 2), the
+              // high nibbles of word 2(v - 2) + e.
+              const int word = 2 * (v & 1) + e, sh = 4 * (v >> 1);
+              const uint4& w0 = mxq[m][0][h];
+              const uint4& w1 = mxq[m][1][h];
+              const u32 a0 = (word == 0 ? w0.x : word == 1 ? w0.y : word == 2 ? w0.z : w0.w) >> sh;
+              const u32 a1 = (word == 0 ? w1.x : word == 1 ? w1.y : word == 2 ? w1.z : w1.w) >> sh;
+              af[0] = mx_pair(a0, mxs[m][0][h]);
+              af[1] = mx_pair(a1, mxs[m][1][h]);
+              af[2] = mx_pair(a0 >> 8, mxs[m][0][h]);
+              af[3] = mx_pair(a1 >> 8, mxs[m][1][h]);
             } else {
               const row_scales& r0 = rs[m][0];
               const row_scales& r1 = rs[m][1];
@@ -440,21 +603,26 @@ __global__ void __launch_bounds__(32 * W) gemm_kq_kernel(gemm_quant_args a) {
   // acc[m][j]: rows (g, g + 8) of m-tile m, tokens (2c, 2c + 1) of n-tile j. Unsplit, they are the
   // result; split, each block leaves its sums in `partial` and the last block of a tile to finish
   // adds them up in split order (the same order whichever block finishes last).
-  const bool split = gridDim.z > 1;
-  float* const y = split ? a.partial + std::size_t(blockIdx.z) * std::size_t(a.n_tokens) * std::size_t(a.out) : a.y;
+  const bool split = !G && gridDim.z > 1;
+  float* const y = split ? a.partial + std::size_t(blockIdx.z) * std::size_t(a.n_tokens) * std::size_t(a.out) : y_mat;
+  int out_rows[NT][2];  // the y row of each of this lane's tokens, or -1
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+#pragma unroll
+    for (int k = 0; k < 2; ++k) out_rows[j][k] = y_row(8 * j + 2 * c + k);
+  }
 #pragma unroll
   for (int m = 0; m < MT; ++m) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int o = row0 + 16 * (warp * MT + m) + g + 8 * half;
       if (o >= a.out) continue;
-      const float bias = !split && a.bias ? a.bias[o] : 0.f;
+      const float b = !split && bias ? bias[o] : 0.f;
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
 #pragma unroll
         for (int k = 0; k < 2; ++k) {
-          const int t = t0 + 8 * j + 2 * c + k;
-          if (t < a.n_tokens) y[std::size_t(t) * a.out + o] = acc[m][j][2 * half + k] + bias;
+          if (out_rows[j][k] >= 0) y[std::size_t(out_rows[j][k]) * a.out + o] = acc[m][j][2 * half + k] + b;
         }
       }
     }
@@ -498,13 +666,13 @@ __global__ void __launch_bounds__(32 * W) gemm_kq_kernel(gemm_quant_args a) {
     for (int half = 0; half < 2; ++half) {
       const int o = row0 + 16 * (warp * MT + m) + g + 8 * half;
       if (o >= a.out) continue;
-      const float bias = a.bias ? a.bias[o] : 0.f;
+      const float b = bias ? bias[o] : 0.f;
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
 #pragma unroll
         for (int k = 0; k < 2; ++k) {
           const int t = t0 + 8 * j + 2 * c + k;
-          if (t < a.n_tokens) a.y[std::size_t(t) * a.out + o] = total[m][half][j][k] + bias;
+          if (t < a.n_tokens) y_mat[std::size_t(t) * a.out + o] = total[m][half][j][k] + b;
         }
       }
     }
@@ -542,7 +710,7 @@ plan plan_for(std::int64_t n_tokens, std::int64_t in, std::int64_t out) {
   p.warps = p.nt == 8 || out >= 8192 ? 8 : 4;
   p.token_tiles = int((n_tokens + 8 * p.nt - 1) / (8 * p.nt));
   p.row_tiles = int((out + 16 * p.mt * p.warps - 1) / (16 * p.mt * p.warps));
-  const int n_super = int(in / super_elems);
+  const int n_super = int((in + super_elems - 1) / super_elems);
   // Split the reduction (each part four super-blocks at least) while the grid is smaller than the
   // device: up to one block per multiprocessor for 64-token tiles (a block fills one), at least one
   // for the smaller tiles (several share one). Measured on the H200 against two blocks per
@@ -583,6 +751,37 @@ hipError_t launch_planned(const plan& pl, const gemm_quant_args& a, hipStream_t 
   }
 }
 
+// The experts' form: a block per (tile of one expert's pairs, 16 x W rows, matrix); no split.
+template <class F, int W, int NT, int S>
+hipError_t launch_experts_tile(const gemm_quant_args& a, std::int64_t n_pairs, std::int64_t n_expert, int mats,
+                               hipStream_t stream) {
+#if defined(ANVIL_GPU_CUDA)
+  using T = tile<F, W, 1, NT, S>;
+  gpu::allow_dynamic_smem<gemm_kq_kernel<F, W, 1, NT, S, true>>(T::smem);
+  // Each active expert leaves at most one tile part-filled: the pairs' tiles plus one per expert
+  // that can have pairs bound the count; blocks past the last tile return at once.
+  const std::int64_t tiles = (n_pairs + T::tokens - 1) / T::tokens + std::min(n_expert, n_pairs);
+  const dim3 grid(unsigned(tiles), unsigned((a.out + T::rows - 1) / T::rows), unsigned(mats));
+  gpu::launch_dependent_smem(gemm_kq_kernel<F, W, 1, NT, S, true>, grid, dim3(T::threads), T::smem, stream, a);
+  return hipGetLastError();
+#else
+  (void)a, (void)n_pairs, (void)n_expert, (void)mats, (void)stream;
+  return hipErrorNotSupported;
+#endif
+}
+
+// Pairs per tile from the mean pairs per expert that can have pairs (the route's spread is unknown
+// here); 4 warps (64 rows) but for 64-pair tiles, as the dense plan.
+template <class F>
+hipError_t launch_experts(const gemm_quant_args& a, std::int64_t n_pairs, std::int64_t n_expert, int mats,
+                          hipStream_t stream) {
+  const std::int64_t mean = n_pairs / std::max<std::int64_t>(std::min(n_expert, n_pairs), 1);
+  if (mean <= 8) return launch_experts_tile<F, 4, 1, 4>(a, n_pairs, n_expert, mats, stream);
+  if (mean <= 16) return launch_experts_tile<F, 4, 2, 4>(a, n_pairs, n_expert, mats, stream);
+  if (mean <= 32) return launch_experts_tile<F, 4, 4, 4>(a, n_pairs, n_expert, mats, stream);
+  return launch_experts_tile<F, 8, 8, 3>(a, n_pairs, n_expert, mats, stream);
+}
+
 unsigned elementwise_blocks(std::int64_t n) { return unsigned(std::min<std::int64_t>((n + 255) / 256, 65536)); }
 
 // A block's copy offsets are 32-bit: its rows' bytes and its tokens' activations below 2^31; the
@@ -593,6 +792,25 @@ bool shape_supported(std::int64_t in, std::int64_t out) {
 
 bool format_supported(model::ggml_type type) {
   return type == model::ggml_type::Q4_K || type == model::ggml_type::Q5_K || type == model::ggml_type::Q6_K;
+}
+
+// The experts' form also takes MXFP4 (gpt-oss), whose rows need only be whole 32-element blocks.
+bool experts_format_supported(model::ggml_type type) {
+#if defined(ANVIL_GPU_CUDA)
+  return (format_supported(type) || type == model::ggml_type::MXFP4) && tc::device_has_mma();
+#else
+  (void)type;
+  return false;
+#endif
+}
+bool experts_shape_supported(model::ggml_type type, std::int64_t in, std::int64_t out) {
+  if (type != model::ggml_type::MXFP4) return shape_supported(in, out);
+  return in > 0 && in % 32 == 0 && in < (std::int64_t(1) << 24) && out > 0 && out <= std::int64_t(65535) * 64;
+}
+// Where an expert's matrix may start: Q4_K/Q5_K blocks are copied as 16-byte units, Q6_K and
+// MXFP4 blocks through 16-byte windows (2-byte and 1-byte aligned blocks).
+std::size_t experts_align(model::ggml_type type) {
+  return type == model::ggml_type::Q6_K ? 2 : type == model::ggml_type::MXFP4 ? 1 : 16;
 }
 
 }  // namespace
@@ -701,6 +919,76 @@ hipError_t launch_gemm_quant_group(std::span<const matmul_params> ps, void* work
   hipError_t e = convert(ps[0].x, ps[0].n_tokens, ps[0].in, ws, stream);
   for (std::size_t i = 0; i < ps.size() && e == hipSuccess; ++i) e = multiply(ps[i], ws, stream);
   return e;
+}
+
+bool gemm_quant_experts_supported(model::ggml_type type, std::int64_t in, std::int64_t out, std::size_t stride) {
+  return experts_format_supported(type) && experts_shape_supported(type, in, out) && stride % experts_align(type) == 0 &&
+         stride >= *model::row_bytes(type, in) * std::size_t(out);
+}
+
+bool gemm_quant_experts_preferred(model::ggml_type type, std::int64_t n_pairs, std::int64_t n_expert, std::int64_t in,
+                                  std::int64_t out) {
+  return experts_format_supported(type) && experts_shape_supported(type, in, out) && n_expert > 0 &&
+         n_pairs >= gemm_quant_experts_min_pairs;
+}
+
+std::size_t gemm_quant_experts_workspace_bytes(std::int64_t in, std::int64_t rows) {
+  return in > 0 && rows > 0 ? activation_bytes(rows, in) : 0;
+}
+
+hipError_t launch_gemm_quant_experts(const moe_matmul_params& p, void* workspace, std::size_t workspace_bytes,
+                                     hipStream_t stream) {
+  if (!gemm_quant_experts_supported(p.w_type, p.in, p.out, p.stride) || p.n_mats < 1 || p.n_mats > 2 || p.x == nullptr ||
+      !aligned16(p.x) || p.x_div < 1 || p.n_pairs < 0 || p.n_pairs % p.x_div != 0 || p.n_expert < 1 ||
+      p.n_expert > moe_max_experts || p.offsets == nullptr || p.sorted == nullptr || p.active == nullptr ||
+      !aligned16(workspace)) {
+    return hipErrorInvalidValue;
+  }
+  const std::int64_t rows = p.n_pairs / p.x_div;
+  // Element offsets of x inside a block are 32-bit.
+  if (rows * p.in >= (std::int64_t(1) << 31) || workspace_bytes < gemm_quant_experts_workspace_bytes(p.in, rows)) {
+    return hipErrorInvalidValue;
+  }
+  for (int m = 0; m < p.n_mats; ++m) {
+    if (p.w[m] == nullptr || reinterpret_cast<std::uintptr_t>(p.w[m]) % experts_align(p.w_type) != 0 || p.y[m] == nullptr) {
+      return hipErrorInvalidValue;
+    }
+  }
+  if (p.n_pairs == 0) return hipSuccess;
+  const workspace_view ws = view(workspace, rows, p.in);
+  const std::int64_t nx = rows * p.in;
+  gpu::launch_dependent(convert_pairs_kernel, dim3(elementwise_blocks(nx / 8)), dim3(256), stream, p.x, ws.x16, ws.xsum, nx,
+                        ws.counters, 0);
+  if (const hipError_t e = hipGetLastError(); e != hipSuccess) return e;
+  const std::size_t row_bytes = *model::row_bytes(p.w_type, p.in);
+  const bool two = p.n_mats > 1;
+  const gemm_quant_args a{.w = static_cast<const u8*>(p.w[0]),
+                          .w_end = nullptr,
+                          .row_bytes = row_bytes,
+                          .x16 = ws.x16,
+                          .xsum = ws.xsum,
+                          .bias = p.bias[0],
+                          .y = p.y[0],
+                          .partial = nullptr,
+                          .counters = nullptr,
+                          .in = int(p.in),
+                          .out = int(p.out),
+                          .n_tokens = int(p.n_pairs),
+                          .supers_per_split = int((p.in + super_elems - 1) / super_elems),
+                          .w1 = static_cast<const u8*>(two ? p.w[1] : p.w[0]),
+                          .y1 = two ? p.y[1] : p.y[0],
+                          .bias1 = two ? p.bias[1] : p.bias[0],
+                          .stride = p.stride,
+                          .offsets = p.offsets,
+                          .sorted = p.sorted,
+                          .active = p.active,
+                          .x_div = int(p.x_div)};
+  switch (p.w_type) {
+    case model::ggml_type::Q5_K: return launch_experts<q5k_format>(a, p.n_pairs, p.n_expert, p.n_mats, stream);
+    case model::ggml_type::Q6_K: return launch_experts<q6k_format>(a, p.n_pairs, p.n_expert, p.n_mats, stream);
+    case model::ggml_type::MXFP4: return launch_experts<mxfp4_format>(a, p.n_pairs, p.n_expert, p.n_mats, stream);
+    default: return launch_experts<q4k_format>(a, p.n_pairs, p.n_expert, p.n_mats, stream);
+  }
 }
 
 }  // namespace anvil::kernels

@@ -10,6 +10,7 @@
 //   2. matmul:  for each expert with pairs, y[p] = W_e x(p) (+ b_e) for each of its pairs p: the expert's
 //               rows are read once per group of pairs, not once per pair. x(p) is the token's row
 //               (the gate/up projections' input) or the pair's own row (the down projection's).
+//               Steps of many pairs: kernels/gemm_quant.h's experts form, on tensor cores.
 //   3. combine: out[t] = sum over ranks j of weight[t, j] * y[t * k + j], plus the shared expert's
 //               output scaled by sigmoid(x[t] . shared_gate) where the model has one.
 // Pair p = t * k + j is token t's j-th choice. The references are the definition; the CPU forward

@@ -26,7 +26,7 @@
 //            % of the copy bandwidth.
 //   prefill attention, the same layer shape, chunks of 512-2048 tokens at the start of a prompt
 //            and deep into one: µs, TFLOP/s (QK^T and PV of the causal mask), % of the f16 GEMM rate.
-//   experts (--moe only): one layer's experts for a decode step of 1 and 4 tokens (gpt-oss-20b:
+//   experts (--moe only): one layer's experts for a step of 1 to 512 tokens, GEMV and tensor-core GEMM (gpt-oss-20b:
 //            MXFP4 2880 x 2880, 4 of 32 per token; qwen3-30b-a3b: Q4_K gate/up 768 x 2048 and Q6_K
 //            down 2048 x 768, 8 of 128), on 8-bit activations as the worker runs them: µs, the
 //            chosen experts' bytes / time, and % of the copy bandwidth.
@@ -417,10 +417,15 @@ void moe_table(double copy_gbs, std::size_t l2, int reps) {
   };
   const moe_shape shapes[] = {{"gpt-oss-20b", ggml_type::MXFP4, ggml_type::MXFP4, 32, 4, 2880, 2880},
                               {"qwen3-30b-a3b", ggml_type::Q4_K, ggml_type::Q6_K, 128, 8, 2048, 768}};
-  std::printf("\nExperts of one layer at decode, 8-bit activations; limit: copy bandwidth %.0f GB/s\n", copy_gbs);
-  std::printf("%-14s %-7s %6s %5s | %9s %9s %6s\n", "model", "type", "tokens", "proj", "us", "GB/s", "%copy");
+  std::printf("\nExperts of one layer, a step of `tokens`; limit: copy bandwidth %.0f GB/s. gemv: launch_moe_matmul on\n"
+              "8-bit rows; gemm: launch_gemm_quant_experts (tensor cores, f32 rows converted in the launch; the types it\n"
+              "takes); * the path run_experts takes\n",
+              copy_gbs);
+  std::printf("%-14s %-7s %6s %5s | %9s %9s %6s | %9s %9s %6s\n", "model", "type", "tokens", "proj", "gemv us", "GB/s", "%copy",
+              "gemm us", "GB/s", "%copy");
   for (const moe_shape& sh : shapes) {
-    for (const std::int64_t tokens : {std::int64_t(1), std::int64_t(4)}) {
+    for (const std::int64_t tokens : {std::int64_t(1), std::int64_t(4), std::int64_t(8), std::int64_t(16), std::int64_t(64),
+                                      std::int64_t(512)}) {
       const std::int64_t pairs = tokens * sh.k;
       std::vector<std::int32_t> expert_of(static_cast<std::size_t>(pairs)), offsets(static_cast<std::size_t>(sh.n_expert + 1), 0),
           sorted, active = {0};
@@ -478,8 +483,38 @@ void moe_table(double copy_gbs, std::size_t l2, int reps) {
             },
             copies.batch(), reps);
         const double gbs = double(touched) / (ms * 1e-3) / 1e9;
-        std::printf("%-14s %-7s %6lld %5s | %9.1f %9.0f %5.1f%%\n", sh.name, std::string(model::info(t).name).c_str(),
-                    static_cast<long long>(tokens), down ? "down" : "g+u", ms * 1e3, gbs, 100 * gbs / copy_gbs);
+        double gemm_ms = 0;
+        const bool gemm = kernels::gemm_quant_experts_supported(t, in, out, stride);
+        if (gemm) {
+          device_mem xf(std::size_t(rows * in) * 4), ws(kernels::gemm_quant_experts_workspace_bytes(in, rows));
+          CHECK(hipMemset(xf.p, 0, xf.n));
+          gemm_ms = time_ms(
+              [&](int i) {
+                const char* w = static_cast<const char*>(copies.at(i));
+                CHECK(kernels::launch_gemm_quant_experts({.w = {w, w + stride * std::size_t(used)},
+                                                          .y = {y.as<float>(), y.as<float>() + pairs * out},
+                                                          .n_mats = mats,
+                                                          .w_type = t,
+                                                          .in = in,
+                                                          .out = out,
+                                                          .stride = stride,
+                                                          .x = xf.as<float>(),
+                                                          .x_div = down ? 1 : sh.k,
+                                                          .n_pairs = pairs,
+                                                          .n_expert = sh.n_expert,
+                                                          .offsets = d_off.as<std::int32_t>(),
+                                                          .sorted = d_sorted.as<std::int32_t>(),
+                                                          .active = d_active.as<std::int32_t>()},
+                                                         ws.p, ws.n, nullptr));
+              },
+              copies.batch(), reps);
+        }
+        const double gemm_gbs = gemm ? double(touched) / (gemm_ms * 1e-3) / 1e9 : 0;
+        const bool by_gemm = gemm && kernels::gemm_quant_experts_preferred(t, pairs, sh.n_expert, in, out);
+        std::printf("%-14s %-7s %6lld %5s | %8.1f%s %9.0f %5.1f%% | %8.1f%s %9.0f %5.1f%%\n", sh.name,
+                    std::string(model::info(t).name).c_str(), static_cast<long long>(tokens), down ? "down" : "g+u",
+                    ms * 1e3, by_gemm ? " " : "*", gbs, 100 * gbs / copy_gbs, gemm_ms * 1e3, by_gemm ? "*" : " ", gemm_gbs,
+                    100 * gemm_gbs / copy_gbs);
       }
     }
   }

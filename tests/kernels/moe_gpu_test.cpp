@@ -8,8 +8,14 @@
 //     row within 1e-5 of the |W|.|x| scale (float activations, exact decode); on 8-bit rows (the
 //     integer types), matmul_ref of the rounded rows within 1e-5. Poisoned and guarded.
 //   combine: within 1e-5, with and without the shared expert and its gate.
+//   the quantized GEMM's experts form (kernels/gemm_quant.h; Q4_K, Q5_K, Q6_K, MXFP4, tensor cores): the
+//     same gate/up and down launches against matmul_ref within 2e-3 of the |W|.|x| scale (f16
+//     operands), at every tile size (8 to 64 pairs), experts with several tiles, a stack whose
+//     Q6_K and MXFP4 experts start off 16-byte boundaries, MXFP4 rows of 2,880 (a stage part-filled);
+//     refusals of what it does not take.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <sstream>
 #include <string>
@@ -18,6 +24,7 @@
 
 #include <gtest/gtest.h>
 
+#include "kernels/gemm_quant.h"
 #include "kernels/matmul.h"
 #include "kernels/moe.h"
 #include "tests/kernels/gpu_array.h"
@@ -365,6 +372,127 @@ TEST_P(MoeMatmulGpu, EachPairIsItsExpertsMatmulOfItsRow) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, MoeMatmulGpu, ::testing::ValuesIn(gpu_weight_types()),
+                         [](const auto& param_info) { return type_name(param_info.param); });
+
+class MoeGemmQuantGpu : public ::testing::TestWithParam<ggml_type> {};
+
+TEST_P(MoeGemmQuantGpu, EachPairIsItsExpertsMatmulOfItsRow) {
+  require_device();
+  const ggml_type type = GetParam();
+  if (!gemm_quant_supported(ggml_type::Q4_K, 1)) GTEST_SKIP() << "no tensor-core quantized GEMM on this device";
+  // Mean pairs per expert 1 and 7 (tiles of 8; one expert with several), 10 (16), 30 (32), 65
+  // (64, three tiles for some experts), one expert taking all, many experts with few pairs; out 33
+  // puts Q6_K and MXFP4 experts off 16-byte boundaries (630 x 33 and 408 x 33 bytes apart); MXFP4
+  // rows of 2,880 (gpt-oss) and 800 end inside a stage.
+  std::vector<matmul_case> cases = {matmul_case{type, 1, 8, 2, 256, 72},   matmul_case{type, 23, 6, 2, 512, 40},
+                                    matmul_case{type, 20, 16, 8, 2048, 64}, matmul_case{type, 40, 4, 3, 256, 130},
+                                    matmul_case{type, 130, 4, 2, 768, 33},  matmul_case{type, 9, 1, 1, 256, 8},
+                                    matmul_case{type, 3, 64, 4, 256, 64}};
+  if (type == ggml_type::MXFP4) {
+    cases.push_back(matmul_case{type, 5, 4, 2, 2880, 40});
+    cases.push_back(matmul_case{type, 70, 2, 1, 800, 17});
+  }
+  for (const matmul_case& c : cases) {
+    SCOPED_TRACE(c.str());
+    std::mt19937 rng(unsigned(c.tokens * 71 + c.n_expert + int(type)));
+    const std::int64_t pairs = c.tokens * c.k;
+    const routed r = route_on_device(random_vector(std::size_t(c.tokens * c.n_expert), rng, -2.f, 2.f), c.tokens,
+                                     c.n_expert, c.k, true);
+    std::vector<host_weight> gate, up;
+    std::vector<std::uint8_t> gate_bytes, up_bytes;
+    for (std::int64_t e = 0; e < c.n_expert; ++e) {
+      gate.emplace_back(type, c.out, c.in, rng);
+      up.emplace_back(type, c.out, c.in, rng);
+      gate_bytes.insert(gate_bytes.end(), gate.back().bytes.begin(), gate.back().bytes.end());
+      up_bytes.insert(up_bytes.end(), up.back().bytes.begin(), up.back().bytes.end());
+    }
+    const std::size_t stride = gate[0].bytes.size();
+    ASSERT_TRUE(gemm_quant_experts_supported(type, c.in, c.out, stride));
+    device_bytes dg(gate_bytes.size()), du(up_bytes.size());
+    dg.upload(gate_bytes.data(), gate_bytes.size());
+    du.upload(up_bytes.data(), up_bytes.size());
+    const std::vector<float> x = random_vector(std::size_t(c.tokens * c.in), rng);
+    const std::vector<float> xp = random_vector(std::size_t(pairs * c.in), rng);
+    const std::vector<float> bias = random_vector(std::size_t(c.n_expert * c.out), rng, -1.f, 1.f);
+    guarded_array<float> dx(x), dxp(xp), dbias(bias), yg(std::size_t(pairs * c.out)), yu(std::size_t(pairs * c.out)),
+        yd(std::size_t(pairs * c.out));
+    guarded_array<std::int32_t> off(r.offsets), sorted(r.sorted), active(r.active);
+    device_bytes ws(gemm_quant_experts_workspace_bytes(c.in, pairs));
+    for (auto* y : {&yg, &yu, &yd}) y->poison();
+    const moe_matmul_params p{.w = {dg.data(), du.data()},
+                              .y = {yg.data(), yu.data()},
+                              .n_mats = 2,
+                              .w_type = type,
+                              .in = c.in,
+                              .out = c.out,
+                              .stride = stride,
+                              .x = dx.data(),
+                              .x_div = c.k,
+                              .n_pairs = pairs,
+                              .n_expert = c.n_expert,
+                              .offsets = off.data(),
+                              .sorted = sorted.data(),
+                              .active = active.data()};
+    moe_matmul_params d = p;
+    d.w[1] = nullptr;
+    d.y[0] = yd.data();
+    d.y[1] = nullptr;
+    d.bias[0] = dbias.data();
+    d.n_mats = 1;
+    d.x = dxp.data();
+    d.x_div = 1;
+    ANVIL_GPU_CHECK(launch_gemm_quant_experts(p, ws.data(), ws.size(), nullptr));
+    ANVIL_GPU_CHECK(launch_gemm_quant_experts(d, ws.data(), ws.size(), nullptr));
+    ANVIL_GPU_CHECK(hipDeviceSynchronize());
+    for (const auto* y : {&yg, &yu, &yd}) EXPECT_TRUE(y->guards_intact());
+    const std::vector<float> got_g = yg.download(), got_u = yu.download(), got_d = yd.download();
+    double worst = 0;
+    for (std::int64_t pr = 0; pr < pairs; ++pr) {
+      const std::size_t e = std::size_t(r.ids[std::size_t(pr)]);
+      const std::int64_t t = pr / c.k;
+      const std::vector<float> xt(x.begin() + t * c.in, x.begin() + (t + 1) * c.in);
+      const std::vector<float> xr(xp.begin() + pr * c.in, xp.begin() + (pr + 1) * c.in);
+      const float* down_bias = bias.data() + std::int64_t(e) * c.out;
+      for (const auto& [hw, xv, got, b] : {std::tuple{&gate[e], &xt, &got_g, (const float*)nullptr},
+                                           std::tuple{&up[e], &xt, &got_u, (const float*)nullptr},
+                                           std::tuple{&gate[e], &xr, &got_d, down_bias}}) {
+        std::vector<float> ref(std::size_t(c.out));
+        matmul_ref({.w = hw->bytes.data(),
+                    .w_type = type,
+                    .in = c.in,
+                    .out = c.out,
+                    .bias = b,
+                    .x = xv->data(),
+                    .y = ref.data(),
+                    .n_tokens = 1});
+        const std::vector<float> mine(got->begin() + pr * c.out, got->begin() + (pr + 1) * c.out);
+        const double err = max_scaled_error(mine, ref, *hw, *xv, b, 1);
+        worst = std::max(worst, std::isnan(err) ? 1.0 : err);
+        EXPECT_LT(err, 2e-3) << "pair " << pr;
+      }
+    }
+    std::printf("  experts gemm_quant(%s) tokens=%lld experts=%lld k=%lld in=%lld out=%lld: max scaled error %.3g\n",
+                type_name(type).c_str(), static_cast<long long>(c.tokens), static_cast<long long>(c.n_expert),
+                static_cast<long long>(c.k), static_cast<long long>(c.in), static_cast<long long>(c.out), worst);
+    // Refused, nothing launched: a workspace too small, an odd-aligned K-quant stack, a ragged x_div.
+    moe_matmul_params bad = p;
+    EXPECT_EQ(launch_gemm_quant_experts(bad, ws.data(), gemm_quant_experts_workspace_bytes(c.in, c.tokens) - 1, nullptr),
+              hipErrorInvalidValue);
+    if (type != ggml_type::MXFP4) {  // MXFP4 blocks take any byte alignment
+      bad.w[0] = static_cast<const char*>(p.w[0]) + 1;
+      EXPECT_EQ(launch_gemm_quant_experts(bad, ws.data(), ws.size(), nullptr), hipErrorInvalidValue);
+    }
+    bad = d;
+    bad.x_div = pairs + 1;
+    EXPECT_EQ(launch_gemm_quant_experts(bad, ws.data(), ws.size(), nullptr), hipErrorInvalidValue);
+  }
+  EXPECT_FALSE(gemm_quant_experts_supported(type, type == ggml_type::MXFP4 ? 300 : 800, 64, 1 << 20))
+      << "rows not whole blocks (MXFP4) or super-blocks";
+  EXPECT_FALSE(gemm_quant_experts_supported(ggml_type::Q8_0, 256, 64, 1 << 20));
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, MoeGemmQuantGpu,
+                         ::testing::Values(ggml_type::Q4_K, ggml_type::Q5_K, ggml_type::Q6_K, ggml_type::MXFP4),
                          [](const auto& param_info) { return type_name(param_info.param); });
 
 TEST(MoeCombineGpu, MatchesTheReferenceWithAndWithoutTheSharedExpert) {
