@@ -230,6 +230,34 @@ struct host_x8 {
   }
 };
 
+// Two stacks (gate, up) of n_expert random matrices [out][in] of the case's type, as a GGUF's
+// expert tensors hold them, on the host and on the device.
+struct host_stacks {
+  std::vector<host_weight> gate, up;
+  std::vector<std::uint8_t> gate_bytes, up_bytes;
+};
+host_stacks random_stacks(const matmul_case& c, std::mt19937& rng) {
+  host_stacks h;
+  for (std::int64_t e = 0; e < c.n_expert; ++e) {
+    h.gate.emplace_back(c.type, c.out, c.in, rng);
+    h.up.emplace_back(c.type, c.out, c.in, rng);
+    h.gate_bytes.insert(h.gate_bytes.end(), h.gate.back().bytes.begin(), h.gate.back().bytes.end());
+    h.up_bytes.insert(h.up_bytes.end(), h.up.back().bytes.begin(), h.up.back().bytes.end());
+  }
+  return h;
+}
+struct expert_stacks {
+  host_stacks h;
+  const std::vector<host_weight>& gate = h.gate;
+  const std::vector<host_weight>& up = h.up;
+  std::size_t stride = h.gate.front().bytes.size();  // bytes from one expert's matrix to the next
+  device_bytes dg{h.gate_bytes.size()}, du{h.up_bytes.size()};
+  expert_stacks(const matmul_case& c, std::mt19937& rng) : h(random_stacks(c, rng)) {
+    dg.upload(h.gate_bytes.data(), h.gate_bytes.size());
+    du.upload(h.up_bytes.data(), h.up_bytes.size());
+  }
+};
+
 class MoeMatmulGpu : public ::testing::TestWithParam<ggml_type> {};
 
 TEST_P(MoeMatmulGpu, EachPairIsItsExpertsMatmulOfItsRow) {
@@ -248,18 +276,10 @@ TEST_P(MoeMatmulGpu, EachPairIsItsExpertsMatmulOfItsRow) {
     const std::vector<float> logits = random_vector(std::size_t(c.tokens * c.n_expert), rng, -2.f, 2.f);
     const routed r = route_on_device(logits, c.tokens, c.n_expert, c.k, true);
     // Two stacks (gate, up) of n_expert matrices, and one row per token.
-    std::vector<host_weight> gate, up;
-    std::vector<std::uint8_t> gate_bytes, up_bytes;
-    for (std::int64_t e = 0; e < c.n_expert; ++e) {
-      gate.emplace_back(type, c.out, c.in, rng);
-      up.emplace_back(type, c.out, c.in, rng);
-      gate_bytes.insert(gate_bytes.end(), gate.back().bytes.begin(), gate.back().bytes.end());
-      up_bytes.insert(up_bytes.end(), up.back().bytes.begin(), up.back().bytes.end());
-    }
-    const std::size_t stride = gate[0].bytes.size();
-    device_bytes dg(gate_bytes.size()), du(up_bytes.size());
-    dg.upload(gate_bytes.data(), gate_bytes.size());
-    du.upload(up_bytes.data(), up_bytes.size());
+    const expert_stacks stacks(c, rng);
+    const std::vector<host_weight>&gate = stacks.gate, &up = stacks.up;
+    const std::size_t stride = stacks.stride;
+    const device_bytes &dg = stacks.dg, &du = stacks.du;
     const std::vector<float> x = random_vector(std::size_t(c.tokens * c.in), rng);
     guarded_array<float> dx(x), yg(std::size_t(pairs * c.out)), yu(std::size_t(pairs * c.out));
     guarded_array<std::int32_t> off(r.offsets), sorted(r.sorted), active(r.active);
@@ -398,19 +418,11 @@ TEST_P(MoeGemmQuantGpu, EachPairIsItsExpertsMatmulOfItsRow) {
     const std::int64_t pairs = c.tokens * c.k;
     const routed r = route_on_device(random_vector(std::size_t(c.tokens * c.n_expert), rng, -2.f, 2.f), c.tokens,
                                      c.n_expert, c.k, true);
-    std::vector<host_weight> gate, up;
-    std::vector<std::uint8_t> gate_bytes, up_bytes;
-    for (std::int64_t e = 0; e < c.n_expert; ++e) {
-      gate.emplace_back(type, c.out, c.in, rng);
-      up.emplace_back(type, c.out, c.in, rng);
-      gate_bytes.insert(gate_bytes.end(), gate.back().bytes.begin(), gate.back().bytes.end());
-      up_bytes.insert(up_bytes.end(), up.back().bytes.begin(), up.back().bytes.end());
-    }
-    const std::size_t stride = gate[0].bytes.size();
+    const expert_stacks stacks(c, rng);
+    const std::vector<host_weight>&gate = stacks.gate, &up = stacks.up;
+    const std::size_t stride = stacks.stride;
+    const device_bytes &dg = stacks.dg, &du = stacks.du;
     ASSERT_TRUE(gemm_quant_experts_supported(type, c.in, c.out, stride));
-    device_bytes dg(gate_bytes.size()), du(up_bytes.size());
-    dg.upload(gate_bytes.data(), gate_bytes.size());
-    du.upload(up_bytes.data(), up_bytes.size());
     const std::vector<float> x = random_vector(std::size_t(c.tokens * c.in), rng);
     const std::vector<float> xp = random_vector(std::size_t(pairs * c.in), rng);
     const std::vector<float> bias = random_vector(std::size_t(c.n_expert * c.out), rng, -1.f, 1.f);
