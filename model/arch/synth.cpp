@@ -19,17 +19,24 @@ std::uint64_t mix64(std::uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// Roughly normal values (sum of four uniforms) with the given standard deviation.
-void fill_normal(float* out, std::int64_t n, float mean, float stddev, std::uint64_t stream) {
-  std::uint64_t s = mix64(stream);
+// Roughly normal values (sum of four uniforms) with the given standard deviation: `rows` rows
+// (1 to fill_rows) of n values, row q from its own stream into out[q * n ..]. Each stream is a
+// serial chain of mix64 calls; the rows' chains advance side by side so that the core overlaps
+// them (the values are those of one row at a time).
+constexpr int fill_rows = 4;
+void fill_normal(float* out, std::int64_t n, int rows, float mean, float stddev, const std::uint64_t* streams) {
+  std::uint64_t s[fill_rows];
+  for (int q = 0; q < fill_rows; ++q) s[q] = mix64(streams[std::min(q, rows - 1)]);  // spare chains repeat the last
   const float k = stddev * std::sqrt(3.f) / float(1ull << 31);
   for (std::int64_t i = 0; i < n; ++i) {
-    std::int64_t sum = 0;
+    std::int64_t sum[fill_rows] = {};
     for (int j = 0; j < 4; ++j) {
-      s = mix64(s);
-      sum += std::int64_t(s >> 33) - (std::int64_t(1) << 30);
+      for (int q = 0; q < fill_rows; ++q) {
+        s[q] = mix64(s[q]);
+        sum[q] += std::int64_t(s[q] >> 33) - (std::int64_t(1) << 30);
+      }
     }
-    out[i] = mean + float(sum) * k;
+    for (int q = 0; q < rows; ++q) out[q * n + i] = mean + float(sum[q]) * k;
   }
 }
 
@@ -306,11 +313,17 @@ void write_synth_model(const synth_options& opt, const std::string& path,
       }
 #pragma omp parallel
       {
-        std::vector<float> values(static_cast<std::size_t>(in));
+        std::vector<float> values(static_cast<std::size_t>(fill_rows * in));
 #pragma omp for schedule(static)
-        for (std::int64_t r = 0; r < out; ++r) {
-          fill_normal(values.data(), in, mean, stddev, stream * 0x100000001b3ull + std::uint64_t(r));
-          quantize_row(t, values.data(), dst.data() + std::size_t(r) * row, in);
+        for (std::int64_t g = 0; g < (out + fill_rows - 1) / fill_rows; ++g) {
+          const std::int64_t r0 = g * fill_rows;
+          const int rows = int(std::min<std::int64_t>(fill_rows, out - r0));
+          std::uint64_t streams[fill_rows];
+          for (int q = 0; q < rows; ++q) streams[q] = stream * 0x100000001b3ull + std::uint64_t(r0 + q);
+          fill_normal(values.data(), in, rows, mean, stddev, streams);
+          for (int q = 0; q < rows; ++q) {
+            quantize_row(t, values.data() + std::size_t(q) * std::size_t(in), dst.data() + std::size_t(r0 + q) * row, in);
+          }
         }
       }
     });
