@@ -387,7 +387,7 @@ __global__ void __launch_bounds__(32 * W) gemm_kq_kernel(gemm_quant_args a) {
   static_assert(x_units % threads == 0, "every lane copies as many activation units");
   // Byte offsets from the block's first row and token (below 2^31: launch_gemm_quant's limits).
   const u8* const w_base = w_mat + std::size_t(row0) * a.row_bytes + std::size_t(kb0) * block_bytes;
-  // Q6_K: w_src is the row's offset and w_unit the unit of its block's window.
+  // Windowed formats (Q6_K, MXFP4): w_src is the row's offset and w_unit the unit of its blocks' window.
   unsigned w_src[w_copies], w_dst[w_copies], w_unit[w_copies];
 #pragma unroll
   for (int k = 0; k < w_copies; ++k) {
@@ -468,9 +468,10 @@ __global__ void __launch_bounds__(32 * W) gemm_kq_kernel(gemm_quant_args a) {
 
     const unsigned char* st = smem + (step % T::stages) * T::stage_bytes;
     const unsigned char* xs = st + T::w_bytes + x_offset(g, 8 * c);  // this lane's chunk of token g
-    // Rows g and g + 8 of each m-tile: Q4_K/Q5_K blocks as stored; Q6_K blocks at their offset in
-    // the window (the block's address modulo 16: the weight is 16-byte aligned, 210 = 2 mod 16).
-    // MXFP4: blocks 2c and 2c + 1 of the stage (h), their code words and scales.
+    // Rows g and g + 8 of each m-tile: Q4_K/Q5_K blocks as stored; Q6_K and MXFP4 blocks at their
+    // offset in the window (the address modulo 16: the matrix's own, plus the row's and the stage's
+    // offsets modulo 16; 210 = 2 and 136 = 8 mod 16). MXFP4: blocks 2c and 2c + 1 of the stage
+    // (h), their code words and scales.
     const unsigned char* blk[MT][2];
     row_scales rs[MT][2];
     q6_scales qs6[MT][2];
@@ -484,7 +485,8 @@ __global__ void __launch_bounds__(32 * W) gemm_kq_kernel(gemm_quant_args a) {
         blk[m][r] = st + rloc * F::slot_bytes;
         if constexpr (F::windowed) {
           const unsigned row = unsigned(min(row0 + rloc, a.out - 1));
-          blk[m][r] += (w_misalign + row * unsigned(a.row_bytes & 15) + unsigned(F::block_bytes & 15) * unsigned(kb0 + step)) & 15u;
+          const unsigned stage_off = unsigned(F::block_bytes & 15) * unsigned(kb0 + step);
+          blk[m][r] += (w_misalign + row * unsigned(a.row_bytes & 15) + stage_off) & 15u;
         }
         if constexpr (F::q6) {
           qs6[m][r] = q6_load_scales(blk[m][r], c);
