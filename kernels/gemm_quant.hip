@@ -865,10 +865,13 @@ bool valid(const matmul_params& p, const void* workspace, std::size_t workspace_
          workspace_bytes >= gemm_quant_workspace_bytes(p.w_type, p.in, p.out, p.n_tokens);
 }
 
-hipError_t convert(const float* x, std::int64_t n_tokens, std::int64_t in, const workspace_view& ws, hipStream_t stream) {
+// x to f16 pairs and sums in the workspace; also zeroes the first n_counters tile counters (the
+// experts' form splits nothing: 0, and its workspace has no counters).
+hipError_t convert(const float* x, std::int64_t n_tokens, std::int64_t in, const workspace_view& ws, int n_counters,
+                   hipStream_t stream) {
   const std::int64_t nx = n_tokens * in;
   gpu::launch_dependent(convert_pairs_kernel, dim3(elementwise_blocks(nx / 8)), dim3(256), stream, x, ws.x16, ws.xsum, nx,
-                        ws.counters, max_counters);
+                        ws.counters, n_counters);
   return hipGetLastError();
 }
 
@@ -918,7 +921,7 @@ hipError_t launch_gemm_quant_group(std::span<const matmul_params> ps, void* work
     }
   }
   const workspace_view ws = view(workspace, ps[0].n_tokens, ps[0].in);
-  hipError_t e = convert(ps[0].x, ps[0].n_tokens, ps[0].in, ws, stream);
+  hipError_t e = convert(ps[0].x, ps[0].n_tokens, ps[0].in, ws, max_counters, stream);
   for (std::size_t i = 0; i < ps.size() && e == hipSuccess; ++i) e = multiply(ps[i], ws, stream);
   return e;
 }
@@ -958,10 +961,7 @@ hipError_t launch_gemm_quant_experts(const moe_matmul_params& p, void* workspace
   }
   if (p.n_pairs == 0) return hipSuccess;
   const workspace_view ws = view(workspace, rows, p.in);
-  const std::int64_t nx = rows * p.in;
-  gpu::launch_dependent(convert_pairs_kernel, dim3(elementwise_blocks(nx / 8)), dim3(256), stream, p.x, ws.x16, ws.xsum, nx,
-                        ws.counters, 0);
-  if (const hipError_t e = hipGetLastError(); e != hipSuccess) return e;
+  if (const hipError_t e = convert(p.x, rows, p.in, ws, 0, stream); e != hipSuccess) return e;
   const std::size_t row_bytes = *model::row_bytes(p.w_type, p.in);
   const bool two = p.n_mats > 1;
   const gemm_quant_args a{.w = static_cast<const u8*>(p.w[0]),

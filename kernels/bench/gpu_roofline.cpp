@@ -460,28 +460,28 @@ void moe_table(double copy_gbs, std::size_t l2, int reps) {
           std::vector<float> h(std::size_t(rows * in / 8), 0.01f);
           CHECK(hipMemcpy(ds.p, h.data(), h.size() * 4, hipMemcpyHostToDevice));
         }
-        const double ms = time_ms(
-            [&](int i) {
-              const char* w = static_cast<const char*>(copies.at(i));
-              CHECK(kernels::launch_moe_matmul({.w = {w, w + stride * std::size_t(used)},
-                                                .y = {y.as<float>(), y.as<float>() + pairs * out},
-                                                .n_mats = mats,
-                                                .w_type = t,
-                                                .in = in,
-                                                .out = out,
-                                                .stride = stride,
-                                                .x = reinterpret_cast<const float*>(xq.p),
-                                                .x_div = down ? 1 : sh.k,
-                                                .xq = xq.as<std::int8_t>(),
-                                                .x_scales = ds.as<float>(),
-                                                .n_pairs = pairs,
-                                                .n_expert = sh.n_expert,
-                                                .offsets = d_off.as<std::int32_t>(),
-                                                .sorted = d_sorted.as<std::int32_t>(),
-                                                .active = d_active.as<std::int32_t>()},
-                                               nullptr));
-            },
-            copies.batch(), reps);
+        // Both paths take the same parameters but for x: 8-bit rows for the GEMV, f32 rows for the GEMM.
+        const auto params = [&](int i) {
+          const char* w = static_cast<const char*>(copies.at(i));
+          return kernels::moe_matmul_params{.w = {w, w + stride * std::size_t(used)},
+                                            .y = {y.as<float>(), y.as<float>() + pairs * out},
+                                            .n_mats = mats,
+                                            .w_type = t,
+                                            .in = in,
+                                            .out = out,
+                                            .stride = stride,
+                                            .x = reinterpret_cast<const float*>(xq.p),
+                                            .x_div = down ? 1 : sh.k,
+                                            .xq = xq.as<std::int8_t>(),
+                                            .x_scales = ds.as<float>(),
+                                            .n_pairs = pairs,
+                                            .n_expert = sh.n_expert,
+                                            .offsets = d_off.as<std::int32_t>(),
+                                            .sorted = d_sorted.as<std::int32_t>(),
+                                            .active = d_active.as<std::int32_t>()};
+        };
+        const double ms =
+            time_ms([&](int i) { CHECK(kernels::launch_moe_matmul(params(i), nullptr)); }, copies.batch(), reps);
         const double gbs = double(touched) / (ms * 1e-3) / 1e9;
         double gemm_ms = 0;
         const bool gemm = kernels::gemm_quant_experts_supported(t, in, out, stride);
@@ -490,22 +490,11 @@ void moe_table(double copy_gbs, std::size_t l2, int reps) {
           CHECK(hipMemset(xf.p, 0, xf.n));
           gemm_ms = time_ms(
               [&](int i) {
-                const char* w = static_cast<const char*>(copies.at(i));
-                CHECK(kernels::launch_gemm_quant_experts({.w = {w, w + stride * std::size_t(used)},
-                                                          .y = {y.as<float>(), y.as<float>() + pairs * out},
-                                                          .n_mats = mats,
-                                                          .w_type = t,
-                                                          .in = in,
-                                                          .out = out,
-                                                          .stride = stride,
-                                                          .x = xf.as<float>(),
-                                                          .x_div = down ? 1 : sh.k,
-                                                          .n_pairs = pairs,
-                                                          .n_expert = sh.n_expert,
-                                                          .offsets = d_off.as<std::int32_t>(),
-                                                          .sorted = d_sorted.as<std::int32_t>(),
-                                                          .active = d_active.as<std::int32_t>()},
-                                                         ws.p, ws.n, nullptr));
+                kernels::moe_matmul_params p = params(i);
+                p.x = xf.as<float>();
+                p.xq = nullptr;
+                p.x_scales = nullptr;
+                CHECK(kernels::launch_gemm_quant_experts(p, ws.p, ws.n, nullptr));
               },
               copies.batch(), reps);
         }

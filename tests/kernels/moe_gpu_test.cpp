@@ -258,6 +258,74 @@ struct expert_stacks {
   }
 };
 
+// Gate and up in one launch: both stacks, a row of x per token (x_div k), the route's grouping.
+moe_matmul_params gate_up_params(const matmul_case& c, const expert_stacks& s, const float* x, float* yg, float* yu,
+                                 const guarded_array<std::int32_t>& offsets, const guarded_array<std::int32_t>& sorted,
+                                 const guarded_array<std::int32_t>& active) {
+  return {.w = {s.dg.data(), s.du.data()},
+          .y = {yg, yu},
+          .n_mats = 2,
+          .w_type = c.type,
+          .in = c.in,
+          .out = c.out,
+          .stride = s.stride,
+          .x = x,
+          .x_div = c.k,
+          .n_pairs = c.tokens * c.k,
+          .n_expert = c.n_expert,
+          .offsets = offsets.data(),
+          .sorted = sorted.data(),
+          .active = active.data()};
+}
+
+// The down projection's form of the same launch: the gate stack alone, a row of x per pair
+// (x_div 1), a bias per expert (gpt-oss; [n_expert, out]).
+moe_matmul_params down_params(moe_matmul_params p, const float* x, float* y, const float* bias) {
+  p.w[1] = nullptr;
+  p.y[0] = y;
+  p.y[1] = nullptr;
+  p.bias[0] = bias;
+  p.n_mats = 1;
+  p.x = x;
+  p.x_div = 1;
+  return p;
+}
+
+// Each pair's gate and up outputs (token t's row of x) and down output (the pair's row of xp,
+// its expert's bias) against matmul_ref of its expert's matrix: every scaled error below
+// `limit`; returns the largest (1 for a NaN).
+double expect_pairs_match(const matmul_case& c, const routed& r, const expert_stacks& s, const std::vector<float>& x,
+                          const std::vector<float>& xp, const std::vector<float>& bias, const std::vector<float>& got_g,
+                          const std::vector<float>& got_u, const std::vector<float>& got_d, double limit,
+                          const char* what) {
+  double worst = 0;
+  for (std::int64_t pr = 0; pr < c.tokens * c.k; ++pr) {
+    const std::size_t e = std::size_t(r.ids[std::size_t(pr)]);
+    const std::int64_t t = pr / c.k;
+    const std::vector<float> xt(x.begin() + t * c.in, x.begin() + (t + 1) * c.in);
+    const std::vector<float> xr(xp.begin() + pr * c.in, xp.begin() + (pr + 1) * c.in);
+    const float* down_bias = bias.data() + std::int64_t(e) * c.out;
+    for (const auto& [hw, xv, got, b] : {std::tuple{&s.gate[e], &xt, &got_g, (const float*)nullptr},
+                                         std::tuple{&s.up[e], &xt, &got_u, (const float*)nullptr},
+                                         std::tuple{&s.gate[e], &xr, &got_d, down_bias}}) {
+      std::vector<float> ref(std::size_t(c.out));
+      matmul_ref({.w = hw->bytes.data(),
+                  .w_type = c.type,
+                  .in = c.in,
+                  .out = c.out,
+                  .bias = b,
+                  .x = xv->data(),
+                  .y = ref.data(),
+                  .n_tokens = 1});
+      const std::vector<float> mine(got->begin() + pr * c.out, got->begin() + (pr + 1) * c.out);
+      const double err = max_scaled_error(mine, ref, *hw, *xv, b, 1);
+      worst = std::max(worst, std::isnan(err) ? 1.0 : err);
+      EXPECT_LT(err, limit) << what << ", pair " << pr;
+    }
+  }
+  return worst;
+}
+
 class MoeMatmulGpu : public ::testing::TestWithParam<ggml_type> {};
 
 TEST_P(MoeMatmulGpu, EachPairIsItsExpertsMatmulOfItsRow) {
@@ -277,78 +345,27 @@ TEST_P(MoeMatmulGpu, EachPairIsItsExpertsMatmulOfItsRow) {
     const routed r = route_on_device(logits, c.tokens, c.n_expert, c.k, true);
     // Two stacks (gate, up) of n_expert matrices, and one row per token.
     const expert_stacks stacks(c, rng);
-    const std::vector<host_weight>&gate = stacks.gate, &up = stacks.up;
-    const std::size_t stride = stacks.stride;
-    const device_bytes &dg = stacks.dg, &du = stacks.du;
     const std::vector<float> x = random_vector(std::size_t(c.tokens * c.in), rng);
     guarded_array<float> dx(x), yg(std::size_t(pairs * c.out)), yu(std::size_t(pairs * c.out));
     guarded_array<std::int32_t> off(r.offsets), sorted(r.sorted), active(r.active);
     yg.poison();
     yu.poison();
-    const moe_matmul_params p{.w = {dg.data(), du.data()},
-                              .y = {yg.data(), yu.data()},
-                              .n_mats = 2,
-                              .w_type = type,
-                              .in = c.in,
-                              .out = c.out,
-                              .stride = stride,
-                              .x = dx.data(),
-                              .x_div = c.k,
-                              .n_pairs = pairs,
-                              .n_expert = c.n_expert,
-                              .offsets = off.data(),
-                              .sorted = sorted.data(),
-                              .active = active.data()};
+    const moe_matmul_params p = gate_up_params(c, stacks, dx.data(), yg.data(), yu.data(), off, sorted, active);
     ANVIL_GPU_CHECK(launch_moe_matmul(p, nullptr));
     ANVIL_GPU_CHECK(hipDeviceSynchronize());
     EXPECT_TRUE(yg.guards_intact());
     EXPECT_TRUE(yu.guards_intact());
     const std::vector<float> got_g = yg.download(), got_u = yu.download();
-    for (std::int64_t pr = 0; pr < pairs; ++pr) {
-      const std::int64_t t = pr / c.k, e = r.ids[std::size_t(pr)];
-      const std::vector<float> xt(x.begin() + t * c.in, x.begin() + (t + 1) * c.in);
-      for (const auto& [w, got] : {std::pair{&gate, &got_g}, std::pair{&up, &got_u}}) {
-        const host_weight& hw = (*w)[std::size_t(e)];
-        std::vector<float> ref(std::size_t(c.out));
-        matmul_ref({.w = hw.bytes.data(), .w_type = type, .in = c.in, .out = c.out, .x = xt.data(), .y = ref.data(), .n_tokens = 1});
-        const std::vector<float> mine(got->begin() + pr * c.out, got->begin() + (pr + 1) * c.out);
-        EXPECT_LE(max_scaled_error(mine, ref, hw, xt, nullptr, 1), 1e-5) << "pair " << pr;
-      }
-    }
-    // The down projection's form: one row per pair (x_div 1), one matrix, with a bias per expert
-    // (gpt-oss; [n_expert, out]).
+    // The down projection's form: one row per pair, one matrix, a bias per expert.
     const std::vector<float> xp = random_vector(std::size_t(pairs * c.in), rng);
     const std::vector<float> bias = random_vector(std::size_t(c.n_expert * c.out), rng, -1.f, 1.f);
     guarded_array<float> dxp(xp), yd(std::size_t(pairs * c.out)), dbias(bias);
     yd.poison();
-    moe_matmul_params d = p;
-    d.w[1] = nullptr;
-    d.y[1] = nullptr;
-    d.n_mats = 1;
-    d.x = dxp.data();
-    d.x_div = 1;
-    d.y[0] = yd.data();
-    d.bias[0] = dbias.data();
+    const moe_matmul_params d = down_params(p, dxp.data(), yd.data(), dbias.data());
     ANVIL_GPU_CHECK(launch_moe_matmul(d, nullptr));
     ANVIL_GPU_CHECK(hipDeviceSynchronize());
     EXPECT_TRUE(yd.guards_intact());
-    const std::vector<float> got_d = yd.download();
-    for (std::int64_t pr = 0; pr < pairs; ++pr) {
-      const std::int64_t e = r.ids[std::size_t(pr)];
-      const host_weight& hw = gate[std::size_t(e)];
-      const std::vector<float> xr(xp.begin() + pr * c.in, xp.begin() + (pr + 1) * c.in);
-      std::vector<float> ref(std::size_t(c.out));
-      matmul_ref({.w = hw.bytes.data(),
-                  .w_type = type,
-                  .in = c.in,
-                  .out = c.out,
-                  .bias = bias.data() + e * c.out,
-                  .x = xr.data(),
-                  .y = ref.data(),
-                  .n_tokens = 1});
-      const std::vector<float> mine(got_d.begin() + pr * c.out, got_d.begin() + (pr + 1) * c.out);
-      EXPECT_LE(max_scaled_error(mine, ref, hw, xr, bias.data() + e * c.out, 1), 1e-5) << "pair " << pr;
-    }
+    expect_pairs_match(c, r, stacks, x, xp, bias, got_g, got_u, yd.download(), 1e-5, "float path");
     if (!moe_matmul_int8(type)) continue;
     // The integer path: the same launches on 8-bit rows, against matmul_ref of the rounded rows
     // (exact but for float rounding of the per-block terms, as the GEMV's).
@@ -365,29 +382,8 @@ TEST_P(MoeMatmulGpu, EachPairIsItsExpertsMatmulOfItsRow) {
     ANVIL_GPU_CHECK(launch_moe_matmul(di, nullptr));
     ANVIL_GPU_CHECK(hipDeviceSynchronize());
     for (const auto* a : {&yg, &yu, &yd}) EXPECT_TRUE(a->guards_intact());
-    const std::vector<float> ig = yg.download(), iu = yu.download(), id = yd.download();
-    for (std::int64_t pr = 0; pr < pairs; ++pr) {
-      const std::size_t e = std::size_t(r.ids[std::size_t(pr)]);
-      const std::int64_t t = pr / c.k;
-      const std::vector<float> xt(x8.rounded.begin() + t * c.in, x8.rounded.begin() + (t + 1) * c.in);
-      const std::vector<float> xr(xp8.rounded.begin() + pr * c.in, xp8.rounded.begin() + (pr + 1) * c.in);
-      const float* down_bias = bias.data() + std::int64_t(e) * c.out;
-      for (const auto& [hw, xv, got, b] : {std::tuple{&gate[e], &xt, &ig, (const float*)nullptr},
-                                           std::tuple{&up[e], &xt, &iu, (const float*)nullptr},
-                                           std::tuple{&gate[e], &xr, &id, down_bias}}) {
-        std::vector<float> ref(std::size_t(c.out));
-        matmul_ref({.w = hw->bytes.data(),
-                    .w_type = type,
-                    .in = c.in,
-                    .out = c.out,
-                    .bias = b,
-                    .x = xv->data(),
-                    .y = ref.data(),
-                    .n_tokens = 1});
-        const std::vector<float> mine(got->begin() + pr * c.out, got->begin() + (pr + 1) * c.out);
-        EXPECT_LE(max_scaled_error(mine, ref, *hw, *xv, b, 1), 1e-5) << "integer path, pair " << pr;
-      }
-    }
+    expect_pairs_match(c, r, stacks, x8.rounded, xp8.rounded, bias, yg.download(), yu.download(), yd.download(), 1e-5,
+                       "integer path");
   }
 }
 
@@ -419,10 +415,7 @@ TEST_P(MoeGemmQuantGpu, EachPairIsItsExpertsMatmulOfItsRow) {
     const routed r = route_on_device(random_vector(std::size_t(c.tokens * c.n_expert), rng, -2.f, 2.f), c.tokens,
                                      c.n_expert, c.k, true);
     const expert_stacks stacks(c, rng);
-    const std::vector<host_weight>&gate = stacks.gate, &up = stacks.up;
-    const std::size_t stride = stacks.stride;
-    const device_bytes &dg = stacks.dg, &du = stacks.du;
-    ASSERT_TRUE(gemm_quant_experts_supported(type, c.in, c.out, stride));
+    ASSERT_TRUE(gemm_quant_experts_supported(type, c.in, c.out, stacks.stride));
     const std::vector<float> x = random_vector(std::size_t(c.tokens * c.in), rng);
     const std::vector<float> xp = random_vector(std::size_t(pairs * c.in), rng);
     const std::vector<float> bias = random_vector(std::size_t(c.n_expert * c.out), rng, -1.f, 1.f);
@@ -431,58 +424,14 @@ TEST_P(MoeGemmQuantGpu, EachPairIsItsExpertsMatmulOfItsRow) {
     guarded_array<std::int32_t> off(r.offsets), sorted(r.sorted), active(r.active);
     device_bytes ws(gemm_quant_experts_workspace_bytes(c.in, pairs));
     for (auto* y : {&yg, &yu, &yd}) y->poison();
-    const moe_matmul_params p{.w = {dg.data(), du.data()},
-                              .y = {yg.data(), yu.data()},
-                              .n_mats = 2,
-                              .w_type = type,
-                              .in = c.in,
-                              .out = c.out,
-                              .stride = stride,
-                              .x = dx.data(),
-                              .x_div = c.k,
-                              .n_pairs = pairs,
-                              .n_expert = c.n_expert,
-                              .offsets = off.data(),
-                              .sorted = sorted.data(),
-                              .active = active.data()};
-    moe_matmul_params d = p;
-    d.w[1] = nullptr;
-    d.y[0] = yd.data();
-    d.y[1] = nullptr;
-    d.bias[0] = dbias.data();
-    d.n_mats = 1;
-    d.x = dxp.data();
-    d.x_div = 1;
+    const moe_matmul_params p = gate_up_params(c, stacks, dx.data(), yg.data(), yu.data(), off, sorted, active);
+    const moe_matmul_params d = down_params(p, dxp.data(), yd.data(), dbias.data());
     ANVIL_GPU_CHECK(launch_gemm_quant_experts(p, ws.data(), ws.size(), nullptr));
     ANVIL_GPU_CHECK(launch_gemm_quant_experts(d, ws.data(), ws.size(), nullptr));
     ANVIL_GPU_CHECK(hipDeviceSynchronize());
     for (const auto* y : {&yg, &yu, &yd}) EXPECT_TRUE(y->guards_intact());
-    const std::vector<float> got_g = yg.download(), got_u = yu.download(), got_d = yd.download();
-    double worst = 0;
-    for (std::int64_t pr = 0; pr < pairs; ++pr) {
-      const std::size_t e = std::size_t(r.ids[std::size_t(pr)]);
-      const std::int64_t t = pr / c.k;
-      const std::vector<float> xt(x.begin() + t * c.in, x.begin() + (t + 1) * c.in);
-      const std::vector<float> xr(xp.begin() + pr * c.in, xp.begin() + (pr + 1) * c.in);
-      const float* down_bias = bias.data() + std::int64_t(e) * c.out;
-      for (const auto& [hw, xv, got, b] : {std::tuple{&gate[e], &xt, &got_g, (const float*)nullptr},
-                                           std::tuple{&up[e], &xt, &got_u, (const float*)nullptr},
-                                           std::tuple{&gate[e], &xr, &got_d, down_bias}}) {
-        std::vector<float> ref(std::size_t(c.out));
-        matmul_ref({.w = hw->bytes.data(),
-                    .w_type = type,
-                    .in = c.in,
-                    .out = c.out,
-                    .bias = b,
-                    .x = xv->data(),
-                    .y = ref.data(),
-                    .n_tokens = 1});
-        const std::vector<float> mine(got->begin() + pr * c.out, got->begin() + (pr + 1) * c.out);
-        const double err = max_scaled_error(mine, ref, *hw, *xv, b, 1);
-        worst = std::max(worst, std::isnan(err) ? 1.0 : err);
-        EXPECT_LT(err, 2e-3) << "pair " << pr;
-      }
-    }
+    const double worst =
+        expect_pairs_match(c, r, stacks, x, xp, bias, yg.download(), yu.download(), yd.download(), 2e-3, "tensor cores");
     std::printf("  experts gemm_quant(%s) tokens=%lld experts=%lld k=%lld in=%lld out=%lld: max scaled error %.3g\n",
                 type_name(type).c_str(), static_cast<long long>(c.tokens), static_cast<long long>(c.n_expert),
                 static_cast<long long>(c.k), static_cast<long long>(c.in), static_cast<long long>(c.out), worst);
