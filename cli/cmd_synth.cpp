@@ -2,6 +2,7 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "cli/commands.h"
@@ -19,6 +20,7 @@ struct synth_args {
   std::string tokenizer_json;
   std::string tokenizer_config;
   std::uint64_t seed = 1;
+  std::optional<std::int64_t> layers;  // else the shape's own count
 };
 
 int run_synth(const synth_args& a) {
@@ -32,6 +34,13 @@ int run_synth(const synth_args& a) {
   if (!mix) throw std::invalid_argument("unknown type '" + a.type + "' (known: F32, F16, BF16, Q8_0, Q4_0, Q6_K, Q4_K_M, IQ4_XS, MXFP4)");
   model::synth_options opt;
   opt.shape = *shape;
+  if (a.layers) {
+    if (*a.layers < 1 || *a.layers > shape->n_layer) {
+      throw std::invalid_argument("--layers " + std::to_string(*a.layers) + " is outside 1.." +
+                                  std::to_string(shape->n_layer) + " (" + a.shape + "'s own count)");
+    }
+    opt.shape.n_layer = *a.layers;
+  }
   opt.mix = *mix;
   opt.seed = a.seed;
   if (!a.tokenizer_json.empty()) {
@@ -52,12 +61,14 @@ void add_synth_command(CLI::App& app, int& exit_code) {
   CLI::App* cmd = app.add_subcommand("synth", "write a random-weight GGUF model of a real shape");
   auto a = std::make_shared<synth_args>();
   cmd->add_option("--shape", a->shape, "tiny, tiny-qwen2, tiny-qwen3, qwen2.5-0.5b, llama3-8b, qwen3-8b; with experts tiny-qwen2moe, "
-                  "tiny-qwen3moe, tiny-mixtral, qwen3-30b-a3b or mixtral-8x7b")->capture_default_str();
+                  "tiny-qwen3moe, tiny-mixtral, tiny-gpt-oss, qwen3-30b-a3b, gpt-oss-20b, gpt-oss-120b or mixtral-8x7b")->capture_default_str();
   cmd->add_option("--type", a->type, "F32, F16, BF16, Q8_0, Q4_0, Q6_K, Q4_K_M, IQ4_XS or MXFP4 (experts; the rest Q8_0)")->capture_default_str();
   cmd->add_option("-o,--output", a->out, "the GGUF file to write")->required();
   cmd->add_option("--tokenizer", a->tokenizer_json, "a Hugging Face tokenizer.json to embed (else a synthetic byte-level one)");
   cmd->add_option("--tokenizer-config", a->tokenizer_config, "its tokenizer_config.json (BOS/EOS, chat template)");
   cmd->add_option("--seed", a->seed, "random seed")->capture_default_str();
+  cmd->add_option("--layers", a->layers,
+                  "keep only the first N layers (1 up to the shape's count): a real layer's shape and time in a smaller file");
   cmd->callback([&exit_code, a] { exit_code = run_synth(*a); });
 }
 

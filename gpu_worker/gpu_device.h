@@ -127,9 +127,11 @@ class gpu_device {
   void run_body();  // embedding, the layers, the final norm: step_ says the shape
   void run_layer(std::int64_t l);
   void run_attention(std::int64_t l, bool x8_out);  // x8_out: also the o projection's 8-bit input
-  // A mixture-of-experts feed-forward from h_ into o_ (kernels/moe.h): route, the experts'
-  // gate/up, SwiGLU and down by pair, the shared expert, the weighted sum. x8_embd as run_layer's.
-  void run_experts(const layer& w, bool x8_embd);
+  // A mixture-of-experts feed-forward from h_ (kernels/moe.h): route, the experts' gate/up,
+  // SwiGLU and down by pair, the shared expert, the weighted sum into o_. x8_embd as run_layer's.
+  // Without a shared expert the sum is left to the residual norm that follows (returns false:
+  // the pairs' rows are in pair_out_, their weights in moe_weights_); true: o_ holds it.
+  bool run_experts(const layer& w, bool x8_embd);
   void run_dense_ffn(const layer& w, bool x8_embd);  // gate/up, SwiGLU, down: h_ into o_
   // Enqueues the scores and their copy back, and the head; then (run_candidates) the candidates
   // op and the copy of the records back.

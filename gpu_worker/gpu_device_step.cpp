@@ -16,7 +16,6 @@
 #include "kernels/feed_tokens.h"
 #include "kernels/gemm_quant.h"
 #include "kernels/moe.h"
-#include "kernels/rms_norm.h"
 #include "kernels/rms_norm_residual.h"
 #include "kernels/rope_kv_write.h"
 #include "kernels/swiglu.h"
@@ -404,7 +403,7 @@ void gpu_device::run_layer(std::int64_t l) {
   // The norm before each projection group wrote its 8-bit form too when x8_fused (norm_params).
   const bool x8_embd = x8_fused(hp.n_embd);
   // With a stacked FP8 copy, q, k and v come out of one GEMM as one row per token, which the
-  // Q/K norms and the RoPE read in place (strides); the rotated q goes to q_ as usual.
+  // RoPE (with the Q/K norms) reads in place (strides); the rotated q goes to q_ as usual.
   const bool stacked = w.qkv_fp8.codes != nullptr && fp8_step(T);
   const std::int64_t q_w = hp.n_head * hp.head_dim, kv_w = hp.n_head_kv * hp.head_dim;
   const std::int64_t stride = stacked ? q_w + 2 * kv_w : 0;
@@ -419,24 +418,6 @@ void gpu_device::run_layer(std::int64_t l) {
     const projection qkv[] = {{&w.wq, w.bq, q_}, {&w.wk, w.bk, k_}, {&w.wv, w.bv, v_}};
     project(qkv, h_, T, x8_embd);
   }
-  if (hp.qk_norm) {
-    prof_.mark("q/k norm", stream_);
-    // Per head, in place: heads of packed rows, or the heads inside each token's stacked row.
-    const auto head_norm = [&](float* x, const float* weight, std::int64_t heads, const char* what) {
-      ok(kernels::launch_rms_norm({.x = x,
-                                   .weight = weight,
-                                   .y = x,
-                                   .rows = T * heads,
-                                   .cols = hp.head_dim,
-                                   .eps = hp.rms_eps,
-                                   .group_rows = stacked ? heads : 0,
-                                   .group_stride = stride},
-                                  stream_),
-         what);
-    };
-    head_norm(q_in, w.q_norm, hp.n_head, "q norm");
-    head_norm(k_in, w.k_norm, hp.n_head_kv, "k norm");
-  }
   kernels::rope_kv_write_params rp{.q = q_,
                                    .k = k_in,
                                    .v = v_in,
@@ -450,8 +431,12 @@ void gpu_device::run_layer(std::int64_t l) {
                                    .rot_dim = hp.rope_dim,
                                    .angles = rope_angles_,
                                    .slots = dev_at<std::int64_t>(up_off_.slots),
-                                   .style = hp.rope};
-  prof_.mark("rope + kv write", stream_);
+                                   .style = hp.rope,
+                                   // Q/K norms (qwen3): per head, before the rotation, in the same launch.
+                                   .q_norm = hp.qk_norm ? w.q_norm : nullptr,
+                                   .k_norm = hp.qk_norm ? w.k_norm : nullptr,
+                                   .norm_eps = hp.rms_eps};
+  prof_.mark(hp.qk_norm ? "q/k norm + rope + kv write" : "rope + kv write", stream_);
   ok(kernels::launch_rope_kv_write(rp, stream_), "rope + kv write");
   // Decode-only steps: attention writes the o projection's 8-bit input itself.
   const bool x8_attn = step_.n_pre == 0 && x8_fused(hp.n_head * hp.head_dim);
@@ -460,22 +445,26 @@ void gpu_device::run_layer(std::int64_t l) {
   matmul(w.wo, w.bo, attn_, o_, T, x8_attn);
   prof_.mark("norm", stream_);
   ok(kernels::launch_rms_norm_residual(norm_params(o_, w.ffn_norm), stream_), "ffn norm");
+  bool summed = true;  // o_ holds the feed-forward's output; else the experts' pairs, summed below
   if (w.router.w != nullptr) {
-    run_experts(w, x8_embd);
+    summed = run_experts(w, x8_embd);
   } else {
     run_dense_ffn(w, x8_embd);
   }
   prof_.mark("norm", stream_);
   // The residual add fused with the next norm: the next layer's attention norm, or the final one
   // (whose output the head gathers and quantizes itself).
-  if (l + 1 < hp.n_layer) {
-    ok(kernels::launch_rms_norm_residual(norm_params(o_, layers_[std::size_t(l + 1)].attn_norm), stream_), "residual norm");
-  } else {
-    ok(kernels::launch_rms_norm_residual(
-           {.h = x_, .delta = o_, .weight = output_norm_, .y = h_, .rows = T, .cols = hp.n_embd, .eps = hp.rms_eps},
-           stream_),
-       "final norm");
+  kernels::rms_norm_residual_params p =
+      l + 1 < hp.n_layer
+          ? norm_params(o_, layers_[std::size_t(l + 1)].attn_norm)
+          : kernels::rms_norm_residual_params{
+                .h = x_, .delta = o_, .weight = output_norm_, .y = h_, .rows = T, .cols = hp.n_embd, .eps = hp.rms_eps};
+  if (!summed) {
+    p.delta = pair_out_;
+    p.pair_weights = moe_weights_;
+    p.k = hp.n_expert_used;
   }
+  ok(kernels::launch_rms_norm_residual(p, stream_), l + 1 < hp.n_layer ? "residual norm" : "final norm");
 }
 
 void gpu_device::run_dense_ffn(const layer& w, bool x8_embd) {
@@ -506,7 +495,7 @@ void gpu_device::run_dense_ffn(const layer& w, bool x8_embd) {
   matmul(w.down, nullptr, gate_, o_, T, x8_ff);
 }
 
-void gpu_device::run_experts(const layer& w, bool x8_embd) {
+bool gpu_device::run_experts(const layer& w, bool x8_embd) {
   const model::hparams& hp = m_.hp;
   const std::int64_t T = step_.tokens, k = hp.n_expert_used, pairs = T * k;
   prof_.mark("router", stream_);
@@ -611,26 +600,27 @@ void gpu_device::run_experts(const layer& w, bool x8_embd) {
   prof_.mark("experts down", stream_);
   matmul_experts(experts(w.down_exps, w.down_exps_b, pair_out_, gate_, 1, x8_pairs), "experts down");
   // The shared expert (Qwen2-MoE) as a dense feed-forward of its own width, into shared_out_.
+  // Without one, the residual norm sums the pairs itself (run_layer).
   const bool shared = w.gate_shexp.w != nullptr;
-  if (shared) {
-    const projection gate_up[] = {{&w.gate_shexp, nullptr, gate_}, {&w.up_shexp, nullptr, up_}};
-    prof_.mark("shared expert", stream_);
-    project(gate_up, h_, T, x8_embd);
-    swiglu(T, hp.n_ff_shexp, "shared expert swiglu", {});
-    matmul(w.down_shexp, nullptr, gate_, shared_out_, T);
-  }
+  if (!shared) return false;
+  const projection gate_up[] = {{&w.gate_shexp, nullptr, gate_}, {&w.up_shexp, nullptr, up_}};
+  prof_.mark("shared expert", stream_);
+  project(gate_up, h_, T, x8_embd);
+  swiglu(T, hp.n_ff_shexp, "shared expert swiglu", {});
+  matmul(w.down_shexp, nullptr, gate_, shared_out_, T);
   prof_.mark("experts sum", stream_);
   ok(kernels::launch_moe_combine({.y = pair_out_,
                                   .weights = moe_weights_,
                                   .n_tokens = T,
                                   .k = k,
                                   .cols = hp.n_embd,
-                                  .shared = shared ? shared_out_ : nullptr,
-                                  .shared_gate = shared ? w.shexp_gate : nullptr,
+                                  .shared = shared_out_,
+                                  .shared_gate = w.shexp_gate,
                                   .x = h_,
                                   .out = o_},
                                  stream_),
      "experts sum");
+  return true;
 }
 
 void gpu_device::run_attention(std::int64_t l, bool x8_out) {

@@ -143,9 +143,8 @@ struct expert_tile {
 };
 template <int Threads>
 __device__ expert_tile find_expert_tile(const gemm_quant_args& a, int b, int tokens) {
-  __shared__ int warp_tiles[Threads / 32];
   __shared__ expert_tile found;
-  const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32;
+  const int tid = int(threadIdx.x);
   if (tid == 0) found = {-1, 0, 0};
   const int n_active = a.active[0];
   int base = 0;  // tiles of the rounds before
@@ -158,27 +157,14 @@ __device__ expert_tile find_expert_tile(const gemm_quant_args& a, int b, int tok
       count = a.offsets[e + 1] - start;
     }
     const int tiles = (count + tokens - 1) / tokens;
-    int incl = tiles;
-#pragma unroll
-    for (int d = 1; d < 32; d *= 2) {
-      const int v = gpu::shfl_up(incl, unsigned(d));
-      if (lane >= d) incl += v;
-    }
-    if (lane == 31) warp_tiles[warp] = incl;
-    __syncthreads();
-    int before = base, total = 0;
-#pragma unroll
-    for (int w = 0; w < Threads / 32; ++w) {
-      before += w < warp ? warp_tiles[w] : 0;
-      total += warp_tiles[w];
-    }
-    const int first_tile = before + incl - tiles;
+    int total = 0;
+    const int first_tile = base + gpu::block_exclusive_scan<Threads>(tiles, total);
     if (b >= first_tile && b < first_tile + tiles) {
       const int t = b - first_tile;
       found = {e, start + t * tokens, min(tokens, count - t * tokens)};
     }
     base += total;
-    __syncthreads();  // warp_tiles is refilled next round; `found` is seen by all
+    __syncthreads();  // `found` is seen by all
     if (b < base) break;
   }
   __syncthreads();

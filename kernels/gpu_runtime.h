@@ -346,6 +346,36 @@ __device__ __forceinline__ T shfl_up(T v, unsigned delta) {
 #endif
 }
 
+// Exclusive prefix sum of v over a block of BlockSize threads (a multiple of 32, at most 1024), in
+// thread order; `total` receives the block's sum. Callable once per barrier phase (block_reduce_sum).
+template <int BlockSize>
+__device__ __forceinline__ int block_exclusive_scan(int v, int& total) {
+  static_assert(BlockSize % 32 == 0 && BlockSize <= 1024, "block size must be a multiple of 32, at most 1024");
+  constexpr int max_warps = BlockSize / 32;
+  __shared__ int warp_sums[max_warps];
+  const int warps = BlockSize / warp_size;
+  const int lane = int(threadIdx.x) % warp_size, warp = int(threadIdx.x) / warp_size;
+  int incl = v;
+  for (int d = 1; d < warp_size; d *= 2) {
+    const int o = shfl_up(incl, unsigned(d));
+    if (lane >= d) incl += o;
+  }
+  __syncthreads();  // warp_sums may still be read by a previous call
+  if (lane == warp_size - 1) warp_sums[warp] = incl;
+  __syncthreads();
+  if (warp == 0) {
+    int s = lane < warps ? warp_sums[lane] : 0;
+    for (int d = 1; d < warp_size; d *= 2) {
+      const int o = shfl_up(s, unsigned(d));
+      if (lane >= d) s += o;
+    }
+    if (lane < warps) warp_sums[lane] = s;  // inclusive sums of the warps' totals
+  }
+  __syncthreads();
+  total = warp_sums[warps - 1];
+  return incl - v + (warp > 0 ? warp_sums[warp - 1] : 0);
+}
+
 // Lane i receives v from lane `src` of its warp.
 template <class T>
 __device__ __forceinline__ T shfl(T v, int src) {

@@ -2,12 +2,14 @@
 //
 // route: one warp per token. The softmax's maximum and sum by warp reductions; then k passes,
 //   each a warp arg-max over the experts not yet chosen (the lower id on a tie), as the reference.
-//   Each lane owns experts lane, lane + warp, ...; a bit mask per lane marks its chosen ones.
+//   Each lane owns experts lane, lane + warp, ... and holds their probabilities in registers; a
+//   bit mask per lane marks its chosen ones.
 // group: one block, a thread per expert. Counts per expert in shared memory, block-wide scans of
 //   the counts (offsets) and of "has pairs" (the active list), then every pair takes a place in
 //   its expert's range with a shared atomic (the order inside a range does not matter: every
-//   pair's output is computed on its own). Steps of up to a token per warp of that block (decode)
-//   route and group in the one block (route_group_kernel): a launch less per layer.
+//   pair's output is computed on its own). Steps of up to a token per warp of a 1,024-thread block
+//   (decode) route and group in one block (route_group_kernel) of as few threads as the experts
+//   and tokens need: a launch less per layer.
 // router: up to 8 tokens, a block per expert splitting the row; above, a warp per 4 experts x 8
 //   tokens (each x load feeds four experts), lanes striding over the row in float4s.
 // matmul: the GEMV's float path (gemv.hip, gemv_kernel) with the grid's y dimension over the
@@ -33,16 +35,29 @@ constexpr int route_threads = 128;
 constexpr int lane_experts = int(moe_max_experts / gpu::warp_size);  // experts per lane, at most
 static_assert(lane_experts <= 32, "a lane's chosen experts fit one 32-bit mask");
 
-// Token t's experts and weights, by the warp whose lane this is.
+// Token t's experts and weights, by the warp whose lane this is. Each lane holds its experts'
+// probabilities in registers (experts lane, lane + warp_size, ...), so that each of the k rounds
+// is a pass over registers and a warp-wide arg max.
 __device__ __forceinline__ void route_token(const moe_route_params& p, std::int64_t t, int lane) {
   const int n = int(p.n_expert), k = int(p.k);
   const float* l = p.logits + t * p.n_expert;
+  float pe[lane_experts];  // the logits, then the probabilities
   float top = -INFINITY;
-  for (int e = lane; e < n; e += gpu::warp_size) top = fmaxf(top, l[e]);
+#pragma unroll
+  for (int i = 0; i < lane_experts; ++i) {
+    const int e = lane + i * gpu::warp_size;
+    pe[i] = e < n ? l[e] : -INFINITY;
+    if (e < n) top = fmaxf(top, pe[i]);
+  }
   top = gpu::warp_reduce_max(top);
   float sum = 0.f;
-  for (int e = lane; e < n; e += gpu::warp_size) sum += expf(l[e] - top);
+#pragma unroll
+  for (int i = 0; i < lane_experts; ++i) {
+    if (lane + i * gpu::warp_size < n) sum += expf(pe[i] - top);
+  }
   sum = gpu::warp_reduce_sum(sum);
+#pragma unroll
+  for (int i = 0; i < lane_experts; ++i) pe[i] = expf(pe[i] - top) / sum;
   unsigned chosen = 0;  // bit i: expert lane + i * warp_size is taken
   float total = 0.f;
   std::int32_t* ids = p.ids + t * p.k;
@@ -50,10 +65,11 @@ __device__ __forceinline__ void route_token(const moe_route_params& p, std::int6
   for (int j = 0; j < k; ++j) {
     float best_p = -1.f;
     int best = n;
-    for (int e = lane, i = 0; e < n; e += gpu::warp_size, ++i) {
-      if (chosen & (1u << i)) continue;
-      const float pe = expf(l[e] - top) / sum;
-      if (pe > best_p) best_p = pe, best = e;  // ascending e: the first of equals stays
+#pragma unroll
+    for (int i = 0; i < lane_experts; ++i) {
+      const int e = lane + i * gpu::warp_size;
+      // ascending e: the first of equals stays
+      if (e < n && !(chosen & (1u << i)) && pe[i] > best_p) best_p = pe[i], best = e;
     }
     for (int m = gpu::warp_size / 2; m > 0; m /= 2) {
       const float op = gpu::shfl_xor(best_p, m);
@@ -82,33 +98,8 @@ __global__ void __launch_bounds__(route_threads) route_kernel(moe_route_params p
 constexpr int group_threads = 1024;
 static_assert(group_threads >= moe_max_experts, "a thread per expert");
 
-// Exclusive prefix sum of v over the block's threads (group_threads of them); `total` gets the sum.
-__device__ __forceinline__ std::int32_t block_exclusive_scan(std::int32_t v, std::int32_t& total) {
-  __shared__ std::int32_t warp_sums[group_threads / 32];
-  constexpr int warps = group_threads / gpu::warp_size;
-  const int lane = int(threadIdx.x) % gpu::warp_size, warp = int(threadIdx.x) / gpu::warp_size;
-  std::int32_t incl = v;
-  for (int d = 1; d < gpu::warp_size; d *= 2) {
-    const std::int32_t o = gpu::shfl_up(incl, unsigned(d));
-    if (lane >= d) incl += o;
-  }
-  __syncthreads();  // warp_sums may still be read by a previous call
-  if (lane == gpu::warp_size - 1) warp_sums[warp] = incl;
-  __syncthreads();
-  if (warp == 0) {
-    std::int32_t s = lane < warps ? warp_sums[lane] : 0;
-    for (int d = 1; d < gpu::warp_size; d *= 2) {
-      const std::int32_t o = gpu::shfl_up(s, unsigned(d));
-      if (lane >= d) s += o;
-    }
-    if (lane < warps) warp_sums[lane] = s;  // inclusive sums of the warps' totals
-  }
-  __syncthreads();
-  total = warp_sums[warps - 1];
-  return incl - v + (warp > 0 ? warp_sums[warp - 1] : 0);
-}
-
-// The grouping of the pairs by expert, by a whole block of group_threads.
+// The grouping of the pairs by expert, by a whole block of Threads >= n_expert threads.
+template <int Threads>
 __device__ __forceinline__ void group_pairs(const std::int32_t* ids, std::int64_t n_pairs, std::int32_t n_expert,
                                             std::int32_t* offsets, std::int32_t* sorted, std::int32_t* active) {
   __shared__ std::int32_t count[moe_max_experts];
@@ -116,12 +107,12 @@ __device__ __forceinline__ void group_pairs(const std::int32_t* ids, std::int64_
   const int e = int(threadIdx.x);
   if (e < n_expert) count[e] = 0;
   __syncthreads();
-  for (std::int64_t i = threadIdx.x; i < n_pairs; i += group_threads) atomicAdd(&count[ids[i]], 1);
+  for (std::int64_t i = threadIdx.x; i < n_pairs; i += Threads) atomicAdd(&count[ids[i]], 1);
   __syncthreads();
   const std::int32_t c = e < n_expert ? count[e] : 0;
   std::int32_t pairs = 0, n_active = 0;
-  const std::int32_t at = block_exclusive_scan(c, pairs);
-  const std::int32_t slot = block_exclusive_scan(c > 0 ? 1 : 0, n_active);
+  const std::int32_t at = gpu::block_exclusive_scan<Threads>(c, pairs);
+  const std::int32_t slot = gpu::block_exclusive_scan<Threads>(c > 0 ? 1 : 0, n_active);
   if (e < n_expert) {
     offsets[e] = at;
     cursor[e] = at;
@@ -132,7 +123,7 @@ __device__ __forceinline__ void group_pairs(const std::int32_t* ids, std::int64_
     active[0] = n_active;
   }
   __syncthreads();
-  for (std::int64_t i = threadIdx.x; i < n_pairs; i += group_threads) {
+  for (std::int64_t i = threadIdx.x; i < n_pairs; i += Threads) {
     sorted[atomicAdd(&cursor[ids[i]], 1)] = std::int32_t(i);
   }
 }
@@ -142,19 +133,20 @@ __global__ void __launch_bounds__(group_threads) group_kernel(const std::int32_t
                                                               std::int32_t* sorted, std::int32_t* active) {
   gpu::dependency_wait();  // launched with gpu::launch_dependent
   gpu::allow_dependents();
-  group_pairs(ids, n_pairs, n_expert, offsets, sorted, active);
+  group_pairs<group_threads>(ids, n_pairs, n_expert, offsets, sorted, active);
 }
 
-// Both in one block for steps of up to a token per warp (decode): a launch less on every layer.
-constexpr int fused_route_tokens = group_threads / gpu::warp_size;
-
-__global__ void __launch_bounds__(group_threads) route_group_kernel(moe_route_params p) {
+// Both in one block for steps of up to a token per warp (decode): a launch less on every layer. The
+// block is as small as the experts and tokens allow (a barrier over 1,024 threads costs more than
+// one over 128).
+template <int Threads>
+__global__ void __launch_bounds__(Threads) route_group_kernel(moe_route_params p) {
   gpu::dependency_wait();  // launched with gpu::launch_dependent
   gpu::allow_dependents();
   const std::int64_t t = threadIdx.x / gpu::warp_size;
   if (t < p.n_tokens) route_token(p, t, int(threadIdx.x) % gpu::warp_size);
   __syncthreads();  // the ids this block wrote are visible to all its threads
-  group_pairs(p.ids, p.n_tokens * p.k, std::int32_t(p.n_expert), p.offsets, p.sorted, p.active);
+  group_pairs<Threads>(p.ids, p.n_tokens * p.k, std::int32_t(p.n_expert), p.offsets, p.sorted, p.active);
 }
 
 // ---- router ------------------------------------------------------------------------------------
@@ -514,8 +506,19 @@ hipError_t launch_moe_route(const moe_route_params& p, hipStream_t stream) {
       p.offsets == nullptr || p.sorted == nullptr || p.active == nullptr) {
     return hipErrorInvalidValue;
   }
-  if (p.n_tokens <= fused_route_tokens) {
-    gpu::launch_dependent(route_group_kernel, dim3(1), dim3(group_threads), stream, p);
+  // One block for both: threads for every expert and a warp per token.
+  const std::int64_t threads = std::max(p.n_expert, p.n_tokens * gpu::warp_size);
+  if (threads <= group_threads) {
+    const auto launch = [&](auto kernel, int n) { gpu::launch_dependent(kernel, dim3(1), dim3(n), stream, p); };
+    if (threads <= 128) {
+      launch(route_group_kernel<128>, 128);
+    } else if (threads <= 256) {
+      launch(route_group_kernel<256>, 256);
+    } else if (threads <= 512) {
+      launch(route_group_kernel<512>, 512);
+    } else {
+      launch(route_group_kernel<1024>, 1024);
+    }
     return hipGetLastError();
   }
   constexpr int per_block = route_threads / gpu::warp_size;

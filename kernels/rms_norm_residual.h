@@ -1,7 +1,9 @@
 // The residual add fused with the next RMSNorm, as every transformer layer chains them:
 //   h[r, :] += delta[r, :];  y[r, :] = rms_norm(h[r, :]) * weight
 // One pass writes both the updated residual stream h and the normalised y (the input of the next
-// projection). With delta null it is the plain RMSNorm of h (h left alone). Q/K norm (qwen3: a
+// projection). With delta null it is the plain RMSNorm of h (h left alone). After a mixture of
+// experts without a shared expert, delta[r] is the weighted sum of row r's k experts' outputs,
+// summed here as kernels/moe.h's combine would (pair_weights), which saves that launch. Q/K norm (qwen3: a
 // RMSNorm per head over head_dim, on the q and k rows) is launch_rms_norm (kernels/rms_norm.h)
 // with rows = tokens * heads and cols = head_dim, in place; it has a warp-per-row path for such
 // short rows.
@@ -19,6 +21,11 @@ struct rms_norm_residual_params {
   std::int64_t rows = 0;
   std::int64_t cols = 0;          // > 0
   float eps = 1e-6f;
+  // Optional: delta holds k rows per row, the experts' outputs by pair ([rows * k, cols], row r's
+  // j-th choice at r * k + j), and the delta added is sum over j of pair_weights[r, j] times them,
+  // in j order from 0 (moe_combine_ref's sum without a shared expert).
+  const float* pair_weights = nullptr;  // [rows, k]
+  std::int64_t k = 0;                   // with pair_weights: 1..64
   // Optional (GPU only): y also rounded to 8 bits in the form the quantized GEMV reads
   // (kernels/gemv.h, gemv_x8_rows), so the projections that follow need not quantize it
   // themselves: yq [rows, cols], yq_scales [rows, cols / 16] pairs. Needs cols % 32 == 0 and the
@@ -39,8 +46,9 @@ void rms_norm_residual_ref(const rms_norm_residual_params& p);
 #include "kernels/gpu_runtime.h"
 
 namespace anvil::kernels {
-// Rejects (hipErrorInvalidValue) rows < 0, cols <= 0, and yq without its conditions (above) or
-// with more than rms_norm_residual_max_x8_cols columns.
+// Rejects (hipErrorInvalidValue) rows < 0, cols <= 0, pair_weights without delta or with k
+// outside 1..64, and yq without its conditions (above) or with more than
+// rms_norm_residual_max_x8_cols columns.
 hipError_t launch_rms_norm_residual(const rms_norm_residual_params& p, hipStream_t stream);
 }  // namespace anvil::kernels
 #endif

@@ -17,13 +17,34 @@ namespace {
 
 constexpr int block_size = 256;
 
+// Row `row`'s delta at float i (D = float) or float4 i (D = float4): delta's own row, or with
+// pair_weights its k experts' rows summed in combine's order (moe.hip combine_kernel).
+template <class D>
+__device__ __forceinline__ D delta_at(const rms_norm_residual_params& p, std::int64_t row, std::int64_t i) {
+  const std::int64_t n = p.cols / std::int64_t(sizeof(D) / sizeof(float));
+  const D* d = reinterpret_cast<const D*>(p.delta);
+  if (p.pair_weights == nullptr) return d[row * n + i];
+  const float* w = p.pair_weights + row * p.k;
+  if constexpr (sizeof(D) == sizeof(float)) {
+    float s = 0.f;
+    for (std::int64_t j = 0; j < p.k; ++j) s += w[j] * d[(row * p.k + j) * n + i];
+    return s;
+  } else {
+    float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (std::int64_t j = 0; j < p.k; ++j) {
+      const float4 y = d[(row * p.k + j) * n + i];
+      s = make_float4(s.x + w[j] * y.x, s.y + w[j] * y.y, s.z + w[j] * y.z, s.w + w[j] * y.w);
+    }
+    return s;
+  }
+}
+
 template <bool Vec4, bool HasDelta>
 __global__ void __launch_bounds__(block_size) rms_norm_residual_kernel(rms_norm_residual_params p) {
   gpu::dependency_wait();  // launched with gpu::launch_dependent
   gpu::allow_dependents();
   const std::int64_t row = blockIdx.x;
   float* h = p.h + row * p.cols;
-  const float* d = p.delta + (HasDelta ? row * p.cols : 0);
   float* y = p.y + row * p.cols;
 
   float sum_sq = 0.f;
@@ -33,7 +54,7 @@ __global__ void __launch_bounds__(block_size) rms_norm_residual_kernel(rms_norm_
     for (std::int64_t i = threadIdx.x; i < n4; i += block_size) {
       float4 v = h4[i];
       if constexpr (HasDelta) {
-        const float4 e = reinterpret_cast<const float4*>(d)[i];
+        const float4 e = delta_at<float4>(p, row, i);
         v = make_float4(v.x + e.x, v.y + e.y, v.z + e.z, v.w + e.w);
         h4[i] = v;
       }
@@ -43,7 +64,7 @@ __global__ void __launch_bounds__(block_size) rms_norm_residual_kernel(rms_norm_
     for (std::int64_t i = threadIdx.x; i < p.cols; i += block_size) {
       float v = h[i];
       if constexpr (HasDelta) {
-        v += d[i];
+        v += delta_at<float>(p, row, i);
         h[i] = v;
       }
       sum_sq += v * v;
@@ -72,7 +93,6 @@ __global__ void __launch_bounds__(Block) rms_norm_residual_reg_kernel(rms_norm_r
   const std::int64_t row = blockIdx.x;
   const int n4 = int(p.cols / 4);
   float4* h4 = reinterpret_cast<float4*>(p.h + row * p.cols);
-  const float4* d4 = reinterpret_cast<const float4*>(p.delta + (HasDelta ? row * p.cols : 0));
   const float4* w4 = reinterpret_cast<const float4*>(p.weight);
   float4* y4 = reinterpret_cast<float4*>(p.y + row * p.cols);
   // The norm weight is a model constant: loaded before the wait, while the kernel ahead (which
@@ -92,7 +112,7 @@ __global__ void __launch_bounds__(Block) rms_norm_residual_reg_kernel(rms_norm_r
     v[k] = i < n4 ? h4[i] : make_float4(0.f, 0.f, 0.f, 0.f);
     if constexpr (HasDelta) {
       if (i < n4) {
-        const float4 e = d4[i];
+        const float4 e = delta_at<float4>(p, row, i);
         v[k] = make_float4(v[k].x + e.x, v[k].y + e.y, v[k].z + e.z, v[k].w + e.w);
       }
     }
@@ -156,6 +176,7 @@ void launch(const rms_norm_residual_params& p, bool vec4, hipStream_t stream) {
 hipError_t launch_rms_norm_residual(const rms_norm_residual_params& p, hipStream_t stream) {
   if (p.rows == 0) return hipSuccess;
   if (p.rows < 0 || p.rows > 0x7fffffff || p.cols <= 0) return hipErrorInvalidValue;
+  if (p.pair_weights != nullptr && (p.delta == nullptr || p.k < 1 || p.k > 64)) return hipErrorInvalidValue;
   const bool vec4 = p.cols % 4 == 0 && aligned16(p.h) && aligned16(p.y) && aligned16(p.weight) &&
                     (p.delta == nullptr || aligned16(p.delta));
   if (p.yq != nullptr &&

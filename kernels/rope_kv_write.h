@@ -5,6 +5,11 @@
 // paged_kv_device; kernels/kv_quant.h). k and v themselves are left unchanged: after this op only
 // the cache holds the rotated k.
 //
+// Models with Q/K norms (qwen3) normalise each q and k head before the rotation; given their
+// weights (q_norm, k_norm) the op does that too, in launch_rms_norm's arithmetic for heads of up
+// to 512 (kernels/rms_norm.h: the same floats as that op in place, then this one), which saves
+// those launches.
+//
 // The angles are computed apart, once per step for every layer (rope_angles_params): each
 // token's position gives the same (sin, cos) pairs in every layer and every head, and computing
 // them in double (as rope_ref does, so that a position of 100k keeps its angle) for each head of
@@ -35,6 +40,11 @@ struct rope_kv_write_params {
   const double* angles = nullptr;           // [n_tokens][rot_dim / 2] (sin, cos): launch_rope_angles
   const std::int64_t* slots = nullptr;      // [n_tokens]: block_id * block_size + offset; < 0: not written
   rope_style style = rope_style::normal;
+  // Optional: RMSNorm weights [head_dim] over each q head and each k head, applied first (with
+  // q_norm, q's dimensions past rot_dim are written normalised too); norm_eps their epsilon.
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
+  float norm_eps = 1e-6f;
 };
 
 // The (sin, cos) of each token's angle for each of the rot_dim / 2 rotated pairs, pair i of

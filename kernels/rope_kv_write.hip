@@ -53,6 +53,29 @@ __device__ __forceinline__ void rotate(double x0, double x1, double s, double c,
 // Heads per block: enough pairs to give every thread one (at least one head).
 int heads_per_block(std::int64_t half) { return half > 0 && half < block_size ? int(block_size / half) : 1; }
 
+// The RMSNorm scale of each head in [h0, h1) of one token (q heads, then kv heads) into sc, a warp
+// per head in turn, with rms_norm_short_rows_kernel's arithmetic (kernels/rms_norm.hip: each lane
+// sums its strided squares in order, then the warp's xor reduction), so that the normalised values
+// are the floats that op writes. Ends with a barrier: every thread of the block must call it.
+__device__ void head_scales(const rope_kv_write_params& p, const float* qi, const float* k, int h0, int h1, float* sc) {
+  constexpr int warps = block_size / gpu::warp_size;
+  const int lane = int(threadIdx.x) % gpu::warp_size, hd = int(p.cache.head_dim), n_q = int(p.n_heads);
+  for (int h = h0 + int(threadIdx.x) / gpu::warp_size; h < h1; h += warps) {
+    const float* x = h < n_q ? qi + std::int64_t(h) * hd : k + std::int64_t(h - n_q) * hd;
+    float sum_sq = 0.f;
+    for (int c = lane; c < hd; c += gpu::warp_size) sum_sq += x[c] * x[c];
+    sum_sq = gpu::warp_reduce_sum(sum_sq);
+    if (lane == 0) sc[h - h0] = rsqrtf(sum_sq / float(hd) + p.norm_eps);
+  }
+  __syncthreads();
+}
+
+// Element c of a head's row, normalised (x * scale * weight, as the norm kernels write it) where
+// the op has that head's norm weight.
+__device__ __forceinline__ float normed(const float* x, int c, float scale, const float* weight) {
+  return weight ? x[c] * scale * weight[c] : x[c];
+}
+
 // Rotates heads [h0, h1) of token t — q heads, then (f16 cache only) kv heads, whose rotated k
 // and plain v it stores.
 __device__ void rope_heads(const rope_kv_write_params& p, std::int64_t t, int h0, int h1) {
@@ -66,6 +89,8 @@ __device__ void rope_heads(const rope_kv_write_params& p, std::int64_t t, int h0
   const float* v = p.v + t * (p.v_stride ? p.v_stride : row);
   gpu::half_bits* kc = static_cast<gpu::half_bits*>(p.cache.k) + (slot < 0 ? 0 : slot) * row;
   gpu::half_bits* vc = static_cast<gpu::half_bits*>(p.cache.v) + (slot < 0 ? 0 : slot) * row;
+  __shared__ float sc[block_size];  // the heads' norm scales: at most a head per thread
+  if (p.q_norm || p.k_norm) head_scales(p, qi, k, h0, h1, sc);
 
   for (int e = threadIdx.x; e < (h1 - h0) * half; e += block_size) {
     const int h = h0 + e / half, i = e % half;
@@ -76,27 +101,28 @@ __device__ void rope_heads(const rope_kv_write_params& p, std::int64_t t, int h0
     pair_index(p.style, i, half, a, b);
     if (h < n_q) {
       const std::int64_t base = std::int64_t(h) * hd;
-      rotate(qi[base + a], qi[base + b], s, c, q[base + a], q[base + b]);
+      const float* x = qi + base;
+      rotate(normed(x, a, sc[h - h0], p.q_norm), normed(x, b, sc[h - h0], p.q_norm), s, c, q[base + a], q[base + b]);
     } else {
+      const float* x = k + std::int64_t(h - n_q) * hd;
       const std::int64_t base = std::int64_t(h - n_q) * hd;
       float y0, y1;  // float first, as rope_ref stores float, then f16
-      rotate(k[base + a], k[base + b], s, c, y0, y1);
+      rotate(normed(x, a, sc[h - h0], p.k_norm), normed(x, b, sc[h - h0], p.k_norm), s, c, y0, y1);
       kc[base + a] = gpu::float_to_half(y0);
       kc[base + b] = gpu::float_to_half(y1);
     }
   }
-  const int pass = hd - int(p.rot_dim);
-  if (p.q_in) {  // q's dimensions past rot_dim, copied out of the fused row
+  if (p.q_in || p.q_norm) {  // q's dimensions past rot_dim: out of the fused row, or normalised
     for (int h = h0; h < min(h1, n_q); ++h) {
-      const std::int64_t base = std::int64_t(h) * hd + p.rot_dim;
-      for (int e = threadIdx.x; e < pass; e += block_size) q[base + e] = qi[base + e];
+      const std::int64_t base = std::int64_t(h) * hd;
+      for (int e = int(p.rot_dim) + threadIdx.x; e < hd; e += block_size) q[base + e] = normed(qi + base, e, sc[h - h0], p.q_norm);
     }
   }
   if (slot < 0) return;
   for (int h = max(h0, n_q); h < h1; ++h) {
     const std::int64_t base = std::int64_t(h - n_q) * hd;
-    for (int e = threadIdx.x; e < pass; e += block_size) {
-      kc[base + p.rot_dim + e] = gpu::float_to_half(k[base + p.rot_dim + e]);
+    for (int e = int(p.rot_dim) + threadIdx.x; e < hd; e += block_size) {
+      kc[base + e] = gpu::float_to_half(normed(k + base, e, sc[h - h0], p.k_norm));
     }
     for (int e = threadIdx.x; e < hd; e += block_size) vc[base + e] = gpu::float_to_half(v[base + e]);
   }
@@ -142,16 +168,26 @@ __global__ void __launch_bounds__(block_size) rope_kv_write8_kernel(rope_kv_writ
   const std::int64_t row_len = p.cache.n_kv_heads * hd;
   const float* k = p.k + t * (p.k_stride ? p.k_stride : row_len) + std::int64_t(kvh) * hd;
   const float* v = p.v + t * (p.v_stride ? p.v_stride : row_len) + std::int64_t(kvh) * hd;
+  __shared__ float k_sc;  // this head's norm scale, where the op has k_norm
+  if (p.k_norm) {
+    if (threadIdx.x < gpu::warp_size) {  // rms_norm_short_rows_kernel's arithmetic, as head_scales
+      float sum_sq = 0.f;
+      for (int c = int(threadIdx.x); c < hd; c += gpu::warp_size) sum_sq += k[c] * k[c];
+      sum_sq = gpu::warp_reduce_sum(sum_sq);
+      if (threadIdx.x == 0) k_sc = rsqrtf(sum_sq / float(hd) + p.norm_eps);
+    }
+    __syncthreads();
+  }
   for (int i = threadIdx.x; i < half; i += block_size) {
     double s, c;
     angle(p, t, i, s, c);
     int a, b;
     pair_index(p.style, i, half, a, b);
-    rotate(k[a], k[b], s, c, kr[a], kr[b]);
+    rotate(normed(k, a, k_sc, p.k_norm), normed(k, b, k_sc, p.k_norm), s, c, kr[a], kr[b]);
   }
   float ka = 0.f, va = 0.f;
   for (int e = threadIdx.x; e < hd; e += block_size) {
-    if (e >= p.rot_dim) kr[e] = k[e];
+    if (e >= p.rot_dim) kr[e] = normed(k, e, k_sc, p.k_norm);
     vr[e] = v[e];
     va = kv_amax_step(va, vr[e]);
   }

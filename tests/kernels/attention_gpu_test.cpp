@@ -18,6 +18,7 @@
 #include "kernels/attention.h"
 #include "kernels/attention_decode.h"
 #include "kernels/attention_prefill.h"
+#include "kernels/rms_norm.h"
 #include "kernels/rope.h"
 #include "kernels/rope_kv_write.h"
 #include "tests/kernels/gpu_array.h"
@@ -349,6 +350,106 @@ TEST_P(RopeKvWriteGpu, ReadsQkvFromOneFusedRowAsFromPackedRows) {
   rope_kv_write_params short_stride = d.params(c, {.n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim});
   short_stride.k_stride = in.kv_row - 1;
   EXPECT_EQ(launch_rope_kv_write(short_stride, nullptr), hipErrorInvalidValue);
+}
+
+// Q/K norms in the op (qwen3): the rotated q, the cache bytes and the scales are bit for bit what
+// launch_rms_norm in place over the q and k heads, then the op without norms, give (the worker's
+// two launches before), for packed rows and for one fused q/k/v row per token, f16 and fp8 caches;
+// q against rms_norm_ref then rope_ref on the CPU.
+TEST_P(RopeKvWriteGpu, NormsEachHeadFirstAsRmsNormInPlaceThenRopeDo) {
+  require_device();
+  const rope_case c = GetParam();
+  SCOPED_TRACE(c.str());
+  std::mt19937 rng(unsigned(c.n_tokens * 37 + c.head_dim + c.n_heads));
+  const rope_inputs in(c, rng, 3.f);
+  const std::vector<float> qw = random_vector(std::size_t(c.head_dim), rng, 0.5f, 1.5f);
+  const std::vector<float> kw = random_vector(std::size_t(c.head_dim), rng, 0.5f, 1.5f);
+  const std::int64_t q_w = c.n_heads * c.head_dim, stride = q_w + 2 * in.kv_row + 4;  // padded rows
+  std::vector<float> fused(std::size_t(c.n_tokens * stride), 0.f);
+  for (std::int64_t t = 0; t < c.n_tokens; ++t) {
+    std::copy_n(in.q.begin() + t * q_w, q_w, fused.begin() + t * stride);
+    std::copy_n(in.k.begin() + t * in.kv_row, in.kv_row, fused.begin() + t * stride + q_w);
+    std::copy_n(in.v.begin() + t * in.kv_row, in.kv_row, fused.begin() + t * stride + q_w + in.kv_row);
+  }
+  const std::int64_t n_rows = in.n_blocks * in.bs * c.n_kv_heads;
+  guarded_array<float> dqw(qw), dkw(kw);
+  for (const bool from_fused : {false, true}) {
+    for (const kv_dtype t : {kv_dtype::f16, kv_dtype::fp8}) {
+      SCOPED_TRACE(std::string(kv_dtype_name(t)) + (from_fused ? ", fused rows" : ", packed rows"));
+      const std::size_t elem = t == kv_dtype::f16 ? 2 : 1, cache_bytes = std::size_t(n_rows * c.head_dim) * elem;
+      // in_op: the norms in this op; else launch_rms_norm in place first.
+      const auto run = [&](bool in_op, std::vector<float>& q_out, std::vector<std::uint8_t>& cache, std::vector<float>& scales) {
+        const rope_device d(in, c);
+        guarded_array<float> dfused(fused), dq(std::size_t(c.n_tokens * q_w)), ds(std::size_t(2 * n_rows));
+        guarded_array<std::uint8_t> dc(2 * cache_bytes);
+        ANVIL_GPU_CHECK(hipMemset(dc.data(), 0, 2 * cache_bytes));
+        ANVIL_GPU_CHECK(hipMemset(ds.data(), 0, std::size_t(2 * n_rows) * sizeof(float)));
+        rope_kv_write_params p = d.params(c, {.k = dc.data(),
+                                              .v = dc.data() + cache_bytes,
+                                              .n_blocks = in.n_blocks,
+                                              .block_size = in.bs,
+                                              .n_kv_heads = c.n_kv_heads,
+                                              .head_dim = c.head_dim,
+                                              .dtype = t,
+                                              .k_scales = t == kv_dtype::f16 ? nullptr : ds.data(),
+                                              .v_scales = t == kv_dtype::f16 ? nullptr : ds.data() + n_rows});
+        float* q_src = d.q.data();
+        float* k_src = d.k.data();
+        if (from_fused) {
+          p.q = dq.data();
+          p.q_in = q_src = dfused.data();
+          p.k = k_src = dfused.data() + q_w;
+          p.v = dfused.data() + q_w + in.kv_row;
+          p.q_in_stride = p.k_stride = p.v_stride = stride;
+        }
+        if (in_op) {
+          p.q_norm = dqw.data();
+          p.k_norm = dkw.data();
+          p.norm_eps = 1e-6f;
+        } else {
+          const auto norm = [&](float* x, const float* w, std::int64_t heads) {
+            ANVIL_GPU_CHECK(launch_rms_norm({.x = x,
+                                             .weight = w,
+                                             .y = x,
+                                             .rows = c.n_tokens * heads,
+                                             .cols = c.head_dim,
+                                             .eps = 1e-6f,
+                                             .group_rows = from_fused ? heads : 0,
+                                             .group_stride = from_fused ? stride : 0},
+                                            nullptr));
+          };
+          norm(q_src, dqw.data(), c.n_heads);
+          norm(k_src, dkw.data(), c.n_kv_heads);
+        }
+        ANVIL_GPU_CHECK(launch_rope_kv_write(p, nullptr));
+        ANVIL_GPU_CHECK(hipDeviceSynchronize());
+        q_out = from_fused ? dq.download() : d.q.download();
+        cache = dc.download();
+        scales = ds.download();
+        if (in_op) {
+          EXPECT_EQ(d.k.download(), in.k) << "k is read only";
+          if (from_fused) {
+            EXPECT_EQ(dfused.download(), fused) << "the fused rows are read only";
+          }
+        }
+        EXPECT_TRUE(dfused.guards_intact() && dq.guards_intact() && dc.guards_intact() && ds.guards_intact() && d.intact());
+      };
+      std::vector<float> q_two, q_one, s_two, s_one;
+      std::vector<std::uint8_t> c_two, c_one;
+      run(false, q_two, c_two, s_two);
+      run(true, q_one, c_one, s_one);
+      EXPECT_EQ(q_one, q_two);
+      EXPECT_TRUE(c_one == c_two) << "cache bytes differ";
+      EXPECT_EQ(s_one, s_two);
+      std::vector<float> q_ref = in.q;
+      rms_norm_ref({.x = q_ref.data(), .weight = qw.data(), .y = q_ref.data(), .rows = c.n_tokens * c.n_heads,
+                    .cols = c.head_dim, .eps = 1e-6f});
+      const double q_err = nmse(q_one, in.rotated(q_ref, c.n_heads, c));
+      EXPECT_LT(q_err, 1e-12);
+      std::printf("  %-75s norms in the op, %s: q nmse=%.3g\n", c.str().c_str(), std::string(kv_dtype_name(t)).c_str(), q_err);
+    }
+  }
+  EXPECT_TRUE(dqw.guards_intact() && dkw.guards_intact());
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, RopeKvWriteGpu,

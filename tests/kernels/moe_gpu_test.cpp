@@ -127,7 +127,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MoeRouteGpu,
                          ::testing::Values(route_case{1, 8, 2, true}, route_case{37, 8, 2, false},
                                            route_case{300, 128, 8, true}, route_case{5, 60, 4, false},
                                            route_case{9, 1024, 64, true}, route_case{0, 16, 2, true},
-                                           route_case{64, 3, 3, true}));
+                                           route_case{64, 3, 3, true},
+                                           // one block of 128, 512 and 1,024 threads routing and grouping
+                                           route_case{1, 128, 8, true}, route_case{12, 128, 8, false},
+                                           route_case{32, 256, 8, true}));
 
 TEST(MoeRouteGpu, RefusesOutOfRangeShapes) {
   require_device();

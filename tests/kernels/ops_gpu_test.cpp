@@ -14,6 +14,7 @@
 
 #include "kernels/candidates.h"
 #include "kernels/feed_tokens.h"
+#include "kernels/moe.h"
 #include "kernels/rms_norm.h"
 #include "kernels/rms_norm_residual.h"
 #include "kernels/swiglu.h"
@@ -168,6 +169,114 @@ TEST(RmsNormResidualGpuLaunch, RefusesAnEightBitOutputItCannotWrite) {
   EXPECT_EQ(with(16416, 0, q.data(), scales), hipErrorInvalidValue);     // past the register path
   EXPECT_EQ(hipGetLastError(), hipSuccess);
   EXPECT_TRUE(buf.guards_intact() && q.guards_intact());
+}
+
+// After a mixture of experts without a shared expert: delta is k experts' rows per row, summed
+// with their weights by the norm itself. h and y (and y's 8-bit form) are bit for bit what
+// launch_moe_combine into a row per token, then the plain residual norm, give; both are within
+// float rounding of the CPU reference (which sums without fused multiply-adds).
+struct pairs_case {
+  std::int64_t rows, cols, k;
+  bool x8;
+};
+
+class RmsNormResidualPairsGpu : public ::testing::TestWithParam<pairs_case> {};
+
+TEST_P(RmsNormResidualPairsGpu, SumsTheExpertsRowsAsCombineThenTheNormDo) {
+  require_device();
+  const pairs_case c = GetParam();
+  SCOPED_TRACE(::testing::Message() << "rows=" << c.rows << " cols=" << c.cols << " k=" << c.k << " x8=" << c.x8);
+  std::mt19937 rng(unsigned(c.rows * 131 + c.cols + c.k));
+  const std::size_t n = std::size_t(c.rows * c.cols);
+  const std::vector<float> h = random_vector(n, rng, -3.f, 3.f);
+  const std::vector<float> y = random_vector(n * std::size_t(c.k), rng, -1.f, 1.f);
+  const std::vector<float> pw = random_vector(std::size_t(c.rows * c.k), rng, 0.f, 1.f);
+  const std::vector<float> w = random_vector(std::size_t(c.cols), rng, 0.5f, 1.5f);
+  std::vector<float> h_ref = h, y_ref(n, 0.f);
+  rms_norm_residual_ref({.h = h_ref.data(),
+                         .delta = y.data(),
+                         .weight = w.data(),
+                         .y = y_ref.data(),
+                         .rows = c.rows,
+                         .cols = c.cols,
+                         .eps = 1e-6f,
+                         .pair_weights = pw.data(),
+                         .k = c.k});
+
+  guarded_array<float> dy(y), dpw(pw), dw(w), dsum(n);
+  struct out {
+    std::vector<float> h, y, ds;
+    std::vector<std::int8_t> q;
+  };
+  // fused: the norm sums the pairs; else combine into dsum, then the norm adds that row.
+  const auto run = [&](bool fused, out& o) {
+    guarded_array<float> dh(h), dout(n), dds(n / 8);
+    guarded_array<std::int8_t> dq(n);
+    dout.poison();
+    dq.poison();
+    dds.poison();
+    if (!fused) {
+      ANVIL_GPU_CHECK(launch_moe_combine(
+          {.y = dy.data(), .weights = dpw.data(), .n_tokens = c.rows, .k = c.k, .cols = c.cols, .out = dsum.data()}, nullptr));
+    }
+    rms_norm_residual_params p{.h = dh.data(),
+                               .delta = fused ? dy.data() : dsum.data(),
+                               .weight = dw.data(),
+                               .y = dout.data(),
+                               .rows = c.rows,
+                               .cols = c.cols,
+                               .eps = 1e-6f};
+    if (fused) {
+      p.pair_weights = dpw.data();
+      p.k = c.k;
+    }
+    if (c.x8) {
+      p.yq = dq.data();
+      p.yq_scales = dds.data();
+    }
+    ANVIL_GPU_CHECK(launch_rms_norm_residual(p, nullptr));
+    ANVIL_GPU_CHECK(hipDeviceSynchronize());
+    EXPECT_TRUE(dh.guards_intact() && dout.guards_intact() && dds.guards_intact() && dq.guards_intact());
+    o = out{dh.download(), dout.download(), dds.download(), dq.download()};
+  };
+  out two, one;
+  run(false, two);
+  run(true, one);
+  EXPECT_TRUE(one.h == two.h) << "h differs from combine + norm";
+  EXPECT_TRUE(one.y == two.y) << "y differs from combine + norm";
+  if (c.x8) {
+    EXPECT_TRUE(one.q == two.q && one.ds == two.ds) << "8-bit y differs from combine + norm";
+  }
+  const double h_err = nmse(one.h, h_ref), y_err = nmse(one.y, y_ref);
+  std::printf("  pairs(rows=%lld, cols=%lld, k=%lld) h nmse=%.3g, y nmse=%.3g\n", static_cast<long long>(c.rows),
+              static_cast<long long>(c.cols), static_cast<long long>(c.k), h_err, y_err);
+  EXPECT_LT(h_err, 1e-12);
+  EXPECT_LT(y_err, 1e-10);
+  for (auto* g : {&dy, &dpw, &dw, &dsum}) EXPECT_TRUE(g->guards_intact());
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormResidualPairsGpu,
+                         ::testing::Values(pairs_case{1, 2048, 8, true},    // qwen3-30b-a3b decode
+                                           pairs_case{7, 2880, 4, true},    // gpt-oss-20b
+                                           pairs_case{3, 4096, 2, false},   // mixtral
+                                           pairs_case{5, 101, 3, false},    // the scalar path
+                                           pairs_case{2, 20000, 1, false},  // past the register path
+                                           pairs_case{64, 2048, 8, false}));
+
+TEST(RmsNormResidualGpuLaunch, RefusesPairWeightsWithoutRowsOrWithKOutOfRange) {
+  require_device();
+  guarded_array<float> buf(4096);
+  float* b = buf.data();
+  const auto with = [&](const float* delta, std::int64_t k) {
+    return launch_rms_norm_residual(
+        {.h = b, .delta = delta, .weight = b + 1024, .y = b + 2048, .rows = 1, .cols = 64, .pair_weights = b + 3072, .k = k},
+        nullptr);
+  };
+  EXPECT_EQ(with(nullptr, 2), hipErrorInvalidValue);
+  EXPECT_EQ(with(b + 512, 0), hipErrorInvalidValue);
+  EXPECT_EQ(with(b + 512, 65), hipErrorInvalidValue);
+  EXPECT_EQ(hipGetLastError(), hipSuccess);
+  EXPECT_TRUE(buf.guards_intact());
 }
 
 // Q/K norm: launch_rms_norm over rows = tokens * heads of head_dim, in place (the short-row path).
