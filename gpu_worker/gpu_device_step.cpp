@@ -552,6 +552,7 @@ bool gpu_device::run_experts(const layer& w, bool x8_embd) {
                                       .x_scales = x8.ds,
                                       .n_pairs = pairs,
                                       .n_expert = hp.n_expert,
+                                      .max_expert_pairs = T,
                                       .offsets = moe_offsets_,
                                       .sorted = moe_sorted_,
                                       .active = moe_active_};

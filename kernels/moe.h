@@ -73,6 +73,9 @@ struct moe_matmul_params {
   const float* x_scales = nullptr;
   std::int64_t n_pairs = 0;
   std::int64_t n_expert = 0;
+  // Optional (GPU): no expert has more pairs than this (the step's tokens: a token's k experts are
+  // distinct); 0: n_pairs. Only the kernel's choice depends on it (one token: the lightest one).
+  std::int64_t max_expert_pairs = 0;
   const std::int32_t* offsets = nullptr;  // from moe_route
   const std::int32_t* sorted = nullptr;
   const std::int32_t* active = nullptr;

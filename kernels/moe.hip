@@ -2,14 +2,14 @@
 //
 // route: one warp per token. The softmax's maximum and sum by warp reductions; then k passes,
 //   each a warp arg-max over the experts not yet chosen (the lower id on a tie), as the reference.
-//   Each lane owns experts lane, lane + warp, ... and holds their probabilities in registers; a
-//   bit mask per lane marks its chosen ones.
+//   Each lane owns experts lane, lane + warp, ...; a bit mask per lane marks its chosen ones.
+//   Steps of up to 8 tokens: each token by a whole block, a thread per expert finding its rank.
 // group: one block, a thread per expert. Counts per expert in shared memory, block-wide scans of
 //   the counts (offsets) and of "has pairs" (the active list), then every pair takes a place in
 //   its expert's range with a shared atomic (the order inside a range does not matter: every
 //   pair's output is computed on its own). Steps of up to a token per warp of a 1,024-thread block
-//   (decode) route and group in one block (route_group_kernel) of as few threads as the experts
-//   and tokens need: a launch less per layer.
+//   route and group in one block (route_group_kernel) of as few threads as the experts and tokens
+//   need: a launch less per layer.
 // router: up to 8 tokens, a block per expert splitting the row; above, a warp per 4 experts x 8
 //   tokens (each x load feeds four experts), lanes striding over the row in float4s.
 // matmul: the GEMV's float path (gemv.hip, gemv_kernel) with the grid's y dimension over the
@@ -35,46 +35,37 @@ constexpr int route_threads = 128;
 constexpr int lane_experts = int(moe_max_experts / gpu::warp_size);  // experts per lane, at most
 static_assert(lane_experts <= 32, "a lane's chosen experts fit one 32-bit mask");
 
-// Token t's experts and weights, by the warp whose lane this is. Each lane holds its experts'
-// probabilities in registers (experts lane, lane + warp_size, ...), so that each of the k rounds
-// is a pass over registers and a warp-wide arg max.
+// A probability's key in the top-k order: the probability, or for a NaN (a NaN logit) -0.5, below
+// every probability (>= 0) and above no choice (-1): such experts come last, the lower id first,
+// so that k valid ids are always chosen.
+__device__ __forceinline__ float route_key(float pe) { return pe == pe ? pe : -0.5f; }
+
+// Token t's experts and weights, by the warp whose lane this is.
 __device__ __forceinline__ void route_token(const moe_route_params& p, std::int64_t t, int lane) {
   const int n = int(p.n_expert), k = int(p.k);
   const float* l = p.logits + t * p.n_expert;
-  float pe[lane_experts];  // the logits, then the probabilities
   float top = -INFINITY;
-#pragma unroll
-  for (int i = 0; i < lane_experts; ++i) {
-    const int e = lane + i * gpu::warp_size;
-    pe[i] = e < n ? l[e] : -INFINITY;
-    if (e < n) top = fmaxf(top, pe[i]);
-  }
+  for (int e = lane; e < n; e += gpu::warp_size) top = fmaxf(top, l[e]);
   top = gpu::warp_reduce_max(top);
   float sum = 0.f;
-#pragma unroll
-  for (int i = 0; i < lane_experts; ++i) {
-    if (lane + i * gpu::warp_size < n) sum += expf(pe[i] - top);
-  }
+  for (int e = lane; e < n; e += gpu::warp_size) sum += expf(l[e] - top);
   sum = gpu::warp_reduce_sum(sum);
-#pragma unroll
-  for (int i = 0; i < lane_experts; ++i) pe[i] = expf(pe[i] - top) / sum;
   unsigned chosen = 0;  // bit i: expert lane + i * warp_size is taken
   float total = 0.f;
   std::int32_t* ids = p.ids + t * p.k;
   float* wt = p.weights + t * p.k;
   for (int j = 0; j < k; ++j) {
-    float best_p = -1.f;
+    float best_key = -1.f, best_p = 0.f;
     int best = n;
-#pragma unroll
-    for (int i = 0; i < lane_experts; ++i) {
-      const int e = lane + i * gpu::warp_size;
-      // ascending e: the first of equals stays
-      if (e < n && !(chosen & (1u << i)) && pe[i] > best_p) best_p = pe[i], best = e;
+    for (int e = lane, i = 0; e < n; e += gpu::warp_size, ++i) {
+      if (chosen & (1u << i)) continue;
+      const float pe = expf(l[e] - top) / sum;
+      if (route_key(pe) > best_key) best_key = route_key(pe), best_p = pe, best = e;  // ascending e: the first of equals stays
     }
     for (int m = gpu::warp_size / 2; m > 0; m /= 2) {
-      const float op = gpu::shfl_xor(best_p, m);
+      const float ok = gpu::shfl_xor(best_key, m), op = gpu::shfl_xor(best_p, m);
       const int oe = gpu::shfl_xor(best, m);
-      if (op > best_p || (op == best_p && oe < best)) best_p = op, best = oe;
+      if (ok > best_key || (ok == best_key && oe < best)) best_key = ok, best_p = op, best = oe;
     }
     if (best % gpu::warp_size == lane) chosen |= 1u << (best / gpu::warp_size);
     if (lane == 0) {
@@ -85,6 +76,50 @@ __device__ __forceinline__ void route_token(const moe_route_params& p, std::int6
   }
   if (p.normalize && lane == 0) {
     for (int j = 0; j < k; ++j) wt[j] /= total;  // what this thread wrote above
+  }
+}
+
+// Token t's experts and weights by a whole block of Threads >= n_expert threads, a thread per
+// expert: the softmax's maximum and sum by warp 0 as route_token computes them (the same floats),
+// then each expert's rank among all of them (higher key first, the lower id on a tie) in one pass
+// over shared memory; the k first write themselves. No k rounds of warp-wide arg max: what a decode
+// step of one token waits on. prob: shared, [moe_max_experts]; picked: shared, [moe_max_used].
+template <int Threads>
+__device__ __forceinline__ void route_token_block(const moe_route_params& p, std::int64_t t, float* prob, float* picked) {
+  __shared__ float top_sum[2];
+  const int n = int(p.n_expert), k = int(p.k), e = int(threadIdx.x);
+  const float* l = p.logits + t * p.n_expert;
+  if (e < gpu::warp_size) {
+    float top = -INFINITY;
+    for (int i = e; i < n; i += gpu::warp_size) top = fmaxf(top, l[i]);
+    top = gpu::warp_reduce_max(top);
+    float sum = 0.f;
+    for (int i = e; i < n; i += gpu::warp_size) sum += expf(l[i] - top);
+    sum = gpu::warp_reduce_sum(sum);
+    if (e == 0) top_sum[0] = top, top_sum[1] = sum;
+  }
+  __syncthreads();
+  const float pe = e < n ? expf(l[e] - top_sum[0]) / top_sum[1] : 0.f;
+  const float key = route_key(pe);
+  if (e < n) prob[e] = key;
+  __syncthreads();
+  int rank = 0;
+  if (e < n) {
+    for (int o = 0; o < n; ++o) {
+      const float q = prob[o];
+      rank += q > key || (q == key && o < e);
+    }
+  }
+  const bool mine = e < n && rank < k;
+  if (mine) {
+    p.ids[t * p.k + rank] = e;
+    picked[rank] = pe;
+  }
+  __syncthreads();  // picked complete; prob and top_sum free for the next token
+  if (mine) {
+    float total = 0.f;  // in rank order, as route_token adds them
+    for (int j = 0; j < k; ++j) total += picked[j];
+    p.weights[t * p.k + rank] = p.normalize ? pe / total : pe;
   }
 }
 
@@ -136,15 +171,24 @@ __global__ void __launch_bounds__(group_threads) group_kernel(const std::int32_t
   group_pairs<group_threads>(ids, n_pairs, n_expert, offsets, sorted, active);
 }
 
-// Both in one block for steps of up to a token per warp (decode): a launch less on every layer. The
-// block is as small as the experts and tokens allow (a barrier over 1,024 threads costs more than
-// one over 128).
-template <int Threads>
+// Both in one block for steps of up to a token per warp: a launch less on every layer. The block
+// is as small as the experts and tokens allow (a barrier over 1,024 threads costs more than one
+// over 128). ByBlock (steps of up to block_route_tokens tokens, decode): each token routed by the
+// whole block in turn (route_token_block); else a warp per token.
+constexpr int block_route_tokens = 8;
+
+template <int Threads, bool ByBlock>
 __global__ void __launch_bounds__(Threads) route_group_kernel(moe_route_params p) {
   gpu::dependency_wait();  // launched with gpu::launch_dependent
   gpu::allow_dependents();
-  const std::int64_t t = threadIdx.x / gpu::warp_size;
-  if (t < p.n_tokens) route_token(p, t, int(threadIdx.x) % gpu::warp_size);
+  if constexpr (ByBlock) {
+    __shared__ float prob[moe_max_experts];
+    __shared__ float picked[moe_max_used];
+    for (std::int64_t t = 0; t < p.n_tokens; ++t) route_token_block<Threads>(p, t, prob, picked);
+  } else {
+    const std::int64_t t = threadIdx.x / gpu::warp_size;
+    if (t < p.n_tokens) route_token(p, t, int(threadIdx.x) % gpu::warp_size);
+  }
   __syncthreads();  // the ids this block wrote are visible to all its threads
   group_pairs<Threads>(p.ids, p.n_tokens * p.k, std::int32_t(p.n_expert), p.offsets, p.sorted, p.active);
 }
@@ -425,7 +469,9 @@ __device__ __forceinline__ void q8_chunk(const q8_args& a, const u8* row_w, std:
   }
 }
 
-template <class F, int L>
+// MaxNT: the most pairs a chunk takes. Steps where no expert has two pairs (one token) take
+// MaxNT = 1: without the 8-pair chunk's registers more warps fit a multiprocessor.
+template <class F, int L, int MaxNT>
 __global__ void __launch_bounds__(matmul_threads) q8_kernel(q8_args a) {
   constexpr int rows_per_warp = gpu::warp_size / L;
   const bool second = blockIdx.z == 1;
@@ -445,9 +491,11 @@ __global__ void __launch_bounds__(matmul_threads) q8_kernel(q8_args a) {
   const float b = bias ? bias[std::int64_t(e) * a.out + row] : 0.f;
   const int gl = lane % L;
   int i = begin;
-  for (; end - i >= 8; i += 8) q8_chunk<F, 8, L>(a, row_w, row, store, y, b, i, gl);
-  for (; end - i >= 2; i += 2) q8_chunk<F, 2, L>(a, row_w, row, store, y, b, i, gl);
-  if (i < end) q8_chunk<F, 1, L>(a, row_w, row, store, y, b, i, gl);
+  if constexpr (MaxNT >= 8) {
+    for (; end - i >= 8; i += 8) q8_chunk<F, 8, L>(a, row_w, row, store, y, b, i, gl);
+    for (; end - i >= 2; i += 2) q8_chunk<F, 2, L>(a, row_w, row, store, y, b, i, gl);
+  }
+  for (; i < end; ++i) q8_chunk<F, 1, L>(a, row_w, row, store, y, b, i, gl);
 }
 
 // Lanes per row: about a slice in flight per lane and more rows per warp when rows are short.
@@ -506,18 +554,25 @@ hipError_t launch_moe_route(const moe_route_params& p, hipStream_t stream) {
       p.offsets == nullptr || p.sorted == nullptr || p.active == nullptr) {
     return hipErrorInvalidValue;
   }
-  // One block for both: threads for every expert and a warp per token.
-  const std::int64_t threads = std::max(p.n_expert, p.n_tokens * gpu::warp_size);
+  // One block for both: a thread for every expert, and (routing by warps) a warp per token.
+  const bool by_block = p.n_tokens <= block_route_tokens;
+  const std::int64_t threads = by_block ? p.n_expert : std::max(p.n_expert, p.n_tokens * gpu::warp_size);
   if (threads <= group_threads) {
-    const auto launch = [&](auto kernel, int n) { gpu::launch_dependent(kernel, dim3(1), dim3(n), stream, p); };
+    const auto launch = [&](auto block_kernel, auto warp_kernel, int n) {
+      if (by_block) {
+        gpu::launch_dependent(block_kernel, dim3(1), dim3(n), stream, p);
+      } else {
+        gpu::launch_dependent(warp_kernel, dim3(1), dim3(n), stream, p);
+      }
+    };
     if (threads <= 128) {
-      launch(route_group_kernel<128>, 128);
+      launch(route_group_kernel<128, true>, route_group_kernel<128, false>, 128);
     } else if (threads <= 256) {
-      launch(route_group_kernel<256>, 256);
+      launch(route_group_kernel<256, true>, route_group_kernel<256, false>, 256);
     } else if (threads <= 512) {
-      launch(route_group_kernel<512>, 512);
+      launch(route_group_kernel<512, true>, route_group_kernel<512, false>, 512);
     } else {
-      launch(route_group_kernel<1024>, 1024);
+      launch(route_group_kernel<1024, true>, route_group_kernel<1024, false>, 1024);
     }
     return hipGetLastError();
   }
@@ -599,10 +654,13 @@ hipError_t launch_moe_matmul(const moe_matmul_params& p, hipStream_t stream) {
                         static_cast<unsigned>(p.n_mats));
         gpu::launch_dependent(kernel, grid, dim3(matmul_threads), stream, q);
       };
+      // A token's k experts are distinct: no expert has more pairs than the step has tokens.
+      const std::int64_t per_expert = p.max_expert_pairs > 0 ? std::min(p.max_expert_pairs, p.n_pairs) : p.n_pairs;
+      const auto by_lanes = [&](auto one, auto many, int lanes) { per_expert > 1 ? launch(many, lanes) : launch(one, lanes); };
       switch (q8_lanes(p.in / F::block_elems * F::slices)) {
-        case 32: launch(q8_kernel<F, 32>, 32); break;
-        case 8: launch(q8_kernel<F, 8>, 8); break;
-        default: launch(q8_kernel<F, 4>, 4); break;
+        case 32: by_lanes(q8_kernel<F, 32, 1>, q8_kernel<F, 32, 8>, 32); break;
+        case 8: by_lanes(q8_kernel<F, 8, 1>, q8_kernel<F, 8, 8>, 8); break;
+        default: by_lanes(q8_kernel<F, 4, 1>, q8_kernel<F, 4, 8>, 4); break;
       }
     });
     return hipGetLastError();

@@ -476,6 +476,7 @@ void moe_table(double copy_gbs, std::size_t l2, int reps) {
                                             .x_scales = ds.as<float>(),
                                             .n_pairs = pairs,
                                             .n_expert = sh.n_expert,
+                                            .max_expert_pairs = tokens,  // as the worker says
                                             .offsets = d_off.as<std::int32_t>(),
                                             .sorted = d_sorted.as<std::int32_t>(),
                                             .active = d_active.as<std::int32_t>()};

@@ -128,9 +128,33 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MoeRouteGpu,
                                            route_case{300, 128, 8, true}, route_case{5, 60, 4, false},
                                            route_case{9, 1024, 64, true}, route_case{0, 16, 2, true},
                                            route_case{64, 3, 3, true},
-                                           // one block of 128, 512 and 1,024 threads routing and grouping
-                                           route_case{1, 128, 8, true}, route_case{12, 128, 8, false},
+                                           // one block routing and grouping: each token by the whole
+                                           // block (up to 8 tokens; 128 to 1,024 threads), or a warp
+                                           // per token (512 and 1,024 threads)
+                                           route_case{1, 128, 8, true}, route_case{8, 60, 4, true},
+                                           route_case{3, 1000, 16, false}, route_case{12, 128, 8, false},
                                            route_case{32, 256, 8, true}));
+
+// A NaN logit makes every probability of its token NaN (the softmax's sum): the k experts chosen
+// are then the lowest ids, in order, never an id out of range, by either way of routing.
+TEST(MoeRouteGpu, ANanLogitStillChoosesKValidExperts) {
+  require_device();
+  for (const std::int64_t tokens : {std::int64_t(1), std::int64_t(12)}) {
+    SCOPED_TRACE(tokens);
+    constexpr std::int64_t n_expert = 128, k = 8;
+    std::mt19937 rng{unsigned(tokens)};
+    std::vector<float> logits = random_vector(std::size_t(tokens * n_expert), rng, -4.f, 4.f);
+    logits[std::size_t(5)] = std::nanf("");  // token 0
+    const routed r = route_on_device(logits, tokens, n_expert, k, true);
+    for (std::int64_t j = 0; j < k; ++j) EXPECT_EQ(r.ids[std::size_t(j)], j);
+    std::vector<std::int32_t> ids(std::size_t(tokens * k));
+    std::vector<float> w(ids.size());
+    moe_route_ref({.logits = logits.data(), .n_tokens = tokens, .n_expert = n_expert, .k = k, .normalize = true,
+                   .ids = ids.data(), .weights = w.data()});
+    EXPECT_TRUE(std::equal(r.ids.begin() + k, r.ids.end(), ids.begin() + k)) << "the other tokens as the reference";
+    expect_grouping(r, n_expert);
+  }
+}
 
 TEST(MoeRouteGpu, RefusesOutOfRangeShapes) {
   require_device();
@@ -371,22 +395,27 @@ TEST_P(MoeMatmulGpu, EachPairIsItsExpertsMatmulOfItsRow) {
     expect_pairs_match(c, r, stacks, x, xp, bias, got_g, got_u, yd.download(), 1e-5, "float path");
     if (!moe_matmul_int8(type)) continue;
     // The integer path: the same launches on 8-bit rows, against matmul_ref of the rounded rows
-    // (exact but for float rounding of the per-block terms, as the GEMV's).
+    // (exact but for float rounding of the per-block terms, as the GEMV's). max_expert_pairs 1
+    // takes the one-pair kernel (a token's step) even where experts have more: it only chooses.
     const host_x8 x8(x), xp8(xp);
     guarded_array<std::int8_t> q_tok(x8.q), q_pair(xp8.q);
     guarded_array<float> s_tok(x8.ds), s_pair(xp8.ds);
-    moe_matmul_params gi = p, di = d;
-    gi.xq = q_tok.data(), gi.x_scales = s_tok.data(), gi.x = nullptr;
-    di.xq = q_pair.data(), di.x_scales = s_pair.data(), di.x = nullptr;
-    yg.poison();
-    yu.poison();
-    yd.poison();
-    ANVIL_GPU_CHECK(launch_moe_matmul(gi, nullptr));
-    ANVIL_GPU_CHECK(launch_moe_matmul(di, nullptr));
-    ANVIL_GPU_CHECK(hipDeviceSynchronize());
-    for (const auto* a : {&yg, &yu, &yd}) EXPECT_TRUE(a->guards_intact());
-    expect_pairs_match(c, r, stacks, x8.rounded, xp8.rounded, bias, yg.download(), yu.download(), yd.download(), 1e-5,
-                       "integer path");
+    for (const std::int64_t max_pairs : {0, 1}) {
+      SCOPED_TRACE(::testing::Message() << "max_expert_pairs " << max_pairs);
+      moe_matmul_params gi = p, di = d;
+      gi.xq = q_tok.data(), gi.x_scales = s_tok.data(), gi.x = nullptr;
+      di.xq = q_pair.data(), di.x_scales = s_pair.data(), di.x = nullptr;
+      gi.max_expert_pairs = di.max_expert_pairs = max_pairs;
+      yg.poison();
+      yu.poison();
+      yd.poison();
+      ANVIL_GPU_CHECK(launch_moe_matmul(gi, nullptr));
+      ANVIL_GPU_CHECK(launch_moe_matmul(di, nullptr));
+      ANVIL_GPU_CHECK(hipDeviceSynchronize());
+      for (const auto* a : {&yg, &yu, &yd}) EXPECT_TRUE(a->guards_intact());
+      expect_pairs_match(c, r, stacks, x8.rounded, xp8.rounded, bias, yg.download(), yu.download(), yd.download(), 1e-5,
+                         "integer path");
+    }
   }
 }
 
