@@ -361,10 +361,13 @@ TEST_P(MoeMatmulGpu, EachPairIsItsExpertsMatmulOfItsRow) {
   // Decode-sized, prefill-sized (chunks of 8, 2 and 1 pairs per expert) and one expert taking all.
   // Rows of 768 (a 30B-A3B expert's down projection), 2048 and 4096 take 4, 8 and 32 lanes a row
   // on the integer path for some types.
-  for (const matmul_case c : {matmul_case{type, 1, 8, 2, 256, 72}, matmul_case{type, 23, 6, 2, 512, 40},
-                              matmul_case{type, 40, 4, 3, 256, 130}, matmul_case{type, 9, 1, 1, 256, 8},
-                              matmul_case{type, 2, 16, 8, 768, 33}, matmul_case{type, 3, 4, 2, 2048, 20},
-                              matmul_case{type, 1, 4, 2, 4096, 9}}) {
+  std::vector<matmul_case> cases = {matmul_case{type, 1, 8, 2, 256, 72},   matmul_case{type, 23, 6, 2, 512, 40},
+                                    matmul_case{type, 40, 4, 3, 256, 130},  matmul_case{type, 9, 1, 1, 256, 8},
+                                    matmul_case{type, 2, 16, 8, 768, 33},   matmul_case{type, 3, 4, 2, 2048, 20},
+                                    matmul_case{type, 1, 4, 2, 4096, 9}};
+  // gpt-oss's rows of 2,880 for the types of 32-element blocks.
+  if (type == ggml_type::MXFP4 || type == ggml_type::Q8_0) cases.push_back(matmul_case{type, 1, 4, 2, 2880, 24});
+  for (const matmul_case& c : cases) {
     SCOPED_TRACE(c.str());
     std::mt19937 rng(unsigned(c.tokens * 131 + c.n_expert + int(type)));
     const std::int64_t pairs = c.tokens * c.k;
