@@ -1,7 +1,7 @@
-// Fused residual add + RMSNorm: one block per row. Each thread adds delta to its strided slice of
-// h, writes h back and accumulates the squares; after the block reduction it re-reads only what
-// it wrote itself (no barrier needed for that) and writes y. 16-byte accesses when all rows are
-// 16-byte aligned.
+// Fused residual add + RMSNorm: one block per row. Each thread adds delta (or the weighted sum of
+// the row's experts' rows, delta_at) to its strided slice of h, writes h back and accumulates the
+// squares; after the block reduction it re-reads only what it wrote itself (no barrier needed for
+// that) and writes y. 16-byte accesses when all rows are 16-byte aligned.
 //
 // Rows of up to 16384 aligned floats (every model we serve) take the register path instead: each
 // thread loads its (at most four) float4s at once, keeps them in registers across the reduction

@@ -6,7 +6,8 @@
 // angle to float rounding), then rotates q in place, or rotates k into the f16 cache. A block
 // holding kv heads also stores their dimensions past rot_dim and copies their v into the cache.
 // With an 8-bit cache a kv head takes a block of its own, which needs the whole rotated row
-// before it can scale it.
+// before it can scale it. Given the Q/K norm weights, a block first finds its heads' RMSNorm
+// scales (a warp per head) and rotates the normalised values.
 #include "kernels/rope_kv_write.h"
 
 namespace anvil::kernels {
@@ -104,8 +105,8 @@ __device__ void rope_heads(const rope_kv_write_params& p, std::int64_t t, int h0
       const float* x = qi + base;
       rotate(normed(x, a, sc[h - h0], p.q_norm), normed(x, b, sc[h - h0], p.q_norm), s, c, q[base + a], q[base + b]);
     } else {
-      const float* x = k + std::int64_t(h - n_q) * hd;
       const std::int64_t base = std::int64_t(h - n_q) * hd;
+      const float* x = k + base;
       float y0, y1;  // float first, as rope_ref stores float, then f16
       rotate(normed(x, a, sc[h - h0], p.k_norm), normed(x, b, sc[h - h0], p.k_norm), s, c, y0, y1);
       kc[base + a] = gpu::float_to_half(y0);
