@@ -285,6 +285,69 @@ TEST_P(RopeKvWriteGpu, Stores8BitRowsAsKvQuantizeRowDoes) {
   }
 }
 
+// q, k and v of each token inside one row of `stride` floats (the FP8 path's stacked q/k/v
+// projection), the padding between rows random.
+std::vector<float> fused_qkv_rows(const rope_inputs& in, const rope_case& c, std::int64_t stride, std::mt19937& rng) {
+  const std::int64_t q_w = c.n_heads * c.head_dim;
+  std::vector<float> fused = random_vector(std::size_t(c.n_tokens * stride), rng, -1.f, 1.f);
+  for (std::int64_t t = 0; t < c.n_tokens; ++t) {
+    std::copy_n(in.q.begin() + t * q_w, q_w, fused.begin() + t * stride);
+    std::copy_n(in.k.begin() + t * in.kv_row, in.kv_row, fused.begin() + t * stride + q_w);
+    std::copy_n(in.v.begin() + t * in.kv_row, in.kv_row, fused.begin() + t * stride + q_w + in.kv_row);
+  }
+  return fused;
+}
+
+// One launch's device side for the tests of fused rows: the inputs packed (d) and inside the fused
+// rows, q's packed output for the fused form, and a zeroed cache of type t (k, then v) with its
+// scales (8-bit types). params() reads the packed inputs or the fused rows.
+struct rope_fused_launch {
+  const rope_case& c;
+  const rope_inputs& in;
+  const std::vector<float>& fused;
+  std::int64_t stride, q_w = c.n_heads * c.head_dim, n_rows = in.n_blocks * in.bs * c.n_kv_heads;
+  kv_dtype t;
+  std::size_t cache_bytes = std::size_t(n_rows * c.head_dim) * (t == kv_dtype::f16 ? 2 : 1);
+  rope_device d{in, c};
+  guarded_array<float> dfused{fused}, dq{std::size_t(c.n_tokens * q_w)}, ds{std::size_t(2 * n_rows)};
+  guarded_array<std::uint8_t> dc{2 * cache_bytes};
+
+  rope_fused_launch(const rope_case& c_, const rope_inputs& in_, const std::vector<float>& fused_, std::int64_t stride_,
+                    kv_dtype t_)
+      : c(c_), in(in_), fused(fused_), stride(stride_), t(t_) {
+    EXPECT_EQ(hipMemset(dc.data(), 0, 2 * cache_bytes), hipSuccess);
+    EXPECT_EQ(hipMemset(ds.data(), 0, std::size_t(2 * n_rows) * sizeof(float)), hipSuccess);
+  }
+  rope_kv_write_params params(bool from_fused) const {
+    rope_kv_write_params p = d.params(c, {.k = dc.data(),
+                                          .v = dc.data() + cache_bytes,
+                                          .n_blocks = in.n_blocks,
+                                          .block_size = in.bs,
+                                          .n_kv_heads = c.n_kv_heads,
+                                          .head_dim = c.head_dim,
+                                          .dtype = t,
+                                          .k_scales = t == kv_dtype::f16 ? nullptr : ds.data(),
+                                          .v_scales = t == kv_dtype::f16 ? nullptr : ds.data() + n_rows});
+    if (from_fused) {
+      p.q = dq.data();
+      p.q_in = dfused.data();
+      p.k = dfused.data() + q_w;
+      p.v = dfused.data() + q_w + in.kv_row;
+      p.q_in_stride = p.k_stride = p.v_stride = stride;
+    }
+    return p;
+  }
+  // After the launch: the rotated q, the cache bytes and the scales; the guards and the fused rows
+  // (read only) checked.
+  void results(bool from_fused, std::vector<float>& q_out, std::vector<std::uint8_t>& cache, std::vector<float>& scales) const {
+    q_out = from_fused ? dq.download() : d.q.download();
+    cache = dc.download();
+    scales = ds.download();
+    EXPECT_EQ(dfused.download(), fused) << "the fused rows are read only";
+    EXPECT_TRUE(dfused.guards_intact() && dq.guards_intact() && dc.guards_intact() && ds.guards_intact() && d.intact());
+  }
+};
+
 // q, k and v inside one fused row per token (the FP8 path's stacked q/k/v projection): the same
 // rotated q (written packed to q), the same cache bytes and scales as from packed inputs, for the
 // f16 and the 8-bit caches; the fused rows are left as they were.
@@ -294,49 +357,16 @@ TEST_P(RopeKvWriteGpu, ReadsQkvFromOneFusedRowAsFromPackedRows) {
   SCOPED_TRACE(c.str());
   std::mt19937 rng(unsigned(c.n_tokens * 29 + c.head_dim + c.n_heads));
   const rope_inputs in(c, rng, 3.f);
-  const std::int64_t q_w = c.n_heads * c.head_dim, stride = q_w + 2 * in.kv_row + 4;  // padded rows
-  std::vector<float> fused = random_vector(std::size_t(c.n_tokens * stride), rng, -1.f, 1.f);
-  for (std::int64_t t = 0; t < c.n_tokens; ++t) {
-    std::copy_n(in.q.begin() + t * q_w, q_w, fused.begin() + t * stride);
-    std::copy_n(in.k.begin() + t * in.kv_row, in.kv_row, fused.begin() + t * stride + q_w);
-    std::copy_n(in.v.begin() + t * in.kv_row, in.kv_row, fused.begin() + t * stride + q_w + in.kv_row);
-  }
-  const std::int64_t n_rows = in.n_blocks * in.bs * c.n_kv_heads;
+  const std::int64_t stride = c.n_heads * c.head_dim + 2 * in.kv_row + 4;  // padded rows
+  const std::vector<float> fused = fused_qkv_rows(in, c, stride, rng);
   for (const kv_dtype t : {kv_dtype::f16, kv_dtype::fp8}) {
     SCOPED_TRACE(std::string(kv_dtype_name(t)));
-    const std::size_t elem = t == kv_dtype::f16 ? 2 : 1, cache_bytes = std::size_t(n_rows * c.head_dim) * elem;
     const auto run = [&](bool from_fused, std::vector<float>& q_out, std::vector<std::uint8_t>& cache,
                          std::vector<float>& scales) {
-      const rope_device d(in, c);
-      guarded_array<float> dfused(fused), dq(std::size_t(c.n_tokens * q_w)), ds(std::size_t(2 * n_rows));
-      guarded_array<std::uint8_t> dc(2 * cache_bytes);
-      ANVIL_GPU_CHECK(hipMemset(dc.data(), 0, 2 * cache_bytes));
-      ANVIL_GPU_CHECK(hipMemset(ds.data(), 0, std::size_t(2 * n_rows) * sizeof(float)));
-      rope_kv_write_params p = d.params(c, {.k = dc.data(),
-                                            .v = dc.data() + cache_bytes,
-                                            .n_blocks = in.n_blocks,
-                                            .block_size = in.bs,
-                                            .n_kv_heads = c.n_kv_heads,
-                                            .head_dim = c.head_dim,
-                                            .dtype = t,
-                                            .k_scales = t == kv_dtype::f16 ? nullptr : ds.data(),
-                                            .v_scales = t == kv_dtype::f16 ? nullptr : ds.data() + n_rows});
-      if (from_fused) {
-        p.q = dq.data();
-        p.q_in = dfused.data();
-        p.k = dfused.data() + q_w;
-        p.v = dfused.data() + q_w + in.kv_row;
-        p.q_in_stride = p.k_stride = p.v_stride = stride;
-      }
-      ANVIL_GPU_CHECK(launch_rope_kv_write(p, nullptr));
+      const rope_fused_launch l(c, in, fused, stride, t);
+      ANVIL_GPU_CHECK(launch_rope_kv_write(l.params(from_fused), nullptr));
       ANVIL_GPU_CHECK(hipDeviceSynchronize());
-      q_out = from_fused ? dq.download() : d.q.download();
-      cache = dc.download();
-      scales = ds.download();
-      if (from_fused) {
-        EXPECT_EQ(dfused.download(), fused) << "the fused rows are read only";
-      }
-      EXPECT_TRUE(dfused.guards_intact() && dq.guards_intact() && dc.guards_intact() && ds.guards_intact() && d.intact());
+      l.results(from_fused, q_out, cache, scales);
     };
     std::vector<float> q_packed, q_fused, s_packed, s_fused;
     std::vector<std::uint8_t> c_packed, c_fused;
@@ -365,49 +395,21 @@ TEST_P(RopeKvWriteGpu, NormsEachHeadFirstAsRmsNormInPlaceThenRopeDo) {
   const std::vector<float> qw = random_vector(std::size_t(c.head_dim), rng, 0.5f, 1.5f);
   const std::vector<float> kw = random_vector(std::size_t(c.head_dim), rng, 0.5f, 1.5f);
   const std::int64_t q_w = c.n_heads * c.head_dim, stride = q_w + 2 * in.kv_row + 4;  // padded rows
-  std::vector<float> fused(std::size_t(c.n_tokens * stride), 0.f);
-  for (std::int64_t t = 0; t < c.n_tokens; ++t) {
-    std::copy_n(in.q.begin() + t * q_w, q_w, fused.begin() + t * stride);
-    std::copy_n(in.k.begin() + t * in.kv_row, in.kv_row, fused.begin() + t * stride + q_w);
-    std::copy_n(in.v.begin() + t * in.kv_row, in.kv_row, fused.begin() + t * stride + q_w + in.kv_row);
-  }
-  const std::int64_t n_rows = in.n_blocks * in.bs * c.n_kv_heads;
+  const std::vector<float> fused = fused_qkv_rows(in, c, stride, rng);
   guarded_array<float> dqw(qw), dkw(kw);
   for (const bool from_fused : {false, true}) {
     for (const kv_dtype t : {kv_dtype::f16, kv_dtype::fp8}) {
       SCOPED_TRACE(std::string(kv_dtype_name(t)) + (from_fused ? ", fused rows" : ", packed rows"));
-      const std::size_t elem = t == kv_dtype::f16 ? 2 : 1, cache_bytes = std::size_t(n_rows * c.head_dim) * elem;
       // in_op: the norms in this op; else launch_rms_norm in place first.
       const auto run = [&](bool in_op, std::vector<float>& q_out, std::vector<std::uint8_t>& cache, std::vector<float>& scales) {
-        const rope_device d(in, c);
-        guarded_array<float> dfused(fused), dq(std::size_t(c.n_tokens * q_w)), ds(std::size_t(2 * n_rows));
-        guarded_array<std::uint8_t> dc(2 * cache_bytes);
-        ANVIL_GPU_CHECK(hipMemset(dc.data(), 0, 2 * cache_bytes));
-        ANVIL_GPU_CHECK(hipMemset(ds.data(), 0, std::size_t(2 * n_rows) * sizeof(float)));
-        rope_kv_write_params p = d.params(c, {.k = dc.data(),
-                                              .v = dc.data() + cache_bytes,
-                                              .n_blocks = in.n_blocks,
-                                              .block_size = in.bs,
-                                              .n_kv_heads = c.n_kv_heads,
-                                              .head_dim = c.head_dim,
-                                              .dtype = t,
-                                              .k_scales = t == kv_dtype::f16 ? nullptr : ds.data(),
-                                              .v_scales = t == kv_dtype::f16 ? nullptr : ds.data() + n_rows});
-        float* q_src = d.q.data();
-        float* k_src = d.k.data();
-        if (from_fused) {
-          p.q = dq.data();
-          p.q_in = q_src = dfused.data();
-          p.k = k_src = dfused.data() + q_w;
-          p.v = dfused.data() + q_w + in.kv_row;
-          p.q_in_stride = p.k_stride = p.v_stride = stride;
-        }
+        const rope_fused_launch l(c, in, fused, stride, t);
+        rope_kv_write_params p = l.params(from_fused);
         if (in_op) {
           p.q_norm = dqw.data();
           p.k_norm = dkw.data();
           p.norm_eps = 1e-6f;
         } else {
-          const auto norm = [&](float* x, const float* w, std::int64_t heads) {
+          const auto norm = [&](float* x, const float* w, std::int64_t heads) {  // the op's input, in place
             ANVIL_GPU_CHECK(launch_rms_norm({.x = x,
                                              .weight = w,
                                              .y = x,
@@ -418,21 +420,20 @@ TEST_P(RopeKvWriteGpu, NormsEachHeadFirstAsRmsNormInPlaceThenRopeDo) {
                                              .group_stride = from_fused ? stride : 0},
                                             nullptr));
           };
-          norm(q_src, dqw.data(), c.n_heads);
-          norm(k_src, dkw.data(), c.n_kv_heads);
+          norm(from_fused ? l.dfused.data() : l.d.q.data(), dqw.data(), c.n_heads);
+          norm(from_fused ? l.dfused.data() + q_w : l.d.k.data(), dkw.data(), c.n_kv_heads);
         }
         ANVIL_GPU_CHECK(launch_rope_kv_write(p, nullptr));
         ANVIL_GPU_CHECK(hipDeviceSynchronize());
-        q_out = from_fused ? dq.download() : d.q.download();
-        cache = dc.download();
-        scales = ds.download();
         if (in_op) {
-          EXPECT_EQ(d.k.download(), in.k) << "k is read only";
-          if (from_fused) {
-            EXPECT_EQ(dfused.download(), fused) << "the fused rows are read only";
-          }
+          EXPECT_EQ(l.d.k.download(), in.k) << "k is read only";
+          l.results(from_fused, q_out, cache, scales);
+        } else {  // the inputs were normalised in place: the outputs and the guards only
+          q_out = from_fused ? l.dq.download() : l.d.q.download();
+          cache = l.dc.download();
+          scales = l.ds.download();
+          EXPECT_TRUE(l.dfused.guards_intact() && l.dq.guards_intact() && l.dc.guards_intact() && l.d.intact());
         }
-        EXPECT_TRUE(dfused.guards_intact() && dq.guards_intact() && dc.guards_intact() && ds.guards_intact() && d.intact());
       };
       std::vector<float> q_two, q_one, s_two, s_one;
       std::vector<std::uint8_t> c_two, c_one;
@@ -446,7 +447,8 @@ TEST_P(RopeKvWriteGpu, NormsEachHeadFirstAsRmsNormInPlaceThenRopeDo) {
                     .cols = c.head_dim, .eps = 1e-6f});
       const double q_err = nmse(q_one, in.rotated(q_ref, c.n_heads, c));
       EXPECT_LT(q_err, 1e-12);
-      std::printf("  %-75s norms in the op, %s: q nmse=%.3g\n", c.str().c_str(), std::string(kv_dtype_name(t)).c_str(), q_err);
+      std::printf("  %-75s norms in the op, %s, %s rows: q nmse=%.3g\n", c.str().c_str(),
+                  std::string(kv_dtype_name(t)).c_str(), from_fused ? "fused" : "packed", q_err);
     }
   }
   EXPECT_TRUE(dqw.guards_intact() && dkw.guards_intact());
