@@ -40,16 +40,23 @@ static_assert(lane_experts <= 32, "a lane's chosen experts fit one 32-bit mask")
 // so that k valid ids are always chosen.
 __device__ __forceinline__ float route_key(float pe) { return pe == pe ? pe : -0.5f; }
 
+// The softmax's maximum and sum over a token's n logits l, by a warp (each lane striding from
+// `lane`; every lane gets both): both routes' floats.
+__device__ __forceinline__ void route_softmax(const float* l, int n, int lane, float& top, float& sum) {
+  top = -INFINITY;
+  for (int e = lane; e < n; e += gpu::warp_size) top = fmaxf(top, l[e]);
+  top = gpu::warp_reduce_max(top);
+  sum = 0.f;
+  for (int e = lane; e < n; e += gpu::warp_size) sum += expf(l[e] - top);
+  sum = gpu::warp_reduce_sum(sum);
+}
+
 // Token t's experts and weights, by the warp whose lane this is.
 __device__ __forceinline__ void route_token(const moe_route_params& p, std::int64_t t, int lane) {
   const int n = int(p.n_expert), k = int(p.k);
   const float* l = p.logits + t * p.n_expert;
-  float top = -INFINITY;
-  for (int e = lane; e < n; e += gpu::warp_size) top = fmaxf(top, l[e]);
-  top = gpu::warp_reduce_max(top);
-  float sum = 0.f;
-  for (int e = lane; e < n; e += gpu::warp_size) sum += expf(l[e] - top);
-  sum = gpu::warp_reduce_sum(sum);
+  float top, sum;
+  route_softmax(l, n, lane, top, sum);
   unsigned chosen = 0;  // bit i: expert lane + i * warp_size is taken
   float total = 0.f;
   std::int32_t* ids = p.ids + t * p.k;
@@ -80,7 +87,7 @@ __device__ __forceinline__ void route_token(const moe_route_params& p, std::int6
 }
 
 // Token t's experts and weights by a whole block of Threads >= n_expert threads, a thread per
-// expert: the softmax's maximum and sum by warp 0 as route_token computes them (the same floats),
+// expert: the softmax's maximum and sum by warp 0 (route_softmax, as route_token),
 // then each expert's rank among all of them (higher key first, the lower id on a tie) in one pass
 // over shared memory; the k first write themselves. No k rounds of warp-wide arg max: what a decode
 // step of one token waits on. prob: shared, [moe_max_experts]; picked: shared, [moe_max_used].
@@ -90,12 +97,8 @@ __device__ __forceinline__ void route_token_block(const moe_route_params& p, std
   const int n = int(p.n_expert), k = int(p.k), e = int(threadIdx.x);
   const float* l = p.logits + t * p.n_expert;
   if (e < gpu::warp_size) {
-    float top = -INFINITY;
-    for (int i = e; i < n; i += gpu::warp_size) top = fmaxf(top, l[i]);
-    top = gpu::warp_reduce_max(top);
-    float sum = 0.f;
-    for (int i = e; i < n; i += gpu::warp_size) sum += expf(l[i] - top);
-    sum = gpu::warp_reduce_sum(sum);
+    float top, sum;
+    route_softmax(l, n, e, top, sum);
     if (e == 0) top_sum[0] = top, top_sum[1] = sum;
   }
   __syncthreads();

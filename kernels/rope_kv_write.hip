@@ -54,19 +54,26 @@ __device__ __forceinline__ void rotate(double x0, double x1, double s, double c,
 // Heads per block: enough pairs to give every thread one (at least one head).
 int heads_per_block(std::int64_t half) { return half > 0 && half < block_size ? int(block_size / half) : 1; }
 
-// The RMSNorm scale of each head in [h0, h1) of one token (q heads, then kv heads) into sc, a warp
-// per head in turn, with rms_norm_short_rows_kernel's arithmetic (kernels/rms_norm.hip: each lane
-// sums its strided squares in order, then the warp's xor reduction), so that the normalised values
-// are the floats that op writes. Ends with a barrier: every thread of the block must call it.
+// The RMSNorm scale of one head's row x of hd, by a warp (every lane gets it), with
+// rms_norm_short_rows_kernel's arithmetic (kernels/rms_norm.hip: each lane sums its strided squares
+// in order, then the warp's xor reduction), so that the normalised values are the floats that op
+// writes.
+__device__ __forceinline__ float head_scale(const float* x, int hd, float eps, int lane) {
+  float sum_sq = 0.f;
+  for (int c = lane; c < hd; c += gpu::warp_size) sum_sq += x[c] * x[c];
+  sum_sq = gpu::warp_reduce_sum(sum_sq);
+  return rsqrtf(sum_sq / float(hd) + eps);
+}
+
+// head_scale of each head in [h0, h1) of one token (q heads, then kv heads) into sc, a warp per
+// head in turn. Ends with a barrier: every thread of the block must call it.
 __device__ void head_scales(const rope_kv_write_params& p, const float* qi, const float* k, int h0, int h1, float* sc) {
   constexpr int warps = block_size / gpu::warp_size;
   const int lane = int(threadIdx.x) % gpu::warp_size, hd = int(p.cache.head_dim), n_q = int(p.n_heads);
   for (int h = h0 + int(threadIdx.x) / gpu::warp_size; h < h1; h += warps) {
     const float* x = h < n_q ? qi + std::int64_t(h) * hd : k + std::int64_t(h - n_q) * hd;
-    float sum_sq = 0.f;
-    for (int c = lane; c < hd; c += gpu::warp_size) sum_sq += x[c] * x[c];
-    sum_sq = gpu::warp_reduce_sum(sum_sq);
-    if (lane == 0) sc[h - h0] = rsqrtf(sum_sq / float(hd) + p.norm_eps);
+    const float scale = head_scale(x, hd, p.norm_eps, lane);
+    if (lane == 0) sc[h - h0] = scale;
   }
   __syncthreads();
 }
@@ -171,11 +178,9 @@ __global__ void __launch_bounds__(block_size) rope_kv_write8_kernel(rope_kv_writ
   const float* v = p.v + t * (p.v_stride ? p.v_stride : row_len) + std::int64_t(kvh) * hd;
   __shared__ float k_sc;  // this head's norm scale, where the op has k_norm
   if (p.k_norm) {
-    if (threadIdx.x < gpu::warp_size) {  // rms_norm_short_rows_kernel's arithmetic, as head_scales
-      float sum_sq = 0.f;
-      for (int c = int(threadIdx.x); c < hd; c += gpu::warp_size) sum_sq += k[c] * k[c];
-      sum_sq = gpu::warp_reduce_sum(sum_sq);
-      if (threadIdx.x == 0) k_sc = rsqrtf(sum_sq / float(hd) + p.norm_eps);
+    if (threadIdx.x < gpu::warp_size) {
+      const float scale = head_scale(k, hd, p.norm_eps, int(threadIdx.x));
+      if (threadIdx.x == 0) k_sc = scale;
     }
     __syncthreads();
   }
