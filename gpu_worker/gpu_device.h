@@ -81,6 +81,7 @@ class gpu_device {
   };
   struct layer {
     const float *attn_norm = nullptr, *ffn_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
+    const float *post_attn_norm = nullptr, *post_ffn_norm = nullptr;  // gemma3: on each block's output
     const float *bq = nullptr, *bk = nullptr, *bv = nullptr;
     const float *bo = nullptr, *sinks = nullptr;  // gpt-oss
     matrix wq, wk, wv, wo, gate, up, down;
@@ -132,6 +133,7 @@ class gpu_device {
   // Without a shared expert the sum is left to the residual norm that follows (returns false:
   // the pairs' rows are in pair_out_, their weights in moe_weights_); true: o_ holds it.
   bool run_experts(const layer& w, bool x8_embd);
+  void post_norm(const float* weight);               // gemma3: o_ normed in place (null: nothing)
   void run_dense_ffn(const layer& w, bool x8_embd);  // gate/up, SwiGLU, down: h_ into o_
   // Enqueues the scores and their copy back, and the head; then (run_candidates) the candidates
   // op and the copy of the records back.
@@ -244,6 +246,7 @@ class gpu_device {
   kernels::gemv_activations gemv_activations_ = kernels::gemv_activations::int8;
   float* scores_dev_ = nullptr;      // [max_tokens] log-probabilities of the score targets
   double* rope_angles_ = nullptr;    // [max_tokens][rope_dim / 2] (sin, cos): the step's, for every layer
+  double* rope_angles_swa_ = nullptr;  // the same for the sliding layers' own RoPE (hp.split_rope()), else null
   unsigned char* upload_dev_ = nullptr;
   upload_layout up_off_{};
 

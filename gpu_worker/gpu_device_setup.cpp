@@ -196,8 +196,8 @@ void gpu_device::upload_weights(const gpu_worker_config& cfg, memory_plan& mem) 
   add_vec(m_.output_norm);
   add_vec(m_.rope_freqs);
   for (const model::layer_weights& l : m_.layers) {
-    for (const auto* v : {&l.attn_norm, &l.ffn_norm, &l.q_norm, &l.k_norm, &l.bq, &l.bk, &l.bv, &l.bo, &l.sinks, &l.router_b,
-                          &l.gate_exps_b, &l.up_exps_b, &l.down_exps_b}) {
+    for (const auto* v : {&l.attn_norm, &l.ffn_norm, &l.post_attn_norm, &l.post_ffn_norm, &l.q_norm, &l.k_norm, &l.bq,
+                          &l.bk, &l.bv, &l.bo, &l.sinks, &l.router_b, &l.gate_exps_b, &l.up_exps_b, &l.down_exps_b}) {
       add_vec(*v);
     }
     for (const auto* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) add_matrix(*w);
@@ -260,6 +260,8 @@ void gpu_device::upload_weights(const gpu_worker_config& cfg, memory_plan& mem) 
     layer d;
     d.attn_norm = dev_vec(l.attn_norm);
     d.ffn_norm = dev_vec(l.ffn_norm);
+    d.post_attn_norm = dev_vec(l.post_attn_norm);
+    d.post_ffn_norm = dev_vec(l.post_ffn_norm);
     d.q_norm = hp.qk_norm ? dev_vec(l.q_norm) : nullptr;
     d.k_norm = hp.qk_norm ? dev_vec(l.k_norm) : nullptr;
     d.bq = dev_vec(l.bq);
@@ -393,6 +395,7 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   const std::size_t gemm_at = c.take(gemm_ws), blas_at = c.take(blas_ws), upload = c.take(up_off_.total);
   const std::size_t gemv_at = c.take(gemv_ws), scores = c.take(T * f), cand_ws = c.take(cand_ws_bytes_);
   const std::size_t angles = c.take(kernels::rope_angles_bytes(max_tokens_, hp.rope_dim));
+  const std::size_t angles_swa = c.take(hp.split_rope() ? kernels::rope_angles_bytes(max_tokens_, hp.rope_dim) : 0);
   const std::size_t qkv_w = q_w + 2 * kv_w;
   const bool own_qkv = gemm_dtype_ == kernels::gemm_dtype::fp8 && qkv_w > ff_w;
   const std::size_t qkv = own_qkv ? c.take(T * qkv_w * f) : 0;
@@ -421,6 +424,7 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   scores_dev_ = fp(scores);
   cand_ws_ = base + cand_ws;
   rope_angles_ = reinterpret_cast<double*>(base + angles);
+  rope_angles_swa_ = hp.split_rope() ? reinterpret_cast<double*>(base + angles_swa) : nullptr;
   if (gemm_dtype_ == kernels::gemm_dtype::fp8) qkv_ = own_qkv ? fp(qkv) : gate_;
 
   // Per step slot: the upload, then the records and scores coming back (one pinned allocation).

@@ -16,6 +16,7 @@
 #include "kernels/feed_tokens.h"
 #include "kernels/gemm_quant.h"
 #include "kernels/moe.h"
+#include "kernels/rms_norm.h"
 #include "kernels/rms_norm_residual.h"
 #include "kernels/rope_kv_write.h"
 #include "kernels/swiglu.h"
@@ -276,19 +277,26 @@ void gpu_device::run_body() {
                                 .n_vocab = hp.n_vocab,
                                 .ids = dev_at<std::int32_t>(up_off_.ids),
                                 .n_tokens = T,
-                                .out = x_},
+                                .out = x_,
+                                .scale = hp.embd_scale},
                                stream_),
      "embedding");
   prof_.mark("rope angles", stream_);
-  ok(kernels::launch_rope_angles({.positions = dev_at<std::int32_t>(up_off_.positions),
-                                  .n_tokens = T,
-                                  .rot_dim = hp.rope_dim,
-                                  .freq_base = hp.rope_base,
-                                  .freq_scale = hp.rope_freq_scale,
-                                  .freq_factors = rope_freqs_,
-                                  .out = rope_angles_},
-                                 stream_),
-     "rope angles");
+  // The step's angles once for every layer; a model whose sliding layers have their own RoPE
+  // (gemma3) gets a second table for those.
+  const auto angles = [&](double* out, float base, float freq_scale) {
+    ok(kernels::launch_rope_angles({.positions = dev_at<std::int32_t>(up_off_.positions),
+                                    .n_tokens = T,
+                                    .rot_dim = hp.rope_dim,
+                                    .freq_base = base,
+                                    .freq_scale = freq_scale,
+                                    .freq_factors = rope_freqs_,
+                                    .out = out},
+                                   stream_),
+       "rope angles");
+  };
+  angles(rope_angles_, hp.rope_base, hp.rope_freq_scale);
+  if (rope_angles_swa_ != nullptr) angles(rope_angles_swa_, hp.rope_base_swa, hp.rope_freq_scale_swa);
   prof_.mark("norm", stream_);
   ok(kernels::launch_rms_norm_residual(norm_params(nullptr, layers_[0].attn_norm), stream_), "attention norm");
   for (std::int64_t l = 0; l < hp.n_layer; ++l) run_layer(l);
@@ -429,10 +437,11 @@ void gpu_device::run_layer(std::int64_t l) {
                                    .n_tokens = T,
                                    .n_heads = hp.n_head,
                                    .rot_dim = hp.rope_dim,
-                                   .angles = rope_angles_,
+                                   .angles = rope_angles_swa_ != nullptr && hp.layer_window(l) > 0 ? rope_angles_swa_
+                                                                                                  : rope_angles_,
                                    .slots = dev_at<std::int64_t>(up_off_.slots),
                                    .style = hp.rope,
-                                   // Q/K norms (qwen3): per head, before the rotation, in the same launch.
+                                   // Q/K norms (qwen3, gemma3): per head, before the rotation, in the same launch.
                                    .q_norm = hp.qk_norm ? w.q_norm : nullptr,
                                    .k_norm = hp.qk_norm ? w.k_norm : nullptr,
                                    .norm_eps = hp.rms_eps};
@@ -443,6 +452,7 @@ void gpu_device::run_layer(std::int64_t l) {
   run_attention(l, x8_attn);
   prof_.mark("o projection", stream_);
   matmul(w.wo, w.bo, attn_, o_, T, x8_attn);
+  post_norm(w.post_attn_norm);
   prof_.mark("norm", stream_);
   ok(kernels::launch_rms_norm_residual(norm_params(o_, w.ffn_norm), stream_), "ffn norm");
   bool summed = true;  // o_ holds the feed-forward's output; else the experts' pairs, summed below
@@ -450,6 +460,10 @@ void gpu_device::run_layer(std::int64_t l) {
     summed = run_experts(w, x8_embd);
   } else {
     run_dense_ffn(w, x8_embd);
+  }
+  if (w.post_ffn_norm != nullptr) {
+    if (!summed) throw std::logic_error("gpu_device: a norm on the experts' output needs their sum first");
+    post_norm(w.post_ffn_norm);
   }
   prof_.mark("norm", stream_);
   // The residual add fused with the next norm: the next layer's attention norm, or the final one
@@ -467,6 +481,16 @@ void gpu_device::run_layer(std::int64_t l) {
   ok(kernels::launch_rms_norm_residual(p, stream_), l + 1 < hp.n_layer ? "residual norm" : "final norm");
 }
 
+// gemma3: a block's output (o_) normed in place before the residual add takes it.
+void gpu_device::post_norm(const float* weight) {
+  if (weight == nullptr) return;
+  prof_.mark("post norm", stream_);
+  ok(kernels::launch_rms_norm(
+         {.x = o_, .weight = weight, .y = o_, .rows = step_.tokens, .cols = m_.hp.n_embd, .eps = m_.hp.rms_eps},
+         stream_),
+     "post norm");
+}
+
 void gpu_device::run_dense_ffn(const layer& w, bool x8_embd) {
   const model::hparams& hp = m_.hp;
   const std::int64_t T = step_.tokens;
@@ -482,7 +506,8 @@ void gpu_device::run_dense_ffn(const layer& w, bool x8_embd) {
                                  .up_stride = hp.n_ff,
                                  .out_stride = hp.n_ff,
                                  .limit = hp.swiglu_limit,
-                                 .alpha = hp.swiglu_alpha};
+                                 .alpha = hp.swiglu_alpha,
+                                 .act = hp.ffn_act};
   const bool x8_ff = x8_fused(hp.n_ff);
   if (x8_ff) {
     const kernels::gemv_x8_rows x8 = kernels::gemv_x8_view(gemv_ws_, hp.n_ff, T);

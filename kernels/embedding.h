@@ -1,4 +1,4 @@
-// Embedding lookup: out[t, :] = dequantize(table row ids[t]). The table is a GGUF token_embd
+// Embedding lookup: out[t, :] = dequantize(table row ids[t]) * scale. The table is a GGUF token_embd
 // weight ([n_vocab rows] of n_embd elements in any supported quant format).
 #pragma once
 
@@ -16,6 +16,7 @@ struct embedding_params {
   const std::int32_t* ids = nullptr;  // [n_tokens], each in [0, n_vocab)
   std::int64_t n_tokens = 0;
   float* out = nullptr;               // [n_tokens, n_embd]
+  float scale = 1.f;                  // each element times this (Gemma: sqrt(n_embd))
 };
 
 void embedding_ref(const embedding_params& p);

@@ -29,6 +29,10 @@ __global__ void __launch_bounds__(embedding_threads) embedding_kernel(embedding_
 #pragma unroll
     for (int i = 0; i < n; ++i) v[i] = 0.f;
   }
+  if (p.scale != 1.f) {
+#pragma unroll
+    for (int i = 0; i < n; ++i) v[i] *= p.scale;
+  }
   float* out = p.out + t * p.n_embd + std::int64_t(blk) * F::block_elems;
 #pragma unroll
   for (int k = 0; k < F::runs; ++k) {

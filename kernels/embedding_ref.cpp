@@ -12,7 +12,11 @@ void embedding_ref(const embedding_params& p) {
     if (p.ids[t] < 0 || p.ids[t] >= p.n_vocab) {
       throw std::out_of_range("embedding: token id " + std::to_string(p.ids[t]) + " outside the vocabulary");
     }
-    model::dequantize_row(p.type, table + std::size_t(p.ids[t]) * row, p.out + t * p.n_embd, p.n_embd);
+    float* out = p.out + t * p.n_embd;
+    model::dequantize_row(p.type, table + std::size_t(p.ids[t]) * row, out, p.n_embd);
+    if (p.scale != 1.f) {
+      for (std::int64_t i = 0; i < p.n_embd; ++i) out[i] *= p.scale;
+    }
   }
 }
 

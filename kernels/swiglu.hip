@@ -15,8 +15,11 @@ namespace {
 constexpr int block_size = 256;
 constexpr unsigned max_grid_y = 65535;
 
-// swiglu_ref's two forms: SwiGLU, or gpt-oss's clamped variant when limit > 0 (uniform per launch).
-__device__ __forceinline__ float silu_mul(float g, float u, float limit, float alpha) {
+// swiglu_ref's three forms: SwiGLU, gpt-oss's clamped variant when limit > 0, GeGLU (uniform per launch).
+__device__ __forceinline__ float silu_mul(float g, float u, float limit, float alpha, glu_activation act) {
+  if (act == glu_activation::gelu_tanh) {
+    return 0.5f * g * (1.f + tanhf(0.7978845608f * (g + 0.044715f * g * g * g))) * u;
+  }
   if (limit > 0.f) {
     g = fminf(g, limit);
     u = fminf(fmaxf(u, -limit), limit);
@@ -43,15 +46,16 @@ __global__ void __launch_bounds__(block_size) swiglu_kernel(swiglu_rows_params p
         const float4 a = reinterpret_cast<const float4*>(g)[c];
         const float4 b = reinterpret_cast<const float4*>(u)[c];
         const float lim = p.limit, al = p.alpha;
-        y = make_float4(silu_mul(a.x, b.x, lim, al), silu_mul(a.y, b.y, lim, al), silu_mul(a.z, b.z, lim, al),
-                        silu_mul(a.w, b.w, lim, al));
+        const glu_activation act = p.act;
+        y = make_float4(silu_mul(a.x, b.x, lim, al, act), silu_mul(a.y, b.y, lim, al, act),
+                        silu_mul(a.z, b.z, lim, al, act), silu_mul(a.w, b.w, lim, al, act));
         reinterpret_cast<float4*>(o)[c] = y;
       }
       if constexpr (Quant) {
         gpu_quant::quantize_x8(y, 4 * c, valid, p.yq + r * p.cols, reinterpret_cast<float2*>(p.yq_scales) + r * (p.cols / 16));
       }
     } else {
-      o[c] = silu_mul(g[c], u[c], p.limit, p.alpha);
+      o[c] = silu_mul(g[c], u[c], p.limit, p.alpha, p.act);
     }
   }
 }
@@ -62,7 +66,8 @@ using gpu::aligned16;
 
 hipError_t launch_swiglu(const swiglu_rows_params& p, hipStream_t stream) {
   if (p.rows == 0 || p.cols == 0) return hipSuccess;
-  if (p.rows < 0 || p.cols < 0 || p.gate_stride < p.cols || p.up_stride < p.cols || p.out_stride < p.cols) {
+  if (p.rows < 0 || p.cols < 0 || p.gate_stride < p.cols || p.up_stride < p.cols || p.out_stride < p.cols ||
+      (p.act != glu_activation::silu && p.limit > 0)) {
     return hipErrorInvalidValue;
   }
   const bool vec4 = p.cols % 4 == 0 && p.gate_stride % 4 == 0 && p.up_stride % 4 == 0 && p.out_stride % 4 == 0 &&

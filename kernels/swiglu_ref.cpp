@@ -6,6 +6,13 @@
 namespace anvil::kernels {
 
 void swiglu_ref(const swiglu_params& p) {
+  if (p.act == glu_activation::gelu_tanh) {
+    for (std::int64_t i = 0; i < p.n; ++i) {
+      const float g = p.gate[i];
+      p.out[i] = 0.5f * g * (1.f + std::tanh(0.7978845608f * (g + 0.044715f * g * g * g))) * p.up[i];
+    }
+    return;
+  }
   if (p.limit > 0) {
     for (std::int64_t i = 0; i < p.n; ++i) {
       const float g = std::min(p.gate[i], p.limit), u = std::clamp(p.up[i], -p.limit, p.limit);
@@ -26,7 +33,8 @@ void swiglu_rows_ref(const swiglu_rows_params& p) {
                 .out = p.out + r * p.out_stride,
                 .n = p.cols,
                 .limit = p.limit,
-                .alpha = p.alpha});
+                .alpha = p.alpha,
+                .act = p.act});
   }
 }
 

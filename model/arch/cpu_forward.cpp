@@ -182,7 +182,8 @@ std::size_t cpu_forward::layers(std::span<const forward_seq> batch, kv_cache_sto
                           .n_vocab = hp.n_vocab,
                           .ids = ids_.data(),
                           .n_tokens = std::int64_t(n_tokens),
-                          .out = x_.data()});
+                          .out = x_.data(),
+                          .scale = hp.embd_scale});
   for (std::int64_t l = 0; l < hp.n_layer; ++l) layer(l, cache);
   return logit_rows_.size();
 }
@@ -218,14 +219,15 @@ void cpu_forward::layer(std::int64_t l, kv_cache_storage& cache) {
     rms_norm(k_.data(), w.k_norm, k_.data(), n * hp.n_head_kv, hp.head_dim, hp.rms_eps);
   }
   const float* factors = m_.rope_freqs.empty() ? nullptr : m_.rope_freqs.data();
+  const hparams::rope_of_layer lr = hp.layer_rope(l);
   kernels::rope_params rope{.x = q_.data(),
                             .n_tokens = n,
                             .n_heads = hp.n_head,
                             .head_dim = hp.head_dim,
                             .rot_dim = hp.rope_dim,
                             .positions = positions_.data(),
-                            .freq_base = hp.rope_base,
-                            .freq_scale = hp.rope_freq_scale,
+                            .freq_base = lr.base,
+                            .freq_scale = lr.freq_scale,
                             .freq_factors = factors,
                             .style = hp.rope};
   kernels::rope_ref(rope);
@@ -245,16 +247,23 @@ void cpu_forward::layer(std::int64_t l, kv_cache_storage& cache) {
                           .sinks = w.sinks.empty() ? nullptr : w.sinks.data()});
   o_.resize(x_.size());
   matmul(w.wo, w.bo, attn_, n, o_.data());
-  for (std::size_t i = 0; i < x_.size(); ++i) x_[i] += o_[i];
+  add_block_output(w.post_attn_norm);
 
   // Feed-forward block.
   rms_norm(x_.data(), w.ffn_norm, h_.data(), n, hp.n_embd, hp.rms_eps);
   if (w.moe()) {
     experts(w);
-    for (std::size_t i = 0; i < x_.size(); ++i) x_[i] += o_[i];
-    return;
+  } else {
+    swiglu_ffn({.gate = w.gate, .up = w.up, .down = w.down}, h_, n, o_.data());
   }
-  swiglu_ffn({.gate = w.gate, .up = w.up, .down = w.down}, h_, n, o_.data());
+  add_block_output(w.post_ffn_norm);
+}
+
+// x += o, o normed first where the model norms each block's output (post_norm non-empty).
+void cpu_forward::add_block_output(const std::vector<float>& post_norm) {
+  if (!post_norm.empty()) {
+    rms_norm(o_.data(), post_norm, o_.data(), std::int64_t(ids_.size()), m_.hp.n_embd, m_.hp.rms_eps);
+  }
   for (std::size_t i = 0; i < x_.size(); ++i) x_[i] += o_[i];
 }
 
@@ -272,7 +281,8 @@ void cpu_forward::swiglu_ffn(const ffn& f, const std::pmr::vector<float>& x, std
                        .out = gate_.data(),
                        .n = std::int64_t(gate_.size()),
                        .limit = m_.hp.swiglu_limit,
-                       .alpha = m_.hp.swiglu_alpha});
+                       .alpha = m_.hp.swiglu_alpha,
+                       .act = m_.hp.ffn_act});
   matmul(f.down, f.down_b, gate_, n, y);
 }
 

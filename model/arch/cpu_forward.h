@@ -74,6 +74,7 @@ class cpu_forward {
   void layer(std::int64_t l, kv_cache_storage& cache);
   // A mixture-of-experts feed-forward on the normed rows in h_, its output into o_.
   void experts(const layer_weights& w);
+  void add_block_output(const std::vector<float>& post_norm);
   // A feed-forward's matrices and their biases (null: none).
   struct ffn {
     weight gate, up, down;

@@ -80,6 +80,7 @@ std::string_view arch_name(arch a) {
     case arch::qwen3moe: return "qwen3moe";
     case arch::qwen2moe: return "qwen2moe";
     case arch::gpt_oss: return "gpt-oss";
+    case arch::gemma3: return "gemma3";
   }
   return "?";
 }
@@ -101,9 +102,11 @@ hparams read_hparams(const gguf_file& f) {
     hp.architecture = arch::qwen2moe;
   } else if (hp.arch_name == "gpt-oss") {
     hp.architecture = arch::gpt_oss;
+  } else if (hp.arch_name == "gemma3") {
+    hp.architecture = arch::gemma3;
   } else {
     throw model_error("unsupported architecture '" + hp.arch_name +
-                      "' (anvil runs llama, qwen2, qwen3, qwen2moe, qwen3moe and gpt-oss)");
+                      "' (anvil runs llama, qwen2, qwen3, qwen2moe, qwen3moe, gpt-oss and gemma3)");
   }
   const std::string a = hp.arch_name + ".";
   hp.n_ctx_train = required_int(f, a + "context_length");
@@ -154,21 +157,42 @@ hparams read_hparams(const gguf_file& f) {
   } else if (scaling != "none") {
     throw model_error("rope scaling '" + scaling + "' is not supported (anvil supports none, linear and yarn)");
   }
-  const bool gpt_oss = hp.architecture == arch::gpt_oss;
+  const bool gpt_oss = hp.architecture == arch::gpt_oss, gemma3 = hp.architecture == arch::gemma3;
   hp.rope = hp.architecture == arch::llama ? kernels::rope_style::normal : kernels::rope_style::neox;
   hp.qkv_bias = hp.architecture == arch::qwen2 || hp.architecture == arch::qwen2moe || gpt_oss;
   hp.o_bias = hp.attn_sinks = hp.expert_bias = gpt_oss;
-  hp.qk_norm = hp.architecture == arch::qwen3 || hp.architecture == arch::qwen3moe;
+  hp.qk_norm = hp.architecture == arch::qwen3 || hp.architecture == arch::qwen3moe || gemma3;
   if (gpt_oss) {
     hp.swiglu_limit = 7.f;  // constants of the architecture (HF GptOssExperts, llama.cpp's swiglu_oai)
     hp.swiglu_alpha = 1.702f;
     hp.sliding_window = required_int(f, a + "attention.sliding_window");
     hp.swa_pattern = 2;
+  } else if (gemma3) {
+    // Constants of the architecture (HF Gemma3TextConfig: sliding_window_pattern 6,
+    // rope_local_base_freq 10000; the linear scaling of rope.scaling is the global layers' only).
+    hp.sliding_window = required_int(f, a + "attention.sliding_window");
+    hp.swa_pattern = 6;
+    hp.rope_base_swa = 10000.f;
+    hp.rope_freq_scale_swa = 1.f;
+    hp.embd_scale = static_cast<float>(std::sqrt(double(hp.n_embd)));
+    hp.post_norms = true;
+    hp.ffn_act = kernels::glu_activation::gelu_tanh;
+    // GGUF does not carry query_pre_attn_scalar: it is the head size except for the 27B model
+    // (62 blocks), whose is n_embd / n_head (168), as llama.cpp decides it.
+    hp.query_scale_dim = hp.n_layer == 62 ? float(hp.n_embd / hp.n_head) : float(hp.head_dim);
+    if (f.find(a + "final_logit_softcapping") || f.find(a + "attn_logit_softcapping")) {
+      throw model_error("metadata '" + a + "final_logit_softcapping' / 'attn_logit_softcapping': logit soft-capping "
+                        "(Gemma 2) is not supported");
+    }
   } else if (f.find(a + "attention.sliding_window")) {
-    throw model_error("metadata '" + a + "attention.sliding_window': sliding-window attention is supported for gpt-oss only");
+    throw model_error("metadata '" + a + "attention.sliding_window': sliding-window attention is supported for gpt-oss "
+                      "and gemma3 only");
   }
 
   // Mixture of experts: qwen2moe and qwen3moe always, llama when the file counts experts (Mixtral).
+  if (gemma3 && f.find(a + "expert_count")) {
+    throw model_error("metadata '" + a + "expert_count': gemma3 with experts is not supported");
+  }
   if (hp.architecture == arch::qwen3moe || hp.architecture == arch::qwen2moe || gpt_oss || f.find(a + "expert_count")) {
     hp.n_expert = required_int(f, a + "expert_count");
     hp.n_expert_used = required_int(f, a + "expert_used_count");
@@ -194,7 +218,7 @@ hparams read_hparams(const gguf_file& f) {
 }
 
 float hparams::attention_scale() const {
-  return yarn_attn_factor * yarn_attn_factor / std::sqrt(float(head_dim));
+  return yarn_attn_factor * yarn_attn_factor / std::sqrt(query_scale_dim > 0 ? query_scale_dim : float(head_dim));
 }
 
 namespace {
@@ -274,6 +298,10 @@ llm load_llm(gguf_file file) {
     }
     // gpt-oss names the feed-forward's norm after the attention it follows.
     l.ffn_norm = ld.vec(b + (gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), hp.n_embd);
+    if (hp.post_norms) {
+      l.post_attn_norm = ld.vec(b + "post_attention_norm.weight", hp.n_embd);
+      l.post_ffn_norm = ld.vec(b + "post_ffw_norm.weight", hp.n_embd);
+    }
     // A model with experts may keep some layers dense (Qwen3-MoE's mlp_only_layers): a layer
     // without a router is one.
     if (hp.n_expert > 0 && m.file.find_tensor(b + "ffn_gate_inp.weight")) {

@@ -6,6 +6,12 @@
 // pre-norm RMSNorm blocks with grouped-query attention, RoPE and SwiGLU feed-forwards; the output
 // head is its own tensor or tied to the token embedding.
 //
+// Gemma 3 (`gemma3`, text): qwen3's Q/K norms, plus a norm on each block's output before the
+// residual add (`post_attention_norm`, `post_ffw_norm`), the embedding scaled by sqrt(n_embd), a
+// GeGLU feed-forward (tanh-approximated GELU on the gate), and five sliding-window layers to one
+// global layer, the sliding ones with their own RoPE (base 10000, unscaled). The file's norm
+// weights already hold Gemma's 1 + w (as llama.cpp's converter writes them).
+//
 // Mixture of experts (Mixtral, Qwen3-MoE): a layer's router (`ffn_gate_inp`, n_expert x n_embd)
 // scores the experts, a softmax over all of them picks the n_expert_used most probable, whose
 // probabilities are renormalised to sum to 1 (`expert_weights_norm`: on for Mixtral and Qwen3-MoE,
@@ -21,11 +27,12 @@
 #include <vector>
 
 #include "kernels/rope.h"
+#include "kernels/swiglu.h"
 #include "model/gguf/gguf.h"
 
 namespace anvil::model {
 
-enum class arch { llama, qwen2, qwen3, qwen3moe, qwen2moe, gpt_oss };
+enum class arch { llama, qwen2, qwen3, qwen3moe, qwen2moe, gpt_oss, gemma3 };
 
 struct hparams {
   arch architecture = arch::llama;
@@ -55,9 +62,16 @@ struct hparams {
   bool qk_norm = false;
   bool attn_sinks = false;         // gpt-oss: a sink logit per head
   // Sliding-window attention (0: none): layer l attends within the window when
-  // l % swa_pattern < swa_pattern - 1 (gpt-oss: pattern 2, the even layers).
+  // l % swa_pattern < swa_pattern - 1 (gpt-oss: pattern 2, the even layers; gemma3: 6).
   std::int64_t sliding_window = 0;
   std::int64_t swa_pattern = 0;
+  // The sliding layers' own RoPE (gemma3; rope_base_swa 0: the same as every layer's).
+  float rope_base_swa = 0.f;
+  float rope_freq_scale_swa = 1.f;
+  float query_scale_dim = 0.f;     // scores scaled by 1 / sqrt(this) when > 0 (gemma3), else head_dim
+  float embd_scale = 1.f;          // the token embedding times this (gemma3: sqrt(n_embd))
+  bool post_norms = false;         // gemma3: each block's output normed before the residual add
+  kernels::glu_activation ffn_act = kernels::glu_activation::silu;  // gemma3: gelu_tanh
   bool tied_output = false;
   // Mixture of experts (0 experts: every layer is dense).
   std::int64_t n_expert = 0;
@@ -74,7 +88,17 @@ struct hparams {
   std::int64_t layer_window(std::int64_t l) const {
     return sliding_window > 0 && swa_pattern > 0 && l % swa_pattern < swa_pattern - 1 ? sliding_window : 0;
   }
-  // Scores are q.k times this: 1 / sqrt(head_dim), times YaRN's magnitude factor on q and on k.
+  // RoPE of layer l: the sliding layers' own where the model has one.
+  struct rope_of_layer {
+    float base, freq_scale;
+  };
+  rope_of_layer layer_rope(std::int64_t l) const {
+    return rope_base_swa > 0 && layer_window(l) > 0 ? rope_of_layer{rope_base_swa, rope_freq_scale_swa}
+                                                    : rope_of_layer{rope_base, rope_freq_scale};
+  }
+  bool split_rope() const { return rope_base_swa > 0 && sliding_window > 0; }
+  // Scores are q.k times this: 1 / sqrt(head_dim) (or query_scale_dim), times YaRN's magnitude
+  // factor on q and on k.
   float attention_scale() const;
 };
 
@@ -99,7 +123,8 @@ struct stacked_weight {
 
 struct layer_weights {
   std::vector<float> attn_norm, ffn_norm;  // [n_embd]
-  std::vector<float> q_norm, k_norm;       // [head_dim], qwen3 only
+  std::vector<float> q_norm, k_norm;       // [head_dim], qwen3 and gemma3
+  std::vector<float> post_attn_norm, post_ffn_norm;  // [n_embd], gemma3 (hp.post_norms)
   std::vector<float> bq, bk, bv;           // qwen2, gpt-oss
   std::vector<float> bo;                   // gpt-oss
   std::vector<float> sinks;                // [n_head], gpt-oss

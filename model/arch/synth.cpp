@@ -121,6 +121,17 @@ const std::vector<synth_shape>& synth_shapes() {
        .n_head = 64, .n_head_kv = 8, .head_dim = 64, .n_ff = 2880, .n_ctx = 131072, .rope_base = 150000.f,
        .rms_eps = 1e-5f, .tied_output = false, .n_expert = 128, .n_expert_used = 4, .n_ff_exp = 2880,
        .sliding_window = 128, .yarn_factor = 32.f, .yarn_orig_ctx = 4096},
+      // Gemma 3: a tiny one whose six layers include a global one (the sixth) and whose window (16)
+      // short prompts already pass; the 12B (head size 256) and the 27B (head size 128) shapes.
+      {.name = "tiny-gemma3", .architecture = arch::gemma3, .n_vocab = 512, .n_embd = 256, .n_layer = 6, .n_head = 4,
+       .n_head_kv = 2, .head_dim = 64, .n_ff = 512, .n_ctx = 4096, .rope_base = 1000000.f, .rms_eps = 1e-6f,
+       .tied_output = true, .sliding_window = 16, .rope_linear_factor = 8.f},
+      {.name = "gemma3-12b", .architecture = arch::gemma3, .n_vocab = 262208, .n_embd = 3840, .n_layer = 48,
+       .n_head = 16, .n_head_kv = 8, .head_dim = 256, .n_ff = 15360, .n_ctx = 131072, .rope_base = 1000000.f,
+       .rms_eps = 1e-6f, .tied_output = true, .sliding_window = 1024, .rope_linear_factor = 8.f},
+      {.name = "gemma3-27b", .architecture = arch::gemma3, .n_vocab = 262208, .n_embd = 5376, .n_layer = 62,
+       .n_head = 32, .n_head_kv = 16, .head_dim = 128, .n_ff = 21504, .n_ctx = 131072, .rope_base = 1000000.f,
+       .rms_eps = 1e-6f, .tied_output = true, .sliding_window = 1024, .rope_linear_factor = 8.f},
       {.name = "mixtral-8x7b", .architecture = arch::llama, .n_vocab = 32000, .n_embd = 4096, .n_layer = 32, .n_head = 32,
        .n_head_kv = 8, .head_dim = 128, .n_ff = 14336, .n_ctx = 32768, .rope_base = 1000000.f, .rms_eps = 1e-5f,
        .tied_output = false, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 14336},
@@ -241,6 +252,10 @@ void write_synth_model(const synth_options& opt, const std::string& path,
   w.set_f32(a + ".attention.layer_norm_rms_epsilon", sh.rms_eps);
   w.set_u32(a + ".vocab_size", std::uint32_t(n_vocab));
   if (sh.sliding_window > 0) w.set_u32(a + ".attention.sliding_window", std::uint32_t(sh.sliding_window));
+  if (sh.rope_linear_factor > 0) {
+    w.set_string(a + ".rope.scaling.type", "linear");
+    w.set_f32(a + ".rope.scaling.factor", sh.rope_linear_factor);
+  }
   if (sh.yarn_factor > 0) {
     w.set_string(a + ".rope.scaling.type", "yarn");
     w.set_f32(a + ".rope.scaling.factor", sh.yarn_factor);
@@ -345,7 +360,8 @@ void write_synth_model(const synth_options& opt, const std::string& path,
       add(b + "attn_k.bias", kv_dim, 1, 0.f, 0.1f, l);
       add(b + "attn_v.bias", kv_dim, 1, 0.f, 0.1f, l);
     }
-    if (sh.architecture == arch::qwen3 || sh.architecture == arch::qwen3moe) {
+    const bool gemma3 = sh.architecture == arch::gemma3;
+    if (sh.architecture == arch::qwen3 || sh.architecture == arch::qwen3moe || gemma3) {
       add(b + "attn_q_norm.weight", sh.head_dim, 1, 1.f, 0.1f, l);
       add(b + "attn_k_norm.weight", sh.head_dim, 1, 1.f, 0.1f, l);
     }
@@ -355,6 +371,10 @@ void write_synth_model(const synth_options& opt, const std::string& path,
       add(b + "attn_sinks.weight", sh.n_head, 1, 0.f, 1.f, l);
     }
     add(b + (gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), sh.n_embd, 1, 1.f, 0.1f, l);
+    if (gemma3) {
+      add(b + "post_attention_norm.weight", sh.n_embd, 1, 1.f, 0.1f, l);
+      add(b + "post_ffw_norm.weight", sh.n_embd, 1, 1.f, 0.1f, l);
+    }
     if (sh.n_expert > 0) {
       add(b + "ffn_gate_inp.weight", sh.n_embd, sh.n_expert, 0.f, s_embd, l);
       add(b + "ffn_gate_exps.weight", sh.n_embd, sh.n_ff_exp, 0.f, s_embd, l, sh.n_expert);

@@ -25,10 +25,12 @@ struct synth_shape {
   // Mixture of experts (every layer; 0: dense): experts, those used per token, each one's width,
   // and the shared expert's width (qwen2moe; 0: none).
   std::int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_ff_shexp = 0;
-  // gpt-oss: the sliding window of its even layers, and YaRN (factor over the original context).
+  // gpt-oss: the sliding window of its even layers, and YaRN (factor over the original context);
+  // gemma3: the window of its sliding layers, and the global layers' linear RoPE scaling.
   std::int64_t sliding_window = 0;
   float yarn_factor = 0.f;
   std::int64_t yarn_orig_ctx = 0;
+  float rope_linear_factor = 0.f;
 };
 
 const std::vector<synth_shape>& synth_shapes();

@@ -40,6 +40,9 @@ tokenizer_spec tokenizer_spec_from_gguf(const gguf_file& f) {
   s.add_bos = f.get_bool("tokenizer.ggml.add_bos_token").value_or(s.model == "llama" || s.pre == "llama-bpe");
   s.add_eos = f.get_bool("tokenizer.ggml.add_eos_token").value_or(false);
   s.add_space_prefix = f.get_bool("tokenizer.ggml.add_space_prefix").value_or(s.model == "llama");
+  // Converters often leave eot out (Gemma's <end_of_turn>, Llama 3's <|eot_id|> next to eos
+  // <|end_of_text|>): llama.cpp finds it by name, and so does anvil.
+  name_end_tokens(s);
   return s;
 }
 

@@ -103,6 +103,26 @@ special_matcher::match special_matcher::find(std::string_view text, std::size_t 
 
 }  // namespace detail
 
+void name_end_tokens(tokenizer_spec& spec) {
+  static constexpr std::string_view eot_names[] = {"<|eot_id|>",    "<|im_end|>",      "<|end|>", "<end_of_turn>",
+                                                    "<|endoftext|>", "<|end_of_text|>", "<EOT>"};
+  const auto id_of = [&](std::string_view name) {
+    const auto it = std::find(spec.tokens.begin(), spec.tokens.end(), name);
+    return it == spec.tokens.end() ? -1 : std::int32_t(it - spec.tokens.begin());
+  };
+  if (spec.eot_id < 0) {
+    const bool harmony = detail::find_harmony_ends(spec.tokens).present();
+    for (const std::string_view name : eot_names) {
+      if (harmony && name == "<|end|>") continue;
+      if (const std::int32_t id = id_of(name); id >= 0 && id != spec.eos_id) {
+        spec.eot_id = id;
+        break;
+      }
+    }
+  }
+  if (spec.eom_id < 0) spec.eom_id = id_of("<|eom_id|>");
+}
+
 tokenizer::state::state(tokenizer_spec s) : spec(std::move(s)) {
   detail::validate_spec(spec);
   byte_level = spec.model == "gpt2";

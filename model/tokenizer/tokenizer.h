@@ -40,6 +40,12 @@ struct tokenizer_spec {
   bool add_space_prefix = true;           // tokenizer.ggml.add_space_prefix ("llama" only)
 };
 
+// llama.cpp's rule for a vocabulary whose file names no end-of-turn (eot) or end-of-message (eom)
+// token: eot is the first of <|eot_id|>, <|im_end|>, <|end|> (not on a harmony vocabulary),
+// <end_of_turn>, <|endoftext|>, <|end_of_text|>, <EOT> present that is not eos; eom <|eom_id|>.
+// Sets those of spec.eot_id / eom_id that are -1.
+void name_end_tokens(tokenizer_spec& spec);
+
 class tokenizer {
  public:
   // Validates the spec; throws model_error naming the first problem found.

@@ -3,6 +3,7 @@
 //   byte-level BPE:   [normalizer NFC (qwen2 only)] -> Split(known regex, Isolated) + ByteLevel
 //                     (the regex names the pre-tokenizer: llama-bpe, qwen2 or gpt-4o)
 //   SentencePiece BPE: Prepend("▁") + Replace(" ", "▁") (or Metaspace) -> BPE with byte_fallback
+//                     (Gemma 3: also a Split on " " after that Replace, which leaves no space to split)
 #include <boost/json.hpp>
 
 #include <algorithm>
@@ -95,7 +96,11 @@ void identify_sentencepiece(const file& f, const std::vector<const json::object*
     else
       f.fail("normalizer stage '" + t + "' is not supported for a SentencePiece-style tokenizer");
   }
+  const bool normalized_spaces = spaces_escaped;
   for (const json::object* p : pre) {
+    // A split on " " sees the normalized text, whose spaces are all U+2581 already: none to split.
+    const json::object* pattern = type_of(*p) == "Split" ? f.optional_object(*p, "pattern", "pre_tokenizer.pattern") : nullptr;
+    if (normalized_spaces && pattern && string_field(*pattern, "String") == " " && !bool_field(*p, "invert", false)) continue;
     if (type_of(*p) != "Metaspace" || string_field(*p, "replacement") != spm_space ||
         bool_field(*p, "split", true))
       f.fail("pre_tokenizer '" + type_of(*p) + "' is not supported for a SentencePiece-style tokenizer");

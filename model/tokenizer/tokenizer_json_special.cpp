@@ -5,7 +5,6 @@
 // llama.cpp recognises them by name, and so do we.
 #include <boost/json.hpp>
 
-#include <array>
 #include <unordered_map>
 
 #include "model/tokenizer/tokenizer_impl.h"
@@ -16,12 +15,6 @@ namespace json = boost::json;
 namespace {
 
 using token_ids = std::unordered_map<std::string, std::int32_t>;
-
-// End-of-turn names in llama.cpp's order; the first present that is not already eos is eot, so
-// is_eog() covers both (Qwen: eos <|im_end|>, eot <|endoftext|>). On a harmony vocabulary
-// (gpt-oss) <|end|> is passed over: there it ends a message, not generation (tokenizer_impl.h).
-constexpr std::array<std::string_view, 7> eot_names = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>", "<EOT>"};
 
 struct template_info {
   bool present = false;             // a TemplateProcessing post-processor exists
@@ -104,16 +97,7 @@ void read_special_ids(const file& tj, const json::object& model, const file* con
   if (spec.add_eos && spec.eos_id < 0)
     (config ? *config : tj).fail("add_eos_token is true but no eos_token is named");
 
-  const detail::harmony_ends harmony = detail::find_harmony_ends(spec.tokens);
-  for (const std::string_view name : eot_names) {
-    if (harmony.present() && name == "<|end|>") continue;
-    const auto it = ids.find(std::string(name));
-    if (it != ids.end() && it->second != spec.eos_id) {
-      spec.eot_id = it->second;
-      break;
-    }
-  }
-  if (const auto it = ids.find("<|eom_id|>"); it != ids.end()) spec.eom_id = it->second;
+  name_end_tokens(spec);
 }
 
 }  // namespace anvil::model::hf_json

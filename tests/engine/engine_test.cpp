@@ -183,33 +183,42 @@ TEST(Engine, ManyConcurrentRequestsAllCompleteWithUnchangedOutputs) {
   eng->async_stop(asio::use_future).get();
 }
 
-// Mixtures of experts (Qwen2-MoE, Qwen3-MoE, Mixtral, gpt-oss) through the engine: concurrent greedy requests, batched
-// with each other in every step, each give the tokens of the reference forward pass run alone,
-// and the scratch the routing uses was all allocated at start-up.
+// Concurrent greedy requests, batched with each other in every step, each give the tokens of the
+// reference forward pass run alone, and the scratch the model needs was all allocated at start-up.
+void expect_concurrent_greedy_matches_reference(const char* shape) {
+  SCOPED_TRACE(shape);
+  engine_config cfg = tiny_config();
+  cfg.model_path = synth_fixture(shape, model::synth_mix::q8_0);
+  cfg.backend = worker_backend::automatic;  // the CPU here; the GPU on a GPU machine
+  auto eng = engine::create(cfg);
+  const std::uint64_t allocations_at_start = eng->stats().device_allocations;
+  const model::llm m = model::load_llm(model::gguf_file::open(cfg.model_path));
+  std::vector<std::vector<std::int32_t>> prompts;
+  std::vector<std::future<completion>> futures;
+  for (int i = 0; i < 24; ++i) {
+    prompts.push_back(random_prompt(1 + (i * 7) % 33, std::uint32_t(100 + i)));
+    futures.push_back(eng->async_generate(greedy_request(prompts.back(), 10), asio::use_future));
+  }
+  for (int i = 0; i < 24; ++i) {
+    const completion c = futures[std::size_t(i)].get();
+    EXPECT_EQ(c.tokens, model::testing::reference_greedy(m, prompts[std::size_t(i)], 10)) << i;
+  }
+  const engine_stats s = settled_stats(*eng);
+  EXPECT_EQ(s.kv.counts.in_use, 0);
+  EXPECT_EQ(s.device_allocations, allocations_at_start);
+  eng->async_stop(asio::use_future).get();
+}
+
+// Mixtures of experts (Qwen2-MoE, Qwen3-MoE, Mixtral, gpt-oss) through the engine.
 TEST(Engine, MixtureOfExpertsModelsServeConcurrentRequestsWithTheReferenceTokens) {
   for (const char* shape : {"tiny-qwen2moe", "tiny-qwen3moe", "tiny-mixtral", "tiny-gpt-oss"}) {
-    SCOPED_TRACE(shape);
-    engine_config cfg = tiny_config();
-    cfg.model_path = synth_fixture(shape, model::synth_mix::q8_0);
-    cfg.backend = worker_backend::automatic;  // the CPU here; a GPU machine too, until experts run there
-    auto eng = engine::create(cfg);
-    const std::uint64_t allocations_at_start = eng->stats().device_allocations;
-    const model::llm m = model::load_llm(model::gguf_file::open(cfg.model_path));
-    std::vector<std::vector<std::int32_t>> prompts;
-    std::vector<std::future<completion>> futures;
-    for (int i = 0; i < 24; ++i) {
-      prompts.push_back(random_prompt(1 + (i * 7) % 33, std::uint32_t(100 + i)));
-      futures.push_back(eng->async_generate(greedy_request(prompts.back(), 10), asio::use_future));
-    }
-    for (int i = 0; i < 24; ++i) {
-      const completion c = futures[std::size_t(i)].get();
-      EXPECT_EQ(c.tokens, model::testing::reference_greedy(m, prompts[std::size_t(i)], 10)) << i;
-    }
-    const engine_stats s = settled_stats(*eng);
-    EXPECT_EQ(s.kv.counts.in_use, 0);
-    EXPECT_EQ(s.device_allocations, allocations_at_start);
-    eng->async_stop(asio::use_future).get();
+    expect_concurrent_greedy_matches_reference(shape);
   }
+}
+
+// Gemma 3 through the engine: prompts of up to 33 tokens pass its sliding layers' window of 16.
+TEST(Engine, Gemma3ServesConcurrentRequestsWithTheReferenceTokens) {
+  expect_concurrent_greedy_matches_reference("tiny-gemma3");
 }
 
 // The one rule on the CPU worker, counted from outside as the CUDA test interposes cudaMalloc:

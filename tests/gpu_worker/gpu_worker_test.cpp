@@ -213,7 +213,11 @@ INSTANTIATE_TEST_SUITE_P(
                       model_case{"tiny-qwen3moe", synth_mix::iq4_xs},
                       // gpt-oss: sinks, a window of 16 on layer 0 (prompts of 20 and 33 tokens), YaRN,
                       // biases everywhere, the clamped SwiGLU; experts in MXFP4 as it ships, and in F16.
-                      model_case{"tiny-gpt-oss", synth_mix::mxfp4}, model_case{"tiny-gpt-oss", synth_mix::f16}),
+                      model_case{"tiny-gpt-oss", synth_mix::mxfp4}, model_case{"tiny-gpt-oss", synth_mix::f16},
+                      // gemma3: five sliding layers (window 16) with their own RoPE to one global,
+                      // the norms on each block's output, GeGLU, the scaled embedding, a tied head.
+                      model_case{"tiny-gemma3", synth_mix::f16}, model_case{"tiny-gemma3", synth_mix::q4_k_m},
+                      model_case{"tiny-gemma3", synth_mix::q8_0, kernels::kv_dtype::fp8}),
     [](const auto& param_info) { return case_name(param_info.param); });
 
 TEST(GpuWorker, RefusesABrokenPlanWithoutRunningIt) {
@@ -633,7 +637,8 @@ INSTANTIATE_TEST_SUITE_P(Models, GpuEngine,
                                            model_case{"tiny-qwen3moe", synth_mix::f16},
                                            model_case{"tiny-qwen2moe", synth_mix::q4_k_m},
                                            model_case{"tiny-mixtral", synth_mix::q8_0},
-                                           model_case{"tiny-gpt-oss", synth_mix::mxfp4}),
+                                           model_case{"tiny-gpt-oss", synth_mix::mxfp4},
+                                           model_case{"tiny-gemma3", synth_mix::q8_0}),
                          [](const auto& param_info) { return case_name(param_info.param); });
 
 // Overlapped steps on the device: a step planned ahead feeds the token the draw kernel chose

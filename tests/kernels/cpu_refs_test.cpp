@@ -223,6 +223,16 @@ TEST(SwigluRef, ClampedVariantClampsGateAndUp) {
   EXPECT_NEAR(y[2], -3.f * sig(1.702f * -3.f) * 8.f, 1e-6);
 }
 
+TEST(SwigluRef, GegluIsTanhGeluOfTheGateTimesUp) {
+  // Gemma: gelu(g) = g / 2 * (1 + tanh(sqrt(2 / pi) * (g + 0.044715 g^3))), PyTorch's approximate='tanh'.
+  const std::vector<float> g = {0.f, 1.f, -2.f, 3.5f}, u = {5.f, 2.f, 3.f, -1.f};
+  std::vector<float> y(4);
+  swiglu_ref({.gate = g.data(), .up = u.data(), .out = y.data(), .n = 4, .act = glu_activation::gelu_tanh});
+  const auto gelu = [](double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); };
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_NEAR(y[i], gelu(g[i]) * u[i], 1e-5) << i;
+  EXPECT_NEAR(gelu(1.0), 0.8411920, 1e-6);  // torch.nn.functional.gelu(1.0, approximate='tanh')
+}
+
 TEST(EmbeddingRef, GathersRowsAndRejectsIdsOutsideTheVocabulary) {
   const std::vector<float> table = {0, 1, 10, 11, 20, 21};
   const std::int32_t ids[] = {2, 0};
@@ -235,6 +245,15 @@ TEST(EmbeddingRef, GathersRowsAndRejectsIdsOutsideTheVocabulary) {
                  .n_tokens = 2,
                  .out = out.data()});
   EXPECT_EQ(out, (std::vector<float>{20, 21, 0, 1}));
+  embedding_ref({.table = table.data(),
+                 .type = ggml_type::F32,
+                 .n_embd = 2,
+                 .n_vocab = 3,
+                 .ids = ids,
+                 .n_tokens = 2,
+                 .out = out.data(),
+                 .scale = 0.5f});  // Gemma's sqrt(n_embd)
+  EXPECT_EQ(out, (std::vector<float>{10, 10.5f, 0, 0.5f}));
   const std::int32_t bad[] = {3};
   EXPECT_THROW(embedding_ref({.table = table.data(),
                               .type = ggml_type::F32,

@@ -35,13 +35,15 @@ TEST_P(EmbeddingGpu, MatchesCpuReference) {
     ids.front() = std::int32_t(n_vocab - 1);
     if (n_tokens > 2) ids[1] = 0, ids[2] = ids[1];
     std::vector<float> ref(std::size_t(n_tokens * n_embd));
+    const float scale = n_tokens == 5 ? std::sqrt(float(n_embd)) : 1.f;  // Gemma's scaled embedding
     embedding_ref({.table = table.bytes.data(),
                    .type = t,
                    .n_embd = n_embd,
                    .n_vocab = n_vocab,
                    .ids = ids.data(),
                    .n_tokens = n_tokens,
-                   .out = ref.data()});
+                   .out = ref.data(),
+                   .scale = scale});
 
     device_bytes did(ids.size() * sizeof(std::int32_t));
     did.upload(ids.data(), ids.size() * sizeof(std::int32_t));
@@ -53,7 +55,8 @@ TEST_P(EmbeddingGpu, MatchesCpuReference) {
                                       .n_vocab = n_vocab,
                                       .ids = did.as<std::int32_t>(),
                                       .n_tokens = n_tokens,
-                                      .out = dout.data()},
+                                      .out = dout.data(),
+                                      .scale = scale},
                                      nullptr));
     ANVIL_GPU_CHECK(hipDeviceSynchronize());
     const std::vector<float> out = dout.download();

@@ -317,10 +317,11 @@ struct swiglu_case {
   bool in_place;  // out aliases gate
   std::int64_t skew;
   float limit = 0.f;  // > 0: gpt-oss's clamped variant (alpha 1.702); the inputs span [-8, 8]
+  glu_activation act = glu_activation::silu;
   std::string str() const {
     std::ostringstream s;
     s << "swiglu(rows=" << rows << ", cols=" << cols << ", fused=" << fused << ", in_place=" << in_place
-      << ", skew=" << skew << ", limit=" << limit << ")";
+      << ", skew=" << skew << ", limit=" << limit << ", gelu=" << (act == glu_activation::gelu_tanh) << ")";
     return s.str();
   }
 };
@@ -348,7 +349,8 @@ TEST_P(SwigluGpu, MatchesCpuReference) {
                    .up_stride = in_stride,
                    .out_stride = c.cols,
                    .limit = c.limit,
-                   .alpha = 1.702f});
+                   .alpha = 1.702f,
+                   .act = c.act});
 
   guarded_array<float> din(in), dout(n_out);
   dout.poison();
@@ -361,7 +363,8 @@ TEST_P(SwigluGpu, MatchesCpuReference) {
                        .up_stride = in_stride,
                        .out_stride = c.cols,
                        .limit = c.limit,
-                       .alpha = 1.702f};
+                       .alpha = 1.702f,
+                       .act = c.act};
   if (c.in_place) {
     p.out = din.data() + c.skew;
     p.out_stride = in_stride;
@@ -404,7 +407,8 @@ TEST_P(SwigluX8Gpu, AlsoWritesOutInEightBitsForTheGemv) {
                    .cols = c.cols,
                    .gate_stride = c.cols,
                    .up_stride = c.cols,
-                   .out_stride = c.cols});
+                   .out_stride = c.cols,
+                   .act = c.act});
   guarded_array<float> dg(gate), du(up), dout(n), dds(n / 8);
   guarded_array<std::int8_t> dq(n);
   dout.poison();
@@ -417,7 +421,8 @@ TEST_P(SwigluX8Gpu, AlsoWritesOutInEightBitsForTheGemv) {
                        .cols = c.cols,
                        .gate_stride = c.cols,
                        .up_stride = c.cols,
-                       .out_stride = c.cols};
+                       .out_stride = c.cols,
+                       .act = c.act};
   p.yq = dq.data();
   p.yq_scales = dds.data();
   ANVIL_GPU_CHECK(launch_swiglu(p, nullptr));
@@ -437,11 +442,15 @@ INSTANTIATE_TEST_SUITE_P(Shapes, SwigluGpu,
                                            swiglu_case{5, 1001, true, false, 0}, swiglu_case{4, 896, false, false, 3},
                                            swiglu_case{70000, 8, false, true, 0},
                                            swiglu_case{7, 2880, false, false, 0, 7.f},
-                                           swiglu_case{5, 1001, true, false, 0, 7.f}));
+                                           swiglu_case{5, 1001, true, false, 0, 7.f},
+                                           // GeGLU (gemma3): vector and scalar paths, in place
+                                           swiglu_case{7, 15360, false, false, 0, 0.f, glu_activation::gelu_tanh},
+                                           swiglu_case{5, 1001, true, true, 0, 0.f, glu_activation::gelu_tanh}));
 
 INSTANTIATE_TEST_SUITE_P(Shapes, SwigluX8Gpu,
                          ::testing::Values(swiglu_case{7, 4864, true, false, 0}, swiglu_case{7, 4864, false, false, 0},
-                                           swiglu_case{3, 14336, true, true, 0}));  // rows beyond one grid's y
+                                           swiglu_case{3, 14336, true, true, 0},
+                                           swiglu_case{7, 15360, false, false, 0, 0.f, glu_activation::gelu_tanh}));
 
 // ---------------------------------------------------------------------------------------------
 // candidates

@@ -43,7 +43,7 @@ void put_llama_hparams(gguf_writer& w, const std::string& arch) {
 
 TEST(LoadLlm, ReadsTheHyperParametersOfEachShape) {
   for (const char* name :
-       {"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-qwen2moe", "tiny-qwen3moe", "tiny-mixtral", "tiny-gpt-oss"}) {
+       {"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-qwen2moe", "tiny-qwen3moe", "tiny-mixtral", "tiny-gpt-oss", "tiny-gemma3"}) {
     const synth_shape& s = *find_synth_shape(name);
     const llm m = load_llm(gguf_file::open(synth_fixture(name, synth_mix::f32)));
     EXPECT_EQ(m.hp.arch_name, std::string(arch_name(s.architecture))) << name;
@@ -63,7 +63,7 @@ TEST(LoadLlm, ReadsTheHyperParametersOfEachShape) {
     EXPECT_EQ(m.hp.sliding_window, s.sliding_window);
     EXPECT_EQ(m.layers[0].sinks.size(), std::size_t(gpt_oss ? s.n_head : 0));
     EXPECT_EQ(m.layers[0].bo.size(), std::size_t(gpt_oss ? s.n_embd : 0));
-    EXPECT_EQ(m.hp.qk_norm, s.architecture == arch::qwen3 || s.architecture == arch::qwen3moe);
+    EXPECT_EQ(m.hp.qk_norm, s.architecture == arch::qwen3 || s.architecture == arch::qwen3moe || s.architecture == arch::gemma3);
     EXPECT_EQ(m.hp.rope, s.architecture == arch::llama ? anvil::kernels::rope_style::normal : anvil::kernels::rope_style::neox);
     ASSERT_EQ(m.layers.size(), std::size_t(s.n_layer));
     EXPECT_EQ(m.layers[0].wq.out, s.n_head * s.head_dim);
@@ -121,6 +121,47 @@ TEST(LoadLlm, GptOssLayersAlternateWindowsAndTakeYarn) {
   EXPECT_FLOAT_EQ(m.rope_freqs[31], 32.f);
   const float mscale = 0.1f * std::log(32.f) + 1;
   EXPECT_NEAR(m.hp.attention_scale(), mscale * mscale / 8, 1e-6);
+}
+
+TEST(LoadLlm, Gemma3LayersSlideFiveInSixWithTheirOwnRope) {
+  const synth_shape& s = *find_synth_shape("tiny-gemma3");
+  const llm m = load_llm(gguf_file::open(synth_fixture("tiny-gemma3", synth_mix::f32)));
+  const hparams& hp = m.hp;
+  EXPECT_EQ(hp.arch_name, "gemma3");
+  // HF's layer_types: every sixth layer global, the rest sliding.
+  for (std::int64_t l = 0; l < 6; ++l) EXPECT_EQ(hp.layer_window(l), l == 5 ? 0 : s.sliding_window) << l;
+  // The global layers take the file's base and linear scaling; the sliding ones base 10000, unscaled.
+  EXPECT_FLOAT_EQ(hp.layer_rope(5).base, s.rope_base);
+  EXPECT_FLOAT_EQ(hp.layer_rope(5).freq_scale, 1.f / s.rope_linear_factor);
+  EXPECT_FLOAT_EQ(hp.layer_rope(0).base, 10000.f);
+  EXPECT_FLOAT_EQ(hp.layer_rope(0).freq_scale, 1.f);
+  EXPECT_TRUE(hp.split_rope());
+  EXPECT_TRUE(hp.qk_norm);
+  EXPECT_TRUE(hp.post_norms);
+  EXPECT_EQ(hp.ffn_act, kernels::glu_activation::gelu_tanh);
+  EXPECT_FLOAT_EQ(hp.embd_scale, 16.f);  // sqrt(256)
+  EXPECT_FLOAT_EQ(hp.attention_scale(), 1.f / 8);  // query_pre_attn_scalar = head_dim 64
+  for (const layer_weights& l : m.layers) {
+    EXPECT_EQ(l.post_attn_norm.size(), std::size_t(s.n_embd));
+    EXPECT_EQ(l.post_ffn_norm.size(), std::size_t(s.n_embd));
+  }
+  EXPECT_TRUE(hp.tied_output);
+}
+
+TEST(LoadLlm, RefusesWhatGemma3DoesNotHave) {
+  gguf_writer soft;
+  put_llama_hparams(soft, "gemma3");
+  soft.set_u32("gemma3.attention.sliding_window", 512);
+  soft.set_f32("gemma3.final_logit_softcapping", 30.f);
+  EXPECT_NE(load_error(soft).find("soft-capping"), std::string::npos) << load_error(soft);
+  gguf_writer moe;
+  put_llama_hparams(moe, "gemma3");
+  moe.set_u32("gemma3.attention.sliding_window", 512);
+  moe.set_u32("gemma3.expert_count", 8);
+  EXPECT_NE(load_error(moe).find("gemma3 with experts"), std::string::npos) << load_error(moe);
+  gguf_writer no_window;
+  put_llama_hparams(no_window, "gemma3");
+  EXPECT_NE(load_error(no_window).find("gemma3.attention.sliding_window"), std::string::npos) << load_error(no_window);
 }
 
 void put_expert_counts(gguf_writer& w, const std::string& arch, std::uint32_t count, std::uint32_t used) {
@@ -247,7 +288,7 @@ std::vector<std::int32_t> some_tokens(std::size_t n, std::int32_t seed) {
 
 TEST(CpuForward, LogitsAreFiniteAndVariedForEveryShapeAndMix) {
   for (const char* shape :
-       {"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-qwen2moe", "tiny-qwen3moe", "tiny-mixtral", "tiny-gpt-oss"}) {
+       {"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-qwen2moe", "tiny-qwen3moe", "tiny-mixtral", "tiny-gpt-oss", "tiny-gemma3"}) {
     for (synth_mix mix : {synth_mix::f32, synth_mix::f16, synth_mix::bf16, synth_mix::q8_0, synth_mix::q4_0,
                           synth_mix::q6_k, synth_mix::q4_k_m, synth_mix::iq4_xs, synth_mix::mxfp4}) {
       const llm m = load_llm(gguf_file::open(synth_fixture(shape, mix)));
@@ -271,7 +312,7 @@ TEST(CpuForward, LogitsAreFiniteAndVariedForEveryShapeAndMix) {
 TEST(CpuForward, ChunkedPrefillAndDecodeMatchOneShotPrefill) {
   // tiny-gpt-oss: 37 tokens pass its window of 16 on layer 0, with sinks on both layers.
   for (const char* shape :
-       {"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-qwen2moe", "tiny-qwen3moe", "tiny-mixtral", "tiny-gpt-oss"}) {
+       {"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-qwen2moe", "tiny-qwen3moe", "tiny-mixtral", "tiny-gpt-oss", "tiny-gemma3"}) {
     const llm m = load_llm(gguf_file::open(synth_fixture(shape, synth_mix::f32)));
     const auto tokens = some_tokens(37, 2);
     const std::vector<std::int32_t> table = {0, 1, 2, 3, 4};

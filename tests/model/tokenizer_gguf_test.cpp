@@ -77,14 +77,14 @@ TEST(TokenizerGguf, GptossMatchesTransformersJs) {
   EXPECT_EQ(spec.merges, ref->merges);
   EXPECT_EQ(spec.bos_id, startoftext);
   EXPECT_FALSE(spec.add_bos);  // llama.cpp's default for gpt-4o when the file does not say
-  EXPECT_EQ(spec.eot_id, -1);
+  EXPECT_EQ(spec.eot_id, endoftext);  // not in the file: found by name, as llama.cpp and the JSON path do
   const tokenizer t(spec);
   EXPECT_EQ(t.encode("Hi", true, false), (ids_t{12194}));
   EXPECT_TRUE(t.is_eog(ret));
   EXPECT_TRUE(t.is_eog(call));
   EXPECT_FALSE(t.is_eog(end));
   EXPECT_FALSE(t.is_eog(start));
-  EXPECT_FALSE(t.is_eog(endoftext));  // named neither eos nor eot by this file
+  EXPECT_TRUE(t.is_eog(endoftext));
   expect_all_match("gptoss (gguf)", check_goldens(t, read_goldens(data_path("tokenizer/gptoss.jsonl")), false, true));
 }
 

@@ -172,6 +172,33 @@ TEST(TokenizerSpec, EndOfGenerationIsEosEotAndEom) {
   EXPECT_EQ(t.spec().tokens[user], "<think>");
 }
 
+// A file that names no eot: llama.cpp's names, in its order, the first that is not eos.
+TEST(TokenizerSpec, EndTokensAreFoundByNameWhereTheFileNamesNone) {
+  tokenizer_spec gemma = byte_level_spec("default");
+  gemma.eos_id = add_token(gemma, "<eos>", 3);
+  const std::int32_t end_of_turn = add_token(gemma, "<end_of_turn>", 3);
+  name_end_tokens(gemma);
+  EXPECT_EQ(gemma.eot_id, end_of_turn);
+  EXPECT_EQ(gemma.eom_id, -1);
+  tokenizer_spec qwen = byte_level_spec("qwen2");
+  const std::int32_t endoftext = add_token(qwen, "<|endoftext|>", 3);
+  qwen.eos_id = add_token(qwen, "<|im_end|>", 3);  // eos is passed over
+  name_end_tokens(qwen);
+  EXPECT_EQ(qwen.eot_id, endoftext);
+  tokenizer_spec llama = byte_level_spec("llama-bpe");
+  llama.eos_id = add_token(llama, "<|end_of_text|>", 3);
+  const std::int32_t eot = add_token(llama, "<|eot_id|>", 3), eom = add_token(llama, "<|eom_id|>", 3);
+  tokenizer_spec named = llama;
+  name_end_tokens(llama);
+  EXPECT_EQ(llama.eot_id, eot);
+  EXPECT_EQ(llama.eom_id, eom);
+  named.eot_id = llama.eos_id + 100;  // what a file names stays
+  named.eom_id = -1;
+  name_end_tokens(named);
+  EXPECT_EQ(named.eot_id, llama.eos_id + 100);
+  EXPECT_EQ(named.eom_id, eom);
+}
+
 TEST(TokenizerSpec, NoEndOfGenerationTokenWhenNoneIsSet) {
   const tokenizer t(byte_level_spec("qwen2"));
   EXPECT_EQ(t.eos(), -1);

@@ -1,7 +1,7 @@
 """Reference logits for anvil's CPU forward pass (run on the GPU machine: PyTorch + transformers).
 
-For each architecture (llama, qwen2, qwen3, qwen2moe, qwen3moe, mixtral: llama with experts, and
-gpt-oss) it builds a small random-init HF model, writes it to
+For each architecture (llama, qwen2, qwen3, qwen2moe, qwen3moe, mixtral: llama with experts,
+gpt-oss and gemma3) it builds a small random-init HF model, writes it to
 GGUF the way llama.cpp's converter does (Q/K rows permuted for `llama`, so its interleaved RoPE
 equals HF's rotate_half), runs it in float32 on the CPU and stores, next to the GGUF:
   - the logits of every position of two prompts (run separately, so positions start at 0);
@@ -19,6 +19,7 @@ import transformers
 from gguf_writer import GGUFWriter
 
 VOCAB = 272  # 256 byte tokens + 3 control tokens + reserved filler, like anvil's synthetic tokenizer
+GEMMA3_ROPE = {"global": 1000000.0, "local": 10000.0, "factor": 8.0}  # the global layers' base and linear factor; the sliding layers' base
 
 COMMON = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
@@ -53,8 +54,17 @@ CONFIGS = {
                      layer_types=["sliding_attention", "full_attention"], attention_bias=True,
                      rope_scaling=dict(rope_type="yarn", factor=32.0, beta_fast=32.0, beta_slow=1.0, truncate=False,
                                        original_max_position_embeddings=64))),
+    # gemma3: six layers so the sixth is global (the pattern GGUF files imply), a window of 8 on
+    # the other five, their own RoPE base (10000) against the global layers' linearly scaled one,
+    # the sandwich norms, GeGLU and the scaled embedding; tied head, as the real models.
+    "gemma3": (getattr(transformers, "Gemma3TextConfig", None), getattr(transformers, "Gemma3ForCausalLM", None),
+               dict(COMMON, num_hidden_layers=6, head_dim=32, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                    hidden_activation="gelu_pytorch_tanh", query_pre_attn_scalar=32, sliding_window=8,
+                    layer_types=["sliding_attention"] * 5 + ["full_attention"], final_logit_softcapping=None,
+                    attn_logit_softcapping=None, rope_theta=GEMMA3_ROPE["global"], rope_local_base_freq=GEMMA3_ROPE["local"],
+                    rope_scaling=dict(rope_type="linear", factor=GEMMA3_ROPE["factor"]))),
 }
-SEEDS = {"llama": 1, "qwen2": 2, "qwen3": 3, "qwen3moe": 4, "mixtral": 5, "qwen2moe": 6, "gpt-oss": 7}
+SEEDS = {"llama": 1, "qwen2": 2, "qwen3": 3, "qwen3moe": 4, "mixtral": 5, "qwen2moe": 6, "gpt-oss": 7, "gemma3": 8}
 GGUF_ARCH = {"mixtral": "llama"}  # Mixtral files say llama, with llama.expert_count
 GPT_OSS_YARN = dict(factor=32.0, original=64, beta_fast=32.0, beta_slow=1.0)
 
@@ -74,6 +84,8 @@ def byte_tokens():
 def rope_theta_of(cfg):
     # transformers 5 keeps it in rope_parameters; older versions in rope_theta.
     params = getattr(cfg, "rope_parameters", None)
+    if params and "full_attention" in params:  # per layer type (Gemma 3): the global layers'
+        return float(params["full_attention"]["rope_theta"])
     if params and "rope_theta" in params:
         assert params.get("rope_type", "default") in ("default", "yarn"), params
         return float(params["rope_theta"])
@@ -110,6 +122,26 @@ def check_gpt_oss_rope(model, cfg, head_dim):
     got = rot.inv_freq.double().numpy()
     assert np.allclose(got, want, rtol=1e-6), (got, want)
     assert abs(float(rot.attention_scaling) - mscale) < 1e-6, (rot.attention_scaling, mscale)
+
+
+def ensure_gemma3_rope(cfg):
+    """transformers 5 keeps Gemma 3's RoPE per layer type in rope_parameters: set both there."""
+    params = getattr(cfg, "rope_parameters", None)
+    if isinstance(params, dict):
+        params["full_attention"] = dict(rope_type="linear", factor=GEMMA3_ROPE["factor"], rope_theta=GEMMA3_ROPE["global"])
+        params["sliding_attention"] = dict(rope_type="default", rope_theta=GEMMA3_ROPE["local"])
+        for k in [k for k in params if k not in ("full_attention", "sliding_attention")]:
+            del params[k]
+
+
+def check_gemma3_rope(model, head_dim):
+    """The model's rotary tables must be the two anvil implements: the global layers' base 1e6
+    with positions scaled by 1/8, the sliding layers' base 10000 unscaled."""
+    want = {k: 1.0 / GEMMA3_ROPE[k] ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim) for k in ("global", "local")}
+    want["global"] /= GEMMA3_ROPE["factor"]
+    got = [b.double().numpy() for n, b in model.model.named_buffers() if "inv_freq" in n and "original" not in n]
+    for k, w in want.items():
+        assert any(g.shape == w.shape and np.allclose(g, w, rtol=1e-6) for g in got), (k, w, got)
 
 
 def gpt_oss_experts(sd, p, cfg, mlp):
@@ -196,7 +228,9 @@ def write_gguf(name, cfg, model, path):
     arch = GGUF_ARCH.get(name, name)
     sd = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    gpt_oss = arch == "gpt-oss"
+    gpt_oss, gemma3 = arch == "gpt-oss", arch == "gemma3"
+    # Gemma's RMSNorm multiplies by 1 + w; llama.cpp's converter stores 1 + w.
+    norm = (lambda v: v + 1) if gemma3 else (lambda v: v)
     w = GGUFWriter()
     w.string("general.architecture", arch)
     w.string("general.name", f"anvil reference {name}")
@@ -223,6 +257,11 @@ def write_gguf(name, cfg, model, path):
         w.string(f"{arch}.rope.scaling.type", "yarn")
         w.f32(f"{arch}.rope.scaling.factor", GPT_OSS_YARN["factor"])
         w.u32(f"{arch}.rope.scaling.original_context_length", GPT_OSS_YARN["original"])
+    if gemma3:
+        check_gemma3_rope(model, head_dim)
+        w.u32(f"{arch}.attention.sliding_window", cfg.sliding_window)
+        w.string(f"{arch}.rope.scaling.type", "linear")
+        w.f32(f"{arch}.rope.scaling.factor", GEMMA3_ROPE["factor"])
     tokens = byte_tokens() + ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     tokens += [f"<|reserved_{i}|>" for i in range(len(tokens), VOCAB)]
     w.string("tokenizer.ggml.model", "gpt2")
@@ -238,16 +277,16 @@ def write_gguf(name, cfg, model, path):
         q, k = sd[p + "self_attn.q_proj.weight"], sd[p + "self_attn.k_proj.weight"]
         if arch == "llama":
             q, k = permute_for_llama(q, cfg.num_attention_heads), permute_for_llama(k, cfg.num_key_value_heads)
-        w.tensor(b + "attn_norm.weight", sd[p + "input_layernorm.weight"])
+        w.tensor(b + "attn_norm.weight", norm(sd[p + "input_layernorm.weight"]))
         w.tensor(b + "attn_q.weight", q)
         w.tensor(b + "attn_k.weight", k)
         w.tensor(b + "attn_v.weight", sd[p + "self_attn.v_proj.weight"])
         if arch in ("qwen2", "qwen2moe", "gpt-oss"):
             for n in "qkv":
                 w.tensor(b + f"attn_{n}.bias", sd[p + f"self_attn.{n}_proj.bias"])
-        if arch in ("qwen3", "qwen3moe"):
-            w.tensor(b + "attn_q_norm.weight", sd[p + "self_attn.q_norm.weight"])
-            w.tensor(b + "attn_k_norm.weight", sd[p + "self_attn.k_norm.weight"])
+        if arch in ("qwen3", "qwen3moe", "gemma3"):
+            w.tensor(b + "attn_q_norm.weight", norm(sd[p + "self_attn.q_norm.weight"]))
+            w.tensor(b + "attn_k_norm.weight", norm(sd[p + "self_attn.k_norm.weight"]))
         w.tensor(b + "attn_output.weight", sd[p + "self_attn.o_proj.weight"])
         if gpt_oss:
             w.tensor(b + "attn_output.bias", sd[p + "self_attn.o_proj.bias"])
@@ -260,7 +299,12 @@ def write_gguf(name, cfg, model, path):
                 w.tensor(b + f"ffn_{t}_exps.weight", np.ascontiguousarray(m))
                 w.tensor(b + f"ffn_{t}_exps.bias", np.ascontiguousarray(bias))
             continue
-        w.tensor(b + "ffn_norm.weight", sd[p + "post_attention_layernorm.weight"])
+        if gemma3:
+            w.tensor(b + "post_attention_norm.weight", norm(sd[p + "post_attention_layernorm.weight"]))
+            w.tensor(b + "ffn_norm.weight", norm(sd[p + "pre_feedforward_layernorm.weight"]))
+            w.tensor(b + "post_ffw_norm.weight", norm(sd[p + "post_feedforward_layernorm.weight"]))
+        else:
+            w.tensor(b + "ffn_norm.weight", sd[p + "post_attention_layernorm.weight"])
         if n_experts_of(cfg):
             router, gate, up, down = expert_matrices(sd, p, cfg)
             w.tensor(b + "ffn_gate_inp.weight", router)
@@ -277,18 +321,19 @@ def write_gguf(name, cfg, model, path):
             w.tensor(b + "ffn_gate.weight", sd[p + "mlp.gate_proj.weight"])
             w.tensor(b + "ffn_up.weight", sd[p + "mlp.up_proj.weight"])
             w.tensor(b + "ffn_down.weight", sd[p + "mlp.down_proj.weight"])
-    w.tensor("output_norm.weight", sd["model.norm.weight"])
+    w.tensor("output_norm.weight", norm(sd["model.norm.weight"]))
     if not cfg.tie_word_embeddings:
         w.tensor("output.weight", sd["lm_head.weight"])
     w.write(path)
 
 
-def randomise(model, gen):
-    # Norm weights and biases away from their 1/0 initialisation, so a forgotten one shows.
+def randomise(model, gen, norm_mean=1.0):
+    # Norm weights and biases away from their 1/0 initialisation, so a forgotten one shows
+    # (Gemma's norms multiply by 1 + w: mean 0 there).
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "norm" in name:
-                p.copy_(1 + 0.2 * torch.randn(p.shape, generator=gen))
+                p.copy_(norm_mean + 0.2 * torch.randn(p.shape, generator=gen))
             elif name.endswith("bias"):
                 p.copy_(0.2 * torch.randn(p.shape, generator=gen))
             elif name.endswith("sinks"):  # gpt-oss: on the scale of the scores
@@ -314,9 +359,11 @@ def main(out, only=None):
         cfg = config_cls(**kw)
         if arch == "gpt-oss":
             ensure_yarn(cfg)
+        if arch == "gemma3":
+            ensure_gemma3_rope(cfg)
         model = model_cls(cfg).eval().float()
         model.config._attn_implementation = "eager"
-        randomise(model, gen)
+        randomise(model, gen, norm_mean=0.0 if arch == "gemma3" else 1.0)
         write_gguf(arch, cfg, model, os.path.join(out, f"ref-{arch}.gguf"))
 
         prompts = [torch.randint(0, 259, (n,), generator=gen).tolist() for n in (23, 9)]

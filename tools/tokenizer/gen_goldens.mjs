@@ -47,6 +47,7 @@ const sets = [
   { name: "llama3", seed: 2, count: 2000, turn: (role, text) => `<|start_header_id|>${role}<|end_header_id|>\n\n${text}<|eot_id|>` },
   { name: "llama2", seed: 3, count: 1500, turn: (role, text) => `<s>[INST] ${role}: ${text} [/INST]</s>` },
   { name: "gptoss", seed: 5, count: 2000, turn: harmonyTurn, extra: gptossEdgeCases },
+  { name: "gemma3", seed: 6, count: 1500, turn: (role, text) => `<start_of_turn>${role}\n${text}<end_of_turn>\n` },
 ];
 
 // The same rule as llama.cpp's converter and model/tokenizer/tokenizer_json.cpp: added tokens that are
@@ -123,6 +124,8 @@ function writeNfc() {
   console.log(`${file}: ${lines.length} strings, ${fs.statSync(file).size} bytes`);
 }
 
+// Arguments: the sets to write (default: all, and nfc.jsonl).
+const only = process.argv.slice(2);
 fs.mkdirSync(outDir, { recursive: true });
-for (const set of sets) writeGoldens(set);
-writeNfc();
+for (const set of sets) if (only.length === 0 || only.includes(set.name)) writeGoldens(set);
+if (only.length === 0 || only.includes("nfc")) writeNfc();
