@@ -133,7 +133,6 @@ class gpu_device {
   // Without a shared expert the sum is left to the residual norm that follows (returns false:
   // the pairs' rows are in pair_out_, their weights in moe_weights_); true: o_ holds it.
   bool run_experts(const layer& w, bool x8_embd);
-  void post_norm(const float* weight);               // gemma3: o_ normed in place (null: nothing)
   void run_dense_ffn(const layer& w, bool x8_embd);  // gate/up, SwiGLU, down: h_ into o_
   // Enqueues the scores and their copy back, and the head; then (run_candidates) the candidates
   // op and the copy of the records back.

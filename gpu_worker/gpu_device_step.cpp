@@ -16,7 +16,6 @@
 #include "kernels/feed_tokens.h"
 #include "kernels/gemm_quant.h"
 #include "kernels/moe.h"
-#include "kernels/rms_norm.h"
 #include "kernels/rms_norm_residual.h"
 #include "kernels/rope_kv_write.h"
 #include "kernels/swiglu.h"
@@ -452,18 +451,15 @@ void gpu_device::run_layer(std::int64_t l) {
   run_attention(l, x8_attn);
   prof_.mark("o projection", stream_);
   matmul(w.wo, w.bo, attn_, o_, T, x8_attn);
-  post_norm(w.post_attn_norm);
   prof_.mark("norm", stream_);
-  ok(kernels::launch_rms_norm_residual(norm_params(o_, w.ffn_norm), stream_), "ffn norm");
+  kernels::rms_norm_residual_params ffn_norm = norm_params(o_, w.ffn_norm);
+  ffn_norm.delta_weight = w.post_attn_norm;  // gemma3: the attention's output normed before the add
+  ok(kernels::launch_rms_norm_residual(ffn_norm, stream_), "ffn norm");
   bool summed = true;  // o_ holds the feed-forward's output; else the experts' pairs, summed below
   if (w.router.w != nullptr) {
     summed = run_experts(w, x8_embd);
   } else {
     run_dense_ffn(w, x8_embd);
-  }
-  if (w.post_ffn_norm != nullptr) {
-    if (!summed) throw std::logic_error("gpu_device: a norm on the experts' output needs their sum first");
-    post_norm(w.post_ffn_norm);
   }
   prof_.mark("norm", stream_);
   // The residual add fused with the next norm: the next layer's attention norm, or the final one
@@ -473,22 +469,14 @@ void gpu_device::run_layer(std::int64_t l) {
           ? norm_params(o_, layers_[std::size_t(l + 1)].attn_norm)
           : kernels::rms_norm_residual_params{
                 .h = x_, .delta = o_, .weight = output_norm_, .y = h_, .rows = T, .cols = hp.n_embd, .eps = hp.rms_eps};
+  p.delta_weight = w.post_ffn_norm;  // gemma3: the feed-forward's output normed before the add
   if (!summed) {
+    if (p.delta_weight != nullptr) throw std::logic_error("gpu_device: a norm on the experts' output needs their sum first");
     p.delta = pair_out_;
     p.pair_weights = moe_weights_;
     p.k = hp.n_expert_used;
   }
   ok(kernels::launch_rms_norm_residual(p, stream_), l + 1 < hp.n_layer ? "residual norm" : "final norm");
-}
-
-// gemma3: a block's output (o_) normed in place before the residual add takes it.
-void gpu_device::post_norm(const float* weight) {
-  if (weight == nullptr) return;
-  prof_.mark("post norm", stream_);
-  ok(kernels::launch_rms_norm(
-         {.x = o_, .weight = weight, .y = o_, .rows = step_.tokens, .cols = m_.hp.n_embd, .eps = m_.hp.rms_eps},
-         stream_),
-     "post norm");
 }
 
 void gpu_device::run_dense_ffn(const layer& w, bool x8_embd) {

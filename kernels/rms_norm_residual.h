@@ -1,5 +1,7 @@
 // The residual add fused with the next RMSNorm, as every transformer layer chains them:
 //   h[r, :] += delta[r, :];  y[r, :] = rms_norm(h[r, :]) * weight
+// (Gemma 3 norms each block's output before the add: with delta_weight, h[r, :] +=
+// rms_norm(delta[r, :]) * delta_weight, the same eps.)
 // One pass writes both the updated residual stream h and the normalised y (the input of the next
 // projection). With delta null it is the plain RMSNorm of h (h left alone). After a mixture of
 // experts without a shared expert, delta[r] is the weighted sum of row r's k experts' outputs,
@@ -26,6 +28,9 @@ struct rms_norm_residual_params {
   // in j order from 0 (moe_combine_ref's sum without a shared expert).
   const float* pair_weights = nullptr;  // [rows, k]
   std::int64_t k = 0;                   // with pair_weights: 1..64
+  // Optional: delta normed before the add, with this per-channel gain [cols] (not with
+  // pair_weights); a constant, like weight.
+  const float* delta_weight = nullptr;
   // Optional (GPU only): y also rounded to 8 bits in the form the quantized GEMV reads
   // (kernels/gemv.h, gemv_x8_rows), so the projections that follow need not quantize it
   // themselves: yq [rows, cols], yq_scales [rows, cols / 16] pairs. Needs cols % 32 == 0 and the
@@ -47,7 +52,7 @@ void rms_norm_residual_ref(const rms_norm_residual_params& p);
 
 namespace anvil::kernels {
 // Rejects (hipErrorInvalidValue) rows < 0, cols <= 0, pair_weights without delta or with k
-// outside 1..64, and yq without its conditions (above) or with more than
+// outside 1..64, delta_weight without delta or with pair_weights, and yq without its conditions (above) or with more than
 // rms_norm_residual_max_x8_cols columns.
 hipError_t launch_rms_norm_residual(const rms_norm_residual_params& p, hipStream_t stream);
 }  // namespace anvil::kernels

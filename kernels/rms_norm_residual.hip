@@ -8,6 +8,9 @@
 // and writes h and y from there — one round trip to memory instead of one per strided step,
 // which is what a decode step's single row waits on. That path can also write y rounded to 8
 // bits for the quantized GEMV (gpu_quant_dot.h quantize_x8).
+//
+// With delta_weight, both paths first reduce delta's squares (a pass of their own over delta in
+// the strided kernel; the registers' values in the register one) and add the normed delta.
 #include "kernels/rms_norm_residual.h"
 
 #include "kernels/gpu_quant_dot.h"
@@ -47,14 +50,30 @@ __global__ void __launch_bounds__(block_size) rms_norm_residual_kernel(rms_norm_
   float* h = p.h + row * p.cols;
   float* y = p.y + row * p.cols;
 
+  // delta normed first (delta_weight; uniform over the block): its scale from its own squares.
+  float dscale = 1.f;
+  if constexpr (HasDelta) {
+    if (p.delta_weight != nullptr) {
+      const float* d = p.delta + row * p.cols;
+      float dsq = 0.f;
+      for (std::int64_t i = threadIdx.x; i < p.cols; i += block_size) dsq += d[i] * d[i];
+      dsq = gpu::block_reduce_sum<block_size>(dsq);
+      dscale = rsqrtf(dsq / float(p.cols) + p.eps);
+    }
+  }
   float sum_sq = 0.f;
   if constexpr (Vec4) {
     const std::int64_t n4 = p.cols / 4;
     float4* h4 = reinterpret_cast<float4*>(h);
+    const float4* dw4 = reinterpret_cast<const float4*>(p.delta_weight);
     for (std::int64_t i = threadIdx.x; i < n4; i += block_size) {
       float4 v = h4[i];
       if constexpr (HasDelta) {
-        const float4 e = delta_at<float4>(p, row, i);
+        float4 e = delta_at<float4>(p, row, i);
+        if (dw4 != nullptr) {
+          const float4 g = dw4[i];
+          e = make_float4(e.x * dscale * g.x, e.y * dscale * g.y, e.z * dscale * g.z, e.w * dscale * g.w);
+        }
         v = make_float4(v.x + e.x, v.y + e.y, v.z + e.z, v.w + e.w);
         h4[i] = v;
       }
@@ -64,7 +83,8 @@ __global__ void __launch_bounds__(block_size) rms_norm_residual_kernel(rms_norm_
     for (std::int64_t i = threadIdx.x; i < p.cols; i += block_size) {
       float v = h[i];
       if constexpr (HasDelta) {
-        v += delta_at<float>(p, row, i);
+        const float e = delta_at<float>(p, row, i);
+        v += p.delta_weight != nullptr ? e * dscale * p.delta_weight[i] : e;
         h[i] = v;
       }
       sum_sq += v * v;
@@ -106,15 +126,33 @@ __global__ void __launch_bounds__(Block) rms_norm_residual_reg_kernel(rms_norm_r
   gpu::dependency_wait();  // launched with gpu::launch_dependent
   gpu::allow_dependents();
   float4 v[N4];
+  if constexpr (HasDelta) {
+    float4 e[N4];
+    float dsq = 0.f;
 #pragma unroll
-  for (int k = 0; k < N4; ++k) {
-    const int i = int(threadIdx.x) + k * Block;
-    v[k] = i < n4 ? h4[i] : make_float4(0.f, 0.f, 0.f, 0.f);
-    if constexpr (HasDelta) {
-      if (i < n4) {
-        const float4 e = delta_at<float4>(p, row, i);
-        v[k] = make_float4(v[k].x + e.x, v[k].y + e.y, v[k].z + e.z, v[k].w + e.w);
+    for (int k = 0; k < N4; ++k) {
+      const int i = int(threadIdx.x) + k * Block;
+      v[k] = i < n4 ? h4[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+      e[k] = i < n4 ? delta_at<float4>(p, row, i) : make_float4(0.f, 0.f, 0.f, 0.f);
+      dsq += e[k].x * e[k].x + e[k].y * e[k].y + e[k].z * e[k].z + e[k].w * e[k].w;
+    }
+    // delta normed first (delta_weight; uniform over the block).
+    const float4* dw4 = reinterpret_cast<const float4*>(p.delta_weight);
+    const float dscale = dw4 != nullptr ? rsqrtf(gpu::block_reduce_sum<Block>(dsq) / float(p.cols) + p.eps) : 1.f;
+#pragma unroll
+    for (int k = 0; k < N4; ++k) {
+      const int i = int(threadIdx.x) + k * Block;
+      if (dw4 != nullptr && i < n4) {
+        const float4 dg = dw4[i];
+        e[k] = make_float4(e[k].x * dscale * dg.x, e[k].y * dscale * dg.y, e[k].z * dscale * dg.z, e[k].w * dscale * dg.w);
       }
+      v[k] = make_float4(v[k].x + e[k].x, v[k].y + e[k].y, v[k].z + e[k].z, v[k].w + e[k].w);
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < N4; ++k) {
+      const int i = int(threadIdx.x) + k * Block;
+      v[k] = i < n4 ? h4[i] : make_float4(0.f, 0.f, 0.f, 0.f);
     }
   }
   float sum_sq = 0.f;
@@ -177,8 +215,9 @@ hipError_t launch_rms_norm_residual(const rms_norm_residual_params& p, hipStream
   if (p.rows == 0) return hipSuccess;
   if (p.rows < 0 || p.rows > 0x7fffffff || p.cols <= 0) return hipErrorInvalidValue;
   if (p.pair_weights != nullptr && (p.delta == nullptr || p.k < 1 || p.k > 64)) return hipErrorInvalidValue;
+  if (p.delta_weight != nullptr && (p.delta == nullptr || p.pair_weights != nullptr)) return hipErrorInvalidValue;
   const bool vec4 = p.cols % 4 == 0 && aligned16(p.h) && aligned16(p.y) && aligned16(p.weight) &&
-                    (p.delta == nullptr || aligned16(p.delta));
+                    (p.delta == nullptr || aligned16(p.delta)) && (p.delta_weight == nullptr || aligned16(p.delta_weight));
   if (p.yq != nullptr &&
       (!vec4 || p.cols % 32 != 0 || p.cols > rms_norm_residual_max_x8_cols || p.yq_scales == nullptr ||
        reinterpret_cast<std::uintptr_t>(p.yq) % 4 != 0 || reinterpret_cast<std::uintptr_t>(p.yq_scales) % 8 != 0)) {

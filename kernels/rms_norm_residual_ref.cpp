@@ -19,6 +19,10 @@ void rms_norm_residual_ref(const rms_norm_residual_params& p) {
       }
       for (std::int64_t i = 0; i < p.cols; ++i) p.h[r * p.cols + i] += sum[std::size_t(i)];
     }
+  } else if (p.delta && p.delta_weight) {  // as model/arch/cpu_forward.cpp norms a block's output
+    std::vector<float> normed(static_cast<std::size_t>(p.rows * p.cols));
+    rms_norm_ref({.x = p.delta, .weight = p.delta_weight, .y = normed.data(), .rows = p.rows, .cols = p.cols, .eps = p.eps});
+    for (std::int64_t i = 0; i < p.rows * p.cols; ++i) p.h[i] += normed[std::size_t(i)];
   } else if (p.delta) {
     for (std::int64_t i = 0; i < p.rows * p.cols; ++i) p.h[i] += p.delta[i];
   }

@@ -10,6 +10,7 @@
 #include "kernels/embedding.h"
 #include "kernels/matmul.h"
 #include "kernels/rope.h"
+#include "kernels/rms_norm_residual.h"
 #include "kernels/swiglu.h"
 #include "tests/random_data.h"
 
@@ -221,6 +222,28 @@ TEST(SwigluRef, ClampedVariantClampsGateAndUp) {
   EXPECT_NEAR(y[0], 0.5f * sig(1.702f * 0.5f) * 3.f, 1e-6);
   EXPECT_NEAR(y[1], 7.f * sig(1.702f * 7.f) * -6.f, 1e-5);
   EXPECT_NEAR(y[2], -3.f * sig(1.702f * -3.f) * 8.f, 1e-6);
+}
+
+TEST(RmsNormResidualRef, DeltaWeightNormsTheDeltaBeforeTheAdd) {
+  // Gemma 3: h += rms_norm(delta) * delta_weight, then y = rms_norm(h) * weight.
+  std::vector<float> h = {1.f, -2.f, 0.5f, 3.f}, y(4);
+  const std::vector<float> delta = {2.f, 0.f, -4.f, 2.f}, dw = {1.f, 2.f, 0.5f, 1.f}, w = {1.f, 1.f, 1.f, 2.f};
+  rms_norm_residual_ref({.h = h.data(),
+                         .delta = delta.data(),
+                         .weight = w.data(),
+                         .y = y.data(),
+                         .rows = 1,
+                         .cols = 4,
+                         .eps = 0.f,
+                         .delta_weight = dw.data()});
+  // delta's RMS is sqrt((4 + 0 + 16 + 4) / 4) = sqrt(6).
+  const float r = std::sqrt(6.f);
+  const std::vector<float> want_h = {1.f + 2.f / r, -2.f, 0.5f - 2.f / r, 3.f + 2.f / r};
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_NEAR(h[i], want_h[i], 1e-6) << i;
+  double sq = 0;
+  for (float v : want_h) sq += double(v) * v;
+  const double rms = std::sqrt(sq / 4);
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_NEAR(y[i], want_h[i] / rms * w[i], 1e-5) << i;
 }
 
 TEST(SwigluRef, GegluIsTanhGeluOfTheGateTimesUp) {

@@ -36,10 +36,12 @@ using anvil::gpu_worker::seq_output;
 struct norm_case {
   std::int64_t rows, cols;
   bool delta;
-  std::int64_t skew;  // element offset inside the buffers (breaks 16-byte alignment)
+  std::int64_t skew;        // element offset inside the buffers (breaks 16-byte alignment)
+  bool delta_norm = false;  // gemma3: delta normed first (delta_weight)
   std::string str() const {
     std::ostringstream s;
-    s << "rms_norm_residual(rows=" << rows << ", cols=" << cols << ", delta=" << delta << ", skew=" << skew << ")";
+    s << "rms_norm_residual(rows=" << rows << ", cols=" << cols << ", delta=" << delta << ", skew=" << skew
+      << ", delta_norm=" << delta_norm << ")";
     return s.str();
   }
 };
@@ -54,6 +56,7 @@ TEST_P(RmsNormResidualGpu, MatchesCpuReference) {
   const std::size_t n = std::size_t(c.rows * c.cols) + std::size_t(c.skew);
   const std::vector<float> h = random_vector(n, rng, -3.f, 3.f), d = random_vector(n, rng, -1.f, 1.f);
   const std::vector<float> w = random_vector(std::size_t(c.cols), rng, 0.5f, 1.5f);
+  const std::vector<float> dw_host = random_vector(std::size_t(c.cols), rng, 0.5f, 1.5f);
   std::vector<float> h_ref = h, y_ref(n, 0.f);
   rms_norm_residual_ref({.h = h_ref.data() + c.skew,
                          .delta = c.delta ? d.data() + c.skew : nullptr,
@@ -61,9 +64,10 @@ TEST_P(RmsNormResidualGpu, MatchesCpuReference) {
                          .y = y_ref.data() + c.skew,
                          .rows = c.rows,
                          .cols = c.cols,
-                         .eps = 1e-6f});
+                         .eps = 1e-6f,
+                         .delta_weight = c.delta_norm ? dw_host.data() : nullptr});
 
-  guarded_array<float> dh(h), dd(d), dw(w), dy(n);
+  guarded_array<float> dh(h), dd(d), dw(w), dy(n), ddw(dw_host);
   dy.poison();
   ANVIL_GPU_CHECK(launch_rms_norm_residual({.h = dh.data() + c.skew,
                                             .delta = c.delta ? dd.data() + c.skew : nullptr,
@@ -71,18 +75,23 @@ TEST_P(RmsNormResidualGpu, MatchesCpuReference) {
                                             .y = dy.data() + c.skew,
                                             .rows = c.rows,
                                             .cols = c.cols,
-                                            .eps = 1e-6f},
+                                            .eps = 1e-6f,
+                                            .delta_weight = c.delta_norm ? ddw.data() : nullptr},
                                            nullptr));
   ANVIL_GPU_CHECK(hipDeviceSynchronize());
   std::vector<float> h_out = dh.download(), y_out = dy.download();
-  EXPECT_TRUE(std::equal(h_out.begin(), h_out.end(), h_ref.begin())) << "h differs (the add is one float add)";
+  if (c.delta_norm) {  // delta's own norm: a float reduction against the reference's double one
+    EXPECT_LT(nmse(h_out, h_ref), 1e-12) << "h";
+  } else {
+    EXPECT_TRUE(std::equal(h_out.begin(), h_out.end(), h_ref.begin())) << "h differs (the add is one float add)";
+  }
   h_out.erase(h_out.begin(), h_out.begin() + c.skew);
   y_out.erase(y_out.begin(), y_out.begin() + c.skew);
   y_ref.erase(y_ref.begin(), y_ref.begin() + c.skew);
   const double err = nmse(y_out, y_ref);
   std::printf("  %-70s nmse=%.3g\n", c.str().c_str(), err);
   EXPECT_LT(err, 1e-10);
-  for (auto* g : {&dh, &dd, &dw, &dy}) EXPECT_TRUE(g->guards_intact());
+  for (auto* g : {&dh, &dd, &dw, &dy, &ddw}) EXPECT_TRUE(g->guards_intact());
 }
 
 // With yq: y as before, and y's 8-bit form bit for bit what the GEMV's own quantizer makes of it.
@@ -99,6 +108,7 @@ TEST_P(RmsNormResidualX8Gpu, AlsoWritesYInEightBitsForTheGemv) {
   const std::size_t n = std::size_t(c.rows * c.cols);
   const std::vector<float> h = random_vector(n, rng, -3.f, 3.f), d = random_vector(n, rng, -1.f, 1.f);
   const std::vector<float> w = random_vector(std::size_t(c.cols), rng, 0.5f, 1.5f);
+  const std::vector<float> dw_host = random_vector(std::size_t(c.cols), rng, 0.5f, 1.5f);
   std::vector<float> h_ref = h, y_ref(n, 0.f);
   rms_norm_residual_ref({.h = h_ref.data(),
                          .delta = c.delta ? d.data() : nullptr,
@@ -106,9 +116,10 @@ TEST_P(RmsNormResidualX8Gpu, AlsoWritesYInEightBitsForTheGemv) {
                          .y = y_ref.data(),
                          .rows = c.rows,
                          .cols = c.cols,
-                         .eps = 1e-6f});
+                         .eps = 1e-6f,
+                         .delta_weight = c.delta_norm ? dw_host.data() : nullptr});
 
-  guarded_array<float> dh(h), dd(d), dw(w), dy(n), dds(n / 8);
+  guarded_array<float> dh(h), dd(d), dw(w), dy(n), dds(n / 8), ddw(dw_host);
   guarded_array<std::int8_t> dq(n);
   dy.poison();
   dq.poison();
@@ -119,13 +130,18 @@ TEST_P(RmsNormResidualX8Gpu, AlsoWritesYInEightBitsForTheGemv) {
                              .y = dy.data(),
                              .rows = c.rows,
                              .cols = c.cols,
-                             .eps = 1e-6f};
+                             .eps = 1e-6f,
+                             .delta_weight = c.delta_norm ? ddw.data() : nullptr};
   p.yq = dq.data();
   p.yq_scales = dds.data();
   ANVIL_GPU_CHECK(launch_rms_norm_residual(p, nullptr));
   ANVIL_GPU_CHECK(hipDeviceSynchronize());
   const std::vector<float> h_out = dh.download(), y_out = dy.download();
-  EXPECT_TRUE(std::equal(h_out.begin(), h_out.end(), h_ref.begin()));
+  if (c.delta_norm) {
+    EXPECT_LT(nmse(h_out, h_ref), 1e-12) << "h";
+  } else {
+    EXPECT_TRUE(std::equal(h_out.begin(), h_out.end(), h_ref.begin()));
+  }
   EXPECT_LT(nmse(y_out, y_ref), 1e-10);
   const x8_host want = quantize_x8_host(y_out);
   EXPECT_TRUE(dq.download() == want.q) << "int8 values differ from the GEMV quantizer's";
@@ -140,13 +156,19 @@ INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormResidualGpu,
                                            norm_case{9, 4097, true, 0}, norm_case{4, 4096, true, 1},
                                            norm_case{7, 2048, false, 0}, norm_case{300, 5120, true, 0},
                                            norm_case{2, 14336, true, 0}, norm_case{1, 16384, false, 0},
-                                           norm_case{2, 16416, true, 0}));
+                                           norm_case{2, 16416, true, 0},
+                                           // gemma3's norm on delta: the register path (1 to 4
+                                           // float4s a thread), the strided vector and scalar paths
+                                           norm_case{1, 5376, true, 0, true}, norm_case{3, 3840, true, 0, true},
+                                           norm_case{2, 896, true, 0, true}, norm_case{2, 16416, true, 0, true},
+                                           norm_case{5, 1001, true, 0, true}, norm_case{4, 4096, true, 1, true}));
 
 INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormResidualX8Gpu,
                          ::testing::Values(norm_case{3, 64, true, 0}, norm_case{5, 896, true, 0},
                                            norm_case{17, 4096, true, 0}, norm_case{7, 2048, false, 0},
                                            norm_case{300, 5120, true, 0}, norm_case{2, 14336, true, 0},
-                                           norm_case{1, 16384, false, 0}));
+                                           norm_case{1, 16384, false, 0}, norm_case{1, 5376, true, 0, true},
+                                           norm_case{7, 2560, true, 0, true}));
 
 TEST(RmsNormResidualGpuLaunch, RefusesAnEightBitOutputItCannotWrite) {
   require_device();
@@ -167,6 +189,15 @@ TEST(RmsNormResidualGpuLaunch, RefusesAnEightBitOutputItCannotWrite) {
   EXPECT_EQ(with(4096, 0, q.data(), nullptr), hipErrorInvalidValue);     // no scales
   EXPECT_EQ(with(4096, 0, q.data() + 1, scales), hipErrorInvalidValue);  // misaligned int8 rows
   EXPECT_EQ(with(16416, 0, q.data(), scales), hipErrorInvalidValue);     // past the register path
+  // delta_weight norms a delta: none to norm, or experts' pairs, is refused.
+  rms_norm_residual_params no_delta{.h = b, .weight = b + 20000, .y = b + 40000, .rows = 1, .cols = 64};
+  no_delta.delta_weight = b + 20000;
+  EXPECT_EQ(launch_rms_norm_residual(no_delta, nullptr), hipErrorInvalidValue);
+  rms_norm_residual_params pairs = no_delta;
+  pairs.delta = b + 60000;
+  pairs.pair_weights = b + 70000;
+  pairs.k = 1;
+  EXPECT_EQ(launch_rms_norm_residual(pairs, nullptr), hipErrorInvalidValue);
   EXPECT_EQ(hipGetLastError(), hipSuccess);
   EXPECT_TRUE(buf.guards_intact() && q.guards_intact());
 }
