@@ -436,8 +436,7 @@ void gpu_device::run_layer(std::int64_t l) {
                                    .n_tokens = T,
                                    .n_heads = hp.n_head,
                                    .rot_dim = hp.rope_dim,
-                                   .angles = rope_angles_swa_ != nullptr && hp.layer_window(l) > 0 ? rope_angles_swa_
-                                                                                                  : rope_angles_,
+                                   .angles = hp.own_rope(l) ? rope_angles_swa_ : rope_angles_,
                                    .slots = dev_at<std::int64_t>(up_off_.slots),
                                    .style = hp.rope,
                                    // Q/K norms (qwen3, gemma3): per head, before the rotation, in the same launch.

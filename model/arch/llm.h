@@ -92,9 +92,9 @@ struct hparams {
   struct rope_of_layer {
     float base, freq_scale;
   };
+  bool own_rope(std::int64_t l) const { return rope_base_swa > 0 && layer_window(l) > 0; }  // a sliding layer's own
   rope_of_layer layer_rope(std::int64_t l) const {
-    return rope_base_swa > 0 && layer_window(l) > 0 ? rope_of_layer{rope_base_swa, rope_freq_scale_swa}
-                                                    : rope_of_layer{rope_base, rope_freq_scale};
+    return own_rope(l) ? rope_of_layer{rope_base_swa, rope_freq_scale_swa} : rope_of_layer{rope_base, rope_freq_scale};
   }
   bool split_rope() const { return rope_base_swa > 0 && sliding_window > 0; }
   // Scores are q.k times this: 1 / sqrt(head_dim) (or query_scale_dim), times YaRN's magnitude

@@ -2,6 +2,7 @@
 // double-precision restatement of its definition.
 #include <cmath>
 #include <random>
+#include <span>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -258,34 +259,24 @@ TEST(SwigluRef, GegluIsTanhGeluOfTheGateTimesUp) {
 
 TEST(EmbeddingRef, GathersRowsAndRejectsIdsOutsideTheVocabulary) {
   const std::vector<float> table = {0, 1, 10, 11, 20, 21};
-  const std::int32_t ids[] = {2, 0};
   std::vector<float> out(4);
-  embedding_ref({.table = table.data(),
-                 .type = ggml_type::F32,
-                 .n_embd = 2,
-                 .n_vocab = 3,
-                 .ids = ids,
-                 .n_tokens = 2,
-                 .out = out.data()});
+  const auto gather = [&](std::span<const std::int32_t> ids, float scale) {
+    embedding_ref({.table = table.data(),
+                   .type = ggml_type::F32,
+                   .n_embd = 2,
+                   .n_vocab = 3,
+                   .ids = ids.data(),
+                   .n_tokens = std::int64_t(ids.size()),
+                   .out = out.data(),
+                   .scale = scale});
+  };
+  const std::int32_t ids[] = {2, 0};
+  gather(ids, 1.f);
   EXPECT_EQ(out, (std::vector<float>{20, 21, 0, 1}));
-  embedding_ref({.table = table.data(),
-                 .type = ggml_type::F32,
-                 .n_embd = 2,
-                 .n_vocab = 3,
-                 .ids = ids,
-                 .n_tokens = 2,
-                 .out = out.data(),
-                 .scale = 0.5f});  // Gemma's sqrt(n_embd)
+  gather(ids, 0.5f);  // Gemma's sqrt(n_embd)
   EXPECT_EQ(out, (std::vector<float>{10, 10.5f, 0, 0.5f}));
   const std::int32_t bad[] = {3};
-  EXPECT_THROW(embedding_ref({.table = table.data(),
-                              .type = ggml_type::F32,
-                              .n_embd = 2,
-                              .n_vocab = 3,
-                              .ids = bad,
-                              .n_tokens = 1,
-                              .out = out.data()}),
-               std::out_of_range);
+  EXPECT_THROW(gather(bad, 1.f), std::out_of_range);
 }
 
 }  // namespace
