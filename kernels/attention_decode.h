@@ -52,7 +52,7 @@ inline std::int64_t attention_decode_split_for(std::int64_t max_context, bool te
 struct attention_decode_params {
   const float* q = nullptr;                  // [n_seqs, n_heads, head_dim]
   float* out = nullptr;                      // [n_seqs, n_heads, head_dim]; must not alias q
-  paged_kv_device cache;                        // one layer, read only; head_dim 64 or 128
+  paged_kv_device cache;                        // one layer, read only; head_dim 64, 128 or 256
   std::int64_t n_heads = 0;                  // a multiple of cache.n_kv_heads
   // block_tables and context_lens are read before the kernel waits on the one ahead of it
   // (gpu_runtime.h): no kernel launched just before may write them.

@@ -105,12 +105,16 @@ template <int HeadDim, int MaxG, int Split>
 struct decode_smem {
   static constexpr int tpk = HeadDim / 8;         // threads per key (scores) and per V row (P·V)
   static constexpr int rows = threads / tpk;      // keys (V rows) per pass of the block
-  static constexpr int tile = 64;                 // positions whose K and V loads are in flight together
+  // Positions whose K and V loads are in flight together: 64, or 32 for head_dim 256, so that a
+  // thread holds at most 8 keys' loads (and its registers do not spill).
+  static constexpr int tile = HeadDim > 128 ? 32 : 64;
   static constexpr int per_thread = tile / rows;  // keys (V rows) each thread loads per tile
   static_assert(Split % tile == 0 && tile % rows == 0, "a split is whole tiles, a tile whole passes");
   float q[MaxG][HeadDim];
   float m[MaxG], l[MaxG];
-  std::int64_t slot[Split];  // cache row of each position of the split
+  // Cache row of each position of the split (block id x block size + offset: far below 2^31 rows
+  // on any device; 32 bits keep a split of 1024 at head_dim 256 within 48 KB).
+  std::int32_t slot[Split];
   union {
     float p[MaxG][Split];
     float red[rows][MaxG][HeadDim];
@@ -140,7 +144,7 @@ __global__ void __launch_bounds__(threads) decode_kernel(attention_decode_params
   const std::int64_t bs = p.cache.block_size, kv_row = std::int64_t(n_kv) * HeadDim;
   for (int j = tid; j < n; j += threads) {
     const std::int64_t pos = start + j;
-    sm.slot[j] = std::int64_t(table[pos / bs]) * bs + pos % bs;
+    sm.slot[j] = std::int32_t(std::int64_t(table[pos / bs]) * bs + pos % bs);
   }
   __syncthreads();  // the slots
   gpu::dependency_wait();  // launched with gpu::launch_dependent: q and the newest K/V come from the kernel before
@@ -159,8 +163,8 @@ __global__ void __launch_bounds__(threads) decode_kernel(attention_decode_params
 #pragma unroll
     for (int i = 0; i < per_thread; ++i) {
       const int j = t0 + kg + i * rows;
-      dst[i] = j < n ? vec::load(base, sm.slot[j] * kv_row + dim0) : vec::zero();
-      sc[i] = j < n ? kv_row_scale<T>(scales, sm.slot[j] * n_kv + kvh) : 0.f;
+      dst[i] = j < n ? vec::load(base, std::int64_t(sm.slot[j]) * kv_row + dim0) : vec::zero();
+      sc[i] = j < n ? kv_row_scale<T>(scales, std::int64_t(sm.slot[j]) * n_kv + kvh) : 0.f;
     }
   };
   raw_t kr[per_thread], vr[per_thread];
@@ -288,9 +292,10 @@ namespace decode_tc {
 constexpr int warps = threads / 32, keys = 16, max_heads = 8;
 // Tiles of 16 keys per step of a warp: two for 8-bit caches, whose per-key bytes are half, so the
 // step's fixed work (waiting on the stage, the softmax update, rescaling the accumulators) is
-// spread over 32 keys (int8 / fp8 8% faster; f16 10% slower, bench/GPU_NOTES.md).
-template <kv_dtype T>
-inline constexpr int tiles_per_step = T == kv_dtype::f16 ? 1 : 2;
+// spread over 32 keys (int8 / fp8 8% faster; f16 10% slower, bench/GPU_NOTES.md). Head size 256
+// takes one (a step of 16 keys already holds 128-dim 32 keys' work; two spill registers).
+template <kv_dtype T, int HeadDim>
+inline constexpr int tiles_per_step = T == kv_dtype::f16 || HeadDim > 128 ? 1 : 2;
 
 // The eight elements of a cache fragment as four half2 words (elements 2w and 2w + 1 in word w),
 // the 8-bit codes exactly: int8 as the half 1024 + (c + 128) (a byte permute) minus 1152, fp8 by
@@ -378,10 +383,14 @@ __global__ void __launch_bounds__(threads) decode_tc_kernel(attention_decode_par
   constexpr int vslices = HeadDim / 64;  // V fragments per key and lane: dims 64 u + 8 g
   constexpr int dtiles = HeadDim / 8;    // 8-dim column tiles of O
   constexpr int o_stride = HeadDim + 4;  // floats; spreads the lanes' scattered stores over the banks
+  // Q's fragments in registers for the whole split, or for head_dim 256 (64 registers beside O's
+  // 128) in shared memory, each lane's four words of a slice read as one 16-byte load per step.
+  constexpr bool q_in_smem = HeadDim > 128;
   static_assert(Split % step_keys == 0, "a split is whole steps");
   __shared__ std::int64_t row_off[Split];  // byte offset of each key's row of the kv head in the cache arrays
   __shared__ std::int32_t scale_row[Split];  // 8 bits: index of each key's row scale
   __shared__ float warp_m[warps][MaxG], warp_l[warps][MaxG], head_m[MaxG], head_l[MaxG];
+  __shared__ uint4 q_frags[q_in_smem ? HeadDim / 16 : 1][32];  // q_in_smem: slice i of lane l at [i][l]
   extern __shared__ __align__(16) unsigned char dyn_smem[];  // the rings; after the loop, the warps' outputs
 
   const int seq = blockIdx.y, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
@@ -444,18 +453,26 @@ __global__ void __launch_bounds__(threads) decode_tc_kernel(attention_decode_par
   // {0, 1} and + {2, 3}, the dims words 2h and 2h + 1 of K's fragment hold): its f16 rounding in
   // row g and what that rounding left out in row g + 8, so the two rows' scores add up to q . k
   // to f32 precision at no extra instruction.
-  unsigned qa[HeadDim / 16][4];
-  {
+  unsigned qa[q_in_smem ? 1 : HeadDim / 16][4];
+  const auto q_slice = [&](int i, int h, unsigned (&dst)[4]) {  // slice 2i + h, from q
     const float* qrow = g < ng ? p.q + (std::int64_t(seq) * p.n_heads + head0 + g) * HeadDim : nullptr;
+    const float4 v = qrow != nullptr ? *reinterpret_cast<const float4*>(qrow + 8 * (4 * i + c) + 4 * h)
+                                     : make_float4(0.f, 0.f, 0.f, 0.f);
+    decode_tc::split_half2(v.x * p.scale, v.y * p.scale, dst[0], dst[1]);
+    decode_tc::split_half2(v.z * p.scale, v.w * p.scale, dst[2], dst[3]);
+  };
+  if constexpr (q_in_smem) {
+    for (int e = warp; e < HeadDim / 16; e += warps) {  // each warp a share of the slices
+      unsigned w[4];
+      q_slice(e / 2, e % 2, w);
+      q_frags[e][lane] = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+    __syncthreads();
+  } else {
 #pragma unroll
     for (int i = 0; i < kslices; ++i) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float4 v = qrow != nullptr ? *reinterpret_cast<const float4*>(qrow + 8 * (4 * i + c) + 4 * h)
-                                         : make_float4(0.f, 0.f, 0.f, 0.f);
-        decode_tc::split_half2(v.x * p.scale, v.y * p.scale, qa[2 * i + h][0], qa[2 * i + h][1]);
-        decode_tc::split_half2(v.z * p.scale, v.w * p.scale, qa[2 * i + h][2], qa[2 * i + h][3]);
-      }
+      for (int h = 0; h < 2; ++h) q_slice(i, h, qa[2 * i + h]);
     }
   }
 
@@ -487,8 +504,15 @@ __global__ void __launch_bounds__(threads) decode_tc_kernel(attention_decode_par
         for (int k = 0; k < kslices; ++k) {
           unsigned w[4];
           decode_tc::halves<T>(*reinterpret_cast<const raw_t*>(krow + rg::frag_bytes * (4 * k + c)), w);
-          tc::mma_16816(sc, qa[2 * k], w[0], w[1]);
-          tc::mma_16816(sc, qa[2 * k + 1], w[2], w[3]);
+          if constexpr (q_in_smem) {
+            const uint4 a0 = q_frags[2 * k][lane], a1 = q_frags[2 * k + 1][lane];
+            const unsigned qa0[4] = {a0.x, a0.y, a0.z, a0.w}, qa1[4] = {a1.x, a1.y, a1.z, a1.w};
+            tc::mma_16816(sc, qa0, w[0], w[1]);
+            tc::mma_16816(sc, qa1, w[2], w[3]);
+          } else {
+            tc::mma_16816(sc, qa[2 * k], w[0], w[1]);
+            tc::mma_16816(sc, qa[2 * k + 1], w[2], w[3]);
+          }
         }
         s[t][2 * h] = sc[0] + sc[2];
         s[t][2 * h + 1] = sc[1] + sc[3];
@@ -656,10 +680,10 @@ __global__ void __launch_bounds__(HeadDim) decode_merge_kernel(attention_decode_
   }
   p.out[qh * HeadDim + d] = num / den;
   if (p.yq == nullptr) return;  // uniform
-  // The 8-bit form: the first warp, four outputs per lane.
+  // The 8-bit form: the first warps, four outputs per lane (whole warps: every lane shuffles).
   merged[d] = num / den;
   __syncthreads();
-  if (d < gpu::warp_size) {
+  if (d < (HeadDim / 4 + gpu::warp_size - 1) / gpu::warp_size * gpu::warp_size) {
     const bool valid = d < HeadDim / 4;
     const float4 v = valid ? make_float4(merged[4 * d], merged[4 * d + 1], merged[4 * d + 2], merged[4 * d + 3])
                            : make_float4(0.f, 0.f, 0.f, 0.f);
@@ -705,7 +729,7 @@ void with_split(std::int64_t split, F&& f) {
 #if defined(ANVIL_GPU_CUDA)
 template <kv_dtype T, int HeadDim, int Split>
 void launch_tc(const attention_decode_params& p, int group, hipStream_t stream) {
-  constexpr int tiles = decode_tc::tiles_per_step<T>;
+  constexpr int tiles = decode_tc::tiles_per_step<T, HeadDim>;
   constexpr int smem = decode_tc::ring<T, HeadDim, tiles>::block_bytes;
   gpu::allow_dynamic_smem<decode_tc_kernel<T, HeadDim, Split, tiles>>(smem);
   launch_with_merge<HeadDim, decode_tc::max_heads>(p, group, decode_tc_kernel<T, HeadDim, Split, tiles>, stream, smem);
@@ -740,8 +764,10 @@ template <kv_dtype T>
 void launch_for_dims(const attention_decode_params& p, int group, hipStream_t stream) {
   if (p.cache.head_dim == 64) {
     launch_for_group<T, 64>(p, group, stream);
-  } else {
+  } else if (p.cache.head_dim == 128) {
     launch_for_group<T, 128>(p, group, stream);
+  } else {
+    launch_for_group<T, 256>(p, group, stream);
   }
 }
 
@@ -752,12 +778,13 @@ using gpu::aligned16;
 hipError_t launch_attention_decode(const attention_decode_params& p, hipStream_t stream) {
   if (p.n_seqs == 0) return hipSuccess;
   const std::int64_t hd = p.cache.head_dim, n_kv = p.cache.n_kv_heads;
-  if (p.n_seqs < 0 || p.n_seqs > 65535 || (hd != 64 && hd != 128) || n_kv <= 0 || p.n_heads <= 0 ||
+  if (p.n_seqs < 0 || p.n_seqs > 65535 || (hd != 64 && hd != 128 && hd != 256) || n_kv <= 0 || p.n_heads <= 0 ||
       p.n_heads % n_kv != 0 || p.n_heads > 65535 || p.max_context < 1 || p.max_context > 0x7fffffff || p.window < 0 ||
       (p.split != attention_decode_split && p.split != attention_decode_short_split &&
        p.split != attention_decode_long_split &&
        (p.split != attention_decode_longest_split || p.cuda_cores_only || !attention_decode_tensor_cores())) ||
       attention_decode_splits(p.max_context, p.split) > 65535 || p.cache.block_size <= 0 ||
+      p.cache.n_blocks * p.cache.block_size > 0x7fffffff ||  // cache rows as 32-bit slots
       p.block_table_stride * p.cache.block_size < p.max_context) {
     return hipErrorInvalidValue;
   }

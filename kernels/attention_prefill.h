@@ -7,9 +7,9 @@
 //
 // Design, on NVIDIA sm_80+ (attention_prefill_tensor_cores()): FlashAttention-2 on mma.sync
 // tensor-core instructions, 64 query rows per block (attention_prefill.hip has the details).
-// Elsewhere (FlashAttention-style, f32 on the CUDA cores): a block takes 32 query rows of one
-// sequence and one kv head, a row being (token, query head) over the heads that share the kv
-// head (GQA: K/V tiles are loaded once for all of them). It walks the context in tiles of one
+// Elsewhere (FlashAttention-style, f32 on the CUDA cores): a block takes 32 query rows (16 at head
+// size 256) of one sequence and one kv head, a row being (token, query head) over the heads that
+// share the kv head (GQA: K/V tiles are loaded once for all of them). It walks the context in tiles of one
 // warp's width of keys, staged in shared memory as f16; each warp keeps its rows' running max,
 // sum and output in registers (online softmax) and updates them per tile.
 //
@@ -36,7 +36,7 @@ struct attention_prefill_seq {
 struct attention_prefill_params {
   const float* q = nullptr;                    // [total tokens, n_heads, head_dim]
   float* out = nullptr;                        // [total tokens, n_heads, head_dim]; must not alias q
-  paged_kv_device cache;                          // one layer, read only; head_dim 64 or 128
+  paged_kv_device cache;                          // one layer, read only; head_dim 64, 128 or 256
   std::int64_t n_heads = 0;                    // a multiple of cache.n_kv_heads
   const attention_prefill_seq* seqs = nullptr;  // [n_seqs], device memory
   std::int64_t n_seqs = 0;                     // <= 65535

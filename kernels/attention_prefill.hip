@@ -1,8 +1,8 @@
 // Paged prefill attention; see kernels/attention_prefill.h for the design.
 //
-// Block: 256 threads, 32 query rows (row = (token, head of the kv head's group), token-major), q
-// pre-scaled in shared memory as f32. Per key tile (warp_size keys, f16 in shared memory, K rows
-// padded by 16 bytes so the lanes' 16-byte reads hit distinct banks):
+// Block: 256 threads, 32 query rows (16 at head size 256; row = (token, head of the kv head's
+// group), token-major), q pre-scaled in shared memory as f32. Per key tile (warp_size keys, f16 in
+// shared memory, K rows padded by 16 bytes so the lanes' 16-byte reads hit distinct banks):
 //   scores: lane j takes key j and dots it with the warp's rows (K read once for all of them);
 //   online softmax per row: tile max and sum by warp reductions, f32;
 //   P·V: lane d owns dims d, d + warp_size, ...; p_j is broadcast by a shuffle.
@@ -13,6 +13,7 @@
 // denominator at the end, l + exp(s - m). Without them the arithmetic is today's.
 #include "kernels/attention_prefill.h"
 
+#include "kernels/host_device.h"
 #include "kernels/kv_cache_read.h"
 #include "kernels/tensor_core.h"
 
@@ -20,9 +21,11 @@ namespace anvil::kernels {
 namespace {
 
 // Fixed on the host side (the host pass does not know the device's warp size under HIP):
-// 256 threads and 32 rows per block; 8 warps of 4 rows with 32-wide warps, 4 of 8 with 64.
+// 256 threads and 32 rows per block; 8 warps of 4 rows with 32-wide warps, 4 of 8 with 64. Head
+// size 256 takes 16 rows, so that q (f32) and a key tile, staged 128 dims at a time, fit 48 KB of
+// shared memory (64 KB with 64-wide warps).
 constexpr int threads = 256;
-constexpr int tile_rows = 32;
+ANVIL_HOST_DEVICE constexpr int tile_rows_for(std::int64_t head_dim) { return head_dim > 128 ? 16 : 32; }
 
 // The first key a query at position qpos sees under a window of W positions (0: none).
 __device__ __forceinline__ int window_first_key(std::int64_t window, int qpos) {
@@ -74,11 +77,15 @@ __device__ __forceinline__ uint4 staged8(const void* base, const float* scales, 
 template <kv_dtype T, int HeadDim>
 __global__ void __launch_bounds__(threads) prefill_kernel(attention_prefill_params p) {
   constexpr int ws = gpu::warp_size, keys = ws, dpl = HeadDim / ws;
+  constexpr int tile_rows = tile_rows_for(HeadDim);
   constexpr int warps = threads / ws, rows_per_warp = tile_rows / warps;
-  constexpr int k_stride = HeadDim + 8;  // halfs; 16 bytes of padding per row
+  // A key tile is staged 128 dims at a time (head size 256: two chunks of K for the scores, then
+  // two of V for P·V), so that 64-wide warps' tiles fit 64 KB; up to 128 dims, K and V at once.
+  constexpr int dc = HeadDim > 128 ? 128 : HeadDim, chunks = HeadDim / dc, dpc = dc / ws;
+  constexpr int k_stride = dc + 8;  // halfs; 16 bytes of padding per row
   __shared__ float q_s[tile_rows][HeadDim];
   __shared__ __align__(16) gpu::half_bits k_s[keys][k_stride];
-  __shared__ __align__(16) gpu::half_bits v_s[keys][HeadDim];
+  __shared__ __align__(16) gpu::half_bits v_s[keys][dc];
 
   const attention_prefill_seq sq = p.seqs[blockIdx.z];
   const int kvh = blockIdx.y, tid = threadIdx.x, lane = tid % ws, warp = tid / ws;
@@ -116,37 +123,44 @@ __global__ void __launch_bounds__(threads) prefill_kernel(attention_prefill_para
   const std::int64_t last_row = min(row0 + tile_rows, rows_total) - 1;
   const int kv_end = sq.start_pos + int(last_row / group) + 1;
 
-  for (int kt0 = first_key_tile(p.window, sq.start_pos + int(row0 / group), keys); kt0 < kv_end; kt0 += keys) {
-    __syncthreads();  // the previous tile is fully read (and q_s written, the first time)
-    for (int e = tid; e < keys * (HeadDim / 8); e += threads) {
-      const int j = e / (HeadDim / 8), c = e % (HeadDim / 8);
+  // Dims [dc ch, dc (ch + 1)) of the tile's keys into k_s (with_k) and v_s (with_v).
+  const auto stage = [&](int kt0, int ch, bool with_k, bool with_v) {
+    for (int e = tid; e < keys * (dc / 8); e += threads) {
+      const int j = e / (dc / 8), c = e % (dc / 8);
       const int pos = kt0 + j;
       uint4 kr = make_uint4(0, 0, 0, 0), vr = make_uint4(0, 0, 0, 0);
       if (pos < kv_end) {
         const std::int64_t slot = std::int64_t(table[pos / bs]) * bs + pos % bs;
-        const std::int64_t off = slot * kv_row + std::int64_t(kvh) * HeadDim + c * 8;
+        const std::int64_t off = slot * kv_row + std::int64_t(kvh) * HeadDim + ch * dc + c * 8;
         const std::int64_t row = slot * p.cache.n_kv_heads + kvh;
-        kr = staged8<T>(p.cache.k, p.cache.k_scales, off, row);
-        vr = staged8<T>(p.cache.v, p.cache.v_scales, off, row);
+        if (with_k) kr = staged8<T>(p.cache.k, p.cache.k_scales, off, row);
+        if (with_v) vr = staged8<T>(p.cache.v, p.cache.v_scales, off, row);
       }
-      *reinterpret_cast<uint4*>(&k_s[j][c * 8]) = kr;
-      *reinterpret_cast<uint4*>(&v_s[j][c * 8]) = vr;
+      if (with_k) *reinterpret_cast<uint4*>(&k_s[j][c * 8]) = kr;
+      if (with_v) *reinterpret_cast<uint4*>(&v_s[j][c * 8]) = vr;
     }
-    __syncthreads();
+  };
 
-    // Scores of key (kt0 + lane) for the warp's rows.
+  for (int kt0 = first_key_tile(p.window, sq.start_pos + int(row0 / group), keys); kt0 < kv_end; kt0 += keys) {
+    // Scores of key (kt0 + lane) for the warp's rows, chunk by chunk.
     float s[rows_per_warp];
 #pragma unroll
     for (int i = 0; i < rows_per_warp; ++i) s[i] = 0.f;
+#pragma unroll
+    for (int ch = 0; ch < chunks; ++ch) {
+      __syncthreads();  // the previous chunk or tile is fully read (and q_s written, the first time)
+      stage(kt0, ch, true, chunks == 1);
+      __syncthreads();
 #pragma unroll 4
-    for (int c = 0; c < HeadDim / 8; ++c) {
-      float kf[8];
-      gpu::half8_to_float(*reinterpret_cast<const uint4*>(&k_s[lane][c * 8]), kf);
+      for (int c = 0; c < dc / 8; ++c) {
+        float kf[8];
+        gpu::half8_to_float(*reinterpret_cast<const uint4*>(&k_s[lane][c * 8]), kf);
 #pragma unroll
-      for (int i = 0; i < rows_per_warp; ++i) {
-        const float* qr = &q_s[warp * rows_per_warp + i][c * 8];
+        for (int i = 0; i < rows_per_warp; ++i) {
+          const float* qr = &q_s[warp * rows_per_warp + i][ch * dc + c * 8];
 #pragma unroll
-        for (int t = 0; t < 8; ++t) s[i] += qr[t] * kf[t];
+          for (int t = 0; t < 8; ++t) s[i] += qr[t] * kf[t];
+        }
       }
     }
 
@@ -166,16 +180,24 @@ __global__ void __launch_bounds__(threads) prefill_kernel(attention_prefill_para
       for (int d = 0; d < dpl; ++d) acc[i][d] *= alpha;
     }
 
-    // P·V.
-    for (int j = 0; j < keys; ++j) {
-      float vf[dpl];
+    // P·V, chunk by chunk (V of a single chunk came with K).
 #pragma unroll
-      for (int d = 0; d < dpl; ++d) vf[d] = gpu::half_to_float(v_s[j][lane + d * ws]);
+    for (int ch = 0; ch < chunks; ++ch) {
+      if constexpr (chunks > 1) {
+        __syncthreads();  // the previous chunk of V is fully read
+        stage(kt0, ch, false, true);
+        __syncthreads();
+      }
+      for (int j = 0; j < keys; ++j) {
+        float vf[dpc];
 #pragma unroll
-      for (int i = 0; i < rows_per_warp; ++i) {
-        const float pj = gpu::shfl(pr[i], j);
+        for (int d = 0; d < dpc; ++d) vf[d] = gpu::half_to_float(v_s[j][lane + d * ws]);
 #pragma unroll
-        for (int d = 0; d < dpl; ++d) acc[i][d] += pj * vf[d];
+        for (int i = 0; i < rows_per_warp; ++i) {
+          const float pj = gpu::shfl(pr[i], j);
+#pragma unroll
+          for (int d = 0; d < dpc; ++d) acc[i][ch * dpc + d] += pj * vf[d];
+        }
       }
     }
   }
@@ -204,34 +226,51 @@ __global__ void __launch_bounds__(threads) prefill_kernel(attention_prefill_para
 // f16 in registers as the A operand of O += P V. The B operands come four 8x8 matrices per
 // ldmatrix (K's as they lie, V's transposed). Q and P are rounded to f16 — the CUDA-core kernel
 // above keeps them in f32.
+//
+// Head size 256: O's accumulators alone take 128 registers a lane, so Q's fragments stay in shared
+// memory (f16, pre-scaled, rows padded by 16 bytes), read by ldmatrix once per 16-dim slice and
+// tile, and a tile holds 32 keys (shared memory: 2 x 33 KB of tiles beside Q's 66 KB).
 namespace prefill_tc {
-constexpr int warps = 8, threads = 32 * warps, rows = 16 * warps, keys = 64;
+constexpr int warps = 8, threads = 32 * warps, rows = 16 * warps;
+template <int HeadDim>
+inline constexpr bool q_in_smem = HeadDim > 128;
+template <int HeadDim>
+inline constexpr int keys = q_in_smem<HeadDim> ? 32 : 64;  // per tile
 // One tile of keys as f16 in shared memory, rows padded by 16 bytes.
 template <int HeadDim>
 struct tile {
-  __align__(16) gpu::half_bits k[keys][HeadDim + 8];
-  __align__(16) gpu::half_bits v[keys][HeadDim + 8];
+  __align__(16) gpu::half_bits k[keys<HeadDim>][HeadDim + 8];
+  __align__(16) gpu::half_bits v[keys<HeadDim>][HeadDim + 8];
 };
+// Q of the block's rows, when q_in_smem.
+template <int HeadDim>
+inline constexpr int q_bytes = q_in_smem<HeadDim> ? rows * (HeadDim + 8) * 2 : 0;
 // 8 bits: a tile's codes and row scales as they land, piece i of thread t at [i][t].
 template <kv_dtype T, int PerThread>
 struct codes {
   typename kv_vec8<T>::raw k[PerThread][threads], v[PerThread][threads];
   float k_scale[PerThread][threads], v_scale[PerThread][threads];
 };
-// The shared memory of a block: two tiles, and for 8 bits the staging area.
+// The shared memory of a block: two tiles, Q (q_in_smem), and for 8 bits the staging area.
 template <kv_dtype T, int HeadDim>
-inline constexpr int smem_bytes = 2 * int(sizeof(tile<HeadDim>)) +
-                                  (T == kv_dtype::f16 ? 0 : int(sizeof(codes<T, keys * HeadDim / 8 / threads>)));
+inline constexpr int smem_bytes =
+    2 * int(sizeof(tile<HeadDim>)) + q_bytes<HeadDim> +
+    (T == kv_dtype::f16 ? 0 : int(sizeof(codes<T, keys<HeadDim> * HeadDim / 8 / threads>)));
 }  // namespace prefill_tc
 
 
 template <kv_dtype T, int HeadDim>
 __global__ void __launch_bounds__(prefill_tc::threads) prefill_tc_kernel(attention_prefill_params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  constexpr int ksteps = HeadDim / 16, dtiles = HeadDim / 8, ntiles = prefill_tc::keys / 8;
+  constexpr int keys = prefill_tc::keys<HeadDim>;
+  constexpr bool q_in_smem = prefill_tc::q_in_smem<HeadDim>;
+  constexpr int ksteps = HeadDim / 16, dtiles = HeadDim / 8, ntiles = keys / 8;
+  constexpr int q_stride = HeadDim + 8;  // halfs, q_in_smem
   using tile_t = prefill_tc::tile<HeadDim>;
-  extern __shared__ __align__(16) unsigned char dyn_smem[];  // two tiles: the one computed, the next one landing
+  // Two tiles (the one computed, the next one landing), then Q, then the 8-bit staging area.
+  extern __shared__ __align__(16) unsigned char dyn_smem[];
   tile_t* const tiles = reinterpret_cast<tile_t*>(dyn_smem);
+  gpu::half_bits* const q_s = reinterpret_cast<gpu::half_bits*>(tiles + 2);
 
   const attention_prefill_seq sq = p.seqs[blockIdx.z];
   const int kvh = blockIdx.y, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
@@ -264,13 +303,28 @@ __global__ void __launch_bounds__(prefill_tc::threads) prefill_tc_kernel(attenti
     const float2 v = *reinterpret_cast<const float2*>(qrow[h] + col);
     return gpu::floats_to_half2_bits(v.x * qscale, v.y * qscale);
   };
-  unsigned qa[ksteps][4];
+  unsigned qa[q_in_smem ? 1 : ksteps][4];
+  if constexpr (q_in_smem) {
+    // The warp's 16 rows into q_s: lane (g, c) writes the pairs its fragments would hold.
+    gpu::half_bits* const wq = q_s + warp * 16 * q_stride;
+    for (int ks = 0; ks < ksteps; ++ks) {
 #pragma unroll
-  for (int ks = 0; ks < ksteps; ++ks) {
-    qa[ks][0] = q_pair(0, ks * 16 + 2 * c);
-    qa[ks][1] = q_pair(1, ks * 16 + 2 * c);
-    qa[ks][2] = q_pair(0, ks * 16 + 8 + 2 * c);
-    qa[ks][3] = q_pair(1, ks * 16 + 8 + 2 * c);
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int hi = 0; hi < 2; ++hi) {
+          const int col = ks * 16 + 8 * hi + 2 * c;
+          *reinterpret_cast<unsigned*>(wq + (g + 8 * h) * q_stride + col) = q_pair(h, col);
+        }
+      }
+    }
+  } else {
+#pragma unroll
+    for (int ks = 0; ks < ksteps; ++ks) {
+      qa[ks][0] = q_pair(0, ks * 16 + 2 * c);
+      qa[ks][1] = q_pair(1, ks * 16 + 2 * c);
+      qa[ks][2] = q_pair(0, ks * 16 + 8 + 2 * c);
+      qa[ks][3] = q_pair(1, ks * 16 + 8 + 2 * c);
+    }
   }
   float o[dtiles][4];
 #pragma unroll
@@ -283,10 +337,11 @@ __global__ void __launch_bounds__(prefill_tc::threads) prefill_tc_kernel(attenti
   // next tile lands while this one is computed: f16 rows straight into tiles[b]; 8-bit rows (and
   // their scales) into a staging area where each thread finds the pieces it copied itself, which
   // it decodes and scales into tiles[b] once they have landed (no barrier between).
-  constexpr int pieces = prefill_tc::keys * (HeadDim / 8);  // 8 elements each
+  constexpr int pieces = keys * (HeadDim / 8);  // 8 elements each
   constexpr int per_thread = pieces / prefill_tc::threads;
   static_assert(pieces % prefill_tc::threads == 0, "whole pieces per thread");
-  prefill_tc::codes<T, per_thread>* const staged = reinterpret_cast<prefill_tc::codes<T, per_thread>*>(tiles + 2);
+  prefill_tc::codes<T, per_thread>* const staged =
+      reinterpret_cast<prefill_tc::codes<T, per_thread>*>(dyn_smem + 2 * sizeof(tile_t) + prefill_tc::q_bytes<HeadDim>);
   const auto fetch = [&](int kt0, int b) {
 #pragma unroll
     for (int i = 0; i < per_thread; ++i) {
@@ -321,12 +376,12 @@ __global__ void __launch_bounds__(prefill_tc::threads) prefill_tc_kernel(attenti
       }
     }
   };
-  const int kt_first = first_key_tile(p.window, sq.start_pos + int(row0 / group), prefill_tc::keys);
+  const int kt_first = first_key_tile(p.window, sq.start_pos + int(row0 / group), keys);
   fetch(kt_first, 0);
   decode(0);
-  for (int kt0 = kt_first, b = 0; kt0 < kv_end; kt0 += prefill_tc::keys, b ^= 1) {
-    const bool more = kt0 + prefill_tc::keys < kv_end;
-    if (more) fetch(kt0 + prefill_tc::keys, b ^ 1);  // tiles[b ^ 1] was last read before the previous barrier
+  for (int kt0 = kt_first, b = 0; kt0 < kv_end; kt0 += keys, b ^= 1) {
+    const bool more = kt0 + keys < kv_end;
+    if (more) fetch(kt0 + keys, b ^ 1);  // tiles[b ^ 1] was last read before the previous barrier
     if constexpr (T == kv_dtype::f16) {
       if (more) {
         tc::cp_async_wait<1>();  // this tile's group has landed; the next one may still fly
@@ -344,14 +399,30 @@ __global__ void __launch_bounds__(prefill_tc::threads) prefill_tc_kernel(attenti
     float s[ntiles][4];
 #pragma unroll
     for (int nt = 0; nt < ntiles; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
-#pragma unroll
-    for (int nt = 0; nt < ntiles; nt += 2) {
+    if constexpr (q_in_smem) {
+      // Q's slice ks once for all key groups: lane l names row l % 16, half l / 16 of the slice.
 #pragma unroll
       for (int ks = 0; ks < ksteps; ++ks) {
-        unsigned b[4];
-        tc::ldmatrix_x4(&k_s[(nt + lane / 16) * 8 + lane % 8][ks * 16 + ((lane / 8) % 2) * 8], b);
-        tc::mma_16816(s[nt], qa[ks], b[0], b[1]);
-        tc::mma_16816(s[nt + 1], qa[ks], b[2], b[3]);
+        unsigned a[4];
+        tc::ldmatrix_x4(q_s + (warp * 16 + lane % 16) * q_stride + ks * 16 + (lane / 16) * 8, a);
+#pragma unroll
+        for (int nt = 0; nt < ntiles; nt += 2) {
+          unsigned b[4];
+          tc::ldmatrix_x4(&k_s[(nt + lane / 16) * 8 + lane % 8][ks * 16 + ((lane / 8) % 2) * 8], b);
+          tc::mma_16816(s[nt], a, b[0], b[1]);
+          tc::mma_16816(s[nt + 1], a, b[2], b[3]);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < ntiles; nt += 2) {
+#pragma unroll
+        for (int ks = 0; ks < ksteps; ++ks) {
+          unsigned b[4];
+          tc::ldmatrix_x4(&k_s[(nt + lane / 16) * 8 + lane % 8][ks * 16 + ((lane / 8) % 2) * 8], b);
+          tc::mma_16816(s[nt], qa[ks], b[0], b[1]);
+          tc::mma_16816(s[nt + 1], qa[ks], b[2], b[3]);
+        }
       }
     }
     // Online softmax per row; keys past the row's position or before its window (and every key of a
@@ -359,7 +430,7 @@ __global__ void __launch_bounds__(prefill_tc::threads) prefill_tc_kernel(attenti
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float mx = -INFINITY;
-      const bool masked = kt0 + prefill_tc::keys - 1 > qpos[h] || kt0 < qlo[h];
+      const bool masked = kt0 + keys - 1 > qpos[h] || kt0 < qlo[h];
 #pragma unroll
       for (int nt = 0; nt < ntiles; ++nt) {
 #pragma unroll
@@ -397,7 +468,7 @@ __global__ void __launch_bounds__(prefill_tc::threads) prefill_tc_kernel(attenti
     }
     // O += P V, 16 keys at a time: P's accumulators are already the A operand's layout.
 #pragma unroll
-    for (int kk = 0; kk < prefill_tc::keys / 16; ++kk) {
+    for (int kk = 0; kk < keys / 16; ++kk) {
       const unsigned pa[4] = {gpu::floats_to_half2_bits(s[2 * kk][0], s[2 * kk][1]),
                               gpu::floats_to_half2_bits(s[2 * kk][2], s[2 * kk][3]),
                               gpu::floats_to_half2_bits(s[2 * kk + 1][0], s[2 * kk + 1][1]),
@@ -452,16 +523,20 @@ void launch(const attention_prefill_params& p, dim3 grid, hipStream_t stream) {
     grid.x = static_cast<unsigned>((p.max_seq_tokens * (p.n_heads / p.cache.n_kv_heads) + prefill_tc::rows - 1) / prefill_tc::rows);
     if (p.cache.head_dim == 64) {
       launch_tc<T, 64>(p, grid, stream);
-    } else {
+    } else if (p.cache.head_dim == 128) {
       launch_tc<T, 128>(p, grid, stream);
+    } else {
+      launch_tc<T, 256>(p, grid, stream);
     }
     return;
   }
 #endif
   if (p.cache.head_dim == 64) {
     prefill_kernel<T, 64><<<grid, threads, 0, stream>>>(p);
-  } else {
+  } else if (p.cache.head_dim == 128) {
     prefill_kernel<T, 128><<<grid, threads, 0, stream>>>(p);
+  } else {
+    prefill_kernel<T, 256><<<grid, threads, 0, stream>>>(p);
   }
 }
 
@@ -480,12 +555,13 @@ bool attention_prefill_tensor_cores() {
 hipError_t launch_attention_prefill(const attention_prefill_params& p, hipStream_t stream) {
   if (p.n_seqs == 0 || p.max_seq_tokens == 0) return hipSuccess;
   const std::int64_t hd = p.cache.head_dim, n_kv = p.cache.n_kv_heads;
-  if (p.n_seqs < 0 || p.n_seqs > 65535 || p.max_seq_tokens < 0 || (hd != 64 && hd != 128) || n_kv <= 0 ||
+  if (p.n_seqs < 0 || p.n_seqs > 65535 || p.max_seq_tokens < 0 || (hd != 64 && hd != 128 && hd != 256) || n_kv <= 0 ||
       n_kv > 65535 || p.n_heads <= 0 || p.n_heads % n_kv != 0 || p.cache.block_size <= 0 || p.window < 0) {
     return hipErrorInvalidValue;
   }
   if (!aligned16(p.cache.k) || !aligned16(p.cache.v)) return hipErrorInvalidValue;
   if (kv_is_8bit(p.cache.dtype) && (p.cache.k_scales == nullptr || p.cache.v_scales == nullptr)) return hipErrorInvalidValue;
+  const int tile_rows = tile_rows_for(hd);
   const std::int64_t tiles = (p.max_seq_tokens * (p.n_heads / n_kv) + tile_rows - 1) / tile_rows;
   if (tiles > 0x7fffffff) return hipErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(n_kv), static_cast<unsigned>(p.n_seqs));

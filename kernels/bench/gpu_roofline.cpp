@@ -35,11 +35,13 @@
 // model's layers do, so no figure comes from L2. Weights are random bytes (the kernels' speed
 // does not depend on the values). A plain main: the GPU machine has none of the Debian libraries.
 // Usage: gpu_roofline [--quick] [--quant-gemm] [--fp8-gemm] [--decode-attention] [--prefill-attention] [--moe]
+//                     [--attention-head-dim 128|256]
 // (--quick: fewer repetitions, skips the 128256-row shape; --quant-gemm / --fp8-gemm: the limits
 // and that GEMM table only; --decode-attention: the limits and the decode attention table only, at
 // the loads of 256-sequence serving, the tensor-core kernel at each split length it takes;
 // --prefill-attention: the limits and the prefill attention table only; --moe: the copy bandwidth and
-// the experts table only)
+// the experts table only; --attention-head-dim 256: the attention tables on gemma3-12b's layer,
+// 16 heads over 8 KV heads of 256, instead of llama3-8b's)
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -200,8 +202,12 @@ void vendor_gemm(blas::handle_t h, const device_mem& ws, bool int8, int m, int n
   }
 }
 
-// The attention tables' layer: llama3-8b's 8 KV heads of 128 in blocks of 16.
-constexpr std::int64_t att_kv_heads = 8, att_head_dim = 128, att_heads = 32, att_block = 16;
+// The attention tables' layer: llama3-8b's 32 heads over 8 KV heads of 128 in blocks of 16, or
+// with --attention-head-dim 256 gemma3-12b's 16 over 8 of 256.
+struct attention_layer {
+  std::int64_t kv_heads = 8, head_dim = 128, heads = 32, block = 16;
+};
+attention_layer att;
 
 // Block tables for n_blocks blocks, spread over the pool in a shuffled order as the KV manager
 // leaves them (a permutation: 7919 is a prime), on the device.
@@ -219,9 +225,9 @@ struct bench_cache {
   device_mem k, v, ks, vs;
   kernels::paged_kv_device view;
   bench_cache(kernels::kv_dtype t, std::int64_t n_blocks)
-      : k(std::size_t(n_blocks * att_block * att_kv_heads * att_head_dim * kernels::kv_elem_bytes_device(t))),
+      : k(std::size_t(n_blocks * att.block * att.kv_heads * att.head_dim * kernels::kv_elem_bytes_device(t))),
         v(k.n),
-        ks(std::size_t(n_blocks * att_block * att_kv_heads) * 4),
+        ks(std::size_t(n_blocks * att.block * att.kv_heads) * 4),
         vs(ks.n) {
     CHECK(hipMemset(k.p, 0x11, k.n));
     CHECK(hipMemset(v.p, 0x11, v.n));
@@ -230,9 +236,9 @@ struct bench_cache {
     view = {.k = k.p,
             .v = v.p,
             .n_blocks = n_blocks,
-            .block_size = att_block,
-            .n_kv_heads = att_kv_heads,
-            .head_dim = att_head_dim,
+            .block_size = att.block,
+            .n_kv_heads = att.kv_heads,
+            .head_dim = att.head_dim,
             .dtype = t,
             .k_scales = ks.as<float>(),
             .v_scales = vs.as<float>()};
@@ -521,6 +527,15 @@ int main(int argc, char** argv) {
     prefill_only = prefill_only || std::strcmp(argv[i], "--prefill-attention") == 0;
     quant_only = quant_only || std::strcmp(argv[i], "--quant-gemm") == 0;
     fp8_only = fp8_only || std::strcmp(argv[i], "--fp8-gemm") == 0;
+    if (std::strcmp(argv[i], "--attention-head-dim") == 0 && i + 1 < argc) {
+      const long hd = std::strtol(argv[++i], nullptr, 10);
+      if (hd == 256) {
+        att = {.kv_heads = 8, .head_dim = 256, .heads = 16};
+      } else if (hd != 128) {
+        std::fprintf(stderr, "gpu_roofline: --attention-head-dim takes 128 (llama3-8b's layer) or 256 (gemma3-12b's)\n");
+        return 2;
+      }
+    }
   }
   quant_only = quant_only || fp8_only;  // both skip the attention tables and what follows theirs
   const int reps = quick ? 5 : 15;
@@ -568,11 +583,12 @@ int main(int argc, char** argv) {
   // One layer of llama3-8b; every sequence has the same context, its blocks spread over the pool
   // in a shuffled order as the KV manager leaves them; the pool is larger than L2 many times.
   if (!quant_only && !prefill_only) {
-    std::printf("\nDecode attention, one layer of 32 heads over 8 KV heads of 128, blocks of 16; limit: copy bandwidth %.0f GB/s\n",
-                copy_gbs);
+    std::printf("\nDecode attention, one layer of %lld heads over %lld KV heads of %lld, blocks of %lld; limit: copy bandwidth %.0f GB/s\n",
+                static_cast<long long>(att.heads), static_cast<long long>(att.kv_heads),
+                static_cast<long long>(att.head_dim), static_cast<long long>(att.block), copy_gbs);
     std::printf("%-6s %-7s %8s %8s %6s | %9s %9s %7s\n", "cache", "kernel", "seqs", "context", "split", "us", "KV GB/s",
                 "% copy");
-    constexpr std::int64_t n_kv = att_kv_heads, hd = att_head_dim, n_heads = att_heads, bs = att_block;
+    const std::int64_t n_kv = att.kv_heads, hd = att.head_dim, n_heads = att.heads, bs = att.block;
     struct load {
       std::int64_t seqs, ctx;
     };
@@ -632,10 +648,11 @@ int main(int argc, char** argv) {
 
   // ---- prefill attention ----
   if (!quant_only) {
-    std::printf("\nPrefill attention, one layer of 32 heads over 8 KV heads of 128; limit: dense f16 GEMM %.0f TFLOP/s\n",
-                gemm_tflops);
+    std::printf("\nPrefill attention, one layer of %lld heads over %lld KV heads of %lld; limit: dense f16 GEMM %.0f TFLOP/s\n",
+                static_cast<long long>(att.heads), static_cast<long long>(att.kv_heads),
+                static_cast<long long>(att.head_dim), gemm_tflops);
     std::printf("%-6s %8s %8s %6s | %9s %9s %7s\n", "cache", "tokens", "from", "seqs", "us", "TFLOP/s", "% GEMM");
-    constexpr std::int64_t hd = att_head_dim, n_heads = att_heads, bs = att_block;
+    const std::int64_t hd = att.head_dim, n_heads = att.heads, bs = att.block;
     struct chunk {
       std::int64_t tokens, start, seqs;
     };

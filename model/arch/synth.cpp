@@ -122,9 +122,10 @@ const std::vector<synth_shape>& synth_shapes() {
        .rms_eps = 1e-5f, .tied_output = false, .n_expert = 128, .n_expert_used = 4, .n_ff_exp = 2880,
        .sliding_window = 128, .yarn_factor = 32.f, .yarn_orig_ctx = 4096},
       // Gemma 3: a tiny one whose six layers include a global one (the sixth) and whose window (16)
-      // short prompts already pass; the 12B (head size 256) and the 27B (head size 128) shapes.
+      // short prompts already pass, with the 1B's heads (4 of 256 dims on one kv head); the 12B
+      // (head size 256) and the 27B (head size 128) shapes.
       {.name = "tiny-gemma3", .architecture = arch::gemma3, .n_vocab = 512, .n_embd = 256, .n_layer = 6, .n_head = 4,
-       .n_head_kv = 2, .head_dim = 64, .n_ff = 512, .n_ctx = 4096, .rope_base = 1000000.f, .rms_eps = 1e-6f,
+       .n_head_kv = 1, .head_dim = 256, .n_ff = 512, .n_ctx = 4096, .rope_base = 1000000.f, .rms_eps = 1e-6f,
        .tied_output = true, .sliding_window = 16, .rope_linear_factor = 8.f},
       {.name = "gemma3-12b", .architecture = arch::gemma3, .n_vocab = 262208, .n_embd = 3840, .n_layer = 48,
        .n_head = 16, .n_head_kv = 8, .head_dim = 256, .n_ff = 15360, .n_ctx = 131072, .rope_base = 1000000.f,

@@ -214,7 +214,8 @@ INSTANTIATE_TEST_SUITE_P(
                       // gpt-oss: sinks, a window of 16 on layer 0 (prompts of 20 and 33 tokens), YaRN,
                       // biases everywhere, the clamped SwiGLU; experts in MXFP4 as it ships, and in F16.
                       model_case{"tiny-gpt-oss", synth_mix::mxfp4}, model_case{"tiny-gpt-oss", synth_mix::f16},
-                      // gemma3: five sliding layers (window 16) with their own RoPE to one global,
+                      // gemma3: five sliding layers (window 16) with their own RoPE to one global, heads
+                      // of 256 dims (the attention kernels' third size),
                       // the norms on each block's output, GeGLU, the scaled embedding, a tied head.
                       model_case{"tiny-gemma3", synth_mix::f16}, model_case{"tiny-gemma3", synth_mix::q4_k_m},
                       model_case{"tiny-gemma3", synth_mix::q8_0, kernels::kv_dtype::fp8}),

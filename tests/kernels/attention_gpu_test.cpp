@@ -460,7 +460,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, RopeKvWriteGpu,
                                            rope_case{33, 14, 2, 64, 64, rope_style::neox, false},     // qwen2.5 0.5B
                                            rope_case{300, 16, 8, 128, 128, rope_style::neox, false},  // qwen3
                                            rope_case{5, 8, 1, 128, 64, rope_style::neox, true},       // partial rotation
-                                           rope_case{9, 4, 4, 64, 32, rope_style::normal, false}));
+                                           rope_case{9, 4, 4, 64, 32, rope_style::normal, false},
+                                           rope_case{19, 4, 1, 256, 256, rope_style::neox, false}));  // gemma3 1B
 
 // ---------------------------------------------------------------------------------------------
 // Attention: shared set-up. Sequences with shuffled block tables over one random f16 cache.
@@ -748,7 +749,7 @@ std::vector<attn_case> decode_cases() {
       {{4096, 1}},                                                      // 4097: split-K
       {{4096, 1}, {0, 1}, {299, 1}, {16, 1}, {255, 1}, {256, 1}, {1000, 1}},  // mixed batch
   };
-  for (std::int64_t hd : {64, 128}) {
+  for (std::int64_t hd : {64, 128, 256}) {  // 256: gemma3 1B/4B/12B
     for (std::int64_t group : {1, 4, 8}) {
       for (const auto& ctx : contexts) cases.push_back({hd, group == 1 ? 4 : 2, group, ctx});
     }
@@ -777,6 +778,8 @@ std::vector<attn_case> decode_window_cases() {
   }
   cases.push_back({128, 2, 7, {{300, 1}, {5000, 1}}, 128, true});  // a group that is not a power of two
   cases.push_back({64, 1, 14, {{700, 1}, {3, 1}}, 7, true});       // two head chunks
+  for (std::int64_t window : {7, 128}) cases.push_back({256, 2, 2, batch, window, false});  // gemma3 12B's heads
+  cases.push_back({256, 1, 4, batch, 128, true});
   return cases;
 }
 
@@ -874,7 +877,7 @@ std::vector<attn_case> prefill_cases() {
       {{3999, 98}},                               // a chunk reaching 4097
       {{0, 17}, {256, 44}, {5, 1}, {0, 300}, {1000, 33}},  // mixed batch
   };
-  for (std::int64_t hd : {64, 128}) {
+  for (std::int64_t hd : {64, 128, 256}) {  // 256: gemma3 1B/4B/12B
     for (std::int64_t group : {1, 4, 8}) {
       for (const auto& b : batches) cases.push_back({hd, group == 1 ? 4 : 2, group, b});
     }
@@ -902,6 +905,8 @@ std::vector<attn_case> prefill_window_cases() {
     }
   }
   cases.push_back({128, 2, 7, {{0, 45}, {123, 200}}, 128, true});  // a group that does not divide the tile
+  for (std::int64_t window : {7, 128}) cases.push_back({256, 2, 2, batch, window, false});  // gemma3 12B's heads
+  cases.push_back({256, 1, 4, batch, 128, true});
   return cases;
 }
 

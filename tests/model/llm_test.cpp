@@ -140,7 +140,7 @@ TEST(LoadLlm, Gemma3LayersSlideFiveInSixWithTheirOwnRope) {
   EXPECT_TRUE(hp.post_norms);
   EXPECT_EQ(hp.ffn_act, kernels::glu_activation::gelu_tanh);
   EXPECT_FLOAT_EQ(hp.embd_scale, 16.f);  // sqrt(256)
-  EXPECT_FLOAT_EQ(hp.attention_scale(), 1.f / 8);  // query_pre_attn_scalar = head_dim 64
+  EXPECT_FLOAT_EQ(hp.attention_scale(), 1.f / 16);  // query_pre_attn_scalar = head_dim 256
   for (const layer_weights& l : m.layers) {
     EXPECT_EQ(l.post_attn_norm.size(), std::size_t(s.n_embd));
     EXPECT_EQ(l.post_ffn_norm.size(), std::size_t(s.n_embd));
