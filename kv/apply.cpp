@@ -33,6 +33,7 @@ kv_batch_result kv_core::apply(const kv_batch& batch) {
   std::vector<std::uint64_t> gone;
   for (const kv_op& op : batch.ops) out.results.push_back(apply_op(op, batch.victims, out, gone));
   out.counts = ledger();
+  out.window_counts = window_ledger();
   return out;
 }
 
@@ -55,7 +56,7 @@ kv_op_result kv_core::apply_op(const kv_op& op, const std::vector<std::uint64_t>
   switch (op.op) {
     case kv_op::kind::begin:
       r.cached_tokens = begin(op.seq_id, op.tokens);
-      r.block_table = table_copy(op.seq_id);
+      tables_into(op.seq_id, r);
       break;
     case kv_op::kind::reserve:
       reserve_preempting(op, victims, out, gone, r);
@@ -68,7 +69,7 @@ kv_op_result kv_core::apply_op(const kv_op& op, const std::vector<std::uint64_t>
       break;
     case kv_op::kind::fork:
       fork(op.seq_id, op.fork_from);
-      r.block_table = table_copy(op.seq_id);
+      tables_into(op.seq_id, r);
       break;
   }
   return r;
@@ -92,12 +93,13 @@ void kv_core::reserve_preempting(const kv_op& op, const std::vector<std::uint64_
   }
   r.ok = rr.ok;
   r.copies = std::move(rr.copies);
-  r.block_table = table_copy(op.seq_id);
+  tables_into(op.seq_id, r);
 }
 
-std::vector<std::int32_t> kv_core::table_copy(std::uint64_t seq_id) const {
-  const std::span<const block_id> t = block_table(seq_id);
-  return {t.begin(), t.end()};
+void kv_core::tables_into(std::uint64_t seq_id, kv_op_result& r) const {
+  const std::span<const block_id> t = block_table(seq_id), w = window_table(seq_id);
+  r.block_table.assign(t.begin(), t.end());
+  r.window_table.assign(w.begin(), w.end());
 }
 
 }  // namespace anvil::kv

@@ -1,6 +1,7 @@
 // kv_core::check: the audit the scheduler runs after every step in debug builds. It trusts no
 // counter: refcounts are recounted from every live block table, the pool's lists are walked, and
 // the prefix index is compared with the block states. The first problem found is returned.
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,56 @@ std::string kv_core::check() const {
   }
   const kv::ledger l = ledger();
   if (l.free + l.cached + l.in_use != l.total || l.total != n) return "ledger does not sum to the pool size";
+  return check_window();
+}
+
+// The window pool: each table as long as the main one, given back exactly up to the next query's
+// window, refcounts recounted, nothing cached.
+std::string kv_core::check_window() const {
+  if (!window_pool_) {
+    for (const auto& [id, s] : seqs_) {
+      if (!s.window.empty() || s.trimmed != 0) return seq_str(id) + " has a window table without a window pool";
+    }
+    return {};
+  }
+  if (std::string e = window_pool_->check(); !e.empty()) return "window pool: " + e;
+  const std::int32_t n = window_pool_->size();
+  std::vector<std::int32_t> refs(static_cast<std::size_t>(n), 0);
+  std::vector<std::int64_t> last_holder(static_cast<std::size_t>(n), -1);
+  std::int64_t holder = 0;
+  for (const auto& [id, s] : seqs_) {
+    ++holder;
+    if (s.window.size() != s.table.size()) {
+      return seq_str(id) + ": " + std::to_string(s.window.size()) + " window blocks for " + std::to_string(s.table.size()) +
+             " blocks";
+    }
+    const std::int64_t first_seen = std::max<std::int64_t>(0, s.computed - config_.window + 1);
+    const std::int64_t want_trimmed = std::min(first_seen / block_size_, static_cast<std::int64_t>(s.window.size()));
+    if (s.trimmed != want_trimmed) {
+      return seq_str(id) + ": window blocks given back up to " + std::to_string(s.trimmed) + ", the window needs " +
+             std::to_string(want_trimmed);
+    }
+    for (std::int64_t k = 0; k < static_cast<std::int64_t>(s.window.size()); ++k) {
+      const block_id b = s.window[static_cast<std::size_t>(k)];
+      if (k < s.trimmed) {
+        if (b != no_block) return seq_str(id) + " keeps window " + block_str(b) + " it gave back";
+        continue;
+      }
+      if (b < 0 || b >= n) return seq_str(id) + " holds out-of-range window " + block_str(b);
+      const auto i = static_cast<std::size_t>(b);
+      if (last_holder[i] == holder) return seq_str(id) + " holds window " + block_str(b) + " twice";
+      last_holder[i] = holder;
+      ++refs[i];
+    }
+  }
+  for (block_id b = 0; b < n; ++b) {
+    const std::int32_t held = refs[static_cast<std::size_t>(b)];
+    if (held != window_pool_->refcount(b)) {
+      return "window " + block_str(b) + ": refcount " + std::to_string(window_pool_->refcount(b)) +
+             " but live tables hold it " + std::to_string(held) + " times";
+    }
+    if (window_pool_->is_cached(b)) return "window " + block_str(b) + " is cached";
+  }
   return {};
 }
 

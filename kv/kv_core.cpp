@@ -28,6 +28,15 @@ std::int32_t checked_pool_size(const kv_config& c) {
 
 kv_core::kv_core(const kv_config& config, block_hasher hasher)
     : config_(config), block_size_(config.block_size), pool_(checked_pool_size(config)) {
+  if (config_.window < 0) throw std::invalid_argument("kv_config: negative window " + std::to_string(config_.window));
+  if (config_.window > 0) {
+    if (config_.prefix_caching) throw std::invalid_argument("kv_config: a window pool needs prefix caching off");
+    if (config_.n_window_blocks < 1 || config_.n_window_blocks > std::numeric_limits<std::int32_t>::max()) {
+      throw std::invalid_argument("kv_config: n_window_blocks must be in [1, 2^31), got " +
+                                  std::to_string(config_.n_window_blocks));
+    }
+    window_pool_.emplace(static_cast<std::int32_t>(config_.n_window_blocks));
+  }
   if (config_.prefix_caching) {
     cache_.emplace(pool_.size(), static_cast<std::int32_t>(block_size_), hasher);
   }
@@ -111,10 +120,25 @@ std::int64_t kv_core::blocks_needed(const sequence& s, std::int64_t n_tokens) co
   return need;
 }
 
+std::int64_t kv_core::window_blocks_needed(const sequence& s, std::int64_t n_tokens) const noexcept {
+  if (!window_pool_) return 0;
+  const auto have = static_cast<std::int64_t>(s.window.size());
+  const std::int64_t want = blocks_for(n_tokens);
+  std::int64_t need = std::max<std::int64_t>(0, want - have);
+  if (n_tokens > s.computed) {
+    // Window blocks are never indexed: only a fork shares them.
+    for (std::int64_t k = std::max(s.trimmed, s.computed / block_size_); k < std::min(have, want); ++k) {
+      if (window_pool_->refcount(s.window[static_cast<std::size_t>(k)]) > 1) ++need;
+    }
+  }
+  return need;
+}
+
 reserve_result kv_core::reserve(std::uint64_t seq_id, std::int64_t n_tokens) {
   sequence& s = live_seq(seq_id, "reserve");
   if (n_tokens < 0) caller_bug("reserve", seq_id, "negative n_tokens " + std::to_string(n_tokens));
   if (blocks_needed(s, n_tokens) > pool_.available()) return {false, {}};
+  if (window_pool_ && window_blocks_needed(s, n_tokens) > window_pool_->available()) return {false, {}};
 
   reserve_result r;
   const auto have = static_cast<std::int64_t>(s.table.size());
@@ -133,6 +157,21 @@ reserve_result kv_core::reserve(std::uint64_t seq_id, std::int64_t n_tokens) {
     }
   }
   for (std::int64_t k = have; k < want; ++k) s.table.push_back(take_block());
+  if (window_pool_) {
+    const auto whave = static_cast<std::int64_t>(s.window.size());
+    if (n_tokens > s.computed) {
+      for (std::int64_t k = std::max(s.trimmed, s.computed / block_size_); k < std::min(whave, want); ++k) {
+        block_id& slot = s.window[static_cast<std::size_t>(k)];
+        if (window_pool_->refcount(slot) > 1) {
+          const block_id dst = window_pool_->take().id;
+          r.copies.push_back({.src = slot, .dst = dst, .window = true});
+          window_pool_->unref(slot, false);
+          slot = dst;
+        }
+      }
+    }
+    for (std::int64_t k = whave; k < want; ++k) s.window.push_back(window_pool_->take().id);
+  }
   s.reserved = std::max(s.reserved, n_tokens);
   return r;
 }
@@ -148,6 +187,18 @@ void kv_core::commit(std::uint64_t seq_id, std::span<const std::int32_t> tokens)
   }
   s.computed = n;
   if (cache_) index_full_blocks(s, tokens);
+  if (window_pool_) trim_window(s);
+}
+
+void kv_core::trim_window(sequence& s) {
+  // The next query sits at position `computed` and sees [computed - window + 1, computed].
+  const std::int64_t first_seen = std::max<std::int64_t>(0, s.computed - config_.window + 1);
+  const std::int64_t keep_from = std::min(first_seen / block_size_, static_cast<std::int64_t>(s.window.size()));
+  for (; s.trimmed < keep_from; ++s.trimmed) {
+    block_id& b = s.window[static_cast<std::size_t>(s.trimmed)];
+    window_pool_->unref(b, false);
+    b = no_block;
+  }
 }
 
 void kv_core::index_full_blocks(sequence& s, std::span<const std::int32_t> tokens) {
@@ -178,6 +229,8 @@ void kv_core::release(std::uint64_t seq_id) {
   // it. Evicting a prefix's head would strand every block after it.
   const std::vector<block_id>& table = it->second.table;
   for (auto b = table.rbegin(); b != table.rend(); ++b) drop_block(*b);
+  const sequence& s = it->second;
+  for (std::size_t k = static_cast<std::size_t>(s.trimmed); k < s.window.size(); ++k) window_pool_->unref(s.window[k], false);
   seqs_.erase(it);
 }
 
@@ -190,11 +243,19 @@ void kv_core::fork(std::uint64_t seq_id, std::uint64_t from) {
   copy.table.resize(static_cast<std::size_t>(blocks_for(src.computed)));
   copy.reserved = src.computed;
   for (block_id b : copy.table) pool_.ref(b);
+  if (window_pool_) {
+    copy.window.resize(copy.table.size());  // trimmed <= computed / block_size: the entries kept
+    for (std::size_t k = static_cast<std::size_t>(copy.trimmed); k < copy.window.size(); ++k) window_pool_->ref(copy.window[k]);
+  }
   seqs_.emplace(seq_id, std::move(copy));
 }
 
 std::span<const block_id> kv_core::block_table(std::uint64_t seq_id) const {
   return live_seq(seq_id, "block_table").table;
+}
+
+std::span<const block_id> kv_core::window_table(std::uint64_t seq_id) const {
+  return live_seq(seq_id, "window_table").window;
 }
 
 std::int64_t kv_core::computed(std::uint64_t seq_id) const { return live_seq(seq_id, "computed").computed; }
@@ -203,9 +264,15 @@ kv::ledger kv_core::ledger() const noexcept {
   return {pool_.free_count(), pool_.cached_count(), pool_.in_use_count(), pool_.size()};
 }
 
+kv::ledger kv_core::window_ledger() const noexcept {
+  if (!window_pool_) return {};
+  return {window_pool_->free_count(), window_pool_->cached_count(), window_pool_->in_use_count(), window_pool_->size()};
+}
+
 kv_stats kv_core::stats() const noexcept {
   kv_stats s = stats_;
   s.counts = ledger();
+  s.window_counts = window_ledger();
   return s;
 }
 

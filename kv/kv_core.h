@@ -12,6 +12,11 @@
 // Costs: every op is O(blocks it touches) — begin O(prompt), reserve O(new blocks + blocks
 // written), commit O(newly full blocks x block_size), release/fork O(table) — with no scans of
 // the pool; check() is the O(pool + tables) audit the scheduler runs after each step in debug.
+//
+// With a window pool (kv_config::window), each sequence also has a window table over the same
+// positions: reserve grows both (all or nothing, copy-on-write in both), and commit gives back
+// the window blocks wholly before the window of the next query (at position `computed`: it sees
+// [computed - window + 1, computed]), leaving -1 (no_block) in their entries.
 #pragma once
 
 #include <cstdint>
@@ -35,7 +40,8 @@ struct reserve_result {
 class kv_core {
  public:
   // Throws std::invalid_argument for a config it cannot run (no blocks, block_size < 1, a pool
-  // beyond int32 block ids). `hasher` is the prefix cache's chain hash (tests inject weak ones).
+  // beyond int32 block ids, a window pool with prefix caching). `hasher` is the prefix cache's
+  // chain hash (tests inject weak ones).
   explicit kv_core(const kv_config& config, block_hasher hasher = default_block_hash);
 
   // Starts seq_id with its prompt. With prefix caching, takes the longest run of cached full
@@ -59,10 +65,12 @@ class kv_core {
 
   bool live(std::uint64_t seq_id) const { return seqs_.contains(seq_id); }
   std::span<const block_id> block_table(std::uint64_t seq_id) const;
+  std::span<const block_id> window_table(std::uint64_t seq_id) const;  // empty without a window pool
   std::int64_t computed(std::uint64_t seq_id) const;
   std::int64_t live_count() const noexcept { return static_cast<std::int64_t>(seqs_.size()); }
 
   kv::ledger ledger() const noexcept;
+  kv::ledger window_ledger() const noexcept;  // all 0 without a window pool
   kv_stats stats() const noexcept;
   const kv_config& config() const noexcept { return config_; }
 
@@ -80,6 +88,8 @@ class kv_core {
     std::int64_t hashed = 0;                 // leading full blocks already offered to the prefix cache
     std::uint64_t chain_hash = root_hash;    // hash of block hashed-1
     std::uint64_t chain_serial = root_serial;  // the index's name for blocks [0, hashed); no_serial if none
+    std::vector<block_id> window;            // window pool: the same positions' blocks, no_block before `trimmed`
+    std::int64_t trimmed = 0;                // window blocks [0, trimmed) are given back
   };
 
   sequence& live_seq(std::uint64_t seq_id, const char* op);
@@ -87,6 +97,10 @@ class kv_core {
   std::int64_t blocks_for(std::int64_t n_tokens) const noexcept;
   // Blocks reserve(s, n_tokens) would take from the pool (new ones plus copy-on-write copies).
   std::int64_t blocks_needed(const sequence& s, std::int64_t n_tokens) const noexcept;
+  // The same from the window pool.
+  std::int64_t window_blocks_needed(const sequence& s, std::int64_t n_tokens) const noexcept;
+  // Gives back the window blocks the next query no longer sees.
+  void trim_window(sequence& s);
   // A block the sequence is about to write into must be copied first: another table reads it,
   // or the prefix cache vouches for its contents.
   bool must_copy(block_id b) const noexcept;
@@ -97,13 +111,15 @@ class kv_core {
   // apply() helpers (apply.cpp).
   kv_op_result apply_op(const kv_op& op, const std::vector<std::uint64_t>& victims, kv_batch_result& out,
                         std::vector<std::uint64_t>& gone);
-  std::vector<std::int32_t> table_copy(std::uint64_t seq_id) const;  // a result's block_table
+  void tables_into(std::uint64_t seq_id, kv_op_result& r) const;  // a result's block_table and window_table
+  std::string check_window() const;  // check()'s part for the window pool (check.cpp)
   void reserve_preempting(const kv_op& op, const std::vector<std::uint64_t>& victims, kv_batch_result& out,
                           std::vector<std::uint64_t>& gone, kv_op_result& r);
 
   kv_config config_;
   std::int64_t block_size_;
   block_pool pool_;
+  std::optional<block_pool> window_pool_;  // engaged with a window
   std::optional<prefix_cache> cache_;  // engaged when prefix caching is on
   std::unordered_map<std::uint64_t, sequence> seqs_;
   kv_stats stats_;

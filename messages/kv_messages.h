@@ -20,6 +20,13 @@ struct kv_config {
   std::int64_t n_blocks = 0;       // the pool size the worker's memory plan allows
   std::int64_t block_size = 16;    // tokens per block
   bool prefix_caching = true;      // reuse blocks of identical prefixes (by hash chain of their tokens)
+  // Sliding-window layers (gemma3, gpt-oss) keep their KV in a pool of their own, the window
+  // pool, in a second block table per sequence. A window block goes back to the pool once every
+  // position it holds lies before the window of the sequence's next query, so a long sequence
+  // holds about window / block_size of them. 0: no window pool (every layer in the main pool).
+  // Needs prefix_caching off: a cached prefix would need the window's blocks before it too.
+  std::int64_t window = 0;           // positions a query sees, its own included
+  std::int64_t n_window_blocks = 0;  // the window pool's size (window > 0)
 };
 
 // free + cached + in_use == total, always.
@@ -52,6 +59,8 @@ struct kv_op_result {
   bool preempted = false;              // the sequence was released as a victim earlier in this batch
   std::int64_t cached_tokens = 0;      // begin: prompt tokens whose KV the prefix cache already holds
   std::vector<std::int32_t> block_table;           // reserve / begin / fork: the table after the op
+  // With a window pool, the same positions' window blocks; entries before the window are -1.
+  std::vector<std::int32_t> window_table;
   std::vector<gpu_worker::block_copy> copies;      // reserve: copy-on-write copies the worker must do first
 };
 
@@ -59,10 +68,12 @@ struct kv_batch_result {
   std::vector<kv_op_result> results;   // one per op, in order
   std::vector<std::uint64_t> preempted;  // victims released, in order
   ledger counts;                       // after the batch
+  ledger window_counts;                // the window pool's (all 0 without one; never cached)
 };
 
 struct kv_stats {
   ledger counts;
+  ledger window_counts;
   std::int64_t prefix_queries = 0;     // prompt tokens looked up by begin
   std::int64_t prefix_hits = 0;        // of those, tokens found cached
   std::int64_t evictions = 0;          // cached blocks reused for new data

@@ -76,6 +76,9 @@ struct seq_step {
   std::int32_t feed_from = -1;
   std::int64_t start_pos = 0;               // position of tokens[0]; earlier positions are in the KV cache
   std::vector<std::int32_t> block_table;    // block ids covering positions [0, start_pos + tokens.size())
+  // The model's sliding-window layers' blocks (kv_config::window), covering the same positions;
+  // -1 for blocks wholly before the window of every token fed. Empty without a window pool.
+  std::vector<std::int32_t> window_table;
   bool want_candidates = false;             // the next-token distribution after the last fed token is needed
   logit_params logits;                      // how to process it (when want_candidates)
   // Constrained decoding planned ahead: logits.allowed is empty here and comes in a step_masks for
@@ -88,10 +91,12 @@ struct seq_step {
   std::vector<std::int32_t> score_targets;
 };
 
-// Copy-on-write: the worker copies block `src` into block `dst` (all layers) before the step.
+// Copy-on-write: the worker copies block `src` into block `dst` (all layers of the block's pool:
+// the main one, or with `window` the sliding-window layers' pool) before the step.
 struct block_copy {
   std::int32_t src = 0;
   std::int32_t dst = 0;
+  bool window = false;
 };
 
 struct step_plan {

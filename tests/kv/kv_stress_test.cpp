@@ -49,7 +49,12 @@ struct model_seq {
 class stress_run {
  public:
   explicit stress_run(const stress_config& c)
-      : core_(c.kv, c.hasher), kv_(c.kv.n_blocks, c.kv.block_size), rng_(c.seed), bs_(c.kv.block_size) {
+      : core_(c.kv, c.hasher),
+        kv_(c.kv.n_blocks, c.kv.block_size),
+        window_kv_(std::max<std::int64_t>(c.kv.n_window_blocks, 1), c.kv.block_size),
+        rng_(c.seed),
+        bs_(c.kv.block_size),
+        window_(c.kv.window) {
     // Shared "system prompts" of 0 to 3 blocks and odd lengths; prompt tails use four token
     // values, so whole identical prompts recur too.
     for (std::int64_t len : {std::int64_t{0}, bs_, 2 * bs_ + 1, 3 * bs_}) {
@@ -75,7 +80,8 @@ class stress_run {
   }
 
   const kv_core& core() const { return core_; }
-  std::int64_t copies = 0, no_room = 0;
+  std::int64_t copies = 0, window_copies = 0, no_room = 0;
+  std::int64_t given_back = 0;  // window entries seen given back (-1), over all checks
 
  private:
   static constexpr std::int64_t max_live = 10;
@@ -162,7 +168,8 @@ class stress_run {
       if (!res.ok) continue;
       if (op.op == kv_op::kind::reserve) {
         kv_.copy(res.copies);  // in op order, before any write: as the worker does
-        copies += static_cast<std::int64_t>(res.copies.size());
+        window_kv_.copy(res.copies, true);
+        for (const auto& c : res.copies) (c.window ? window_copies : copies) += 1;
         writers.push_back(op.seq_id);
       } else if (op.op == kv_op::kind::release) {
         model_.erase(op.seq_id);
@@ -179,6 +186,7 @@ class stress_run {
       const model_seq& s = model_.at(id);
       const std::span<const std::int32_t> done(s.tokens.data(), static_cast<std::size_t>(target.at(id)));
       kv_.write(core_.block_table(id), s.computed, done);
+      if (window_ > 0) window_kv_.write(core_.window_table(id), s.computed, done);
       commits.ops.push_back(op_commit(id, {done.begin(), done.end()}));
     }
     apply_checked(commits);
@@ -199,13 +207,20 @@ class stress_run {
       ASSERT_TRUE(core_.live(id)) << "seq " << id << " after op " << op_index;
       ASSERT_EQ(core_.computed(id), s.computed) << "seq " << id << " after op " << op_index;
       ASSERT_EQ(kv_.verify(core_.block_table(id), s.tokens, s.computed), "") << "seq " << id << " after op " << op_index;
+      if (window_ > 0) {
+        // What the next query sees: the window before position `computed`.
+        const std::int64_t first = std::max<std::int64_t>(0, s.computed - window_ + 1);
+        ASSERT_EQ(window_kv_.verify(core_.window_table(id), s.tokens, s.computed, first), "")
+            << "seq " << id << " (window) after op " << op_index;
+        for (const block_id b : core_.window_table(id)) given_back += b == no_block;
+      }
     }
   }
 
   kv_core core_;
-  fake_kv_pool kv_;
+  fake_kv_pool kv_, window_kv_;
   std::mt19937_64 rng_;
-  std::int64_t bs_;
+  std::int64_t bs_, window_;
   std::vector<std::vector<std::int32_t>> system_;
   std::map<std::uint64_t, model_seq> model_;  // ordered: iteration (and so the run) is deterministic
   std::uint64_t next_id_ = 1;
@@ -231,6 +246,15 @@ TEST_P(KvStress, RandomOpsKeepEveryInvariantAndEverySequenceReadsItsOwnKv) {
   }
   EXPECT_GT(run.no_room, 0);
   EXPECT_GT(s.preemptions, 0);
+  if (GetParam().kv.window > 0) {
+    EXPECT_GT(run.given_back, 0) << "no window block ever left a window";
+    if (GetParam().kv.block_size > 1) {
+      EXPECT_GT(run.window_copies, 0);
+    }
+  } else {
+    EXPECT_EQ(run.window_copies, 0);
+    EXPECT_EQ(s.window_counts.total, 0);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -240,7 +264,17 @@ INSTANTIATE_TEST_SUITE_P(
                       stress_config{"block16", {24, 16, true}, default_block_hash, 3},
                       stress_config{"no_prefix_caching", {24, 4, false}, default_block_hash, 4},
                       stress_config{"colliding_hash", {24, 4, true}, weak_hash, 5},
-                      stress_config{"chainless_hash", {24, 2, true}, chainless_hash, 6}),
+                      stress_config{"chainless_hash", {24, 2, true}, chainless_hash, 6},
+                      // A window pool beside the main one, smaller than it (no room comes from either).
+                      stress_config{"window", {.n_blocks = 24, .block_size = 4, .prefix_caching = false, .window = 6,
+                                               .n_window_blocks = 14},
+                                    default_block_hash, 7},
+                      stress_config{"window_block1", {.n_blocks = 64, .block_size = 1, .prefix_caching = false,
+                                                      .window = 5, .n_window_blocks = 30},
+                                    default_block_hash, 8},
+                      stress_config{"window_of_one", {.n_blocks = 24, .block_size = 4, .prefix_caching = false,
+                                                      .window = 1, .n_window_blocks = 12},
+                                    default_block_hash, 9}),
     [](const ::testing::TestParamInfo<stress_config>& p) { return p.param.name; });
 
 }  // namespace

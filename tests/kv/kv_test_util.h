@@ -19,6 +19,8 @@ struct kv_core_test_access {
   static std::vector<block_id>& table(kv_core& c, std::uint64_t seq_id) { return c.seqs_.at(seq_id).table; }
   static std::int64_t& computed(kv_core& c, std::uint64_t seq_id) { return c.seqs_.at(seq_id).computed; }
   static std::int64_t& reserved(kv_core& c, std::uint64_t seq_id) { return c.seqs_.at(seq_id).reserved; }
+  static std::vector<block_id>& window(kv_core& c, std::uint64_t seq_id) { return c.seqs_.at(seq_id).window; }
+  static std::int64_t& trimmed(kv_core& c, std::uint64_t seq_id) { return c.seqs_.at(seq_id).trimmed; }
 };
 
 namespace testing {
@@ -85,8 +87,10 @@ class fake_kv_pool {
   fake_kv_pool(std::int64_t n_blocks, std::int64_t block_size)
       : block_size_(block_size), slots_(static_cast<std::size_t>(n_blocks * block_size), 0) {}
 
-  void copy(std::span<const gpu_worker::block_copy> copies) {
+  // The copies of this pool: the main one, or (window) the window pool.
+  void copy(std::span<const gpu_worker::block_copy> copies, bool window = false) {
     for (const auto& c : copies) {
+      if (c.window != window) continue;
       for (std::int64_t o = 0; o < block_size_; ++o) slot(c.dst, o) = slot(c.src, o);
     }
   }
@@ -98,11 +102,13 @@ class fake_kv_pool {
       if (p >= from) slot(table[static_cast<std::size_t>(p / block_size_)], p % block_size_) = fp;
     }
   }
-  // "" when positions [0, n) hold the KV of tokens[0, n), else the first position that does not.
-  std::string verify(std::span<const block_id> table, std::span<const std::int32_t> tokens, std::int64_t n) const {
+  // "" when positions [first, n) hold the KV of tokens[0, n), else the first position that does not.
+  std::string verify(std::span<const block_id> table, std::span<const std::int32_t> tokens, std::int64_t n,
+                     std::int64_t first = 0) const {
     std::uint64_t fp = 0;
     for (std::int64_t p = 0; p < n; ++p) {
       fp = extend(fp, tokens[static_cast<std::size_t>(p)]);
+      if (p < first) continue;
       const block_id b = table[static_cast<std::size_t>(p / block_size_)];
       if (slots_[static_cast<std::size_t>(b * block_size_ + p % block_size_)] != fp) {
         return "position " + std::to_string(p) + " (block " + std::to_string(b) + ") holds KV of another prefix";
