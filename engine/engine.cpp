@@ -197,7 +197,8 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
                                            .max_batch_tokens = cfg.max_batch_tokens,
                                            .max_seqs = max_seqs,
                                            .kv_cache_dtype = cfg.kv_cache_dtype,
-                                           .arena_upstream = cfg.cpu_arena_upstream};
+                                           .arena_upstream = cfg.cpu_arena_upstream,
+                                           .window_pool = cfg.window_pool};
     p->worker = std::make_unique<gpu_worker::cpu_worker>(p->model, wc);
   }
   if (cfg.test_faults.any()) {
@@ -212,7 +213,19 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
                  pool_positions, p->max_model_len, pool_positions);
     p->max_model_len = pool_positions;
   }
-  p->kv = std::make_unique<kv::kv_manager>(p->pool.get_executor(), kv::kv_config{mem.n_blocks, mem.block_size, cfg.prefix_caching});
+  // A window pool gives back the blocks a cached prefix would need: prefix caching goes with it.
+  const bool prefix_caching = cfg.prefix_caching && mem.n_window_blocks == 0;
+  if (cfg.prefix_caching && !prefix_caching) {
+    p->log->info("prefix caching off: the sliding-window layers keep only their last {} positions (window pool off: "
+                 "every layer keeps the whole context, prefix caching on)",
+                 mem.window);
+  }
+  p->kv = std::make_unique<kv::kv_manager>(p->pool.get_executor(),
+                                           kv::kv_config{.n_blocks = mem.n_blocks,
+                                                         .block_size = mem.block_size,
+                                                         .prefix_caching = prefix_caching,
+                                                         .window = mem.window,
+                                                         .n_window_blocks = mem.n_window_blocks});
   p->sampler = std::make_unique<sampler::sampler_actor>(p->pool.get_executor());
 
   sched::sched_config sc;
@@ -222,7 +235,7 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
   sc.max_model_len = p->max_model_len;
   sc.max_prefill_chunk = std::min(cfg.max_prefill_chunk, cfg.max_batch_tokens);
   sc.block_size = mem.block_size;
-  sc.prefix_caching = cfg.prefix_caching;
+  sc.prefix_caching = prefix_caching;
   for (std::int32_t id = 0; id < p->tok.n_vocab(); ++id) {
     if (p->tok.is_eog(id)) sc.eog_tokens.push_back(id);
   }

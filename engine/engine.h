@@ -76,6 +76,11 @@ struct engine_config {
   std::int64_t max_prefill_chunk = 512;      // prompt tokens per sequence per step (a 512-token prompt in one
                                              // step, not two, is a third off its GPU prefill: GPU_NOTES.md)
   bool prefix_caching = true;
+  // Models with sliding-window layers beside global ones (gemma3, gpt-oss): the sliding layers
+  // keep only their window in a pool of their own (gpu_worker/kv_plan.h), which needs prefix
+  // caching off. Off: every layer keeps the whole context, and prefix caching stays as asked.
+  // (CPU backend; the GPU worker keeps every layer's whole context for now.)
+  bool window_pool = true;
   std::size_t threads = 2;                   // threads for the CPU-side actors
   // Plan each step while the one before runs on the worker, feeding the tokens the worker drew
   // there (sched/scheduler.h): the worker has the next step queued when one ends. Off: a step is

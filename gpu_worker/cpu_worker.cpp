@@ -13,6 +13,7 @@
 
 #include "actors/executor_pool.h"
 #include "gpu_worker/counting_resource.h"
+#include "gpu_worker/kv_plan.h"
 #include "gpu_worker/worker_shell.h"
 #include "kernels/candidates.h"
 #include "kernels/token_logprob.h"
@@ -26,20 +27,28 @@ class cpu_device final : public worker_device {
  public:
   cpu_device(const model::llm& m, const cpu_worker_config& cfg, memory_plan& mem)
       : mem_(mem), arena_(cfg.arena_upstream ? cfg.arena_upstream : std::pmr::new_delete_resource()), logits_(&arena_) {
-    const std::size_t per_block = model::kv_cache_storage::bytes_per_block(m.hp, cfg.block_size, cfg.kv_cache_dtype);
+    const bool window_pool = cfg.window_pool && window_pool_fits(m.hp);
+    using storage = model::kv_cache_storage;
+    const kv_pools pools = plan_kv_pools(
+        cfg.kv_budget_bytes, storage::bytes_per_block(m.hp, cfg.block_size, cfg.kv_cache_dtype, window_pool, false),
+        window_pool ? storage::bytes_per_block(m.hp, cfg.block_size, cfg.kv_cache_dtype, true, true) : 0,
+        window_pool ? m.hp.sliding_window : 0, cfg.block_size, cfg.max_seqs, cfg.max_batch_tokens);
     mem.device = "cpu";
     mem.block_size = cfg.block_size;
-    mem.n_blocks = std::int64_t(cfg.kv_budget_bytes / per_block);
+    mem.n_blocks = pools.n_blocks;
+    mem.n_window_blocks = pools.n_window_blocks;
+    mem.window = pools.window;
     mem.max_batch_tokens = cfg.max_batch_tokens;
     mem.max_seqs = cfg.max_seqs;
     mem.n_vocab = m.hp.n_vocab;
     mem.weight_bytes = m.weight_bytes();
     mem.token_weight_bytes = m.token_weight_bytes();
-    if (mem.n_blocks < 1 || cfg.max_batch_tokens < 1 || cfg.max_seqs < 1) {
+    if (mem.n_blocks < 1 || (window_pool && mem.n_window_blocks < 1) || cfg.max_batch_tokens < 1 || cfg.max_seqs < 1) {
       throw std::invalid_argument("cpu worker: the KV budget holds no block, or the step limits are zero");
     }
     // Every arena allocation happens here, before the first step.
-    cache_ = std::make_unique<model::kv_cache_storage>(m.hp, mem.n_blocks, mem.block_size, cfg.kv_cache_dtype, &arena_);
+    cache_ = std::make_unique<model::kv_cache_storage>(m.hp, mem.n_blocks, mem.block_size, cfg.kv_cache_dtype, &arena_,
+                                                       mem.n_window_blocks);
     fwd_ = std::make_unique<model::cpu_forward>(m, cfg.max_batch_tokens, &arena_);
     logits_.reserve(std::size_t(cfg.max_seqs * m.hp.n_vocab));
     mem.kv_bytes = cache_->bytes();
@@ -52,9 +61,14 @@ class cpu_device final : public worker_device {
   std::int64_t max_context() const override { return std::numeric_limits<std::int64_t>::max(); }
 
   std::string describe(const memory_plan& mem) const override {
-    return fmt::format("memory plan: {} KV blocks of {} tokens ({:.1f} MB, {}), weights {:.1f} MB{}, step limits {} tokens / {} seqs",
-                       mem.n_blocks, mem.block_size, double(mem.kv_bytes) / 1e6, kernels::kv_dtype_name(mem.kv_cache_dtype),
-                       double(mem.weight_bytes) / 1e6, token_weights(mem), mem.max_batch_tokens, mem.max_seqs);
+    const std::string window =
+        mem.n_window_blocks > 0
+            ? fmt::format(" and {} blocks for the sliding layers' window of {}", mem.n_window_blocks, mem.window)
+            : std::string();
+    return fmt::format("memory plan: {} KV blocks of {} tokens{} ({:.1f} MB, {}), weights {:.1f} MB{}, step limits {} tokens / {} seqs",
+                       mem.n_blocks, mem.block_size, window, double(mem.kv_bytes) / 1e6,
+                       kernels::kv_dtype_name(mem.kv_cache_dtype), double(mem.weight_bytes) / 1e6, token_weights(mem),
+                       mem.max_batch_tokens, mem.max_seqs);
   }
 
   std::string unusable(std::uint64_t seq_id) const override {
@@ -66,9 +80,11 @@ class cpu_device final : public worker_device {
 
   void execute(const step_plan& plan, step_result& result) override {
     unusable_.clear();
-    for (const block_copy& c : plan.copies) cache_->copy_block(c.src, c.dst);
+    for (const block_copy& c : plan.copies) cache_->copy_block(c.src, c.dst, c.window);
     batch_.clear();
-    for (const seq_step& s : plan.seqs) batch_.push_back({s.tokens, s.start_pos, s.block_table, !s.score_targets.empty()});
+    for (const seq_step& s : plan.seqs) {
+      batch_.push_back({s.tokens, s.start_pos, s.block_table, !s.score_targets.empty(), s.window_table});
+    }
     fwd_->run(batch_, *cache_, logits_);  // a scoring step may grow logits_ (counted as a scratch growth)
     const auto V = std::size_t(mem_.n_vocab);
     std::size_t row = 0;  // the first logits row of sequence i: all its fed tokens when scored, else its last

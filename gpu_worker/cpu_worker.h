@@ -24,6 +24,9 @@ struct cpu_worker_config {
   kernels::kv_dtype kv_cache_dtype = kernels::kv_dtype::f16;  // the KV cache's elements (kernels/kv_quant.h)
   // Where the arena's memory comes from (not owned; null: the heap). Tests pass a counting one.
   std::pmr::memory_resource* arena_upstream = nullptr;
+  // The sliding-window layers' KV in a pool of their own where the model has them beside global
+  // layers (kv_plan.h): the memory plan says so with n_window_blocks > 0.
+  bool window_pool = false;
 };
 
 class cpu_worker final : public worker {

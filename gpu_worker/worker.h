@@ -26,6 +26,8 @@ namespace anvil::gpu_worker {
 struct memory_plan {
   std::string device;                   // "cpu" or the GPU's name
   std::int64_t n_blocks = 0;            // KV pool blocks
+  std::int64_t n_window_blocks = 0;     // the sliding-window layers' pool (kv_plan.h); 0: none
+  std::int64_t window = 0;              // their window in positions, with a window pool
   std::int64_t block_size = 0;          // tokens per block
   std::int64_t max_batch_tokens = 0;    // tokens one step may feed
   std::int64_t max_seqs = 0;            // sequences one step may hold

@@ -42,15 +42,19 @@ void rms_norm(const float* x, const std::vector<float>& w, float* y, std::int64_
 }  // namespace
 
 cpu_forward::cpu_forward(const llm& m, std::int64_t max_tokens, std::pmr::memory_resource* arena)
-    : m_(m), ids_(arena), positions_(arena), slots_(arena), x_(arena), h_(arena), q_(arena), k_(arena), v_(arena),
+    : m_(m), ids_(arena), positions_(arena), slots_(arena), window_slots_(arena), x_(arena), h_(arena), q_(arena), k_(arena), v_(arena),
       attn_(arena), o_(arena), gate_(arena), up_(arena), router_(arena), chosen_w_(arena), xe_(arena), ye_(arena),
-      pair_out_(arena), chosen_(arena), routed_(arena), seqs_(arena), logit_rows_(arena) {
+      pair_out_(arena), chosen_(arena), routed_(arena), seqs_(arena), window_seqs_(arena), logit_rows_(arena) {
   const auto t = static_cast<std::size_t>(std::max<std::int64_t>(max_tokens, 1));
   const hparams& hp = m.hp;
   ids_.reserve(t);
   positions_.reserve(t);
   slots_.reserve(t);
   seqs_.reserve(t);
+  if (hp.sliding_window > 0) {  // a window pool's slots and tables (kv_cache_storage)
+    window_slots_.reserve(t);
+    window_seqs_.reserve(t);
+  }
   logit_rows_.reserve(t);
   for (auto* v : {&x_, &h_, &o_}) v->reserve(t * std::size_t(hp.n_embd));
   for (auto* v : {&q_, &attn_}) v->reserve(t * std::size_t(hp.n_head * hp.head_dim));
@@ -66,66 +70,96 @@ cpu_forward::cpu_forward(const llm& m, std::int64_t max_tokens, std::pmr::memory
 }
 
 kv_cache_storage::kv_cache_storage(const hparams& hp, std::int64_t n_blocks, std::int64_t block_size,
-                                   kernels::kv_dtype dtype, std::pmr::memory_resource* arena)
-    : n_layer_(hp.n_layer), n_blocks_(n_blocks), block_size_(block_size), n_kv_heads_(hp.n_head_kv),
-      head_dim_(hp.head_dim), dtype_(dtype), k_(arena), v_(arena), k8_(arena), v8_(arena), k_scales_(arena),
-      v_scales_(arena) {
-  if (n_blocks <= 0 || block_size <= 0) throw std::invalid_argument("kv cache needs at least one block of one slot");
-  const auto rows = static_cast<std::size_t>(n_layer_ * n_blocks_ * block_size_ * n_kv_heads_);
+                                   kernels::kv_dtype dtype, std::pmr::memory_resource* arena, std::int64_t n_window_blocks)
+    : block_size_(block_size), n_kv_heads_(hp.n_head_kv), head_dim_(hp.head_dim), dtype_(dtype), main_(arena),
+      window_(arena) {
+  if (n_blocks <= 0 || block_size <= 0 || n_window_blocks < 0) {
+    throw std::invalid_argument("kv cache needs at least one block of one slot");
+  }
+  for (std::int64_t l = 0; l < hp.n_layer; ++l) {
+    const bool w = n_window_blocks > 0 && hp.layer_window(l) > 0;
+    windowed_.push_back(w);
+    index_.push_back((w ? window_ : main_).n_layers++);
+  }
+  if (n_window_blocks > 0 && window_.n_layers == 0) {
+    throw std::invalid_argument("kv cache: a window pool for a model without sliding-window layers");
+  }
+  main_.n_blocks = n_blocks;
+  window_.n_blocks = window_.n_layers > 0 ? n_window_blocks : 0;
+  allocate(main_);
+  allocate(window_);
+}
+
+void kv_cache_storage::allocate(pool& p) const {
+  const auto rows = static_cast<std::size_t>(p.n_layers * p.n_blocks * block_size_ * n_kv_heads_);
   const auto n = rows * static_cast<std::size_t>(head_dim_);
-  if (!kernels::kv_is_8bit(dtype)) {
-    k_.assign(n, 0.f);
-    v_.assign(n, 0.f);
+  if (!kernels::kv_is_8bit(dtype_)) {
+    p.k.assign(n, 0.f);
+    p.v.assign(n, 0.f);
     return;
   }
-  k8_.assign(n, 0);
-  v8_.assign(n, 0);
-  k_scales_.assign(rows, 0.f);
-  v_scales_.assign(rows, 0.f);
+  p.k8.assign(n, 0);
+  p.v8.assign(n, 0);
+  p.k_scales.assign(rows, 0.f);
+  p.v_scales.assign(rows, 0.f);
 }
 
 std::size_t kv_cache_storage::bytes() const {
-  return (k_.size() + v_.size() + k_scales_.size() + v_scales_.size()) * sizeof(float) + k8_.size() + v8_.size();
+  std::size_t b = 0;
+  for (const pool* p : {&main_, &window_}) {
+    b += (p->k.size() + p->v.size() + p->k_scales.size() + p->v_scales.size()) * sizeof(float) + p->k8.size() + p->v8.size();
+  }
+  return b;
 }
 
 std::size_t kv_cache_storage::bytes_per_block(const hparams& hp, std::int64_t block_size, kernels::kv_dtype dtype) {
-  const auto rows = std::size_t(hp.n_layer * block_size * hp.n_head_kv) * 2;  // K and V
+  return bytes_per_block(hp, block_size, dtype, false, false);
+}
+
+std::size_t kv_cache_storage::bytes_per_block(const hparams& hp, std::int64_t block_size, kernels::kv_dtype dtype,
+                                              bool window_pool, bool window) {
+  std::int64_t layers = 0;
+  for (std::int64_t l = 0; l < hp.n_layer; ++l) layers += (window_pool && hp.layer_window(l) > 0) == window;
+  const auto rows = std::size_t(layers * block_size * hp.n_head_kv) * 2;  // K and V
   const auto row_bytes = kernels::kv_is_8bit(dtype) ? std::size_t(hp.head_dim) + sizeof(float)
                                                     : std::size_t(hp.head_dim) * sizeof(float);
   return rows * row_bytes;
 }
 
-void kv_cache_storage::copy_block(std::int64_t src, std::int64_t dst) {
+void kv_cache_storage::copy_block(std::int64_t src, std::int64_t dst, bool window) {
+  pool& p = window ? window_ : main_;
   const std::int64_t rows = block_size_ * n_kv_heads_, block = rows * head_dim_;
   const auto copy = [&](auto& data, std::int64_t width) {
     if (data.empty()) return;
-    const std::int64_t per_layer = n_blocks_ * width;
-    for (std::int64_t l = 0; l < n_layer_; ++l) {
+    const std::int64_t per_layer = p.n_blocks * width;
+    for (std::int64_t l = 0; l < p.n_layers; ++l) {
       std::copy_n(data.begin() + l * per_layer + src * width, width, data.begin() + l * per_layer + dst * width);
     }
   };
-  copy(k_, block);
-  copy(v_, block);
-  copy(k8_, block);
-  copy(v8_, block);
-  copy(k_scales_, rows);
-  copy(v_scales_, rows);
+  copy(p.k, block);
+  copy(p.v, block);
+  copy(p.k8, block);
+  copy(p.v8, block);
+  copy(p.k_scales, rows);
+  copy(p.v_scales, rows);
 }
 
 kernels::paged_kv_view kv_cache_storage::layer(std::int64_t l) {
-  const std::int64_t rows = n_blocks_ * block_size_ * n_kv_heads_, per_layer = rows * head_dim_;
+  pool& p = windowed_[std::size_t(l)] ? window_ : main_;
+  const std::int64_t i = index_[std::size_t(l)];
+  const std::int64_t rows = p.n_blocks * block_size_ * n_kv_heads_, per_layer = rows * head_dim_;
   const bool q8 = kernels::kv_is_8bit(dtype_);
-  return {.k = q8 ? nullptr : k_.data() + l * per_layer,
-          .v = q8 ? nullptr : v_.data() + l * per_layer,
-          .n_blocks = n_blocks_,
+  return {.k = q8 ? nullptr : p.k.data() + i * per_layer,
+          .v = q8 ? nullptr : p.v.data() + i * per_layer,
+          .n_blocks = p.n_blocks,
           .block_size = block_size_,
           .n_kv_heads = n_kv_heads_,
           .head_dim = head_dim_,
           .dtype = dtype_,
-          .k8 = q8 ? k8_.data() + l * per_layer : nullptr,
-          .v8 = q8 ? v8_.data() + l * per_layer : nullptr,
-          .k_scales = q8 ? k_scales_.data() + l * rows : nullptr,
-          .v_scales = q8 ? v_scales_.data() + l * rows : nullptr};
+          .k8 = q8 ? p.k8.data() + i * per_layer : nullptr,
+          .v8 = q8 ? p.v8.data() + i * per_layer : nullptr,
+          .k_scales = q8 ? p.k_scales.data() + i * rows : nullptr,
+          .v_scales = q8 ? p.v_scales.data() + i * rows : nullptr};
 }
 
 void cpu_forward::check(std::span<const forward_seq> batch, const kv_cache_storage& cache) const {
@@ -145,6 +179,19 @@ void cpu_forward::check(std::span<const forward_seq> batch, const kv_cache_stora
         throw std::invalid_argument(where + "block id " + std::to_string(seq.block_table[b]) + " out of range");
       }
     }
+    if (cache.n_window_blocks() > 0) {
+      // The window layers read from the first fed token's window on.
+      if (std::int64_t(seq.window_table.size()) < blocks_needed) {
+        throw std::invalid_argument(where + "window table covers " + std::to_string(seq.window_table.size()) +
+                                    " blocks, " + std::to_string(blocks_needed) + " needed");
+      }
+      const std::int64_t first = std::max<std::int64_t>(0, seq.start_pos - m_.hp.sliding_window + 1);
+      for (std::int64_t b = first / cache.block_size(); b < blocks_needed; ++b) {
+        if (seq.window_table[b] < 0 || seq.window_table[b] >= cache.n_window_blocks()) {
+          throw std::invalid_argument(where + "window block id " + std::to_string(seq.window_table[b]) + " out of range");
+        }
+      }
+    }
     for (std::int32_t id : seq.tokens) {
       if (id < 0 || id >= m_.hp.n_vocab) throw std::invalid_argument(where + "token id " + std::to_string(id) + " outside the vocabulary");
     }
@@ -160,17 +207,23 @@ std::size_t cpu_forward::layers(std::span<const forward_seq> batch, kv_cache_sto
   positions_.resize(n_tokens);
   slots_.resize(n_tokens);
   seqs_.resize(batch.size());
+  const bool window_pool = cache.n_window_blocks() > 0;
+  window_slots_.resize(window_pool ? n_tokens : 0);
+  window_seqs_.resize(window_pool ? batch.size() : 0);
   logit_rows_.clear();
   std::size_t t = 0;
+  const std::int64_t bs = cache.block_size();
   for (std::size_t i = 0; i < batch.size(); ++i) {
     const forward_seq& s = batch[i];
     const std::int64_t first = std::int64_t(t), n = std::int64_t(s.tokens.size());
     seqs_[i] = {first, n, s.start_pos, s.block_table.data()};
+    if (window_pool) window_seqs_[i] = {first, n, s.start_pos, s.window_table.data()};
     for (std::int64_t j = 0; j < n; ++j, ++t) {
       const std::int64_t pos = s.start_pos + j;
       ids_[t] = s.tokens[std::size_t(j)];
       positions_[t] = static_cast<std::int32_t>(pos);
-      slots_[t] = std::int64_t(s.block_table[std::size_t(pos / cache.block_size())]) * cache.block_size() + pos % cache.block_size();
+      slots_[t] = std::int64_t(s.block_table[std::size_t(pos / bs)]) * bs + pos % bs;
+      if (window_pool) window_slots_[t] = std::int64_t(s.window_table[std::size_t(pos / bs)]) * bs + pos % bs;
       if (s.all_logits || j == n - 1) logit_rows_.push_back(first + j);
     }
   }
@@ -235,14 +288,16 @@ void cpu_forward::layer(std::int64_t l, kv_cache_storage& cache) {
   rope.n_heads = hp.n_head_kv;
   kernels::rope_ref(rope);
   const kernels::paged_kv_view kv = cache.layer(l);
-  kernels::kv_write_ref({.cache = kv, .k = k_.data(), .v = v_.data(), .slots = slots_.data(), .n_tokens = n});
+  const bool windowed = cache.windowed(l);  // its KV in the window pool, through the window tables
+  kernels::kv_write_ref({.cache = kv, .k = k_.data(), .v = v_.data(), .slots = (windowed ? window_slots_ : slots_).data(),
+                         .n_tokens = n});
   attn_.resize(q_.size());
   kernels::attention_ref({.q = q_.data(),
                           .out = attn_.data(),
                           .n_heads = hp.n_head,
                           .cache = kv,
                           .scale = hp.attention_scale(),
-                          .seqs = seqs_,
+                          .seqs = windowed ? window_seqs_ : seqs_,
                           .window = hp.layer_window(l),
                           .sinks = w.sinks.empty() ? nullptr : w.sinks.data()});
   o_.resize(x_.size());

@@ -17,28 +17,47 @@ namespace anvil::model {
 // K and V for every layer: [n_layer][n_blocks][block_size][n_head_kv][head_dim] floats each (dtype
 // f16: the exact values), or 8-bit codes of that shape with one scale per row
 // [n_layer][n_blocks][block_size][n_head_kv] (int8, fp8: kernels/kv_quant.h), allocated from
-// `arena` (the CPU worker's device memory; the heap by default).
+// `arena` (the CPU worker's device memory; the heap by default). With n_window_blocks > 0 the
+// sliding-window layers (hparams::layer_window) keep theirs in a window pool of that many blocks
+// instead, addressed by the sequences' window tables (kv_config::window).
 class kv_cache_storage {
  public:
   kv_cache_storage(const hparams& hp, std::int64_t n_blocks, std::int64_t block_size,
                    kernels::kv_dtype dtype = kernels::kv_dtype::f16,
-                   std::pmr::memory_resource* arena = std::pmr::get_default_resource());
+                   std::pmr::memory_resource* arena = std::pmr::get_default_resource(), std::int64_t n_window_blocks = 0);
   kernels::paged_kv_view layer(std::int64_t l);
-  // Copies block `src` into block `dst` in every layer, K and V (copy-on-write).
-  void copy_block(std::int64_t src, std::int64_t dst);
+  // Whether layer l's KV is in the window pool.
+  bool windowed(std::int64_t l) const { return windowed_[std::size_t(l)]; }
+  // Copies block `src` into block `dst` of the main pool's layers (or the window pool's), K and V
+  // (copy-on-write).
+  void copy_block(std::int64_t src, std::int64_t dst, bool window = false);
   std::size_t bytes() const;
+  // A block of every layer (main pool only, window: of the window pool's layers).
   static std::size_t bytes_per_block(const hparams& hp, std::int64_t block_size,
                                      kernels::kv_dtype dtype = kernels::kv_dtype::f16);
-  std::int64_t n_blocks() const { return n_blocks_; }
+  static std::size_t bytes_per_block(const hparams& hp, std::int64_t block_size, kernels::kv_dtype dtype,
+                                     bool window_pool, bool window);
+  std::int64_t n_blocks() const { return main_.n_blocks; }
+  std::int64_t n_window_blocks() const { return window_.n_blocks; }
   std::int64_t block_size() const { return block_size_; }
   kernels::kv_dtype dtype() const { return dtype_; }
 
  private:
-  std::int64_t n_layer_, n_blocks_, block_size_, n_kv_heads_, head_dim_;
+  // One pool's layers: [layers][n_blocks][block_size][n_kv_heads] rows.
+  struct pool {
+    std::int64_t n_layers = 0, n_blocks = 0;
+    std::pmr::vector<float> k, v;               // f16
+    std::pmr::vector<std::uint8_t> k8, v8;      // 8-bit codes
+    std::pmr::vector<float> k_scales, v_scales;  // 8-bit row scales
+    explicit pool(std::pmr::memory_resource* arena) : k(arena), v(arena), k8(arena), v8(arena), k_scales(arena), v_scales(arena) {}
+  };
+  void allocate(pool& p) const;
+
+  std::int64_t block_size_, n_kv_heads_, head_dim_;
   kernels::kv_dtype dtype_;
-  std::pmr::vector<float> k_, v_;               // f16
-  std::pmr::vector<std::uint8_t> k8_, v8_;      // 8-bit codes
-  std::pmr::vector<float> k_scales_, v_scales_;  // 8-bit row scales
+  std::vector<bool> windowed_;      // per layer
+  std::vector<std::int64_t> index_;  // per layer: its index in its pool
+  pool main_, window_;
 };
 
 // One sequence's part of a step.
@@ -47,6 +66,9 @@ struct forward_seq {
   std::int64_t start_pos = 0;                 // position of tokens[0]; earlier positions are cached
   std::span<const std::int32_t> block_table;  // covers positions [0, start_pos + tokens.size())
   bool all_logits = false;                    // logits for every fed token, else for the last only
+  // With a window pool: the window layers' blocks over the same positions (-1 where no fed token
+  // sees them).
+  std::span<const std::int32_t> window_table = {};
 };
 
 class cpu_forward {
@@ -87,13 +109,13 @@ class cpu_forward {
   const llm& m_;
   // Scratch, reused across steps: [T, ...] activations of the current step.
   std::pmr::vector<std::int32_t> ids_, positions_;
-  std::pmr::vector<std::int64_t> slots_;
+  std::pmr::vector<std::int64_t> slots_, window_slots_;  // each token's cache row in the main / window pool
   std::pmr::vector<float> x_, h_, q_, k_, v_, attn_, o_, gate_, up_;
   // Mixture of experts: router scores, each token's chosen experts and weights, one expert's rows
   // and outputs, every pair's output.
   std::pmr::vector<float> router_, chosen_w_, xe_, ye_, pair_out_;
   std::pmr::vector<std::int32_t> chosen_, routed_;
-  std::pmr::vector<kernels::attention_seq> seqs_;
+  std::pmr::vector<kernels::attention_seq> seqs_, window_seqs_;  // the same, with window tables
   std::pmr::vector<std::int64_t> logit_rows_;
 };
 
