@@ -25,6 +25,7 @@ struct backend_args {
   std::int64_t idle_spin_us = -1;     // engine_config::idle_spin_us
   std::string kv_cache_dtype = "f16"; // engine_config::kv_cache_dtype: f16, int8 or fp8
   std::string gemm_dtype = "f16";     // engine_config::gemm_dtype: f16 or fp8
+  bool no_window_pool = false;        // engine_config::window_pool off
 };
 
 inline void add_kv_cache_dtype_option(CLI::App* cmd, std::string& dtype) {
@@ -75,6 +76,9 @@ inline void add_backend_options(CLI::App* cmd, backend_args& a) {
       ->capture_default_str()->check(CLI::Range(std::int64_t(-1), std::int64_t(1000000)));
   add_kv_cache_dtype_option(cmd, a.kv_cache_dtype);
   add_gemm_dtype_option(cmd, a.gemm_dtype);
+  cmd->add_flag("--no-window-pool", a.no_window_pool,
+                "models with sliding-window layers beside global ones (Gemma 3, gpt-oss): every layer keeps the whole "
+                "context, and prefix caching stays on, instead of the sliding layers keeping only their window");
 }
 
 inline void apply_backend_args(const backend_args& a, engine_config& cfg) {
@@ -87,6 +91,7 @@ inline void apply_backend_args(const backend_args& a, engine_config& cfg) {
   cfg.overlap_steps = !a.no_overlap_steps;
   cfg.kv_cache_dtype = kv_cache_dtype_of(a.kv_cache_dtype);
   cfg.gemm_dtype = gemm_dtype_of(a.gemm_dtype);
+  cfg.window_pool = !a.no_window_pool;
 }
 
 }  // namespace anvil::cli

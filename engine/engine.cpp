@@ -190,6 +190,7 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
     if (!cfg.gpu_graphs) wc.graph_max_batch = 0;
     wc.overlap_kernels = cfg.gpu_overlap_kernels;
     wc.idle_spin = idle_spin;
+    wc.window_pool = cfg.window_pool;
     p->worker = std::make_unique<gpu_worker::gpu_worker>(p->model, wc);
   } else {
     const gpu_worker::cpu_worker_config wc{.block_size = cfg.block_size,

@@ -79,7 +79,6 @@ struct engine_config {
   // Models with sliding-window layers beside global ones (gemma3, gpt-oss): the sliding layers
   // keep only their window in a pool of their own (gpu_worker/kv_plan.h), which needs prefix
   // caching off. Off: every layer keeps the whole context, and prefix caching stays as asked.
-  // (CPU backend; the GPU worker keeps every layer's whole context for now.)
   bool window_pool = true;
   std::size_t threads = 2;                   // threads for the CPU-side actors
   // Plan each step while the one before runs on the worker, feeding the tokens the worker drew

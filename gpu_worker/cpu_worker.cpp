@@ -61,12 +61,8 @@ class cpu_device final : public worker_device {
   std::int64_t max_context() const override { return std::numeric_limits<std::int64_t>::max(); }
 
   std::string describe(const memory_plan& mem) const override {
-    const std::string window =
-        mem.n_window_blocks > 0
-            ? fmt::format(" and {} blocks for the sliding layers' window of {}", mem.n_window_blocks, mem.window)
-            : std::string();
     return fmt::format("memory plan: {} KV blocks of {} tokens{} ({:.1f} MB, {}), weights {:.1f} MB{}, step limits {} tokens / {} seqs",
-                       mem.n_blocks, mem.block_size, window, double(mem.kv_bytes) / 1e6,
+                       mem.n_blocks, mem.block_size, window_pool_text(mem), double(mem.kv_bytes) / 1e6,
                        kernels::kv_dtype_name(mem.kv_cache_dtype), double(mem.weight_bytes) / 1e6, token_weights(mem),
                        mem.max_batch_tokens, mem.max_seqs);
   }

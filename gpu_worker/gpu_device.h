@@ -108,6 +108,7 @@ class gpu_device {
   // device mirror. The fixed part [0, pairs) is copied whole; the pairs only as far as used.
   struct upload_layout {
     std::size_t ids, positions, slots, tables, context_lens, prefill_seqs, logit_rows, cand_seqs, score_rows, score_targets;
+    std::size_t window_slots, window_tables;  // the window pool's (the same shapes as slots and tables)
     std::size_t feed_rows, feed_from;  // the rows fed from the step before, and their outputs there
     std::size_t bias_ids, bias_values, count_ids, count_values, mask_words, fixed_end, total;
   };
@@ -172,7 +173,6 @@ class gpu_device {
   const model::llm& m_;
   int device_ = 0;
   std::int64_t block_size_ = 0, max_tokens_ = 0, max_seqs_ = 0, max_blocks_per_seq_ = 0, max_pairs_ = 0;
-  std::int64_t n_blocks_ = 0;
   std::uint64_t allocations_ = 0;
 
   // Owned handles and allocations, freed in the destructor (also when the constructor throws).
@@ -254,11 +254,20 @@ class gpu_device {
   unsigned char* records_host_ = nullptr;
   float* scores_host_ = nullptr;     // [max_tokens], in the records' pinned allocation
 
-  // KV pool (one allocation), layer after layer: K's elements, V's, then for 8 bits K's row
-  // scales and V's (kernels/kv_quant.h).
+  // KV pools (one allocation): the main pool's layers, then the window pool's (the sliding-window
+  // layers', when the memory plan has one: gpu_worker/kv_plan.h), layer after layer: K's elements,
+  // V's, then for 8 bits K's row scales and V's (kernels/kv_quant.h).
+  struct kv_pool {
+    unsigned char* base = nullptr;
+    std::int64_t n_blocks = 0;
+    std::size_t layer_bytes = 0, data_bytes = 0, rows = 0;  // per layer: all, K's elements, rows
+  };
   unsigned char* kv_ = nullptr;
   kernels::kv_dtype kv_dtype_ = kernels::kv_dtype::f16;
-  std::size_t kv_layer_bytes_ = 0, kv_data_bytes_ = 0, kv_rows_ = 0;  // per layer: all, K's elements, rows
+  kv_pool main_kv_, window_kv_;
+  std::int64_t window_layers_ = 0;       // layers in the window pool (0: none)
+  std::vector<bool> windowed_;           // per layer: its KV in the window pool
+  std::vector<std::int64_t> kv_index_;   // per layer: its index in its pool
 
   // The current step's shape (lay_out fills it).
   struct step_shape {

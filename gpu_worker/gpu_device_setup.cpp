@@ -11,6 +11,7 @@
 #include <spdlog/logger.h>
 
 #include "actors/log.h"
+#include "gpu_worker/kv_plan.h"
 #include "kernels/attention_decode.h"
 #include "kernels/gemm_quant.h"
 #include "kernels/moe.h"
@@ -91,6 +92,15 @@ gpu_device::gpu_device(const model::llm& m, const gpu_worker_config& cfg, memory
                              std::to_string(kernels::candidates_max_vocab));
   }
   max_blocks_per_seq_ = (cfg.max_context + cfg.block_size - 1) / cfg.block_size;
+  const bool window_pool = cfg.window_pool && window_pool_fits(hp);
+  for (std::int64_t l = 0; l < hp.n_layer; ++l) {
+    const bool w = window_pool && hp.layer_window(l) > 0;
+    windowed_.push_back(w);
+    kv_index_.push_back(w ? window_layers_++ : hp.n_layer);  // the main pool's indices below
+  }
+  for (std::int64_t l = 0, i = 0; l < hp.n_layer; ++l) {
+    if (!windowed_[std::size_t(l)]) kv_index_[std::size_t(l)] = i++;
+  }
   gpu::dependent_launch_enabled.store(cfg.overlap_kernels, std::memory_order_relaxed);
   try {
     ok(hipSetDevice(device_), "select the device");
@@ -307,6 +317,9 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   up_off_.positions = u.take(T * 4, 16);
   up_off_.slots = u.take(T * 8, 16);
   up_off_.tables = u.take(S * std::size_t(max_blocks_per_seq_) * 4, 16);
+  const std::size_t window_parts = window_layers_ > 0 ? 1 : 0;  // the window pool's slots and tables
+  up_off_.window_slots = u.take(window_parts * T * 8, 16);
+  up_off_.window_tables = u.take(window_parts * S * std::size_t(max_blocks_per_seq_) * 4, 16);
   up_off_.context_lens = u.take(S * 4, 16);
   up_off_.prefill_seqs = u.take(S * sizeof(kernels::attention_prefill_seq), 16);
   up_off_.logit_rows = u.take(S * 4, 16);
@@ -518,7 +531,8 @@ void gpu_device::make_fp8_copies(memory_plan& mem) {
   }
 }
 
-// The KV pool: memory_fraction of what is free now (capped by kv_budget_bytes), in whole blocks.
+// The KV pools: memory_fraction of what is free now (capped by kv_budget_bytes), in whole blocks,
+// split between the main pool and the window pool as kv_plan.h says.
 void gpu_device::plan_kv(const gpu_worker_config& cfg, memory_plan& mem) {
   const model::hparams& hp = m_.hp;
   std::size_t free_b = 0, total_b = 0;
@@ -528,24 +542,38 @@ void gpu_device::plan_kv(const gpu_worker_config& cfg, memory_plan& mem) {
   kv_dtype_ = cfg.kv_cache_dtype;
   const std::size_t block_rows = std::size_t(block_size_ * hp.n_head_kv);
   const std::size_t row_bytes = std::size_t(kernels::kv_row_bytes_device(kv_dtype_, hp.head_dim));
-  const std::size_t per_block = block_rows * row_bytes * 2 /* K, V */ * std::size_t(hp.n_layer);
-  n_blocks_ = std::int64_t(budget / per_block);
-  if (n_blocks_ < 1) {
+  const std::size_t per_layer_block = block_rows * row_bytes * 2; /* K, V */
+  const std::int64_t main_layers = hp.n_layer - window_layers_;
+  const kv_pools pools = plan_kv_pools(budget, per_layer_block * std::size_t(main_layers),
+                                       per_layer_block * std::size_t(window_layers_),
+                                       window_layers_ > 0 ? hp.sliding_window : 0, block_size_, max_seqs_, max_tokens_);
+  if (pools.n_blocks < 1 || (window_layers_ > 0 && pools.n_window_blocks < 1)) {
     throw std::runtime_error("gpu worker: no room for one KV block (" + std::to_string(free_b >> 20) +
                              " MiB free after weights and scratch)");
   }
-  kv_rows_ = block_rows * std::size_t(n_blocks_);
-  kv_data_bytes_ = kv_rows_ * std::size_t(hp.head_dim * kernels::kv_elem_bytes_device(kv_dtype_));
-  kv_layer_bytes_ = kv_rows_ * row_bytes * 2;
-  kv_ = static_cast<unsigned char*>(alloc_device(per_block * std::size_t(n_blocks_), "the KV pool"));
-  mem.n_blocks = n_blocks_;
-  mem.kv_bytes = per_block * std::size_t(n_blocks_);
+  const auto shape = [&](kv_pool& p, std::int64_t n_blocks) {
+    p.n_blocks = n_blocks;
+    p.rows = block_rows * std::size_t(n_blocks);
+    p.data_bytes = p.rows * std::size_t(hp.head_dim * kernels::kv_elem_bytes_device(kv_dtype_));
+    p.layer_bytes = p.rows * row_bytes * 2;
+  };
+  shape(main_kv_, pools.n_blocks);
+  shape(window_kv_, pools.n_window_blocks);
+  const std::size_t main_bytes = main_kv_.layer_bytes * std::size_t(main_layers);
+  const std::size_t bytes = main_bytes + window_kv_.layer_bytes * std::size_t(window_layers_);
+  kv_ = static_cast<unsigned char*>(alloc_device(bytes, "the KV pool"));
+  main_kv_.base = kv_;
+  window_kv_.base = kv_ + main_bytes;
+  mem.n_blocks = pools.n_blocks;
+  mem.n_window_blocks = pools.n_window_blocks;
+  mem.window = pools.window;
+  mem.kv_bytes = bytes;
   mem.kv_cache_dtype = kv_dtype_;
 }
 
 // One step through every path (decode attention, prefill attention, GEMV, GEMM when the limits
 // allow one, candidates) before ready: kernels load now, and a broken device fails start-up. It
-// writes only into block 0, which nobody reads before writing it.
+// writes only into block 0 (of each pool), which nobody reads before writing it.
 void gpu_device::warm_up() {
   step_plan plan;
   seq_step dec;
@@ -561,6 +589,9 @@ void gpu_device::warm_up() {
     pre.block_table.assign(std::size_t((chunk + block_size_ - 1) / block_size_), 0);
     pre.want_candidates = true;
     plan.seqs.push_back(pre);
+  }
+  if (window_layers_ > 0) {
+    for (seq_step& s : plan.seqs) s.window_table = s.block_table;  // block 0 of the window pool too
   }
   step_result r;
   execute(plan, r);

@@ -25,17 +25,18 @@ namespace anvil::gpu_worker {
 
 kernels::paged_kv_device gpu_device::kv_layer(std::int64_t l) const {
   const model::hparams& hp = m_.hp;
-  unsigned char* k = kv_ + std::size_t(l) * kv_layer_bytes_;
-  float* scales = kernels::kv_is_8bit(kv_dtype_) ? reinterpret_cast<float*>(k + 2 * kv_data_bytes_) : nullptr;
+  const kv_pool& p = windowed_[std::size_t(l)] ? window_kv_ : main_kv_;
+  unsigned char* k = p.base + std::size_t(kv_index_[std::size_t(l)]) * p.layer_bytes;
+  float* scales = kernels::kv_is_8bit(kv_dtype_) ? reinterpret_cast<float*>(k + 2 * p.data_bytes) : nullptr;
   return {.k = k,
-          .v = k + kv_data_bytes_,
-          .n_blocks = n_blocks_,
+          .v = k + p.data_bytes,
+          .n_blocks = p.n_blocks,
           .block_size = block_size_,
           .n_kv_heads = hp.n_head_kv,
           .head_dim = hp.head_dim,
           .dtype = kv_dtype_,
           .k_scales = scales,
-          .v_scales = scales ? scales + kv_rows_ : nullptr};
+          .v_scales = scales ? scales + p.rows : nullptr};
 }
 
 void gpu_device::matmul(const matrix& w, const float* bias, const float* x, float* y, std::int64_t n_tokens, bool x8_ready) {
@@ -301,10 +302,12 @@ void gpu_device::run_body() {
   for (std::int64_t l = 0; l < hp.n_layer; ++l) run_layer(l);
 }
 
-// Copy-on-write, before anything reads the cache: block src -> dst in every layer, K and V.
+// Copy-on-write, before anything reads the cache: block src -> dst in every layer of its pool, K
+// and V.
 void gpu_device::copy_blocks(const step_plan& plan) {
   const std::size_t block_rows = std::size_t(block_size_ * m_.hp.n_head_kv);
-  const std::size_t data_bytes = kv_data_bytes_ / std::size_t(n_blocks_), scale_bytes = block_rows * sizeof(float);
+  const std::size_t data_bytes = block_rows * std::size_t(m_.hp.head_dim * kernels::kv_elem_bytes_device(kv_dtype_));
+  const std::size_t scale_bytes = block_rows * sizeof(float);
   const auto copy = [&](void* base, std::size_t bytes, const block_copy& c) {
     auto* b = static_cast<unsigned char*>(base);
     ok(hipMemcpyAsync(b + std::size_t(c.dst) * bytes, b + std::size_t(c.src) * bytes, bytes, hipMemcpyDeviceToDevice,
@@ -313,6 +316,7 @@ void gpu_device::copy_blocks(const step_plan& plan) {
   };
   for (const block_copy& c : plan.copies) {
     for (std::int64_t l = 0; l < m_.hp.n_layer; ++l) {
+      if (windowed_[std::size_t(l)] != c.window) continue;
       const kernels::paged_kv_device kv = kv_layer(l);
       copy(kv.k, data_bytes, c);
       copy(kv.v, data_bytes, c);
@@ -347,6 +351,9 @@ void gpu_device::lay_out(const step_plan& plan, bool for_graph, bool can_feed) {
   auto* positions = host_at<std::int32_t>(up_off_.positions);
   auto* slots = host_at<std::int64_t>(up_off_.slots);
   auto* tables = host_at<std::int32_t>(up_off_.tables);
+  auto* window_slots = host_at<std::int64_t>(up_off_.window_slots);
+  auto* window_tables = host_at<std::int32_t>(up_off_.window_tables);
+  const bool window_pool = window_layers_ > 0;
   auto* context_lens = host_at<std::int32_t>(up_off_.context_lens);
   auto* prefill = host_at<kernels::attention_prefill_seq>(up_off_.prefill_seqs);
   first_token_.assign(n, 0);
@@ -359,6 +366,15 @@ void gpu_device::lay_out(const step_plan& plan, bool for_graph, bool can_feed) {
     std::int32_t* row = tables + std::size_t(std::int64_t(r) * step_.stride);
     std::copy_n(s.block_table.begin(), need, row);
     std::fill(row + need, row + step_.stride, 0);
+    if (window_pool) {  // -1 before the window: the kernels read no position there
+      if (std::int64_t(s.window_table.size()) < need) {
+        throw std::invalid_argument("seq " + std::to_string(s.seq_id) + ": the window table covers " +
+                                    std::to_string(s.window_table.size()) + " blocks, " + std::to_string(need) + " needed");
+      }
+      std::int32_t* wrow = window_tables + std::size_t(std::int64_t(r) * step_.stride);
+      std::copy_n(s.window_table.begin(), need, wrow);
+      std::fill(wrow + need, wrow + step_.stride, 0);
+    }
     if (s.feed_from >= 0) {  // the token the step begun just before drew (feed())
       if (!can_feed || len != 1 || std::size_t(s.feed_from) >= last_outputs_) {
         throw std::invalid_argument("seq " + std::to_string(s.seq_id) +
@@ -372,6 +388,9 @@ void gpu_device::lay_out(const step_plan& plan, bool for_graph, bool can_feed) {
       ids[t] = s.feed_from >= 0 ? 0 : s.tokens[std::size_t(j)];
       positions[t] = std::int32_t(pos);
       slots[t] = std::int64_t(s.block_table[std::size_t(pos / block_size_)]) * block_size_ + pos % block_size_;
+      if (window_pool) {
+        window_slots[t] = std::int64_t(s.window_table[std::size_t(pos / block_size_)]) * block_size_ + pos % block_size_;
+      }
     }
     if (std::int64_t(r) < step_.n_dec) {
       context_lens[r] = std::int32_t(end);
@@ -437,7 +456,8 @@ void gpu_device::run_layer(std::int64_t l) {
                                    .n_heads = hp.n_head,
                                    .rot_dim = hp.rope_dim,
                                    .angles = hp.own_rope(l) ? rope_angles_swa_ : rope_angles_,
-                                   .slots = dev_at<std::int64_t>(up_off_.slots),
+                                   .slots = dev_at<std::int64_t>(windowed_[std::size_t(l)] ? up_off_.window_slots
+                                                                                            : up_off_.slots),
                                    .style = hp.rope,
                                    // Q/K norms (qwen3, gemma3): per head, before the rotation, in the same launch.
                                    .q_norm = hp.qk_norm ? w.q_norm : nullptr,
@@ -641,7 +661,7 @@ void gpu_device::run_attention(std::int64_t l, bool x8_out) {
   const float scale = hp.attention_scale();
   const std::int64_t window = hp.layer_window(l);
   const float* sinks = layers_[std::size_t(l)].sinks;
-  const auto* tables = dev_at<std::int32_t>(up_off_.tables);
+  const auto* tables = dev_at<std::int32_t>(windowed_[std::size_t(l)] ? up_off_.window_tables : up_off_.tables);
   if (step_.n_dec > 0) {
     kernels::attention_decode_params p{.q = q_,
                                        .out = attn_,

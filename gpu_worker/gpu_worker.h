@@ -58,6 +58,9 @@ struct gpu_worker_config {
   std::chrono::microseconds idle_spin{0};
   // Called while weights upload: (bytes done, bytes in all).
   std::function<void(std::size_t, std::size_t)> progress;
+  // The sliding-window layers' KV in a pool of their own where the model has them beside global
+  // layers (kv_plan.h): the memory plan says so with n_window_blocks > 0.
+  bool window_pool = false;
 };
 
 class gpu_worker final : public worker {

@@ -1,5 +1,7 @@
 #include "gpu_worker/plan_check.h"
 
+#include <algorithm>
+
 namespace anvil::gpu_worker {
 
 std::string check_plan(const step_plan& plan, const memory_plan& mem) {
@@ -7,7 +9,8 @@ std::string check_plan(const step_plan& plan, const memory_plan& mem) {
   if (std::int64_t(plan.seqs.size()) > mem.max_seqs) return "more sequences than max_seqs";
   std::int64_t tokens = 0;
   for (const block_copy& c : plan.copies) {
-    if (c.src < 0 || c.src >= mem.n_blocks || c.dst < 0 || c.dst >= mem.n_blocks) return "block copy out of range";
+    const std::int64_t n = c.window ? mem.n_window_blocks : mem.n_blocks;
+    if (c.src < 0 || c.src >= n || c.dst < 0 || c.dst >= n) return "block copy out of range";
   }
   for (const seq_step& s : plan.seqs) {
     const std::string where = "seq " + std::to_string(s.seq_id) + ": ";
@@ -18,6 +21,17 @@ std::string check_plan(const step_plan& plan, const memory_plan& mem) {
     if (std::int64_t(s.block_table.size()) * mem.block_size < end) return where + "block table too short";
     for (std::int32_t b : s.block_table) {
       if (b < 0 || b >= mem.n_blocks) return where + "block id out of range";
+    }
+    if (mem.n_window_blocks > 0) {
+      // The window layers read from the first fed token's window on; -1 before it.
+      if (s.window_table.size() != s.block_table.size()) return where + "the window table does not match the block table";
+      const std::int64_t first = std::max<std::int64_t>(0, s.start_pos - mem.window + 1) / mem.block_size;
+      for (std::size_t k = 0; k < s.window_table.size(); ++k) {
+        const std::int32_t b = s.window_table[k];
+        if (b < (std::int64_t(k) < first ? -1 : 0) || b >= mem.n_window_blocks) return where + "window block id out of range";
+      }
+    } else if (!s.window_table.empty()) {
+      return where + "a window table without a window pool";
     }
     if (s.feed_from >= 0) {  // one placeholder, for the token the step before drew
       if (s.tokens.size() != 1) return where + "a fed sequence feeds exactly one token";

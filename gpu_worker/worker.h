@@ -52,6 +52,16 @@ inline std::string token_weights(const memory_plan& m) {
   return buf;
 }
 
+// " and N blocks for the sliding layers' window of W" where the memory plan has a window pool
+// (kv_plan.h), else "": for the memory-plan lines.
+inline std::string window_pool_text(const memory_plan& m) {
+  if (m.n_window_blocks == 0) return {};
+  char buf[96];
+  std::snprintf(buf, sizeof buf, " and %lld blocks for the sliding layers' window of %lld",
+                static_cast<long long>(m.n_window_blocks), static_cast<long long>(m.window));
+  return buf;
+}
+
 class worker {
  public:
   using execute_signature = void(error_code, step_result);

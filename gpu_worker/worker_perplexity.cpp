@@ -22,6 +22,10 @@ double window_nll(worker& w, std::span<const std::int32_t> window, std::int64_t 
     throw std::invalid_argument("perplexity: a window of " + std::to_string(n) + " tokens needs " + std::to_string(blocks) +
                                 " KV blocks, the worker has " + std::to_string(mem.n_blocks));
   }
+  if (mem.n_window_blocks > 0 && blocks > mem.n_window_blocks) {
+    throw std::invalid_argument("perplexity: a window of " + std::to_string(n) + " tokens needs " + std::to_string(blocks) +
+                                " blocks of the sliding layers' pool, the worker has " + std::to_string(mem.n_window_blocks));
+  }
   if (first_scored < 1) throw std::invalid_argument("perplexity: the first token of a window cannot be scored");
   std::vector<std::int32_t> table(static_cast<std::size_t>(blocks));
   std::iota(table.begin(), table.end(), 0);
@@ -37,6 +41,7 @@ double window_nll(worker& w, std::span<const std::int32_t> window, std::int64_t 
     s.tokens.assign(window.begin() + start, window.begin() + start + len);
     s.start_pos = start;
     s.block_table.assign(table.begin(), table.begin() + (start + len + mem.block_size - 1) / mem.block_size);
+    if (mem.n_window_blocks > 0) s.window_table = s.block_table;  // the whole window kept in both pools
     // Fed token j (position start + j) predicts the token at start + j + 1.
     s.score_targets.assign(std::size_t(len), -1);
     for (std::int64_t j = 0; j < len; ++j) {

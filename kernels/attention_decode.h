@@ -20,7 +20,8 @@
 //
 // A window leaves the splits wholly before it out: the grid has only as many splits per sequence
 // as W positions can touch (they start at the window's first split), and the first of them starts
-// at the window's first position. A split the window leaves empty has no block and no part in the
+// at the window's first position: no block table entry before it is read (a window pool's tables
+// hold -1 there: kv_config::window). A split the window leaves empty has no block and no part in the
 // merge. The sink enters once, where the output is normalised: in the block that writes it (one
 // split in the window) or in the merge.
 #pragma once

@@ -14,8 +14,9 @@
 // sum and output in registers (online softmax) and updates them per tile.
 //
 // With a window, both kernels start the key loop at the tile holding the first key the block's
-// earliest query sees (a long prompt does not pay for the whole context) and mask per element
-// below each row's window; the sink enters the row's final normalisation.
+// earliest query sees (a long prompt does not pay for the whole context), never read a key before
+// it (a window pool's tables hold -1 for blocks behind every window: kv_config::window), and mask
+// per element below each row's window; the sink enters the row's final normalisation.
 #pragma once
 
 #include <cstdint>

@@ -123,13 +123,16 @@ __global__ void __launch_bounds__(threads) prefill_kernel(attention_prefill_para
   const std::int64_t last_row = min(row0 + tile_rows, rows_total) - 1;
   const int kv_end = sq.start_pos + int(last_row / group) + 1;
 
+  // Keys before the earliest row's window are never read (their blocks may be given back: a
+  // window pool's table holds -1 there); they are masked for every row anyway.
+  const int kv_lo = window_first_key(p.window, sq.start_pos + int(row0 / group));
   // Dims [dc ch, dc (ch + 1)) of the tile's keys into k_s (with_k) and v_s (with_v).
   const auto stage = [&](int kt0, int ch, bool with_k, bool with_v) {
     for (int e = tid; e < keys * (dc / 8); e += threads) {
       const int j = e / (dc / 8), c = e % (dc / 8);
       const int pos = kt0 + j;
       uint4 kr = make_uint4(0, 0, 0, 0), vr = make_uint4(0, 0, 0, 0);
-      if (pos < kv_end) {
+      if (pos < kv_end && pos >= kv_lo) {
         const std::int64_t slot = std::int64_t(table[pos / bs]) * bs + pos % bs;
         const std::int64_t off = slot * kv_row + std::int64_t(kvh) * HeadDim + ch * dc + c * 8;
         const std::int64_t row = slot * p.cache.n_kv_heads + kvh;
@@ -342,12 +345,15 @@ __global__ void __launch_bounds__(prefill_tc::threads) prefill_tc_kernel(attenti
   static_assert(pieces % prefill_tc::threads == 0, "whole pieces per thread");
   prefill_tc::codes<T, per_thread>* const staged =
       reinterpret_cast<prefill_tc::codes<T, per_thread>*>(dyn_smem + 2 * sizeof(tile_t) + prefill_tc::q_bytes<HeadDim>);
+  // Keys before the earliest row's window are not fetched (zeros; their blocks may be given back:
+  // a window pool's table holds -1 there); they are masked for every row anyway.
+  const int kv_lo = window_first_key(p.window, sq.start_pos + int(row0 / group));
   const auto fetch = [&](int kt0, int b) {
 #pragma unroll
     for (int i = 0; i < per_thread; ++i) {
       const int e = tid + i * prefill_tc::threads, j = e / (HeadDim / 8), cc = e % (HeadDim / 8);
       const int pos = kt0 + j;
-      const bool valid = pos < kv_end;
+      const bool valid = pos < kv_end && pos >= kv_lo;
       const std::int64_t slot = valid ? std::int64_t(table[pos / bs]) * bs + pos % bs : 0;
       const std::int64_t off = slot * kv_row + std::int64_t(kvh) * HeadDim + cc * 8;  // elements
       if constexpr (T == kv_dtype::f16) {

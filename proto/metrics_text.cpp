@@ -54,6 +54,10 @@ std::string metrics_text(const engine_stats& s, const connection_counts& connect
   gauge(out, "anvil_kv_blocks_cached", double(kv.cached), "KV-cache blocks kept only for prefix reuse.");
   gauge(out, "anvil_kv_usage_ratio", kv.total > 0 ? double(kv.in_use) / double(kv.total) : 0.0,
         "Fraction of KV-cache blocks held by live sequences.");
+  gauge(out, "anvil_kv_window_blocks_total", double(s.kv.window_counts.total),
+        "Blocks of the sliding-window layers' pool (0: every layer in the main pool).");
+  gauge(out, "anvil_kv_window_blocks_used", double(s.kv.window_counts.in_use),
+        "Blocks of the sliding-window layers' pool held by live sequences (their windows).");
   counter(out, "anvil_preemptions_total", double(s.sched.preemptions), "Sequences preempted (sent back to recompute).");
   counter(out, "anvil_steps_total", double(s.sched.steps), "Steps the worker ran.");
   counter(out, "anvil_steps_ahead_total", double(s.sched.steps_ahead),

@@ -642,6 +642,42 @@ INSTANTIATE_TEST_SUITE_P(Models, GpuEngine,
                                            model_case{"tiny-gemma3", synth_mix::q8_0}),
                          [](const auto& param_info) { return case_name(param_info.param); });
 
+// The window pool on the GPU (engine_config::window_pool, gpu_worker/kv_plan.h): the sliding
+// layers keep only their window (16 positions here) in a pool of their own, through prompts of up
+// to 88 tokens and 40 more generated; the tokens are those of every layer keeping everything,
+// exactly (the kernels read the same K and V from other blocks), the window blocks all go back,
+// and nothing is allocated after start-up. One request at a time, so that both runs batch the
+// same way (concurrent requests batch as they arrive, and a step's row count picks its GEMV or
+// GEMM path: GpuEngine above compares those with its near-tie rule, window pool on).
+TEST(GpuEngineWindowPool, TheSlidingLayersWindowGivesTheTokensOfTheWholeCache) {
+  REQUIRE_GPU();
+  for (const model_case mc : {model_case{"tiny-gemma3", synth_mix::q8_0}, model_case{"tiny-gpt-oss", synth_mix::mxfp4},
+                              model_case{"tiny-gemma3", synth_mix::f16, kernels::kv_dtype::fp8}}) {
+    SCOPED_TRACE(case_name(mc));
+    const std::string path = synth_fixture(mc.shape, mc.mix);
+    std::vector<std::vector<std::int32_t>> prompts;
+    for (std::uint32_t i = 0; i < 6; ++i) prompts.push_back(random_tokens(3 + 17 * i, 70 + i));  // 3..88 tokens
+    std::vector<std::vector<std::int32_t>> whole, windowed;
+    for (const bool window_pool : {false, true}) {
+      engine_config cfg = engine_cfg(worker_backend::gpu, path);
+      cfg.kv_cache_dtype = mc.kv;
+      cfg.window_pool = window_pool;
+      cfg.prefix_caching = false;  // the same schedule both ways
+      auto eng = engine::create(cfg);
+      const std::uint64_t allocations = eng->stats().device_allocations;
+      for (const std::vector<std::int32_t>& p : prompts) {
+        (window_pool ? windowed : whole).push_back(generate_all(*eng, {p}, 40).at(0));
+      }
+      const engine_stats st = eng->stats();
+      EXPECT_EQ(st.kv.window_counts.total > 0, window_pool);
+      EXPECT_EQ(st.kv.window_counts.in_use, 0);
+      EXPECT_EQ(st.device_allocations, allocations);
+      EXPECT_TRUE(eng->healthy());
+    }
+    EXPECT_EQ(windowed, whole);
+  }
+}
+
 // Overlapped steps on the device: a step planned ahead feeds the token the draw kernel chose
 // (kernels/draw.h) in the step before, without it leaving the device's records first. Each
 // request, run alone, gets exactly the tokens of serial steps for every kind of draw; the device

@@ -639,6 +639,17 @@ struct device_cache {
 
 constexpr kv_dtype all_kv_dtypes[] = {kv_dtype::f16, kv_dtype::int8, kv_dtype::fp8};
 
+// The block tables as a window pool leaves them (kv_config::window): -1 for the blocks wholly
+// before the window of each sequence's first query, which the kernels must never read.
+std::vector<std::int32_t> windowed_tables(const attn_setup& s, const attn_case& c) {
+  std::vector<std::int32_t> t = s.flat_tables;
+  for (std::size_t i = 0; i < c.seqs.size(); ++i) {
+    const std::int64_t first = std::max<std::int64_t>(0, c.seqs[i].start_pos - c.window + 1) / s.bs;
+    for (std::int64_t b = 0; b < first; ++b) t[i * std::size_t(s.stride) + std::size_t(b)] = -1;
+  }
+  return t;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Decode
 
@@ -708,6 +719,16 @@ TEST_P(AttentionDecodeGpu, MatchesReferenceOnItsCache) {
         ANVIL_GPU_CHECK(launch_attention_decode(p, nullptr));
         ANVIL_GPU_CHECK(hipDeviceSynchronize());
         EXPECT_TRUE(dout.download() == out) << "two runs differ";
+        if (c.window > 0) {
+          // The blocks before the window given back (-1): the same bits.
+          guarded_array<std::int32_t> dwt(windowed_tables(s, c));
+          attention_decode_params trimmed = p;
+          trimmed.block_tables = dwt.data();
+          dout.poison();
+          ANVIL_GPU_CHECK(launch_attention_decode(trimmed, nullptr));
+          ANVIL_GPU_CHECK(hipDeviceSynchronize());
+          EXPECT_TRUE(dout.download() == out) << "the window's given-back blocks change the output";
+        }
         if (c.window == 0 && !c.sinks) {
           // Options that change nothing (a window past every context, sinks of -inf) give the
           // defaults' bits.
@@ -836,6 +857,16 @@ TEST_P(AttentionPrefillGpu, MatchesReferenceOnItsCache) {
       ANVIL_GPU_CHECK(hipDeviceSynchronize());
       const std::vector<float> out = dout.download();
       const double err = nmse(out, s.ref);
+      if (c.window > 0) {
+        // The blocks before the window given back (-1): the same bits.
+        guarded_array<std::int32_t> dwt(windowed_tables(s, c));
+        attention_prefill_params trimmed = p;
+        trimmed.block_tables = dwt.data();
+        dout.poison();
+        ANVIL_GPU_CHECK(launch_attention_prefill(trimmed, nullptr));
+        ANVIL_GPU_CHECK(hipDeviceSynchronize());
+        EXPECT_TRUE(dout.download() == out) << "the window's given-back blocks change the output";
+      }
       if (c.window == 0 && !c.sinks) {
         // Options that change nothing (a window past every position, sinks of -inf) give the
         // defaults' bits.

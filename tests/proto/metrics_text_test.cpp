@@ -28,6 +28,7 @@ TEST(MetricsText, WritesGaugesCountersAndCumulativeHistogramsInSeconds) {
   s.sched.timed_gaps = 20;
   s.sched.device_idle_us = 250.0;
   s.sched.device_busy_us = 2.5e6;
+  s.kv.window_counts = {.free = 7, .cached = 0, .in_use = 5, .total = 12};
   s.requests.finished_stop = 5;
   s.requests.finished_length = 6;
   s.requests.finished_cancelled = 1;
@@ -44,6 +45,8 @@ TEST(MetricsText, WritesGaugesCountersAndCumulativeHistogramsInSeconds) {
   EXPECT_EQ(m.at("anvil_kv_blocks_used"), 10);
   EXPECT_EQ(m.at("anvil_kv_blocks_cached"), 2);
   EXPECT_DOUBLE_EQ(m.at("anvil_kv_usage_ratio"), 10.0 / 16.0);
+  EXPECT_EQ(m.at("anvil_kv_window_blocks_total"), 12);
+  EXPECT_EQ(m.at("anvil_kv_window_blocks_used"), 5);
   EXPECT_EQ(m.at("anvil_preemptions_total"), 7);
   EXPECT_EQ(m.at("anvil_steps_total"), 40);
   EXPECT_EQ(m.at("anvil_steps_ahead_total"), 30);
