@@ -214,6 +214,18 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
                  pool_positions, p->max_model_len, pool_positions);
     p->max_model_len = pool_positions;
   }
+  // The same for the window pool: one sequence holds at most its window and a prefill chunk (and
+  // the partial blocks at both ends).
+  if (mem.n_window_blocks > 0) {
+    const std::int64_t chunk = std::min(cfg.max_prefill_chunk, cfg.max_batch_tokens);
+    const std::int64_t one = (mem.window + chunk + mem.block_size - 1) / mem.block_size + 1;
+    if (mem.n_window_blocks < one) {
+      throw std::runtime_error(fmt::format(
+          "engine: the sliding layers' pool holds {} blocks, one sequence needs {} (a window of {} and a prefill chunk "
+          "of {}): give the KV cache more memory, or run with --no-window-pool",
+          mem.n_window_blocks, one, mem.window, chunk));
+    }
+  }
   // A window pool gives back the blocks a cached prefix would need: prefix caching goes with it.
   const bool prefix_caching = cfg.prefix_caching && mem.n_window_blocks == 0;
   if (cfg.prefix_caching && !prefix_caching) {

@@ -42,9 +42,10 @@ void rms_norm(const float* x, const std::vector<float>& w, float* y, std::int64_
 }  // namespace
 
 cpu_forward::cpu_forward(const llm& m, std::int64_t max_tokens, std::pmr::memory_resource* arena)
-    : m_(m), ids_(arena), positions_(arena), slots_(arena), window_slots_(arena), x_(arena), h_(arena), q_(arena), k_(arena), v_(arena),
-      attn_(arena), o_(arena), gate_(arena), up_(arena), router_(arena), chosen_w_(arena), xe_(arena), ye_(arena),
-      pair_out_(arena), chosen_(arena), routed_(arena), seqs_(arena), window_seqs_(arena), logit_rows_(arena) {
+    : m_(m), ids_(arena), positions_(arena), slots_(arena), window_slots_(arena), x_(arena), h_(arena), q_(arena),
+      k_(arena), v_(arena), attn_(arena), o_(arena), gate_(arena), up_(arena), router_(arena), chosen_w_(arena),
+      xe_(arena), ye_(arena), pair_out_(arena), chosen_(arena), routed_(arena), seqs_(arena), window_seqs_(arena),
+      logit_rows_(arena) {
   const auto t = static_cast<std::size_t>(std::max<std::int64_t>(max_tokens, 1));
   const hparams& hp = m.hp;
   ids_.reserve(t);

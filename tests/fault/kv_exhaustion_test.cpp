@@ -28,8 +28,8 @@ struct job {
 };
 
 // Runs `jobs` all at once on `eng`, half streamed and half not; checks every output against the
-// request run alone on the reference forward pass.
-void run_and_check(engine& eng, std::vector<job>& jobs) {
+// request run alone on the reference forward pass (of `m`; null: the tiny model's).
+void run_and_check(engine& eng, std::vector<job>& jobs, const model::llm* m = nullptr) {
   for (std::size_t i = 0; i < jobs.size(); ++i) {
     job& j = jobs[i];
     if (i % 2 == 0) {
@@ -42,7 +42,8 @@ void run_and_check(engine& eng, std::vector<job>& jobs) {
   }
   for (std::size_t i = 0; i < jobs.size(); ++i) {
     job& j = jobs[i];
-    const std::vector<std::int32_t> alone = reference_greedy(j.prompt, j.max_tokens);
+    const std::vector<std::int32_t> alone =
+        m ? model::testing::reference_greedy(*m, j.prompt, j.max_tokens) : reference_greedy(j.prompt, j.max_tokens);
     if (j.streamed) {
       const stream_event last = get_within(j.streamed_done, "a streamed request under KV pressure");
       EXPECT_EQ(last.finish_reason, "length") << i;
@@ -115,6 +116,55 @@ TEST(KvExhaustion, OneSequencePerPoolStillServesEveryone) {
   const engine_stats s = settled_stats(*eng);
   EXPECT_GT(s.sched.preemptions, 0);
   EXPECT_EQ(s.kv.counts.in_use, 0);
+  stop_within_limit(*eng);
+}
+
+TEST(KvExhaustion, BothPoolsOfASlidingWindowModelUnderPressureGiveEveryRequestItsSoloOutput) {
+  // tiny-gemma3: five sliding layers (window 16) to one global. A window pool of 12 blocks (4
+  // sequences' windows at a time) beside a main pool of 60 (960 positions); 16 requests of 40 to
+  // 100 positions need several of each at once, so preemption comes from either pool.
+  const std::string path = model::testing::synth_fixture("tiny-gemma3", model::synth_mix::f32);
+  const model::llm m = model::load_llm(model::gguf_file::open(path));
+  using storage = model::kv_cache_storage;
+  const std::size_t window_block = storage::bytes_per_block(m.hp, 16, kernels::kv_dtype::f16, true, true);
+  const std::size_t main_block = storage::bytes_per_block(m.hp, 16, kernels::kv_dtype::f16, true, false);
+  engine_config cfg = tiny_engine_config(2 * 12 * window_block);
+  cfg.model_path = path;
+  cfg.max_prefill_chunk = 16;
+  std::vector<job> jobs(16);  // before the engine: it must stop before they go (a failing test unwinds)
+  auto eng = engine::create(cfg);
+  std::mt19937 rng(23);
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    jobs[i].prompt = random_prompt(20 + rng() % 41, std::uint32_t(4000 + i));
+    jobs[i].max_tokens = 20 + std::int64_t(rng() % 41);
+  }
+  run_and_check(*eng, jobs, &m);
+  const engine_stats s = settled_stats(*eng);
+  EXPECT_GT(s.sched.preemptions, 0);
+  EXPECT_EQ(s.kv.window_counts.total, 12);
+  EXPECT_EQ(s.kv.counts.total, std::int64_t(12 * window_block / main_block));
+  EXPECT_EQ(s.kv.counts.in_use, 0);
+  EXPECT_EQ(s.kv.window_counts.in_use, 0);
+  EXPECT_EQ(s.kv.window_counts.free, s.kv.window_counts.total);
+  EXPECT_EQ(s.live_requests, 0);
+  EXPECT_TRUE(s.healthy);
+  stop_within_limit(*eng);
+}
+
+TEST(KvExhaustion, AWindowPoolTooSmallForOneSequenceIsRefusedAtStartUp) {
+  const std::string path = model::testing::synth_fixture("tiny-gemma3", model::synth_mix::f32);
+  const model::hparams hp = model::read_hparams(model::gguf_file::open(path));
+  // A 2-block window pool: one sequence needs (16 + 64) / 16 + 1 = 6 at the default chunk here.
+  engine_config cfg = tiny_engine_config(2 * 2 * model::kv_cache_storage::bytes_per_block(hp, 16, kernels::kv_dtype::f16, true, true));
+  cfg.model_path = path;
+  try {
+    (void)engine::create(cfg);
+    ADD_FAILURE() << "a window pool of 2 blocks was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("--no-window-pool"), std::string::npos) << e.what();
+  }
+  cfg.window_pool = false;  // every layer in one pool: runs
+  auto eng = engine::create(cfg);
   stop_within_limit(*eng);
 }
 
