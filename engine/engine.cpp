@@ -22,6 +22,7 @@
 #include "actors/log.h"
 #include "gpu_worker/cpu_worker.h"
 #include "gpu_worker/gpu_worker.h"
+#include "gpu_worker/kv_plan.h"
 #include "kv/kv_manager.h"
 #include "model/gguf/gguf_tokenizer.h"
 #include "sampler/structured/gbnf.h"
@@ -214,11 +215,10 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
                  pool_positions, p->max_model_len, pool_positions);
     p->max_model_len = pool_positions;
   }
-  // The same for the window pool: one sequence holds at most its window and a prefill chunk (and
-  // the partial blocks at both ends).
+  // The same for the window pool: one sequence holds at most its window and a prefill chunk.
   if (mem.n_window_blocks > 0) {
     const std::int64_t chunk = std::min(cfg.max_prefill_chunk, cfg.max_batch_tokens);
-    const std::int64_t one = (mem.window + chunk + mem.block_size - 1) / mem.block_size + 1;
+    const std::int64_t one = gpu_worker::window_blocks_per_seq(mem.window, chunk, mem.block_size);
     if (mem.n_window_blocks < one) {
       throw std::runtime_error(fmt::format(
           "engine: the sliding layers' pool holds {} blocks, one sequence needs {} (a window of {} and a prefill chunk "

@@ -265,9 +265,7 @@ class gpu_device {
   unsigned char* kv_ = nullptr;
   kernels::kv_dtype kv_dtype_ = kernels::kv_dtype::f16;
   kv_pool main_kv_, window_kv_;
-  std::int64_t window_layers_ = 0;       // layers in the window pool (0: none)
-  std::vector<bool> windowed_;           // per layer: its KV in the window pool
-  std::vector<std::int64_t> kv_index_;   // per layer: its index in its pool
+  model::kv_layer_map kv_layers_;         // which pool keeps each layer's KV (window_layers 0: no window pool)
 
   // The current step's shape (lay_out fills it).
   struct step_shape {

@@ -93,14 +93,7 @@ gpu_device::gpu_device(const model::llm& m, const gpu_worker_config& cfg, memory
   }
   max_blocks_per_seq_ = (cfg.max_context + cfg.block_size - 1) / cfg.block_size;
   const bool window_pool = cfg.window_pool && window_pool_fits(hp);
-  for (std::int64_t l = 0; l < hp.n_layer; ++l) {
-    const bool w = window_pool && hp.layer_window(l) > 0;
-    windowed_.push_back(w);
-    kv_index_.push_back(w ? window_layers_++ : hp.n_layer);  // the main pool's indices below
-  }
-  for (std::int64_t l = 0, i = 0; l < hp.n_layer; ++l) {
-    if (!windowed_[std::size_t(l)]) kv_index_[std::size_t(l)] = i++;
-  }
+  kv_layers_ = model::map_kv_layers(hp, window_pool);
   gpu::dependent_launch_enabled.store(cfg.overlap_kernels, std::memory_order_relaxed);
   try {
     ok(hipSetDevice(device_), "select the device");
@@ -317,7 +310,7 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   up_off_.positions = u.take(T * 4, 16);
   up_off_.slots = u.take(T * 8, 16);
   up_off_.tables = u.take(S * std::size_t(max_blocks_per_seq_) * 4, 16);
-  const std::size_t window_parts = window_layers_ > 0 ? 1 : 0;  // the window pool's slots and tables
+  const std::size_t window_parts = kv_layers_.window_layers > 0 ? 1 : 0;  // the window pool's slots and tables
   up_off_.window_slots = u.take(window_parts * T * 8, 16);
   up_off_.window_tables = u.take(window_parts * S * std::size_t(max_blocks_per_seq_) * 4, 16);
   up_off_.context_lens = u.take(S * 4, 16);
@@ -543,11 +536,11 @@ void gpu_device::plan_kv(const gpu_worker_config& cfg, memory_plan& mem) {
   const std::size_t block_rows = std::size_t(block_size_ * hp.n_head_kv);
   const std::size_t row_bytes = std::size_t(kernels::kv_row_bytes_device(kv_dtype_, hp.head_dim));
   const std::size_t per_layer_block = block_rows * row_bytes * 2; /* K, V */
-  const std::int64_t main_layers = hp.n_layer - window_layers_;
+  const std::int64_t main_layers = kv_layers_.main_layers;
   const kv_pools pools = plan_kv_pools(budget, per_layer_block * std::size_t(main_layers),
-                                       per_layer_block * std::size_t(window_layers_),
-                                       window_layers_ > 0 ? hp.sliding_window : 0, block_size_, max_seqs_, max_tokens_);
-  if (pools.n_blocks < 1 || (window_layers_ > 0 && pools.n_window_blocks < 1)) {
+                                       per_layer_block * std::size_t(kv_layers_.window_layers),
+                                       kv_layers_.window_layers > 0 ? hp.sliding_window : 0, block_size_, max_seqs_, max_tokens_);
+  if (pools.n_blocks < 1 || (kv_layers_.window_layers > 0 && pools.n_window_blocks < 1)) {
     throw std::runtime_error("gpu worker: no room for one KV block (" + std::to_string(free_b >> 20) +
                              " MiB free after weights and scratch)");
   }
@@ -560,7 +553,7 @@ void gpu_device::plan_kv(const gpu_worker_config& cfg, memory_plan& mem) {
   shape(main_kv_, pools.n_blocks);
   shape(window_kv_, pools.n_window_blocks);
   const std::size_t main_bytes = main_kv_.layer_bytes * std::size_t(main_layers);
-  const std::size_t bytes = main_bytes + window_kv_.layer_bytes * std::size_t(window_layers_);
+  const std::size_t bytes = main_bytes + window_kv_.layer_bytes * std::size_t(kv_layers_.window_layers);
   kv_ = static_cast<unsigned char*>(alloc_device(bytes, "the KV pool"));
   main_kv_.base = kv_;
   window_kv_.base = kv_ + main_bytes;
@@ -590,7 +583,7 @@ void gpu_device::warm_up() {
     pre.want_candidates = true;
     plan.seqs.push_back(pre);
   }
-  if (window_layers_ > 0) {
+  if (kv_layers_.window_layers > 0) {
     for (seq_step& s : plan.seqs) s.window_table = s.block_table;  // block 0 of the window pool too
   }
   step_result r;

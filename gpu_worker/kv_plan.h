@@ -3,9 +3,8 @@
 // have both. Pure arithmetic, shared by the CPU and GPU workers.
 //
 // The window pool is sized first, for the most window blocks the scheduler can ever ask of it:
-// each of max_seqs sequences holds at most the blocks of its window before its next query and of
-// the step's tokens, ceil((window - 1) / block_size) + 2, and a step feeds at most
-// max_batch_tokens tokens; one block more a sequence covers a reserve ahead. That bound keeps the
+// each of max_seqs sequences holds at most window_blocks_per_seq(window, 1) for a decode token,
+// and a step feeds at most max_batch_tokens tokens beyond those. That bound keeps the
 // window pool from being what refuses a step. It takes at most half the budget (beyond that the
 // window pool can run out like the main one: an ordinary "no room"); the main pool takes the rest.
 #pragma once
@@ -35,14 +34,21 @@ inline bool window_pool_fits(const model::hparams& hp) {
   return sliding && global;
 }
 
+// The most window blocks one sequence holds while it feeds `tokens` tokens: its window before the
+// first of them (window - 1 positions) and the tokens themselves, laid over block boundaries (one
+// partial block at each end), and one block a reserve covers ahead.
+inline std::int64_t window_blocks_per_seq(std::int64_t window, std::int64_t tokens, std::int64_t block_size) {
+  return (window - 1 + tokens + block_size - 1) / block_size + 2;
+}
+
 // per_block / per_window_block: the bytes of one block of the main pool's layers / the window
 // pool's. window 0 (or no window pool wanted): the whole budget in the main pool.
 inline kv_pools plan_kv_pools(std::size_t budget, std::size_t per_block, std::size_t per_window_block,
                               std::int64_t window, std::int64_t block_size, std::int64_t max_seqs,
                               std::int64_t max_batch_tokens) {
   if (window <= 0 || per_window_block == 0) return {.n_blocks = std::int64_t(budget / per_block)};
-  const std::int64_t per_seq = (window - 1 + block_size - 1) / block_size + 3;
-  const std::int64_t worst = max_seqs * per_seq + (max_batch_tokens + block_size - 1) / block_size;
+  const std::int64_t worst =
+      max_seqs * window_blocks_per_seq(window, 1, block_size) + (max_batch_tokens + block_size - 1) / block_size;
   const std::int64_t window_blocks = std::min<std::int64_t>(worst, std::int64_t(budget / 2 / per_window_block));
   const std::size_t rest = budget - std::size_t(window_blocks) * per_window_block;
   return {.n_blocks = std::int64_t(rest / per_block), .n_window_blocks = window_blocks, .window = window};

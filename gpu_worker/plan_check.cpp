@@ -25,7 +25,7 @@ std::string check_plan(const step_plan& plan, const memory_plan& mem) {
     if (mem.n_window_blocks > 0) {
       // The window layers read from the first fed token's window on; -1 before it.
       if (s.window_table.size() != s.block_table.size()) return where + "the window table does not match the block table";
-      const std::int64_t first = std::max<std::int64_t>(0, s.start_pos - mem.window + 1) / mem.block_size;
+      const std::int64_t first = first_window_block(s.start_pos, mem.window, mem.block_size);
       for (std::size_t k = 0; k < s.window_table.size(); ++k) {
         const std::int32_t b = s.window_table[k];
         if (b < (std::int64_t(k) < first ? -1 : 0) || b >= mem.n_window_blocks) return where + "window block id out of range";

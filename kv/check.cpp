@@ -78,8 +78,8 @@ std::string kv_core::check_window() const {
       return seq_str(id) + ": " + std::to_string(s.window.size()) + " window blocks for " + std::to_string(s.table.size()) +
              " blocks";
     }
-    const std::int64_t first_seen = std::max<std::int64_t>(0, s.computed - config_.window + 1);
-    const std::int64_t want_trimmed = std::min(first_seen / block_size_, static_cast<std::int64_t>(s.window.size()));
+    const std::int64_t want_trimmed = std::min(gpu_worker::first_window_block(s.computed, config_.window, block_size_),
+                                               static_cast<std::int64_t>(s.window.size()));
     if (s.trimmed != want_trimmed) {
       return seq_str(id) + ": window blocks given back up to " + std::to_string(s.trimmed) + ", the window needs " +
              std::to_string(want_trimmed);

@@ -192,8 +192,8 @@ void kv_core::commit(std::uint64_t seq_id, std::span<const std::int32_t> tokens)
 
 void kv_core::trim_window(sequence& s) {
   // The next query sits at position `computed` and sees [computed - window + 1, computed].
-  const std::int64_t first_seen = std::max<std::int64_t>(0, s.computed - config_.window + 1);
-  const std::int64_t keep_from = std::min(first_seen / block_size_, static_cast<std::int64_t>(s.window.size()));
+  const std::int64_t keep_from = std::min(gpu_worker::first_window_block(s.computed, config_.window, block_size_),
+                                          static_cast<std::int64_t>(s.window.size()));
   for (; s.trimmed < keep_from; ++s.trimmed) {
     block_id& b = s.window[static_cast<std::size_t>(s.trimmed)];
     window_pool_->unref(b, false);

@@ -67,6 +67,13 @@ struct logit_params {
 };
 
 // One sequence's part of a step.
+// The first block a query at position `pos` reads in a layer that attends within `window`
+// positions (its own included): the blocks before it hold only positions outside that window,
+// which is why a window pool gives them back (kv_config::window) and a window table holds -1 there.
+constexpr std::int64_t first_window_block(std::int64_t pos, std::int64_t window, std::int64_t block_size) {
+  return std::max<std::int64_t>(0, pos - window + 1) / block_size;
+}
+
 struct seq_step {
   std::uint64_t seq_id = 0;                 // the scheduler's sequence (request) id
   std::vector<std::int32_t> tokens;         // fed this step: a prefill chunk or one decode token

@@ -10,6 +10,7 @@
 #include "kernels/moe.h"
 #include "kernels/rms_norm.h"
 #include "kernels/swiglu.h"
+#include "messages/step.h"
 
 namespace anvil::model {
 namespace {
@@ -77,11 +78,9 @@ kv_cache_storage::kv_cache_storage(const hparams& hp, std::int64_t n_blocks, std
   if (n_blocks <= 0 || block_size <= 0 || n_window_blocks < 0) {
     throw std::invalid_argument("kv cache needs at least one block of one slot");
   }
-  for (std::int64_t l = 0; l < hp.n_layer; ++l) {
-    const bool w = n_window_blocks > 0 && hp.layer_window(l) > 0;
-    windowed_.push_back(w);
-    index_.push_back((w ? window_ : main_).n_layers++);
-  }
+  layers_ = map_kv_layers(hp, n_window_blocks > 0);
+  main_.n_layers = layers_.main_layers;
+  window_.n_layers = layers_.window_layers;
   if (n_window_blocks > 0 && window_.n_layers == 0) {
     throw std::invalid_argument("kv cache: a window pool for a model without sliding-window layers");
   }
@@ -119,8 +118,8 @@ std::size_t kv_cache_storage::bytes_per_block(const hparams& hp, std::int64_t bl
 
 std::size_t kv_cache_storage::bytes_per_block(const hparams& hp, std::int64_t block_size, kernels::kv_dtype dtype,
                                               bool window_pool, bool window) {
-  std::int64_t layers = 0;
-  for (std::int64_t l = 0; l < hp.n_layer; ++l) layers += (window_pool && hp.layer_window(l) > 0) == window;
+  const kv_layer_map map = map_kv_layers(hp, window_pool);
+  const std::int64_t layers = window ? map.window_layers : map.main_layers;
   const auto rows = std::size_t(layers * block_size * hp.n_head_kv) * 2;  // K and V
   const auto row_bytes = kernels::kv_is_8bit(dtype) ? std::size_t(hp.head_dim) + sizeof(float)
                                                     : std::size_t(hp.head_dim) * sizeof(float);
@@ -146,8 +145,8 @@ void kv_cache_storage::copy_block(std::int64_t src, std::int64_t dst, bool windo
 }
 
 kernels::paged_kv_view kv_cache_storage::layer(std::int64_t l) {
-  pool& p = windowed_[std::size_t(l)] ? window_ : main_;
-  const std::int64_t i = index_[std::size_t(l)];
+  pool& p = layers_.windowed[std::size_t(l)] ? window_ : main_;
+  const std::int64_t i = layers_.index[std::size_t(l)];
   const std::int64_t rows = p.n_blocks * block_size_ * n_kv_heads_, per_layer = rows * head_dim_;
   const bool q8 = kernels::kv_is_8bit(dtype_);
   return {.k = q8 ? nullptr : p.k.data() + i * per_layer,
@@ -186,8 +185,8 @@ void cpu_forward::check(std::span<const forward_seq> batch, const kv_cache_stora
         throw std::invalid_argument(where + "window table covers " + std::to_string(seq.window_table.size()) +
                                     " blocks, " + std::to_string(blocks_needed) + " needed");
       }
-      const std::int64_t first = std::max<std::int64_t>(0, seq.start_pos - m_.hp.sliding_window + 1);
-      for (std::int64_t b = first / cache.block_size(); b < blocks_needed; ++b) {
+      const std::int64_t first = gpu_worker::first_window_block(seq.start_pos, m_.hp.sliding_window, cache.block_size());
+      for (std::int64_t b = first; b < blocks_needed; ++b) {
         if (seq.window_table[b] < 0 || seq.window_table[b] >= cache.n_window_blocks()) {
           throw std::invalid_argument(where + "window block id " + std::to_string(seq.window_table[b]) + " out of range");
         }

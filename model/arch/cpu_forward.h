@@ -27,7 +27,7 @@ class kv_cache_storage {
                    std::pmr::memory_resource* arena = std::pmr::get_default_resource(), std::int64_t n_window_blocks = 0);
   kernels::paged_kv_view layer(std::int64_t l);
   // Whether layer l's KV is in the window pool.
-  bool windowed(std::int64_t l) const { return windowed_[std::size_t(l)]; }
+  bool windowed(std::int64_t l) const { return layers_.windowed[std::size_t(l)]; }
   // Copies block `src` into block `dst` of the main pool's layers (or the window pool's), K and V
   // (copy-on-write).
   void copy_block(std::int64_t src, std::int64_t dst, bool window = false);
@@ -55,8 +55,7 @@ class kv_cache_storage {
 
   std::int64_t block_size_, n_kv_heads_, head_dim_;
   kernels::kv_dtype dtype_;
-  std::vector<bool> windowed_;      // per layer
-  std::vector<std::int64_t> index_;  // per layer: its index in its pool
+  kv_layer_map layers_;
   pool main_, window_;
 };
 

@@ -354,4 +354,14 @@ std::size_t llm::token_weight_bytes() const {
   return n;
 }
 
+kv_layer_map map_kv_layers(const hparams& hp, bool window_pool) {
+  kv_layer_map m;
+  for (std::int64_t l = 0; l < hp.n_layer; ++l) {
+    const bool w = window_pool && hp.layer_window(l) > 0;
+    m.windowed.push_back(w);
+    m.index.push_back(w ? m.window_layers++ : m.main_layers++);
+  }
+  return m;
+}
+
 }  // namespace anvil::model

@@ -155,6 +155,16 @@ struct llm {
   bool has_experts() const { return hp.n_expert > 0; }
 };
 
+// Where each layer keeps its KV cache: in the main pool, or in the window pool (a sliding-window
+// layer, when the worker keeps one: kv_config::window), at its place among that pool's layers.
+// Shared by the CPU cache, the GPU worker and the memory plan so they lay the pools out alike.
+struct kv_layer_map {
+  std::vector<bool> windowed;       // per layer: in the window pool
+  std::vector<std::int64_t> index;  // per layer: its index among its pool's layers
+  std::int64_t main_layers = 0, window_layers = 0;
+};
+kv_layer_map map_kv_layers(const hparams& hp, bool window_pool);
+
 // Reads hyper-parameters and checks every tensor's presence, type and shape; throws model_error
 // naming the first problem ("unsupported architecture 'gemma2'", "tensor 'blk.3.ffn_up.weight'
 // has shape [4096, 11008], expected [4096, 14336]").

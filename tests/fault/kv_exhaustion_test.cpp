@@ -154,7 +154,8 @@ TEST(KvExhaustion, BothPoolsOfASlidingWindowModelUnderPressureGiveEveryRequestIt
 TEST(KvExhaustion, AWindowPoolTooSmallForOneSequenceIsRefusedAtStartUp) {
   const std::string path = model::testing::synth_fixture("tiny-gemma3", model::synth_mix::f32);
   const model::hparams hp = model::read_hparams(model::gguf_file::open(path));
-  // A 2-block window pool: one sequence needs (16 + 64) / 16 + 1 = 6 at the default chunk here.
+  // A 2-block window pool: one sequence needs ceil((16 - 1 + 64) / 16) + 2 = 7 blocks at the default
+  // chunk here.
   engine_config cfg = tiny_engine_config(2 * 2 * model::kv_cache_storage::bytes_per_block(hp, 16, kernels::kv_dtype::f16, true, true));
   cfg.model_path = path;
   try {
