@@ -60,8 +60,9 @@ int run_synth(const synth_args& a) {
 void add_synth_command(CLI::App& app, int& exit_code) {
   CLI::App* cmd = app.add_subcommand("synth", "write a random-weight GGUF model of a real shape");
   auto a = std::make_shared<synth_args>();
-  cmd->add_option("--shape", a->shape, "tiny, tiny-qwen2, tiny-qwen3, qwen2.5-0.5b, llama3-8b, qwen3-8b; with experts tiny-qwen2moe, "
-                  "tiny-qwen3moe, tiny-mixtral, tiny-gpt-oss, qwen3-30b-a3b, gpt-oss-20b, gpt-oss-120b or mixtral-8x7b")->capture_default_str();
+  std::string shapes;
+  for (const model::synth_shape& s : model::synth_shapes()) shapes += (shapes.empty() ? "" : ", ") + s.name;
+  cmd->add_option("--shape", a->shape, shapes)->capture_default_str();
   cmd->add_option("--type", a->type, "F32, F16, BF16, Q8_0, Q4_0, Q6_K, Q4_K_M, IQ4_XS or MXFP4 (experts; the rest Q8_0)")->capture_default_str();
   cmd->add_option("-o,--output", a->out, "the GGUF file to write")->required();
   cmd->add_option("--tokenizer", a->tokenizer_json, "a Hugging Face tokenizer.json to embed (else a synthetic byte-level one)");

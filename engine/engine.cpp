@@ -227,8 +227,11 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
     }
   }
   // A window pool gives back the blocks a cached prefix would need: prefix caching goes with it.
-  const bool prefix_caching = cfg.prefix_caching && mem.n_window_blocks == 0;
-  if (cfg.prefix_caching && !prefix_caching) {
+  // So does a recurrent state: a cached prefix would need the state at its end too.
+  const bool prefix_caching = cfg.prefix_caching && mem.n_window_blocks == 0 && mem.n_state_slots == 0;
+  if (cfg.prefix_caching && mem.n_state_slots > 0) {
+    p->log->info("prefix caching off: the model's recurrent layers keep one state per sequence, not per block");
+  } else if (cfg.prefix_caching && !prefix_caching) {
     p->log->info("prefix caching off: the sliding-window layers keep only their last {} positions (window pool off: "
                  "every layer keeps the whole context, prefix caching on)",
                  mem.window);
@@ -238,7 +241,8 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
                                                          .block_size = mem.block_size,
                                                          .prefix_caching = prefix_caching,
                                                          .window = mem.window,
-                                                         .n_window_blocks = mem.n_window_blocks});
+                                                         .n_window_blocks = mem.n_window_blocks,
+                                                         .n_state_slots = mem.n_state_slots});
   p->sampler = std::make_unique<sampler::sampler_actor>(p->pool.get_executor());
 
   sched::sched_config sc;

@@ -29,8 +29,15 @@ class cpu_device final : public worker_device {
       : mem_(mem), arena_(cfg.arena_upstream ? cfg.arena_upstream : std::pmr::new_delete_resource()), logits_(&arena_) {
     const bool window_pool = cfg.window_pool && window_pool_fits(m.hp);
     using storage = model::kv_cache_storage;
+    const std::size_t per_slot = storage::bytes_per_state_slot(m.hp);
+    mem.n_state_slots = plan_state_slots(cfg.kv_budget_bytes, per_slot, cfg.max_seqs);
+    mem.state_bytes = std::size_t(mem.n_state_slots) * per_slot;
+    if (m.hp.has_recurrent() && mem.n_state_slots < 1) {
+      throw std::invalid_argument("cpu worker: the KV budget holds no recurrent-state slot of " +
+                                  std::to_string(per_slot) + " bytes");
+    }
     const kv_pools pools = plan_kv_pools(
-        cfg.kv_budget_bytes, storage::bytes_per_block(m.hp, cfg.block_size, cfg.kv_cache_dtype, window_pool, false),
+        cfg.kv_budget_bytes - mem.state_bytes, storage::bytes_per_block(m.hp, cfg.block_size, cfg.kv_cache_dtype, window_pool, false),
         window_pool ? storage::bytes_per_block(m.hp, cfg.block_size, cfg.kv_cache_dtype, true, true) : 0,
         window_pool ? m.hp.sliding_window : 0, cfg.block_size, cfg.max_seqs, cfg.max_batch_tokens);
     mem.device = "cpu";
@@ -39,7 +46,7 @@ class cpu_device final : public worker_device {
     mem.n_window_blocks = pools.n_window_blocks;
     mem.window = pools.window;
     mem.max_batch_tokens = cfg.max_batch_tokens;
-    mem.max_seqs = cfg.max_seqs;
+    mem.max_seqs = m.hp.has_recurrent() ? mem.n_state_slots : cfg.max_seqs;
     mem.n_vocab = m.hp.n_vocab;
     mem.weight_bytes = m.weight_bytes();
     mem.token_weight_bytes = m.token_weight_bytes();
@@ -48,10 +55,10 @@ class cpu_device final : public worker_device {
     }
     // Every arena allocation happens here, before the first step.
     cache_ = std::make_unique<model::kv_cache_storage>(m.hp, mem.n_blocks, mem.block_size, cfg.kv_cache_dtype, &arena_,
-                                                       mem.n_window_blocks);
+                                                       mem.n_window_blocks, mem.n_state_slots);
     fwd_ = std::make_unique<model::cpu_forward>(m, cfg.max_batch_tokens, &arena_);
     logits_.reserve(std::size_t(cfg.max_seqs * m.hp.n_vocab));
-    mem.kv_bytes = cache_->bytes();
+    mem.kv_bytes = cache_->bytes() - mem.state_bytes;
     mem.kv_cache_dtype = cfg.kv_cache_dtype;
     mem.scratch_bytes = logits_.capacity() * sizeof(float);
   }
@@ -61,9 +68,9 @@ class cpu_device final : public worker_device {
   std::int64_t max_context() const override { return std::numeric_limits<std::int64_t>::max(); }
 
   std::string describe(const memory_plan& mem) const override {
-    return fmt::format("memory plan: {} KV blocks of {} tokens{} ({:.1f} MB, {}), weights {:.1f} MB{}, step limits {} tokens / {} seqs",
+    return fmt::format("memory plan: {} KV blocks of {} tokens{} ({:.1f} MB, {}){}, weights {:.1f} MB{}, step limits {} tokens / {} seqs",
                        mem.n_blocks, mem.block_size, window_pool_text(mem), double(mem.kv_bytes) / 1e6,
-                       kernels::kv_dtype_name(mem.kv_cache_dtype), double(mem.weight_bytes) / 1e6, token_weights(mem),
+                       kernels::kv_dtype_name(mem.kv_cache_dtype), state_pool_text(mem), double(mem.weight_bytes) / 1e6, token_weights(mem),
                        mem.max_batch_tokens, mem.max_seqs);
   }
 
@@ -79,7 +86,12 @@ class cpu_device final : public worker_device {
     for (const block_copy& c : plan.copies) cache_->copy_block(c.src, c.dst, c.window);
     batch_.clear();
     for (const seq_step& s : plan.seqs) {
-      batch_.push_back({s.tokens, s.start_pos, s.block_table, !s.score_targets.empty(), s.window_table});
+      batch_.push_back({.tokens = s.tokens,
+                        .start_pos = s.start_pos,
+                        .block_table = s.block_table,
+                        .all_logits = !s.score_targets.empty(),
+                        .window_table = s.window_table,
+                        .state_slot = s.state_slot});
     }
     fwd_->run(batch_, *cache_, logits_);  // a scoring step may grow logits_ (counted as a scratch growth)
     const auto V = std::size_t(mem_.n_vocab);

@@ -82,6 +82,10 @@ gpu_device::gpu_device(const model::llm& m, const gpu_worker_config& cfg, memory
     throw std::runtime_error("gpu worker: block size, step limits and context must be positive, memory_fraction in (0, 1]");
   }
   if (cfg.max_batch_tokens > 65535 || cfg.max_seqs > 65535) throw std::runtime_error("gpu worker: step limits above 65535");
+  if (hp.has_recurrent()) {
+    throw std::runtime_error("gpu worker: " + hp.arch_name +
+                             "'s gated DeltaNet layers have no GPU kernels yet; run it with --backend cpu");
+  }
   if (hp.head_dim != 64 && hp.head_dim != 128 && hp.head_dim != 256) {
     throw std::runtime_error("gpu worker: attention kernels need head_dim 64, 128 or 256, the model has " +
                              std::to_string(hp.head_dim));

@@ -25,7 +25,7 @@ namespace anvil::gpu_worker {
 
 kernels::paged_kv_device gpu_device::kv_layer(std::int64_t l) const {
   const model::hparams& hp = m_.hp;
-  const kv_pool& p = kv_layers_.windowed[std::size_t(l)] ? window_kv_ : main_kv_;
+  const kv_pool& p = kv_layers_.windowed(l) ? window_kv_ : main_kv_;
   unsigned char* k = p.base + std::size_t(kv_layers_.index[std::size_t(l)]) * p.layer_bytes;
   float* scales = kernels::kv_is_8bit(kv_dtype_) ? reinterpret_cast<float*>(k + 2 * p.data_bytes) : nullptr;
   return {.k = k,
@@ -316,7 +316,7 @@ void gpu_device::copy_blocks(const step_plan& plan) {
   };
   for (const block_copy& c : plan.copies) {
     for (std::int64_t l = 0; l < m_.hp.n_layer; ++l) {
-      if (kv_layers_.windowed[std::size_t(l)] != c.window) continue;
+      if (kv_layers_.windowed(l) != c.window) continue;
       const kernels::paged_kv_device kv = kv_layer(l);
       copy(kv.k, data_bytes, c);
       copy(kv.v, data_bytes, c);
@@ -456,7 +456,7 @@ void gpu_device::run_layer(std::int64_t l) {
                                    .n_heads = hp.n_head,
                                    .rot_dim = hp.rope_dim,
                                    .angles = hp.own_rope(l) ? rope_angles_swa_ : rope_angles_,
-                                   .slots = dev_at<std::int64_t>(kv_layers_.windowed[std::size_t(l)] ? up_off_.window_slots
+                                   .slots = dev_at<std::int64_t>(kv_layers_.windowed(l) ? up_off_.window_slots
                                                                                             : up_off_.slots),
                                    .style = hp.rope,
                                    // Q/K norms (qwen3, gemma3): per head, before the rotation, in the same launch.
@@ -661,7 +661,7 @@ void gpu_device::run_attention(std::int64_t l, bool x8_out) {
   const float scale = hp.attention_scale();
   const std::int64_t window = hp.layer_window(l);
   const float* sinks = layers_[std::size_t(l)].sinks;
-  const auto* tables = dev_at<std::int32_t>(kv_layers_.windowed[std::size_t(l)] ? up_off_.window_tables : up_off_.tables);
+  const auto* tables = dev_at<std::int32_t>(kv_layers_.windowed(l) ? up_off_.window_tables : up_off_.tables);
   if (step_.n_dec > 0) {
     kernels::attention_decode_params p{.q = q_,
                                        .out = attn_,

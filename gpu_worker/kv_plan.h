@@ -9,6 +9,7 @@
 // window pool can run out like the main one: an ordinary "no room"); the main pool takes the rest.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -32,6 +33,14 @@ inline bool window_pool_fits(const model::hparams& hp) {
     (w > 0 ? sliding : global) = true;
   }
   return sliding && global;
+}
+
+// The state pool of a model with recurrent layers: a slot per sequence a step may hold, taken from
+// the budget before the KV pools, at most half of it (fewer sequences at once where that holds
+// fewer slots). 0 for a model without recurrent layers (per_slot 0).
+inline std::int64_t plan_state_slots(std::size_t budget, std::size_t per_slot, std::int64_t max_seqs) {
+  if (per_slot == 0) return 0;
+  return std::min<std::int64_t>(max_seqs, std::int64_t(budget / 2 / per_slot));
 }
 
 // The most window blocks one sequence holds while it feeds `tokens` tokens: its window before the

@@ -33,6 +33,9 @@ std::string check_plan(const step_plan& plan, const memory_plan& mem) {
     } else if (!s.window_table.empty()) {
       return where + "a window table without a window pool";
     }
+    if (mem.n_state_slots > 0 ? s.state_slot < 0 || s.state_slot >= mem.n_state_slots : s.state_slot != -1) {
+      return where + "state slot out of range";
+    }
     if (s.feed_from >= 0) {  // one placeholder, for the token the step before drew
       if (s.tokens.size() != 1) return where + "a fed sequence feeds exactly one token";
     } else {

@@ -28,6 +28,8 @@ struct memory_plan {
   std::int64_t n_blocks = 0;            // KV pool blocks
   std::int64_t n_window_blocks = 0;     // the sliding-window layers' pool (kv_plan.h); 0: none
   std::int64_t window = 0;              // their window in positions, with a window pool
+  std::int64_t n_state_slots = 0;       // recurrent layers' state slots (kv_plan.h), one per sequence; 0: none
+  std::size_t state_bytes = 0;          // those slots, every recurrent layer's state
   std::int64_t block_size = 0;          // tokens per block
   std::int64_t max_batch_tokens = 0;    // tokens one step may feed
   std::int64_t max_seqs = 0;            // sequences one step may hold
@@ -59,6 +61,15 @@ inline std::string window_pool_text(const memory_plan& m) {
   char buf[96];
   std::snprintf(buf, sizeof buf, " and %lld blocks for the sliding layers' window of %lld",
                 static_cast<long long>(m.n_window_blocks), static_cast<long long>(m.window));
+  return buf;
+}
+
+// ", N recurrent-state slots (M MB)" where the model has recurrent layers, else "".
+inline std::string state_pool_text(const memory_plan& m) {
+  if (m.n_state_slots == 0) return {};
+  char buf[96];
+  std::snprintf(buf, sizeof buf, ", %lld recurrent-state slots (%.1f MB)", static_cast<long long>(m.n_state_slots),
+                double(m.state_bytes) / 1e6);
   return buf;
 }
 

@@ -34,6 +34,7 @@ kv_batch_result kv_core::apply(const kv_batch& batch) {
   for (const kv_op& op : batch.ops) out.results.push_back(apply_op(op, batch.victims, out, gone));
   out.counts = ledger();
   out.window_counts = window_ledger();
+  out.state_counts = state_ledger();
   return out;
 }
 
@@ -100,6 +101,7 @@ void kv_core::tables_into(std::uint64_t seq_id, kv_op_result& r) const {
   const std::span<const block_id> t = block_table(seq_id), w = window_table(seq_id);
   r.block_table.assign(t.begin(), t.end());
   r.window_table.assign(w.begin(), w.end());
+  r.state_slot = state_slot(seq_id);
 }
 
 }  // namespace anvil::kv

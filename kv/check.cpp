@@ -55,7 +55,30 @@ std::string kv_core::check() const {
   }
   const kv::ledger l = ledger();
   if (l.free + l.cached + l.in_use != l.total || l.total != n) return "ledger does not sum to the pool size";
-  return check_window();
+  if (std::string e = check_window(); !e.empty()) return e;
+  return check_state_slots();
+}
+
+// The state slots: each live sequence's in range and its own, the free ones the rest, once each.
+std::string kv_core::check_state_slots() const {
+  const std::int64_t n = config_.n_state_slots;
+  std::vector<std::int8_t> seen(static_cast<std::size_t>(n), 0);
+  for (const auto& [id, s] : seqs_) {
+    if (s.state_slot < 0) {
+      if (n > 0 && s.reserved > s.computed) return seq_str(id) + " reserved a step without a state slot";
+      continue;
+    }
+    if (s.state_slot >= n) return seq_str(id) + " holds out-of-range state slot " + std::to_string(s.state_slot);
+    if (seen[static_cast<std::size_t>(s.state_slot)]++) return "state slot " + std::to_string(s.state_slot) + " held twice";
+  }
+  for (std::int32_t f : free_slots_) {
+    if (f < 0 || f >= n) return "out-of-range free state slot " + std::to_string(f);
+    if (seen[static_cast<std::size_t>(f)]++) return "state slot " + std::to_string(f) + " is free and held, or free twice";
+  }
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (!seen[static_cast<std::size_t>(i)]) return "state slot " + std::to_string(i) + " is neither free nor held";
+  }
+  return {};
 }
 
 // The window pool: each table as long as the main one, given back exactly up to the next query's

@@ -37,6 +37,14 @@ kv_core::kv_core(const kv_config& config, block_hasher hasher)
     }
     window_pool_.emplace(static_cast<std::int32_t>(config_.n_window_blocks));
   }
+  if (config_.n_state_slots < 0 || config_.n_state_slots > std::numeric_limits<std::int32_t>::max()) {
+    throw std::invalid_argument("kv_config: n_state_slots must be in [0, 2^31), got " + std::to_string(config_.n_state_slots));
+  }
+  if (config_.n_state_slots > 0 && config_.prefix_caching) {
+    throw std::invalid_argument("kv_config: state slots need prefix caching off");
+  }
+  // Handed out lowest first.
+  for (auto i = static_cast<std::int32_t>(config_.n_state_slots); i-- > 0;) free_slots_.push_back(i);
   if (config_.prefix_caching) {
     cache_.emplace(pool_.size(), static_cast<std::int32_t>(block_size_), hasher);
   }
@@ -139,6 +147,8 @@ reserve_result kv_core::reserve(std::uint64_t seq_id, std::int64_t n_tokens) {
   if (n_tokens < 0) caller_bug("reserve", seq_id, "negative n_tokens " + std::to_string(n_tokens));
   if (blocks_needed(s, n_tokens) > pool_.available()) return {false, {}};
   if (window_pool_ && window_blocks_needed(s, n_tokens) > window_pool_->available()) return {false, {}};
+  const bool needs_slot = config_.n_state_slots > 0 && s.state_slot < 0;
+  if (needs_slot && free_slots_.empty()) return {false, {}};
 
   reserve_result r;
   const auto have = static_cast<std::int64_t>(s.table.size());
@@ -171,6 +181,10 @@ reserve_result kv_core::reserve(std::uint64_t seq_id, std::int64_t n_tokens) {
       }
     }
     for (std::int64_t k = whave; k < want; ++k) s.window.push_back(window_pool_->take().id);
+  }
+  if (needs_slot) {
+    s.state_slot = free_slots_.back();
+    free_slots_.pop_back();
   }
   s.reserved = std::max(s.reserved, n_tokens);
   return r;
@@ -231,12 +245,14 @@ void kv_core::release(std::uint64_t seq_id) {
   for (auto b = table.rbegin(); b != table.rend(); ++b) drop_block(*b);
   const sequence& s = it->second;
   for (std::size_t k = static_cast<std::size_t>(s.trimmed); k < s.window.size(); ++k) window_pool_->unref(s.window[k], false);
+  if (s.state_slot >= 0) free_slots_.push_back(s.state_slot);
   seqs_.erase(it);
 }
 
 void kv_core::fork(std::uint64_t seq_id, std::uint64_t from) {
   if (seqs_.contains(seq_id)) caller_bug("fork", seq_id, "sequence is already live");
   const sequence& src = live_seq(from, "fork (source)");
+  if (config_.n_state_slots > 0) caller_bug("fork", seq_id, "sequences with a recurrent state cannot share it");
   sequence copy = src;
   // Blocks `from` reserved beyond its computed positions hold nothing to share yet; sharing them
   // would only cost the fork a copy of each at its first reserve.
@@ -258,6 +274,8 @@ std::span<const block_id> kv_core::window_table(std::uint64_t seq_id) const {
   return live_seq(seq_id, "window_table").window;
 }
 
+std::int32_t kv_core::state_slot(std::uint64_t seq_id) const { return live_seq(seq_id, "state_slot").state_slot; }
+
 std::int64_t kv_core::computed(std::uint64_t seq_id) const { return live_seq(seq_id, "computed").computed; }
 
 kv::ledger kv_core::ledger() const noexcept {
@@ -269,10 +287,16 @@ kv::ledger kv_core::window_ledger() const noexcept {
   return {window_pool_->free_count(), window_pool_->cached_count(), window_pool_->in_use_count(), window_pool_->size()};
 }
 
+kv::ledger kv_core::state_ledger() const noexcept {
+  const auto free = static_cast<std::int64_t>(free_slots_.size());
+  return {.free = free, .cached = 0, .in_use = config_.n_state_slots - free, .total = config_.n_state_slots};
+}
+
 kv_stats kv_core::stats() const noexcept {
   kv_stats s = stats_;
   s.counts = ledger();
   s.window_counts = window_ledger();
+  s.state_counts = state_ledger();
   return s;
 }
 

@@ -17,6 +17,9 @@
 // positions: reserve grows both (all or nothing, copy-on-write in both), and commit gives back
 // the window blocks wholly before the window of the next query (at position `computed`: it sees
 // [computed - window + 1, computed]), leaving -1 (no_block) in their entries.
+//
+// With state slots (kv_config::n_state_slots), each sequence also holds one slot from its first
+// reserve (all or nothing with its blocks) to its release.
 #pragma once
 
 #include <cstdint>
@@ -66,11 +69,13 @@ class kv_core {
   bool live(std::uint64_t seq_id) const { return seqs_.contains(seq_id); }
   std::span<const block_id> block_table(std::uint64_t seq_id) const;
   std::span<const block_id> window_table(std::uint64_t seq_id) const;  // empty without a window pool
+  std::int32_t state_slot(std::uint64_t seq_id) const;  // -1 without state slots or before its first reserve
   std::int64_t computed(std::uint64_t seq_id) const;
   std::int64_t live_count() const noexcept { return static_cast<std::int64_t>(seqs_.size()); }
 
   kv::ledger ledger() const noexcept;
   kv::ledger window_ledger() const noexcept;  // all 0 without a window pool
+  kv::ledger state_ledger() const noexcept;   // the state slots' (all 0 without them)
   kv_stats stats() const noexcept;
   const kv_config& config() const noexcept { return config_; }
 
@@ -90,6 +95,7 @@ class kv_core {
     std::uint64_t chain_serial = root_serial;  // the index's name for blocks [0, hashed); no_serial if none
     std::vector<block_id> window;            // window pool: the same positions' blocks, no_block before `trimmed`
     std::int64_t trimmed = 0;                // window blocks [0, trimmed) are given back
+    std::int32_t state_slot = -1;            // state slots: its slot from its first reserve on
   };
 
   sequence& live_seq(std::uint64_t seq_id, const char* op);
@@ -113,6 +119,7 @@ class kv_core {
                         std::vector<std::uint64_t>& gone);
   void tables_into(std::uint64_t seq_id, kv_op_result& r) const;  // a result's block_table and window_table
   std::string check_window() const;  // check()'s part for the window pool (check.cpp)
+  std::string check_state_slots() const;  // and for the state slots
   void reserve_preempting(const kv_op& op, const std::vector<std::uint64_t>& victims, kv_batch_result& out,
                           std::vector<std::uint64_t>& gone, kv_op_result& r);
 
@@ -122,6 +129,7 @@ class kv_core {
   std::optional<block_pool> window_pool_;  // engaged with a window
   std::optional<prefix_cache> cache_;  // engaged when prefix caching is on
   std::unordered_map<std::uint64_t, sequence> seqs_;
+  std::vector<std::int32_t> free_slots_;  // state slots no sequence holds
   kv_stats stats_;
 };
 

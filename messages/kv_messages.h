@@ -27,6 +27,12 @@ struct kv_config {
   // Needs prefix_caching off: a cached prefix would need the window's blocks before it too.
   std::int64_t window = 0;           // positions a query sees, its own included
   std::int64_t n_window_blocks = 0;  // the window pool's size (window > 0)
+  // Recurrent layers (gated DeltaNet: qwen35) keep a fixed-size state per sequence instead of KV,
+  // in one of n_state_slots slots the worker allocated at start-up. A sequence takes a slot at its
+  // first reserve (none free: no room, like blocks) and gives it back at release; a state cannot be
+  // shared, so such sequences are not forked. 0: the model has no recurrent layers. Needs
+  // prefix_caching off: a cached prefix would need the state at its end too.
+  std::int64_t n_state_slots = 0;
 };
 
 // free + cached + in_use == total, always.
@@ -61,6 +67,7 @@ struct kv_op_result {
   std::vector<std::int32_t> block_table;           // reserve / begin / fork: the table after the op
   // With a window pool, the same positions' window blocks; entries before the window are -1.
   std::vector<std::int32_t> window_table;
+  std::int32_t state_slot = -1;                    // with state slots: the sequence's (-1 before its first reserve)
   std::vector<gpu_worker::block_copy> copies;      // reserve: copy-on-write copies the worker must do first
 };
 
@@ -69,11 +76,13 @@ struct kv_batch_result {
   std::vector<std::uint64_t> preempted;  // victims released, in order
   ledger counts;                       // after the batch
   ledger window_counts;                // the window pool's (all 0 without one; never cached)
+  ledger state_counts;                 // the state slots' (all 0 without them; never cached)
 };
 
 struct kv_stats {
   ledger counts;
   ledger window_counts;
+  ledger state_counts;
   std::int64_t prefix_queries = 0;     // prompt tokens looked up by begin
   std::int64_t prefix_hits = 0;        // of those, tokens found cached
   std::int64_t evictions = 0;          // cached blocks reused for new data

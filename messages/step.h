@@ -86,6 +86,9 @@ struct seq_step {
   // The model's sliding-window layers' blocks (kv_config::window), covering the same positions;
   // -1 for blocks wholly before the window of every token fed. Empty without a window pool.
   std::vector<std::int32_t> window_table;
+  // The model's recurrent layers' state slot (kv_config::n_state_slots), holding the state after
+  // start_pos positions (start_pos 0: the step starts it afresh). -1 for a model without them.
+  std::int32_t state_slot = -1;
   bool want_candidates = false;             // the next-token distribution after the last fed token is needed
   logit_params logits;                      // how to process it (when want_candidates)
   // Constrained decoding planned ahead: logits.allowed is empty here and comes in a step_masks for

@@ -219,6 +219,7 @@ std::optional<gpu_worker::step_plan> scheduler_core::plan_step(kv::kv_batch_resu
   const auto add = [&](const seq_state& s, const planned_op& p, kv::kv_op_result& r, std::int64_t start) {
     plan.seqs.push_back(make_step(s, start, p.n_tokens - start, std::move(r.block_table), p.feed_from));
     plan.seqs.back().window_table = std::move(r.window_table);  // empty without a window pool
+    plan.seqs.back().state_slot = r.state_slot;                  // -1 without state slots
     step.push_back({p.id, p.n_tokens - start, plan.seqs.back().want_candidates, plan.seqs.back().mask_deferred});  // it samples if it asks
     plan.copies.insert(plan.copies.end(), r.copies.begin(), r.copies.end());
   };

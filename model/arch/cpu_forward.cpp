@@ -46,7 +46,7 @@ cpu_forward::cpu_forward(const llm& m, std::int64_t max_tokens, std::pmr::memory
     : m_(m), ids_(arena), positions_(arena), slots_(arena), window_slots_(arena), x_(arena), h_(arena), q_(arena),
       k_(arena), v_(arena), attn_(arena), o_(arena), gate_(arena), up_(arena), router_(arena), chosen_w_(arena),
       xe_(arena), ye_(arena), pair_out_(arena), chosen_(arena), routed_(arena), seqs_(arena), window_seqs_(arena),
-      logit_rows_(arena) {
+      rseqs_(arena), mix_(arena), z_(arena), beta_(arena), alpha_(arena), qgate_(arena), logit_rows_(arena) {
   const auto t = static_cast<std::size_t>(std::max<std::int64_t>(max_tokens, 1));
   const hparams& hp = m.hp;
   ids_.reserve(t);
@@ -62,6 +62,17 @@ cpu_forward::cpu_forward(const llm& m, std::int64_t max_tokens, std::pmr::memory
   for (auto* v : {&q_, &attn_}) v->reserve(t * std::size_t(hp.n_head * hp.head_dim));
   for (auto* v : {&k_, &v_}) v->reserve(t * std::size_t(hp.n_head_kv * hp.head_dim));
   for (auto* v : {&gate_, &up_}) v->reserve(t * std::size_t(std::max({hp.n_ff, hp.n_ff_exp, hp.n_ff_shexp})));
+  if (hp.has_recurrent()) {
+    rseqs_.reserve(t);
+    mix_.reserve(t * std::size_t(hp.ssm_conv_channels()));
+    z_.reserve(t * std::size_t(hp.ssm_v_heads * hp.ssm_head_v));
+    for (auto* v : {&beta_, &alpha_}) v->reserve(t * std::size_t(hp.ssm_v_heads));
+    attn_.reserve(std::max(attn_.capacity(), t * std::size_t(hp.ssm_v_heads * hp.ssm_head_v)));
+  }
+  if (hp.attn_out_gate) {  // the q projection's rows hold each head's gate too
+    qgate_.reserve(t * std::size_t(hp.n_head * hp.head_dim));
+    q_.reserve(2 * qgate_.capacity());
+  }
   if (m.has_experts()) {
     router_.reserve(t * std::size_t(hp.n_expert));
     chosen_w_.reserve(t * std::size_t(hp.n_expert_used));
@@ -72,11 +83,16 @@ cpu_forward::cpu_forward(const llm& m, std::int64_t max_tokens, std::pmr::memory
 }
 
 kv_cache_storage::kv_cache_storage(const hparams& hp, std::int64_t n_blocks, std::int64_t block_size,
-                                   kernels::kv_dtype dtype, std::pmr::memory_resource* arena, std::int64_t n_window_blocks)
+                                   kernels::kv_dtype dtype, std::pmr::memory_resource* arena, std::int64_t n_window_blocks,
+                                   std::int64_t n_state_slots)
     : block_size_(block_size), n_kv_heads_(hp.n_head_kv), head_dim_(hp.head_dim), dtype_(dtype), main_(arena),
-      window_(arena) {
-  if (n_blocks <= 0 || block_size <= 0 || n_window_blocks < 0) {
+      window_(arena), conv_(arena), matrix_(arena), state_pos_(arena) {
+  if (n_blocks <= 0 || block_size <= 0 || n_window_blocks < 0 || n_state_slots < 0) {
     throw std::invalid_argument("kv cache needs at least one block of one slot");
+  }
+  if (hp.has_recurrent() != (n_state_slots > 0)) {
+    throw std::invalid_argument(hp.has_recurrent() ? "kv cache: a model with recurrent layers needs state slots"
+                                                   : "kv cache: state slots for a model without recurrent layers");
   }
   layers_ = map_kv_layers(hp, n_window_blocks > 0);
   main_.n_layers = layers_.main_layers;
@@ -88,6 +104,36 @@ kv_cache_storage::kv_cache_storage(const hparams& hp, std::int64_t n_blocks, std
   window_.n_blocks = window_.n_layers > 0 ? n_window_blocks : 0;
   allocate(main_);
   allocate(window_);
+  n_state_slots_ = n_state_slots;
+  conv_floats_ = hp.ssm_conv_state();
+  matrix_floats_ = hp.ssm_matrix_state();
+  conv_.assign(std::size_t(layers_.state_layers * n_state_slots * conv_floats_), 0.f);
+  matrix_.assign(std::size_t(layers_.state_layers * n_state_slots * matrix_floats_), 0.f);
+  state_pos_.assign(std::size_t(n_state_slots), 0);
+}
+
+kv_cache_storage::state_view kv_cache_storage::state(std::int64_t l) {
+  const auto i = std::size_t(layers_.index[std::size_t(l)] * n_state_slots_);
+  return {.conv = conv_.data() + i * std::size_t(conv_floats_), .matrix = matrix_.data() + i * std::size_t(matrix_floats_)};
+}
+
+void kv_cache_storage::copy_state(std::int32_t src, std::int32_t dst) {
+  if (src < 0 || dst < 0 || src >= n_state_slots_ || dst >= n_state_slots_) {
+    throw std::invalid_argument("copy_state: slot out of range");
+  }
+  const auto copy = [&](std::pmr::vector<float>& v, std::int64_t per_slot) {
+    for (std::int64_t l = 0; l < layers_.state_layers; ++l) {
+      const float* from = v.data() + (l * n_state_slots_ + src) * per_slot;
+      std::copy_n(from, per_slot, v.data() + (l * n_state_slots_ + dst) * per_slot);
+    }
+  };
+  copy(conv_, conv_floats_);
+  copy(matrix_, matrix_floats_);
+  state_pos_[std::size_t(dst)] = state_pos_[std::size_t(src)];
+}
+
+std::size_t kv_cache_storage::bytes_per_state_slot(const hparams& hp) {
+  return std::size_t(map_kv_layers(hp, false).state_layers * (hp.ssm_conv_state() + hp.ssm_matrix_state())) * sizeof(float);
 }
 
 void kv_cache_storage::allocate(pool& p) const {
@@ -109,7 +155,7 @@ std::size_t kv_cache_storage::bytes() const {
   for (const pool* p : {&main_, &window_}) {
     b += (p->k.size() + p->v.size() + p->k_scales.size() + p->v_scales.size()) * sizeof(float) + p->k8.size() + p->v8.size();
   }
-  return b;
+  return b + (conv_.size() + matrix_.size()) * sizeof(float) + state_pos_.size() * sizeof(std::int64_t);
 }
 
 std::size_t kv_cache_storage::bytes_per_block(const hparams& hp, std::int64_t block_size, kernels::kv_dtype dtype) {
@@ -145,7 +191,7 @@ void kv_cache_storage::copy_block(std::int64_t src, std::int64_t dst, bool windo
 }
 
 kernels::paged_kv_view kv_cache_storage::layer(std::int64_t l) {
-  pool& p = layers_.windowed[std::size_t(l)] ? window_ : main_;
+  pool& p = layers_.windowed(l) ? window_ : main_;
   const std::int64_t i = layers_.index[std::size_t(l)];
   const std::int64_t rows = p.n_blocks * block_size_ * n_kv_heads_, per_layer = rows * head_dim_;
   const bool q8 = kernels::kv_is_8bit(dtype_);
@@ -195,6 +241,31 @@ void cpu_forward::check(std::span<const forward_seq> batch, const kv_cache_stora
     for (std::int32_t id : seq.tokens) {
       if (id < 0 || id >= m_.hp.n_vocab) throw std::invalid_argument(where + "token id " + std::to_string(id) + " outside the vocabulary");
     }
+    if (cache.n_state_slots() > 0) {
+      check_state_slot(batch, s, cache);
+    } else if (seq.state_slot != -1) {
+      throw std::invalid_argument(where + "a state slot for a model without recurrent layers");
+    }
+  }
+}
+
+void cpu_forward::check_state_slot(std::span<const forward_seq> batch, std::size_t s, const kv_cache_storage& cache) const {
+  const forward_seq& seq = batch[s];
+  const std::string where = "forward: sequence " + std::to_string(s) + ": ";
+  if (seq.state_slot < 0 || seq.state_slot >= cache.n_state_slots()) {
+    throw std::invalid_argument(where + "state slot " + std::to_string(seq.state_slot) + " out of range");
+  }
+  for (std::size_t o = 0; o < s; ++o) {
+    if (batch[o].state_slot == seq.state_slot) {
+      throw std::invalid_argument(where + "state slot " + std::to_string(seq.state_slot) + " is sequence " +
+                                  std::to_string(o) + "'s too");
+    }
+  }
+  // A recurrent state cannot be rewound: a step continues it exactly where the last one left it.
+  if (const std::int64_t held = cache.state_pos(seq.state_slot); seq.start_pos != 0 && held != seq.start_pos) {
+    throw std::invalid_argument(where + "state slot " + std::to_string(seq.state_slot) + " holds " +
+                                (held < 0 ? std::string("an unfinished step's state") : std::to_string(held) + " positions") +
+                                ", the step starts at " + std::to_string(seq.start_pos));
   }
 }
 
@@ -210,6 +281,8 @@ std::size_t cpu_forward::layers(std::span<const forward_seq> batch, kv_cache_sto
   const bool window_pool = cache.n_window_blocks() > 0;
   window_slots_.resize(window_pool ? n_tokens : 0);
   window_seqs_.resize(window_pool ? batch.size() : 0);
+  const bool recurrent = cache.n_state_slots() > 0;
+  rseqs_.resize(recurrent ? batch.size() : 0);
   logit_rows_.clear();
   std::size_t t = 0;
   const std::int64_t bs = cache.block_size();
@@ -217,6 +290,10 @@ std::size_t cpu_forward::layers(std::span<const forward_seq> batch, kv_cache_sto
     const forward_seq& s = batch[i];
     const std::int64_t first = std::int64_t(t), n = std::int64_t(s.tokens.size());
     seqs_[i] = {first, n, s.start_pos, s.block_table.data()};
+    if (recurrent) {
+      rseqs_[i] = {.first = first, .n_tokens = n, .slot = s.state_slot, .fresh = s.start_pos == 0};
+      cache.state_pos(s.state_slot) = -1;  // until every layer has run
+    }
     if (window_pool) window_seqs_[i] = {first, n, s.start_pos, s.window_table.data()};
     for (std::int64_t j = 0; j < n; ++j, ++t) {
       const std::int64_t pos = s.start_pos + j;
@@ -238,6 +315,9 @@ std::size_t cpu_forward::layers(std::span<const forward_seq> batch, kv_cache_sto
                           .out = x_.data(),
                           .scale = hp.embd_scale});
   for (std::int64_t l = 0; l < hp.n_layer; ++l) layer(l, cache);
+  for (const forward_seq& s : batch) {
+    if (recurrent) cache.state_pos(s.state_slot) = s.start_pos + std::int64_t(s.tokens.size());
+  }
   return logit_rows_.size();
 }
 
@@ -256,15 +336,90 @@ void cpu_forward::layer(std::int64_t l, kv_cache_storage& cache) {
   const hparams& hp = m_.hp;
   const layer_weights& w = m_.layers[std::size_t(l)];
   const std::int64_t n = std::int64_t(ids_.size());
-  const auto rows = [n](std::int64_t width) { return std::size_t(n * width); };
 
-  // Attention block.
+  // Attention (or gated DeltaNet) block.
   h_.resize(x_.size());
   rms_norm(x_.data(), w.attn_norm, h_.data(), n, hp.n_embd, hp.rms_eps);
+  o_.resize(x_.size());
+  if (w.recurrent()) {
+    delta_net(l, cache);
+  } else {
+    attention(l, cache);
+  }
+  add_block_output(w.post_attn_norm);
+
+  // Feed-forward block.
+  rms_norm(x_.data(), w.ffn_norm, h_.data(), n, hp.n_embd, hp.rms_eps);
+  if (w.moe()) {
+    experts(w);
+  } else {
+    swiglu_ffn({.gate = w.gate, .up = w.up, .down = w.down}, h_, n, o_.data());
+  }
+  add_block_output(w.post_ffn_norm);
+}
+
+void cpu_forward::delta_net(std::int64_t l, kv_cache_storage& cache) {
+  const hparams& hp = m_.hp;
+  const layer_weights& w = m_.layers[std::size_t(l)];
+  const std::int64_t n = std::int64_t(ids_.size()), value = hp.ssm_v_heads * hp.ssm_head_v;
+  mix_.resize(std::size_t(n * hp.ssm_conv_channels()));
+  z_.resize(std::size_t(n * value));
+  beta_.resize(std::size_t(n * hp.ssm_v_heads));
+  alpha_.resize(beta_.size());
+  matmul(w.ssm_qkv, nullptr, h_, n, mix_.data());
+  matmul(w.ssm_z, nullptr, h_, n, z_.data());
+  matmul(w.ssm_beta, nullptr, h_, n, beta_.data());
+  matmul(w.ssm_alpha, nullptr, h_, n, alpha_.data());
+  const kv_cache_storage::state_view st = cache.state(l);
+  kernels::conv1d_silu_ref({.x = mix_.data(),
+                            .channels = hp.ssm_conv_channels(),
+                            .kernel = hp.ssm_conv_kernel,
+                            .taps = w.ssm_conv.data(),
+                            .state = st.conv,
+                            .n_slots = cache.n_state_slots(),
+                            .seqs = rseqs_});
+  attn_.resize(std::size_t(n * value));
+  kernels::delta_rule_ref({.qkv = mix_.data(),
+                           .b = beta_.data(),
+                           .alpha = alpha_.data(),
+                           .a = w.ssm_a.data(),
+                           .dt_bias = w.ssm_dt_bias.data(),
+                           .z = z_.data(),
+                           .norm = w.ssm_norm.data(),
+                           .eps = hp.rms_eps,
+                           .y = attn_.data(),
+                           .state = st.matrix,
+                           .n_slots = cache.n_state_slots(),
+                           .k_heads = hp.ssm_k_heads,
+                           .v_heads = hp.ssm_v_heads,
+                           .head_k = hp.ssm_head_k,
+                           .head_v = hp.ssm_head_v,
+                           .seqs = rseqs_});
+  matmul(w.ssm_out, nullptr, attn_, n, o_.data());
+}
+
+void cpu_forward::attention(std::int64_t l, kv_cache_storage& cache) {
+  const hparams& hp = m_.hp;
+  const layer_weights& w = m_.layers[std::size_t(l)];
+  const std::int64_t n = std::int64_t(ids_.size());
+  const auto rows = [n](std::int64_t width) { return std::size_t(n * width); };
+  const std::int64_t q_dim = hp.n_head * hp.head_dim;
   q_.resize(rows(w.wq.out));
   k_.resize(rows(w.wk.out));
   v_.resize(rows(w.wv.out));
   matmul(w.wq, w.bq, h_, n, q_.data());
+  if (hp.attn_out_gate) {
+    // Each head's query is followed by its gate: the gates go to qgate_, the queries close up.
+    qgate_.resize(rows(q_dim));
+    for (std::int64_t t = 0; t < n; ++t) {
+      for (std::int64_t h = 0; h < hp.n_head; ++h) {
+        const float* src = q_.data() + (t * hp.n_head + h) * 2 * hp.head_dim;
+        std::copy_n(src + hp.head_dim, hp.head_dim, qgate_.data() + (t * hp.n_head + h) * hp.head_dim);
+        std::copy_n(src, hp.head_dim, q_.data() + (t * hp.n_head + h) * hp.head_dim);  // never ahead of src
+      }
+    }
+    q_.resize(rows(q_dim));
+  }
   matmul(w.wk, w.bk, h_, n, k_.data());
   matmul(w.wv, w.bv, h_, n, v_.data());
   if (hp.qk_norm) {
@@ -300,18 +455,10 @@ void cpu_forward::layer(std::int64_t l, kv_cache_storage& cache) {
                           .seqs = windowed ? window_seqs_ : seqs_,
                           .window = hp.layer_window(l),
                           .sinks = w.sinks.empty() ? nullptr : w.sinks.data()});
-  o_.resize(x_.size());
-  matmul(w.wo, w.bo, attn_, n, o_.data());
-  add_block_output(w.post_attn_norm);
-
-  // Feed-forward block.
-  rms_norm(x_.data(), w.ffn_norm, h_.data(), n, hp.n_embd, hp.rms_eps);
-  if (w.moe()) {
-    experts(w);
-  } else {
-    swiglu_ffn({.gate = w.gate, .up = w.up, .down = w.down}, h_, n, o_.data());
+  if (hp.attn_out_gate) {
+    for (std::size_t i = 0; i < attn_.size(); ++i) attn_[i] *= 1.f / (1.f + std::exp(-qgate_[i]));
   }
-  add_block_output(w.post_ffn_norm);
+  matmul(w.wo, w.bo, attn_, n, o_.data());
 }
 
 // x += o, o normed first where the model norms each block's output (post_norm non-empty).

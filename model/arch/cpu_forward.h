@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/attention.h"
+#include "kernels/delta_net.h"
 #include "model/arch/llm.h"
 
 namespace anvil::model {
@@ -19,15 +20,34 @@ namespace anvil::model {
 // [n_layer][n_blocks][block_size][n_head_kv] (int8, fp8: kernels/kv_quant.h), allocated from
 // `arena` (the CPU worker's device memory; the heap by default). With n_window_blocks > 0 the
 // sliding-window layers (hparams::layer_window) keep theirs in a window pool of that many blocks
-// instead, addressed by the sequences' window tables (kv_config::window).
+// instead, addressed by the sequences' window tables (kv_config::window). A model with gated
+// DeltaNet layers (hparams::recurrent) keeps their state in n_state_slots slots instead, one per
+// sequence (kv_config::n_state_slots): per recurrent layer [n_state_slots][ssm_conv_state] and
+// [n_state_slots][ssm_matrix_state] floats, and per slot the number of positions folded into it.
 class kv_cache_storage {
  public:
   kv_cache_storage(const hparams& hp, std::int64_t n_blocks, std::int64_t block_size,
                    kernels::kv_dtype dtype = kernels::kv_dtype::f16,
-                   std::pmr::memory_resource* arena = std::pmr::get_default_resource(), std::int64_t n_window_blocks = 0);
+                   std::pmr::memory_resource* arena = std::pmr::get_default_resource(), std::int64_t n_window_blocks = 0,
+                   std::int64_t n_state_slots = 0);
   kernels::paged_kv_view layer(std::int64_t l);
+  // Recurrent layer l's states: the convolution's and the delta rule's, every slot's.
+  struct state_view {
+    float* conv = nullptr;
+    float* matrix = nullptr;
+  };
+  state_view state(std::int64_t l);
+  // Positions folded into a slot's state: a step continues a slot only from there (-1: unknown,
+  // a step that touched it failed part-way).
+  std::int64_t& state_pos(std::int32_t slot) { return state_pos_[std::size_t(slot)]; }
+  std::int64_t state_pos(std::int32_t slot) const { return state_pos_[std::size_t(slot)]; }
+  // Copies slot src's state, every layer's, into slot dst.
+  void copy_state(std::int32_t src, std::int32_t dst);
+  std::int64_t n_state_slots() const { return n_state_slots_; }
+  // One slot's state, every recurrent layer's (0 for a model without them).
+  static std::size_t bytes_per_state_slot(const hparams& hp);
   // Whether layer l's KV is in the window pool.
-  bool windowed(std::int64_t l) const { return layers_.windowed[std::size_t(l)]; }
+  bool windowed(std::int64_t l) const { return layers_.windowed(l); }
   // Copies block `src` into block `dst` of the main pool's layers (or the window pool's), K and V
   // (copy-on-write).
   void copy_block(std::int64_t src, std::int64_t dst, bool window = false);
@@ -57,6 +77,9 @@ class kv_cache_storage {
   kernels::kv_dtype dtype_;
   kv_layer_map layers_;
   pool main_, window_;
+  std::int64_t n_state_slots_ = 0, conv_floats_ = 0, matrix_floats_ = 0;  // the latter two: per slot and layer
+  std::pmr::vector<float> conv_, matrix_;  // [state layers][n_state_slots][...]
+  std::pmr::vector<std::int64_t> state_pos_;
 };
 
 // One sequence's part of a step.
@@ -68,6 +91,9 @@ struct forward_seq {
   // With a window pool: the window layers' blocks over the same positions (-1 where no fed token
   // sees them).
   std::span<const std::int32_t> window_table = {};
+  // With recurrent layers: the sequence's state slot, holding its first start_pos positions (or
+  // anything when start_pos is 0: the step starts it afresh).
+  std::int32_t state_slot = -1;
 };
 
 class cpu_forward {
@@ -92,7 +118,11 @@ class cpu_forward {
   std::size_t layers(std::span<const forward_seq> batch, kv_cache_storage& cache);
   void head(float* logits);  // the final norm and the output projection of those rows
   void check(std::span<const forward_seq> batch, const kv_cache_storage& cache) const;
+  void check_state_slot(std::span<const forward_seq> batch, std::size_t s, const kv_cache_storage& cache) const;
   void layer(std::int64_t l, kv_cache_storage& cache);
+  // A layer's mixer on the normed rows in h_, its output into o_: attention, or a gated DeltaNet's.
+  void attention(std::int64_t l, kv_cache_storage& cache);
+  void delta_net(std::int64_t l, kv_cache_storage& cache);
   // A mixture-of-experts feed-forward on the normed rows in h_, its output into o_.
   void experts(const layer_weights& w);
   void add_block_output(const std::vector<float>& post_norm);
@@ -115,6 +145,10 @@ class cpu_forward {
   std::pmr::vector<float> router_, chosen_w_, xe_, ye_, pair_out_;
   std::pmr::vector<std::int32_t> chosen_, routed_;
   std::pmr::vector<kernels::attention_seq> seqs_, window_seqs_;  // the same, with window tables
+  // Gated DeltaNet: the sequences with their state slots, the q/k/v projection (convolved in
+  // place), the output gate, beta's and alpha's logits; the attention's output gate (attn_out_gate).
+  std::pmr::vector<kernels::recurrent_seq> rseqs_;
+  std::pmr::vector<float> mix_, z_, beta_, alpha_, qgate_;
   std::pmr::vector<std::int64_t> logit_rows_;
 };
 

@@ -70,6 +70,37 @@ std::int64_t required_int(const gguf_file& f, const std::string& key) {
   return *v;
 }
 
+// Gated DeltaNet's hyper-parameters (qwen35), with llama.cpp's names for them.
+void read_delta_net(const gguf_file& f, const std::string& a, hparams& hp) {
+  hp.attn_out_gate = true;
+  hp.full_attn_interval = f.find(a + "full_attention_interval") ? required_int(f, a + "full_attention_interval") : 4;
+  if (f.find(a + "attention.recurrent_layers")) {
+    throw model_error("metadata '" + a + "attention.recurrent_layers': anvil takes the layer schedule from "
+                      "full_attention_interval only");
+  }
+  hp.ssm_conv_kernel = required_int(f, a + "ssm.conv_kernel");
+  hp.ssm_head_k = required_int(f, a + "ssm.state_size");
+  hp.ssm_k_heads = required_int(f, a + "ssm.group_count");
+  hp.ssm_v_heads = required_int(f, a + "ssm.time_step_rank");
+  const std::int64_t inner = required_int(f, a + "ssm.inner_size");
+  if (hp.full_attn_interval < 2) {
+    throw model_error("full_attention_interval " + std::to_string(hp.full_attn_interval) + ": at least 2 expected");
+  }
+  if (hp.ssm_conv_kernel < 2 || hp.ssm_conv_kernel > 16) {
+    throw model_error("ssm.conv_kernel " + std::to_string(hp.ssm_conv_kernel) + " (2 to 16 taps supported)");
+  }
+  if (hp.ssm_v_heads % hp.ssm_k_heads != 0 || inner % hp.ssm_v_heads != 0) {
+    throw model_error("ssm.time_step_rank " + std::to_string(hp.ssm_v_heads) + " must be a multiple of ssm.group_count " +
+                      std::to_string(hp.ssm_k_heads) + " and divide ssm.inner_size " + std::to_string(inner));
+  }
+  hp.ssm_head_v = inner / hp.ssm_v_heads;
+  // Each sequence's state is a matrix per value head: keep every product far from overflowing.
+  if (hp.ssm_head_k > 1024 || hp.ssm_head_v > 1024 || hp.ssm_v_heads > 1024) {
+    throw model_error("gated DeltaNet heads of " + std::to_string(hp.ssm_head_k) + " x " + std::to_string(hp.ssm_head_v) +
+                      " (" + std::to_string(hp.ssm_v_heads) + " of them): at most 1024 each");
+  }
+}
+
 }  // namespace
 
 std::string_view arch_name(arch a) {
@@ -81,6 +112,7 @@ std::string_view arch_name(arch a) {
     case arch::qwen2moe: return "qwen2moe";
     case arch::gpt_oss: return "gpt-oss";
     case arch::gemma3: return "gemma3";
+    case arch::qwen35: return "qwen35";
   }
   return "?";
 }
@@ -104,14 +136,25 @@ hparams read_hparams(const gguf_file& f) {
     hp.architecture = arch::gpt_oss;
   } else if (hp.arch_name == "gemma3") {
     hp.architecture = arch::gemma3;
+  } else if (hp.arch_name == "qwen35") {
+    hp.architecture = arch::qwen35;
   } else {
     throw model_error("unsupported architecture '" + hp.arch_name +
-                      "' (anvil runs llama, qwen2, qwen3, qwen2moe, qwen3moe, gpt-oss and gemma3)");
+                      "' (anvil runs llama, qwen2, qwen3, qwen2moe, qwen3moe, gpt-oss, gemma3 and qwen35)");
   }
   const std::string a = hp.arch_name + ".";
   hp.n_ctx_train = required_int(f, a + "context_length");
   hp.n_embd = required_int(f, a + "embedding_length");
   hp.n_layer = required_int(f, a + "block_count");
+  // Newer converters append the multi-token-prediction block(s) after the model's own and count
+  // them in block_count; anvil runs the model's blocks and leaves those unread.
+  if (const auto mtp = f.get_int(a + "nextn_predict_layers"); mtp && *mtp != 0) {
+    if (*mtp < 0 || *mtp >= hp.n_layer) {
+      throw model_error("metadata '" + a + "nextn_predict_layers' is " + std::to_string(*mtp) + " of " +
+                        std::to_string(hp.n_layer) + " blocks");
+    }
+    hp.n_layer -= *mtp;
+  }
   hp.n_ff = required_int(f, a + "feed_forward_length");
   hp.n_head = required_int(f, a + "attention.head_count");
   hp.n_head_kv = f.find(a + "attention.head_count_kv") ? required_int(f, a + "attention.head_count_kv") : hp.n_head;
@@ -158,10 +201,12 @@ hparams read_hparams(const gguf_file& f) {
     throw model_error("rope scaling '" + scaling + "' is not supported (anvil supports none, linear and yarn)");
   }
   const bool gpt_oss = hp.architecture == arch::gpt_oss, gemma3 = hp.architecture == arch::gemma3;
+  const bool qwen35 = hp.architecture == arch::qwen35;
   hp.rope = hp.architecture == arch::llama ? kernels::rope_style::normal : kernels::rope_style::neox;
   hp.qkv_bias = hp.architecture == arch::qwen2 || hp.architecture == arch::qwen2moe || gpt_oss;
   hp.o_bias = hp.attn_sinks = hp.expert_bias = gpt_oss;
-  hp.qk_norm = hp.architecture == arch::qwen3 || hp.architecture == arch::qwen3moe || gemma3;
+  hp.qk_norm = hp.architecture == arch::qwen3 || hp.architecture == arch::qwen3moe || gemma3 || qwen35;
+  if (qwen35) read_delta_net(f, a, hp);
   if (gpt_oss) {
     hp.swiglu_limit = 7.f;  // constants of the architecture (HF GptOssExperts, llama.cpp's swiglu_oai)
     hp.swiglu_alpha = 1.702f;
@@ -247,6 +292,37 @@ std::vector<float> yarn_freq_factors(const hparams& hp) {
   return factors;
 }
 
+void load_attention(const loader& ld, const std::string& b, const hparams& hp, layer_weights& l) {
+  const std::int64_t q_dim = hp.n_head * hp.head_dim, kv_dim = hp.n_head_kv * hp.head_dim;
+  // With an output gate, each head's query rows are followed by its gate's.
+  l.wq = ld.matrix(b + "attn_q.weight", hp.n_embd, hp.attn_out_gate ? 2 * q_dim : q_dim);
+  l.wk = ld.matrix(b + "attn_k.weight", hp.n_embd, kv_dim);
+  l.wv = ld.matrix(b + "attn_v.weight", hp.n_embd, kv_dim);
+  l.wo = ld.matrix(b + "attn_output.weight", q_dim, hp.n_embd);
+  l.bq = ld.vec(b + "attn_q.bias", q_dim, hp.qkv_bias);
+  l.bk = ld.vec(b + "attn_k.bias", kv_dim, hp.qkv_bias);
+  l.bv = ld.vec(b + "attn_v.bias", kv_dim, hp.qkv_bias);
+  if (hp.o_bias) l.bo = ld.vec(b + "attn_output.bias", hp.n_embd);
+  if (hp.attn_sinks) l.sinks = ld.vec(b + "attn_sinks.weight", hp.n_head);
+  if (hp.qk_norm) {
+    l.q_norm = ld.vec(b + "attn_q_norm.weight", hp.head_dim);
+    l.k_norm = ld.vec(b + "attn_k_norm.weight", hp.head_dim);
+  }
+}
+
+void load_delta_net(const loader& ld, const std::string& b, const hparams& hp, layer_weights& l) {
+  const std::int64_t channels = hp.ssm_conv_channels(), value = hp.ssm_v_heads * hp.ssm_head_v;
+  l.ssm_qkv = ld.matrix(b + "attn_qkv.weight", hp.n_embd, channels);
+  l.ssm_z = ld.matrix(b + "attn_gate.weight", hp.n_embd, value);
+  l.ssm_beta = ld.matrix(b + "ssm_beta.weight", hp.n_embd, hp.ssm_v_heads);
+  l.ssm_alpha = ld.matrix(b + "ssm_alpha.weight", hp.n_embd, hp.ssm_v_heads);
+  l.ssm_conv = ld.vecs(b + "ssm_conv1d.weight", hp.ssm_conv_kernel, channels);
+  l.ssm_a = ld.vec(b + "ssm_a", hp.ssm_v_heads);
+  l.ssm_dt_bias = ld.vec(b + "ssm_dt.bias", hp.ssm_v_heads);
+  l.ssm_norm = ld.vec(b + "ssm_norm.weight", hp.ssm_head_v);
+  l.ssm_out = ld.matrix(b + "ssm_out.weight", value, hp.n_embd);
+}
+
 }  // namespace
 
 llm load_llm(gguf_file file) {
@@ -278,27 +354,19 @@ llm load_llm(gguf_file file) {
     m.rope_freqs = yarn_freq_factors(hp);
   }
 
-  const std::int64_t q_dim = hp.n_head * hp.head_dim, kv_dim = hp.n_head_kv * hp.head_dim;
   for (std::int64_t i = 0; i < hp.n_layer; ++i) {
     const std::string b = "blk." + std::to_string(i) + ".";
     layer_weights l;
     l.attn_norm = ld.vec(b + "attn_norm.weight", hp.n_embd);
-    l.wq = ld.matrix(b + "attn_q.weight", hp.n_embd, q_dim);
-    l.wk = ld.matrix(b + "attn_k.weight", hp.n_embd, kv_dim);
-    l.wv = ld.matrix(b + "attn_v.weight", hp.n_embd, kv_dim);
-    l.wo = ld.matrix(b + "attn_output.weight", q_dim, hp.n_embd);
-    l.bq = ld.vec(b + "attn_q.bias", q_dim, hp.qkv_bias);
-    l.bk = ld.vec(b + "attn_k.bias", kv_dim, hp.qkv_bias);
-    l.bv = ld.vec(b + "attn_v.bias", kv_dim, hp.qkv_bias);
-    if (hp.o_bias) l.bo = ld.vec(b + "attn_output.bias", hp.n_embd);
-    if (hp.attn_sinks) l.sinks = ld.vec(b + "attn_sinks.weight", hp.n_head);
-    if (hp.qk_norm) {
-      l.q_norm = ld.vec(b + "attn_q_norm.weight", hp.head_dim);
-      l.k_norm = ld.vec(b + "attn_k_norm.weight", hp.head_dim);
+    // Both kinds of qwen35 layer (and gpt-oss's) name the feed-forward's norm after the attention.
+    l.ffn_norm = ld.vec(b + (gpt_oss || hp.has_recurrent() ? "post_attention_norm.weight" : "ffn_norm.weight"), hp.n_embd);
+    if (hp.recurrent(i)) {
+      load_delta_net(ld, b, hp, l);
+    } else {
+      load_attention(ld, b, hp, l);
     }
-    // gpt-oss names the feed-forward's norm after the attention it follows.
-    l.ffn_norm = ld.vec(b + (gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), hp.n_embd);
     if (hp.post_norms) {
+
       l.post_attn_norm = ld.vec(b + "post_attention_norm.weight", hp.n_embd);
       l.post_ffn_norm = ld.vec(b + "post_ffw_norm.weight", hp.n_embd);
     }
@@ -356,10 +424,11 @@ std::size_t llm::token_weight_bytes() const {
 
 kv_layer_map map_kv_layers(const hparams& hp, bool window_pool) {
   kv_layer_map m;
+  using pool = kv_layer_map::pool;
   for (std::int64_t l = 0; l < hp.n_layer; ++l) {
-    const bool w = window_pool && hp.layer_window(l) > 0;
-    m.windowed.push_back(w);
-    m.index.push_back(w ? m.window_layers++ : m.main_layers++);
+    const pool p = hp.recurrent(l) ? pool::state : window_pool && hp.layer_window(l) > 0 ? pool::window : pool::main;
+    m.home.push_back(p);
+    m.index.push_back(p == pool::state ? m.state_layers++ : p == pool::window ? m.window_layers++ : m.main_layers++);
   }
   return m;
 }

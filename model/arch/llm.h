@@ -12,6 +12,13 @@
 // global layer, the sliding ones with their own RoPE (base 10000, unscaled). The file's norm
 // weights already hold Gemma's 1 + w (as llama.cpp's converter writes them).
 //
+// Qwen3.5 / 3.6 (`qwen35`, dense): three gated DeltaNet layers to one full-attention layer
+// (hparams::recurrent). The attention layers have qwen3's Q/K norms, a sigmoid gate on their output
+// and RoPE on the first rope.dimension_count dims of each head (the multimodal rope's sections all
+// see the same position for text, which makes it plain NeoX RoPE); both kinds of layer normalise the
+// feed-forward's input with `post_attention_norm`. The file's norm weights already hold the 1 + w of
+// the zero-centred norms, except the gated norm's (`ssm_norm`), used as it is.
+//
 // Mixture of experts (Mixtral, Qwen3-MoE): a layer's router (`ffn_gate_inp`, n_expert x n_embd)
 // scores the experts, a softmax over all of them picks the n_expert_used most probable, whose
 // probabilities are renormalised to sum to 1 (`expert_weights_norm`: on for Mixtral and Qwen3-MoE,
@@ -32,7 +39,7 @@
 
 namespace anvil::model {
 
-enum class arch { llama, qwen2, qwen3, qwen3moe, qwen2moe, gpt_oss, gemma3 };
+enum class arch { llama, qwen2, qwen3, qwen3moe, qwen2moe, gpt_oss, gemma3, qwen35 };
 
 struct hparams {
   arch architecture = arch::llama;
@@ -84,6 +91,29 @@ struct hparams {
   float swiglu_limit = 0.f;
   float swiglu_alpha = 1.f;
 
+  // Gated DeltaNet (qwen35): every layer but each full_attn_interval-th is a linear-attention
+  // layer with a recurrent state per sequence instead of a KV cache (kernels/delta_net.h). The
+  // full-attention layers gate their output (attn_out_gate). 0: every layer attends.
+  std::int64_t full_attn_interval = 0;
+  std::int64_t ssm_conv_kernel = 0;  // ssm.conv_kernel: taps of the causal convolution
+  std::int64_t ssm_k_heads = 0;      // ssm.group_count: query/key heads
+  std::int64_t ssm_v_heads = 0;      // ssm.time_step_rank: value heads (a multiple of the key heads)
+  std::int64_t ssm_head_k = 0;       // ssm.state_size: a key head's size
+  std::int64_t ssm_head_v = 0;       // ssm.inner_size / value heads: a value head's size
+  // qwen35: the q projection gives each head's query and, after it, a gate of the same size; the
+  // attention output is multiplied by sigmoid(gate) before the output projection.
+  bool attn_out_gate = false;
+
+  // Whether layer l is a recurrent (gated DeltaNet) layer.
+  bool recurrent(std::int64_t l) const { return full_attn_interval > 0 && (l + 1) % full_attn_interval != 0; }
+  bool has_recurrent() const { return full_attn_interval > 1; }
+  // The convolution's channels: q and k of every key head, v of every value head.
+  std::int64_t ssm_conv_channels() const { return 2 * ssm_k_heads * ssm_head_k + ssm_v_heads * ssm_head_v; }
+  // Floats of one sequence's state in one recurrent layer: the convolution's last inputs and the
+  // delta rule's matrices.
+  std::int64_t ssm_conv_state() const { return (ssm_conv_kernel - 1) * ssm_conv_channels(); }
+  std::int64_t ssm_matrix_state() const { return ssm_v_heads * ssm_head_k * ssm_head_v; }
+
   // The window layer l attends within (0: the whole context).
   std::int64_t layer_window(std::int64_t l) const {
     return sliding_window > 0 && swa_pattern > 0 && l % swa_pattern < swa_pattern - 1 ? sliding_window : 0;
@@ -134,9 +164,16 @@ struct layer_weights {
   stacked_weight gate_exps, up_exps, down_exps;
   // gpt-oss: the router's bias [n_expert] and each expert's biases, expert e's at e * out.
   std::vector<float> router_b, gate_exps_b, up_exps_b, down_exps_b;
+  // A gated DeltaNet layer's (hp.recurrent): the q/k/v projection (attn_qkv, ssm_conv_channels
+  // out) and the output gate's (attn_gate), beta's and alpha's (v_heads out each), the convolution's
+  // taps [channels][kernel], a and the dt bias per value head, the gated norm [head_v], the output
+  // projection (ssm_out). Such a layer has no wq/wk/wv/wo.
+  weight ssm_qkv, ssm_z, ssm_beta, ssm_alpha, ssm_out;
+  std::vector<float> ssm_conv, ssm_a, ssm_dt_bias, ssm_norm;
   weight gate_shexp, up_shexp, down_shexp;  // the shared expert (Qwen2-MoE), absent elsewhere
   std::vector<float> shexp_gate;            // [n_embd]: its output scaled by sigmoid(x . shexp_gate)
   bool moe() const { return router.data != nullptr; }
+  bool recurrent() const { return ssm_qkv.data != nullptr; }
 };
 
 struct llm {
@@ -155,13 +192,18 @@ struct llm {
   bool has_experts() const { return hp.n_expert > 0; }
 };
 
-// Where each layer keeps its KV cache: in the main pool, or in the window pool (a sliding-window
-// layer, when the worker keeps one: kv_config::window), at its place among that pool's layers.
-// Shared by the CPU cache, the GPU worker and the memory plan so they lay the pools out alike.
+// Where each layer keeps what it remembers of a sequence: its KV in the main pool, or in the window
+// pool (a sliding-window layer, when the worker keeps one: kv_config::window), or a recurrent state
+// in the state pool (a gated DeltaNet layer: kv_config::n_state_slots), at its place among that
+// pool's layers. Shared by the CPU cache, the GPU worker and the memory plan so they lay the pools
+// out alike.
 struct kv_layer_map {
-  std::vector<bool> windowed;       // per layer: in the window pool
+  enum class pool : std::uint8_t { main, window, state };
+  std::vector<pool> home;           // per layer
   std::vector<std::int64_t> index;  // per layer: its index among its pool's layers
-  std::int64_t main_layers = 0, window_layers = 0;
+  std::int64_t main_layers = 0, window_layers = 0, state_layers = 0;
+  bool windowed(std::int64_t l) const { return home[std::size_t(l)] == pool::window; }
+  bool stateful(std::int64_t l) const { return home[std::size_t(l)] == pool::state; }
 };
 kv_layer_map map_kv_layers(const hparams& hp, bool window_pool);
 

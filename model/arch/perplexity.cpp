@@ -88,7 +88,9 @@ perplexity_result perplexity(const llm& m, std::span<const std::int32_t> tokens,
   // One sequence's KV cache for a whole window, in blocks of 16 placed in order.
   constexpr std::int64_t block = 16;
   const std::int64_t n_blocks = (ctx + block - 1) / block;
-  kv_cache_storage cache(m.hp, n_blocks, block, o.kv_cache_dtype);
+  // A model with recurrent layers keeps the window's state in one slot: each window starts it afresh.
+  const std::int32_t slot = m.hp.has_recurrent() ? 0 : -1;
+  kv_cache_storage cache(m.hp, n_blocks, block, o.kv_cache_dtype, std::pmr::get_default_resource(), 0, slot + 1);
   std::vector<std::int32_t> table(static_cast<std::size_t>(n_blocks));
   std::iota(table.begin(), table.end(), 0);
   cpu_forward fwd(m, batch);
@@ -97,7 +99,11 @@ perplexity_result perplexity(const llm& m, std::span<const std::int32_t> tokens,
     logits.resize(win.size() * std::size_t(m.hp.n_vocab));
     for (std::size_t start = 0; start < win.size(); start += std::size_t(batch)) {
       const std::size_t n = std::min(win.size() - start, std::size_t(batch));
-      const forward_seq step{win.subspan(start, n), std::int64_t(start), table, true};
+      const forward_seq step{.tokens = win.subspan(start, n),
+                             .start_pos = std::int64_t(start),
+                             .block_table = table,
+                             .all_logits = true,
+                             .state_slot = slot};
       fwd.run(std::span(&step, 1), cache, chunk_logits);
       std::copy(chunk_logits.begin(), chunk_logits.end(), logits.begin() + std::ptrdiff_t(start * std::size_t(m.hp.n_vocab)));
     }

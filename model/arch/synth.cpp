@@ -133,6 +133,16 @@ const std::vector<synth_shape>& synth_shapes() {
       {.name = "gemma3-27b", .architecture = arch::gemma3, .n_vocab = 262208, .n_embd = 5376, .n_layer = 62,
        .n_head = 32, .n_head_kv = 16, .head_dim = 128, .n_ff = 21504, .n_ctx = 131072, .rope_base = 1000000.f,
        .rms_eps = 1e-6f, .tied_output = true, .sliding_window = 1024, .rope_linear_factor = 8.f},
+      // Qwen3.5: a tiny one (layers 0-2 gated DeltaNet, layer 3 attention; twice the value heads
+      // of key heads, as the real ones) and the 9B.
+      {.name = "tiny-qwen35", .architecture = arch::qwen35, .n_vocab = 512, .n_embd = 256, .n_layer = 4, .n_head = 4,
+       .n_head_kv = 2, .head_dim = 64, .n_ff = 512, .n_ctx = 4096, .rope_base = 10000000.f, .rms_eps = 1e-6f,
+       .tied_output = false, .full_attn_interval = 4, .ssm_k_heads = 2, .ssm_v_heads = 4, .ssm_head = 32,
+       .ssm_conv_kernel = 4, .rope_dim = 16},
+      {.name = "qwen3.5-9b", .architecture = arch::qwen35, .n_vocab = 248320, .n_embd = 4096, .n_layer = 32,
+       .n_head = 16, .n_head_kv = 4, .head_dim = 256, .n_ff = 12288, .n_ctx = 262144, .rope_base = 10000000.f,
+       .rms_eps = 1e-6f, .tied_output = false, .full_attn_interval = 4, .ssm_k_heads = 16, .ssm_v_heads = 32,
+       .ssm_head = 128, .ssm_conv_kernel = 4, .rope_dim = 64},
       {.name = "mixtral-8x7b", .architecture = arch::llama, .n_vocab = 32000, .n_embd = 4096, .n_layer = 32, .n_head = 32,
        .n_head_kv = 8, .head_dim = 128, .n_ff = 14336, .n_ctx = 32768, .rope_base = 1000000.f, .rms_eps = 1e-5f,
        .tied_output = false, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 14336},
@@ -248,7 +258,7 @@ void write_synth_model(const synth_options& opt, const std::string& path,
   w.set_u32(a + ".attention.head_count_kv", std::uint32_t(sh.n_head_kv));
   w.set_u32(a + ".attention.key_length", std::uint32_t(sh.head_dim));
   w.set_u32(a + ".attention.value_length", std::uint32_t(sh.head_dim));
-  w.set_u32(a + ".rope.dimension_count", std::uint32_t(sh.head_dim));
+  w.set_u32(a + ".rope.dimension_count", std::uint32_t(sh.rope_dim > 0 ? sh.rope_dim : sh.head_dim));
   w.set_f32(a + ".rope.freq_base", sh.rope_base);
   w.set_f32(a + ".attention.layer_norm_rms_epsilon", sh.rms_eps);
   w.set_u32(a + ".vocab_size", std::uint32_t(n_vocab));
@@ -267,6 +277,15 @@ void write_synth_model(const synth_options& opt, const std::string& path,
     w.set_u32(a + ".expert_used_count", std::uint32_t(sh.n_expert_used));
     if (sh.architecture != arch::llama) w.set_u32(a + ".expert_feed_forward_length", std::uint32_t(sh.n_ff_exp));
     if (sh.n_ff_shexp > 0) w.set_u32(a + ".expert_shared_feed_forward_length", std::uint32_t(sh.n_ff_shexp));
+  }
+  const bool qwen35 = sh.architecture == arch::qwen35;
+  if (qwen35) {
+    w.set_u32(a + ".full_attention_interval", std::uint32_t(sh.full_attn_interval));
+    w.set_u32(a + ".ssm.conv_kernel", std::uint32_t(sh.ssm_conv_kernel));
+    w.set_u32(a + ".ssm.state_size", std::uint32_t(sh.ssm_head));
+    w.set_u32(a + ".ssm.group_count", std::uint32_t(sh.ssm_k_heads));
+    w.set_u32(a + ".ssm.time_step_rank", std::uint32_t(sh.ssm_v_heads));
+    w.set_u32(a + ".ssm.inner_size", std::uint32_t(sh.ssm_v_heads * sh.ssm_head));
   }
   write_tokenizer_metadata(w, tok, opt.chat_template);
 
@@ -297,7 +316,7 @@ void write_synth_model(const synth_options& opt, const std::string& path,
   };
   const auto is_scripted = [&](const std::string& name) {
     return scripted && (name == "token_embd.weight" || name == "output.weight" || name == "output_norm.weight" ||
-                        name.ends_with("attn_output.weight") || name.ends_with("ffn_down.weight") ||
+                        name.ends_with("attn_output.weight") || name.ends_with("ssm_out.weight") || name.ends_with("ffn_down.weight") ||
                         name.ends_with("ffn_down_exps.weight") || name.ends_with("ffn_down_shexp.weight") ||
                         name.ends_with("attn_output.bias") || name.ends_with("ffn_down_exps.bias"));
   };
@@ -308,7 +327,8 @@ void write_synth_model(const synth_options& opt, const std::string& path,
                  std::int64_t count = 1) {
     const bool vector = out == 1;
     // The experts' router and biases stay F32, as converters keep them.
-    const ggml_type t = vector || name.ends_with("ffn_gate_inp.weight") || name.ends_with(".bias")
+    const ggml_type t = vector || name.ends_with("ffn_gate_inp.weight") || name.ends_with(".bias") ||
+                                name.ends_with("ssm_conv1d.weight")
                             ? ggml_type::F32
                             : synth_weight_type(opt.mix, name, in, layer, sh.n_layer);
     const std::uint64_t stream = mix64(opt.seed ^ name_hash(name)) + tensor_index++;
@@ -345,37 +365,10 @@ void write_synth_model(const synth_options& opt, const std::string& path,
     });
   };
 
-  const float embd_std = sh.tied_output ? 2.f / std::sqrt(float(sh.n_embd)) : 1.f;
-  add("token_embd.weight", sh.n_embd, n_vocab, 0.f, embd_std, 0);
-  const std::int64_t q_dim = sh.n_head * sh.head_dim, kv_dim = sh.n_head_kv * sh.head_dim;
-  for (std::int64_t l = 0; l < sh.n_layer; ++l) {
-    const std::string b = "blk." + std::to_string(l) + ".";
+  // A layer's feed-forward: experts (with gpt-oss's biases and qwen2moe's shared expert) or dense.
+  const auto add_ffn = [&](const std::string& b, std::int64_t l) {
     const float s_embd = 1.f / std::sqrt(float(sh.n_embd));
-    add(b + "attn_norm.weight", sh.n_embd, 1, 1.f, 0.1f, l);
-    add(b + "attn_q.weight", sh.n_embd, q_dim, 0.f, s_embd, l);
-    add(b + "attn_k.weight", sh.n_embd, kv_dim, 0.f, s_embd, l);
-    add(b + "attn_v.weight", sh.n_embd, kv_dim, 0.f, s_embd, l);
     const bool gpt_oss = sh.architecture == arch::gpt_oss;
-    if (sh.architecture == arch::qwen2 || sh.architecture == arch::qwen2moe || gpt_oss) {
-      add(b + "attn_q.bias", q_dim, 1, 0.f, 0.1f, l);
-      add(b + "attn_k.bias", kv_dim, 1, 0.f, 0.1f, l);
-      add(b + "attn_v.bias", kv_dim, 1, 0.f, 0.1f, l);
-    }
-    const bool gemma3 = sh.architecture == arch::gemma3;
-    if (sh.architecture == arch::qwen3 || sh.architecture == arch::qwen3moe || gemma3) {
-      add(b + "attn_q_norm.weight", sh.head_dim, 1, 1.f, 0.1f, l);
-      add(b + "attn_k_norm.weight", sh.head_dim, 1, 1.f, 0.1f, l);
-    }
-    add(b + "attn_output.weight", q_dim, sh.n_embd, 0.f, 1.f / std::sqrt(float(q_dim)), l);
-    if (gpt_oss) {
-      add(b + "attn_output.bias", sh.n_embd, 1, 0.f, 0.1f, l);
-      add(b + "attn_sinks.weight", sh.n_head, 1, 0.f, 1.f, l);
-    }
-    add(b + (gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), sh.n_embd, 1, 1.f, 0.1f, l);
-    if (gemma3) {
-      add(b + "post_attention_norm.weight", sh.n_embd, 1, 1.f, 0.1f, l);
-      add(b + "post_ffw_norm.weight", sh.n_embd, 1, 1.f, 0.1f, l);
-    }
     if (sh.n_expert > 0) {
       add(b + "ffn_gate_inp.weight", sh.n_embd, sh.n_expert, 0.f, s_embd, l);
       add(b + "ffn_gate_exps.weight", sh.n_embd, sh.n_ff_exp, 0.f, s_embd, l, sh.n_expert);
@@ -398,6 +391,55 @@ void write_synth_model(const synth_options& opt, const std::string& path,
       add(b + "ffn_up.weight", sh.n_embd, sh.n_ff, 0.f, s_embd, l);
       add(b + "ffn_down.weight", sh.n_ff, sh.n_embd, 0.f, 1.f / std::sqrt(float(sh.n_ff)), l);
     }
+  };
+
+  const float embd_std = sh.tied_output ? 2.f / std::sqrt(float(sh.n_embd)) : 1.f;
+  add("token_embd.weight", sh.n_embd, n_vocab, 0.f, embd_std, 0);
+  const std::int64_t q_dim = sh.n_head * sh.head_dim, kv_dim = sh.n_head_kv * sh.head_dim;
+  for (std::int64_t l = 0; l < sh.n_layer; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    const float s_embd = 1.f / std::sqrt(float(sh.n_embd));
+    add(b + "attn_norm.weight", sh.n_embd, 1, 1.f, 0.1f, l);
+    if (qwen35 && (l + 1) % sh.full_attn_interval != 0) {  // a gated DeltaNet layer
+      const std::int64_t key = sh.ssm_k_heads * sh.ssm_head, value = sh.ssm_v_heads * sh.ssm_head;
+      add(b + "attn_qkv.weight", sh.n_embd, 2 * key + value, 0.f, s_embd, l);
+      add(b + "attn_gate.weight", sh.n_embd, value, 0.f, s_embd, l);
+      add(b + "ssm_beta.weight", sh.n_embd, sh.ssm_v_heads, 0.f, s_embd, l);
+      add(b + "ssm_alpha.weight", sh.n_embd, sh.ssm_v_heads, 0.f, s_embd, l);
+      add(b + "ssm_conv1d.weight", sh.ssm_conv_kernel, 2 * key + value, 0.f, 0.5f, l);
+      add(b + "ssm_a", sh.ssm_v_heads, 1, -1.f, 0.1f, l);  // -exp(A_log): a decay, always negative
+      add(b + "ssm_dt.bias", sh.ssm_v_heads, 1, 0.f, 0.1f, l);
+      add(b + "ssm_norm.weight", sh.ssm_head, 1, 1.f, 0.1f, l);
+      add(b + "ssm_out.weight", value, sh.n_embd, 0.f, 1.f / std::sqrt(float(value)), l);
+      add(b + "post_attention_norm.weight", sh.n_embd, 1, 1.f, 0.1f, l);
+      add_ffn(b, l);
+      continue;
+    }
+    add(b + "attn_q.weight", sh.n_embd, qwen35 ? 2 * q_dim : q_dim, 0.f, s_embd, l);  // qwen35: a gate per head after its query
+    add(b + "attn_k.weight", sh.n_embd, kv_dim, 0.f, s_embd, l);
+    add(b + "attn_v.weight", sh.n_embd, kv_dim, 0.f, s_embd, l);
+    const bool gpt_oss = sh.architecture == arch::gpt_oss;
+    if (sh.architecture == arch::qwen2 || sh.architecture == arch::qwen2moe || gpt_oss) {
+      add(b + "attn_q.bias", q_dim, 1, 0.f, 0.1f, l);
+      add(b + "attn_k.bias", kv_dim, 1, 0.f, 0.1f, l);
+      add(b + "attn_v.bias", kv_dim, 1, 0.f, 0.1f, l);
+    }
+    const bool gemma3 = sh.architecture == arch::gemma3;
+    if (sh.architecture == arch::qwen3 || sh.architecture == arch::qwen3moe || gemma3 || qwen35) {
+      add(b + "attn_q_norm.weight", sh.head_dim, 1, 1.f, 0.1f, l);
+      add(b + "attn_k_norm.weight", sh.head_dim, 1, 1.f, 0.1f, l);
+    }
+    add(b + "attn_output.weight", q_dim, sh.n_embd, 0.f, 1.f / std::sqrt(float(q_dim)), l);
+    if (gpt_oss) {
+      add(b + "attn_output.bias", sh.n_embd, 1, 0.f, 0.1f, l);
+      add(b + "attn_sinks.weight", sh.n_head, 1, 0.f, 1.f, l);
+    }
+    add(b + (gpt_oss || qwen35 ? "post_attention_norm.weight" : "ffn_norm.weight"), sh.n_embd, 1, 1.f, 0.1f, l);
+    if (gemma3) {
+      add(b + "post_attention_norm.weight", sh.n_embd, 1, 1.f, 0.1f, l);
+      add(b + "post_ffw_norm.weight", sh.n_embd, 1, 1.f, 0.1f, l);
+    }
+    add_ffn(b, l);
   }
   add("output_norm.weight", sh.n_embd, 1, 1.f, 0.1f, 0);
   if (!sh.tied_output) add("output.weight", sh.n_embd, n_vocab, 0.f, 3.f / std::sqrt(float(sh.n_embd)), sh.n_layer - 1);

@@ -31,6 +31,11 @@ struct synth_shape {
   float yarn_factor = 0.f;
   std::int64_t yarn_orig_ctx = 0;
   float rope_linear_factor = 0.f;
+  // qwen35: a full-attention layer every full_attn_interval layers, gated DeltaNet layers between
+  // (key and value heads of ssm_head dims, a convolution of ssm_conv_kernel taps), RoPE on the
+  // first rope_dim dims of each head (0: all of them).
+  std::int64_t full_attn_interval = 0, ssm_k_heads = 0, ssm_v_heads = 0, ssm_head = 0, ssm_conv_kernel = 0;
+  std::int64_t rope_dim = 0;
 };
 
 const std::vector<synth_shape>& synth_shapes();

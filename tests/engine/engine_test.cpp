@@ -221,6 +221,12 @@ TEST(Engine, Gemma3ServesConcurrentRequestsWithTheReferenceTokens) {
   expect_concurrent_greedy_matches_reference("tiny-gemma3");
 }
 
+// Qwen3.5 through the engine: its recurrent layers' state in a slot per sequence, started afresh
+// with each prompt and carried from step to step, whatever else the step holds.
+TEST(Engine, Qwen35ServesConcurrentRequestsWithTheReferenceTokens) {
+  expect_concurrent_greedy_matches_reference("tiny-qwen35");
+}
+
 // The one rule on the CPU worker, counted from outside as the CUDA test interposes cudaMalloc:
 // the worker's whole arena (KV pool, forward scratch, logits) is allocated from an upstream this
 // test owns and counts. Through 1,000 mixed requests (requests.h: mixed_request) — prefills of

@@ -151,6 +151,39 @@ TEST(KvExhaustion, BothPoolsOfASlidingWindowModelUnderPressureGiveEveryRequestIt
   stop_within_limit(*eng);
 }
 
+TEST(KvExhaustion, ARecurrentModelUnderPressureGivesEveryRequestItsSoloOutput) {
+  // tiny-qwen35: three gated DeltaNet layers (a state slot per sequence) to one attention layer.
+  // A budget of eight slots' bytes: half of it for four slots (so four sequences at once), the
+  // rest a main pool of 14 blocks (224 positions); 16 requests of 40 to 100 positions: preempted
+  // sequences start their state afresh when they recompute.
+  const std::string path = model::testing::synth_fixture("tiny-qwen35", model::synth_mix::f32);
+  const model::llm m = model::load_llm(model::gguf_file::open(path));
+  using storage = model::kv_cache_storage;
+  const std::size_t per_slot = storage::bytes_per_state_slot(m.hp), block = storage::bytes_per_block(m.hp, 16);
+  engine_config cfg = tiny_engine_config(8 * per_slot);
+  ASSERT_EQ(4 * per_slot / block, 14u);
+  cfg.model_path = path;
+  cfg.max_seqs = 4;
+  cfg.max_prefill_chunk = 16;
+  std::vector<job> jobs(16);  // before the engine: it must stop before they go (a failing test unwinds)
+  auto eng = engine::create(cfg);
+  std::mt19937 rng(29);
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    jobs[i].prompt = random_prompt(20 + rng() % 41, std::uint32_t(5000 + i));
+    jobs[i].max_tokens = 20 + std::int64_t(rng() % 41);
+  }
+  run_and_check(*eng, jobs, &m);
+  const engine_stats s = settled_stats(*eng);
+  EXPECT_GT(s.sched.preemptions, 0);
+  EXPECT_EQ(s.kv.state_counts.total, 4);
+  EXPECT_EQ(s.kv.state_counts.in_use, 0);
+  EXPECT_EQ(s.kv.counts.total, 14);
+  EXPECT_EQ(s.kv.counts.in_use, 0);
+  EXPECT_EQ(s.live_requests, 0);
+  EXPECT_TRUE(s.healthy);
+  stop_within_limit(*eng);
+}
+
 TEST(KvExhaustion, AWindowPoolTooSmallForOneSequenceIsRefusedAtStartUp) {
   const std::string path = model::testing::synth_fixture("tiny-gemma3", model::synth_mix::f32);
   const model::hparams hp = model::read_hparams(model::gguf_file::open(path));

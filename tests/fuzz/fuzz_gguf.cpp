@@ -24,13 +24,15 @@ void exercise(const anvil::fuzz::loaded_model& m) {
   }
 
   // The loader vouches that every weight it hands out lies inside the file: read them all once.
-  kv_cache_storage cache(m.llm.hp, 1, 16);
+  const bool recurrent = m.llm.hp.has_recurrent();  // one state slot for it
+  kv_cache_storage cache(m.llm.hp, 1, 16, anvil::kernels::kv_dtype::f16, std::pmr::get_default_resource(), 0, recurrent ? 1 : 0);
   cpu_forward fwd(m.llm, 1);
   const std::int32_t token[1] = {0};
   const std::int32_t block[1] = {0};
   forward_seq seq;
   seq.tokens = token;
   seq.block_table = block;
+  seq.state_slot = recurrent ? 0 : -1;
   std::vector<float> logits;
   fwd.run(std::span(&seq, 1), cache, logits);
   if (logits.size() != std::size_t(m.llm.hp.n_vocab)) std::abort();

@@ -1,5 +1,6 @@
 // Randomized, seeded, deterministic: thousands of begin / step (reserve, write, commit) / release
-// / fork batches over a small pool, with preemption, shared prompts and forks. After every batch
+// / fork batches over a small pool, with preemption, shared prompts and forks (state slots:
+// no forks, and each step's slot must hold its own sequence's state up to where it starts). After every batch
 // check() must pass and every live sequence must read back, through a fake physical pool that
 // applies the copy-on-write copies and the writes exactly as the worker would, the KV of exactly
 // its own tokens. The run also asserts it exercised what it is meant to (hits, evictions,
@@ -54,7 +55,9 @@ class stress_run {
         window_kv_(std::max<std::int64_t>(c.kv.n_window_blocks, 1), c.kv.block_size),
         rng_(c.seed),
         bs_(c.kv.block_size),
-        window_(c.kv.window) {
+        window_(c.kv.window),
+        forks_(c.kv.n_state_slots == 0),
+        slot_state_(static_cast<std::size_t>(c.kv.n_state_slots)) {
     // Shared "system prompts" of 0 to 3 blocks and odd lengths; prompt tails use four token
     // values, so whole identical prompts recur too.
     for (std::int64_t len : {std::int64_t{0}, bs_, 2 * bs_ + 1, 3 * bs_}) {
@@ -70,7 +73,7 @@ class stress_run {
         begin();
       } else if (live >= max_live || dice < 3) {
         release(pick());
-      } else if (dice < 4) {
+      } else if (dice < 4 && forks_) {  // sequences with state slots are never forked
         fork(pick());
       } else {
         step();
@@ -82,6 +85,7 @@ class stress_run {
   const kv_core& core() const { return core_; }
   std::int64_t copies = 0, window_copies = 0, no_room = 0;
   std::int64_t given_back = 0;  // window entries seen given back (-1), over all checks
+  std::int64_t fresh_states = 0;  // steps that started a slot's state afresh (state slots)
 
  private:
   static constexpr std::int64_t max_live = 10;
@@ -152,7 +156,7 @@ class stress_run {
     }
     // A fork before the release, so it never forks a sequence this batch released on purpose
     // (that would be a caller bug); forking one a reserve preempted is fine: it is skipped.
-    if (rng_() % 4 == 0 && static_cast<std::int64_t>(model_.size()) < max_live) {
+    if (forks_ && rng_() % 4 == 0 && static_cast<std::int64_t>(model_.size()) < max_live) {
       b.ops.push_back(op_fork(next_id_++, ids[rng_() % ids.size()]));
     }
     if (rng_() % 4 == 0) b.ops.push_back(op_release(ids[rng_() % ids.size()]));
@@ -187,10 +191,31 @@ class stress_run {
       const std::span<const std::int32_t> done(s.tokens.data(), static_cast<std::size_t>(target.at(id)));
       kv_.write(core_.block_table(id), s.computed, done);
       if (window_ > 0) window_kv_.write(core_.window_table(id), s.computed, done);
+      if (!slot_state_.empty()) advance_state(id, s.computed, target.at(id));
       commits.ops.push_back(op_commit(id, {done.begin(), done.end()}));
     }
     apply_checked(commits);
     for (const kv_op& op : commits.ops) model_.at(op.seq_id).computed = static_cast<std::int64_t>(op.tokens.size());
+  }
+
+  // The worker's view of a state slot: whose state it holds and how many positions are folded in.
+  // A step starts it afresh at position 0, or continues it exactly where the sequence's last step
+  // left it: the slot a sequence holds must never have been handed to another meanwhile.
+  struct slot_state {
+    std::uint64_t owner = 0;
+    std::int64_t positions = 0;
+  };
+  void advance_state(std::uint64_t id, std::int64_t from, std::int64_t to) {
+    const std::int32_t slot = core_.state_slot(id);
+    ASSERT_GE(slot, 0) << "seq " << id << " runs a step without a state slot";
+    slot_state& st = slot_state_.at(static_cast<std::size_t>(slot));
+    if (from == 0) {
+      st = {id, 0};
+      ++fresh_states;
+    }
+    ASSERT_EQ(st.owner, id) << "slot " << slot << " holds another sequence's state";
+    ASSERT_EQ(st.positions, from) << "slot " << slot << " of seq " << id;
+    st.positions = to;
   }
 
   kv_batch_result apply_checked(const kv_batch& b) {
@@ -221,6 +246,8 @@ class stress_run {
   fake_kv_pool kv_, window_kv_;
   std::mt19937_64 rng_;
   std::int64_t bs_, window_;
+  bool forks_;
+  std::vector<slot_state> slot_state_;
   std::vector<std::vector<std::int32_t>> system_;
   std::map<std::uint64_t, model_seq> model_;  // ordered: iteration (and so the run) is deterministic
   std::uint64_t next_id_ = 1;
@@ -241,7 +268,8 @@ TEST_P(KvStress, RandomOpsKeepEveryInvariantAndEverySequenceReadsItsOwnKv) {
     EXPECT_EQ(s.counts.cached, 0);
   }
   // With one-token blocks every computed block is full: a fork never shares a block it writes.
-  if (GetParam().kv.block_size > 1) {
+  // (Sequences with state slots are never forked, and without prefix caching nothing is shared.)
+  if (GetParam().kv.block_size > 1 && GetParam().kv.n_state_slots == 0) {
     EXPECT_GT(run.copies, 0);
   }
   EXPECT_GT(run.no_room, 0);
@@ -254,6 +282,10 @@ TEST_P(KvStress, RandomOpsKeepEveryInvariantAndEverySequenceReadsItsOwnKv) {
   } else {
     EXPECT_EQ(run.window_copies, 0);
     EXPECT_EQ(s.window_counts.total, 0);
+  }
+  if (GetParam().kv.n_state_slots > 0) {
+    EXPECT_GT(run.fresh_states, 0);
+    EXPECT_EQ(s.state_counts.total, GetParam().kv.n_state_slots);
   }
 }
 
@@ -274,7 +306,11 @@ INSTANTIATE_TEST_SUITE_P(
                                     default_block_hash, 8},
                       stress_config{"window_of_one", {.n_blocks = 24, .block_size = 4, .prefix_caching = false,
                                                       .window = 1, .n_window_blocks = 12},
-                                    default_block_hash, 9}),
+                                    default_block_hash, 9},
+                      // State slots fewer than the live sequences (no room comes from them too).
+                      stress_config{"state_slots", {.n_blocks = 24, .block_size = 4, .prefix_caching = false,
+                                                    .n_state_slots = 3},
+                                    default_block_hash, 10}),
     [](const ::testing::TestParamInfo<stress_config>& p) { return p.param.name; });
 
 }  // namespace

@@ -21,6 +21,8 @@ struct kv_core_test_access {
   static std::int64_t& reserved(kv_core& c, std::uint64_t seq_id) { return c.seqs_.at(seq_id).reserved; }
   static std::vector<block_id>& window(kv_core& c, std::uint64_t seq_id) { return c.seqs_.at(seq_id).window; }
   static std::int64_t& trimmed(kv_core& c, std::uint64_t seq_id) { return c.seqs_.at(seq_id).trimmed; }
+  static std::int32_t& state_slot(kv_core& c, std::uint64_t seq_id) { return c.seqs_.at(seq_id).state_slot; }
+  static std::vector<std::int32_t>& free_slots(kv_core& c) { return c.free_slots_; }
 };
 
 namespace testing {

@@ -3,6 +3,7 @@
 // never change a sequence's logits).
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -148,6 +149,66 @@ TEST(LoadLlm, Gemma3LayersSlideFiveInSixWithTheirOwnRope) {
   EXPECT_TRUE(hp.tied_output);
 }
 
+TEST(LoadLlm, Qwen35LayersAreThreeDeltaNetsToOneGatedAttention) {
+  const synth_shape& s = *find_synth_shape("tiny-qwen35");
+  const llm m = load_llm(gguf_file::open(synth_fixture("tiny-qwen35", synth_mix::f32)));
+  const hparams& hp = m.hp;
+  EXPECT_EQ(hp.architecture, arch::qwen35);
+  for (std::int64_t l = 0; l < 4; ++l) {
+    EXPECT_EQ(hp.recurrent(l), l != 3) << l;
+    EXPECT_EQ(m.layers[std::size_t(l)].recurrent(), l != 3) << l;
+  }
+  EXPECT_TRUE(hp.attn_out_gate);
+  EXPECT_TRUE(hp.qk_norm);
+  EXPECT_EQ(hp.rope, kernels::rope_style::neox);
+  EXPECT_EQ(hp.rope_dim, s.rope_dim);
+  EXPECT_EQ(hp.ssm_k_heads, s.ssm_k_heads);
+  EXPECT_EQ(hp.ssm_v_heads, s.ssm_v_heads);
+  EXPECT_EQ(hp.ssm_head_k, s.ssm_head);
+  EXPECT_EQ(hp.ssm_head_v, s.ssm_head);
+  EXPECT_EQ(hp.ssm_conv_kernel, s.ssm_conv_kernel);
+  EXPECT_EQ(hp.ssm_conv_channels(), 2 * 2 * 32 + 4 * 32);
+  const layer_weights& d = m.layers[0];
+  EXPECT_EQ(d.ssm_conv.size(), std::size_t(hp.ssm_conv_channels() * hp.ssm_conv_kernel));
+  EXPECT_EQ(d.ssm_a.size(), std::size_t(hp.ssm_v_heads));
+  EXPECT_EQ(d.ssm_norm.size(), std::size_t(hp.ssm_head_v));
+  EXPECT_EQ(d.wq.data, nullptr);
+  EXPECT_EQ(m.layers[3].wq.out, 2 * hp.n_head * hp.head_dim) << "each head's query and its gate";
+  // Only the attention layer keeps KV; the others a state.
+  const kv_layer_map map = map_kv_layers(hp, true);
+  EXPECT_EQ(map.main_layers, 1);
+  EXPECT_EQ(map.state_layers, 3);
+  EXPECT_TRUE(map.stateful(0));
+  EXPECT_EQ(map.index[3], 0);
+  EXPECT_EQ(kv_cache_storage::bytes_per_state_slot(hp),
+            std::size_t(3 * (3 * hp.ssm_conv_channels() + 4 * 32 * 32)) * sizeof(float));
+}
+
+TEST(LoadLlm, ChecksTheDeltaNetMetadata) {
+  const auto with = [](const std::function<void(gguf_writer&)>& edit) {
+    gguf_writer w;
+    put_llama_hparams(w, "qwen35");
+    for (const auto& [k, v] : {std::pair{"ssm.conv_kernel", 4}, {"ssm.state_size", 16}, {"ssm.group_count", 2},
+                               {"ssm.time_step_rank", 4}, {"ssm.inner_size", 64}}) {
+      w.set_u32(std::string("qwen35.") + k, std::uint32_t(v));
+    }
+    edit(w);
+    return load_error(w);
+  };
+  EXPECT_NE(with([](gguf_writer& w) { w.set_u32("qwen35.ssm.time_step_rank", 3); }).find("multiple of ssm.group_count"),
+            std::string::npos);
+  EXPECT_NE(with([](gguf_writer& w) { w.set_u32("qwen35.ssm.conv_kernel", 1); }).find("ssm.conv_kernel 1"),
+            std::string::npos);
+  EXPECT_NE(with([](gguf_writer& w) { w.set_u32("qwen35.full_attention_interval", 1); }).find("full_attention_interval 1"),
+            std::string::npos);
+  EXPECT_NE(with([](gguf_writer& w) { w.set_bool("qwen35.attention.recurrent_layers", true); }).find("recurrent_layers"),
+            std::string::npos);
+  EXPECT_NE(with([](gguf_writer& w) { w.set_u32("qwen35.nextn_predict_layers", 99); }).find("nextn_predict_layers"),
+            std::string::npos);
+  // Past the metadata, the first recurrent layer's tensors are what is missing.
+  EXPECT_NE(with([](gguf_writer&) {}).find("missing tensor"), std::string::npos) << with([](gguf_writer&) {});
+}
+
 TEST(LoadLlm, RefusesWhatGemma3DoesNotHave) {
   gguf_writer soft;
   put_llama_hparams(soft, "gemma3");
@@ -257,14 +318,26 @@ TEST(LoadLlm, RefusesInconsistentHeads) {
       << load_error(yarn);
 }
 
-// Runs one sequence through the forward pass in chunks; returns logits for every position.
+// A cache of n_blocks blocks, with two state slots for a model with recurrent layers.
+kv_cache_storage cache_of(const llm& m, std::int64_t n_blocks, std::int64_t block_size,
+                          kernels::kv_dtype t = kernels::kv_dtype::f16) {
+  return kv_cache_storage(m.hp, n_blocks, block_size, t, std::pmr::get_default_resource(), 0,
+                          m.hp.has_recurrent() ? 2 : 0);
+}
+
+// Runs one sequence through the forward pass in chunks (its state, if any, in slot `slot`);
+// returns logits for every position.
 std::vector<float> run_all(const llm& m, const std::vector<std::int32_t>& tokens, std::int64_t chunk,
-                           const std::vector<std::int32_t>& table, kv_cache_storage& cache) {
+                           const std::vector<std::int32_t>& table, kv_cache_storage& cache, std::int32_t slot = 0) {
   cpu_forward fwd(m);
   std::vector<float> all, logits;
   for (std::size_t pos = 0; pos < tokens.size(); pos += std::size_t(chunk)) {
     const std::size_t n = std::min<std::size_t>(std::size_t(chunk), tokens.size() - pos);
-    const forward_seq seq{std::span(tokens).subspan(pos, n), std::int64_t(pos), table, true};
+    const forward_seq seq{.tokens = std::span(tokens).subspan(pos, n),
+                          .start_pos = std::int64_t(pos),
+                          .block_table = table,
+                          .all_logits = true,
+                          .state_slot = m.hp.has_recurrent() ? slot : -1};
     fwd.run(std::span(&seq, 1), cache, logits);
     all.insert(all.end(), logits.begin(), logits.end());
   }
@@ -288,11 +361,12 @@ std::vector<std::int32_t> some_tokens(std::size_t n, std::int32_t seed) {
 
 TEST(CpuForward, LogitsAreFiniteAndVariedForEveryShapeAndMix) {
   for (const char* shape :
-       {"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-qwen2moe", "tiny-qwen3moe", "tiny-mixtral", "tiny-gpt-oss", "tiny-gemma3"}) {
+       {"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-qwen2moe", "tiny-qwen3moe", "tiny-mixtral", "tiny-gpt-oss", "tiny-gemma3",
+        "tiny-qwen35"}) {
     for (synth_mix mix : {synth_mix::f32, synth_mix::f16, synth_mix::bf16, synth_mix::q8_0, synth_mix::q4_0,
                           synth_mix::q6_k, synth_mix::q4_k_m, synth_mix::iq4_xs, synth_mix::mxfp4}) {
       const llm m = load_llm(gguf_file::open(synth_fixture(shape, mix)));
-      kv_cache_storage cache(m.hp, 4, 16);
+      kv_cache_storage cache = cache_of(m, 4, 16);
       const std::vector<std::int32_t> table = {0, 1, 2, 3};
       const auto logits = run_all(m, some_tokens(20, 1), 20, table, cache);
       ASSERT_EQ(logits.size(), std::size_t(20 * m.hp.n_vocab));
@@ -311,12 +385,13 @@ TEST(CpuForward, LogitsAreFiniteAndVariedForEveryShapeAndMix) {
 
 TEST(CpuForward, ChunkedPrefillAndDecodeMatchOneShotPrefill) {
   // tiny-gpt-oss: 37 tokens pass its window of 16 on layer 0, with sinks on both layers.
-  for (const char* shape :
-       {"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-qwen2moe", "tiny-qwen3moe", "tiny-mixtral", "tiny-gpt-oss", "tiny-gemma3"}) {
+  // tiny-qwen35: its recurrent layers' state carried from step to step.
+  for (const char* shape : {"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-qwen2moe", "tiny-qwen3moe", "tiny-mixtral",
+                            "tiny-gpt-oss", "tiny-gemma3", "tiny-qwen35"}) {
     const llm m = load_llm(gguf_file::open(synth_fixture(shape, synth_mix::f32)));
     const auto tokens = some_tokens(37, 2);
     const std::vector<std::int32_t> table = {0, 1, 2, 3, 4};
-    kv_cache_storage a(m.hp, 5, 8), b(m.hp, 5, 8), c(m.hp, 5, 8);
+    kv_cache_storage a = cache_of(m, 5, 8), b = cache_of(m, 5, 8), c = cache_of(m, 5, 8);
     const auto one_shot = run_all(m, tokens, 37, table, a);
     EXPECT_LT(max_rel_diff(run_all(m, tokens, 5, table, b), one_shot), 1e-5) << shape;   // chunks of 5
     EXPECT_LT(max_rel_diff(run_all(m, tokens, 1, table, c), one_shot), 1e-5) << shape;   // decode steps
@@ -367,25 +442,32 @@ TEST(CpuForward, An8BitCacheChunksCopiesAndStaysNearTheExactOne) {
 
 // A mixture of experts too: a token's experts and their sums do not depend on the other tokens
 // routed with it.
+// And a recurrent layer's state: each sequence keeps to its slot.
 TEST(CpuForward, BatchingAndBlockPlacementDoNotChangeLogits) {
-  for (const char* shape : {"tiny-qwen3", "tiny-qwen3moe"}) {
+  for (const char* shape : {"tiny-qwen3", "tiny-qwen3moe", "tiny-qwen35"}) {
     SCOPED_TRACE(shape);
     const llm m = load_llm(gguf_file::open(synth_fixture(shape, synth_mix::f32)));
     const auto ta = some_tokens(21, 3), tb = some_tokens(9, 4);
-    kv_cache_storage alone(m.hp, 3, 8);
+    kv_cache_storage alone = cache_of(m, 3, 8);
     const auto ref_a = run_all(m, ta, 21, {0, 1, 2}, alone);
 
-    // Both sequences in one cache with interleaved, out-of-order blocks; B prefills while A
-    // prefills its first 13 tokens, then A finishes its prompt while B decodes one token.
-    kv_cache_storage shared(m.hp, 6, 8);
+    // Both sequences in one cache with interleaved, out-of-order blocks (and swapped state
+    // slots); B prefills while A prefills its first 13 tokens, then A finishes its prompt while B
+    // decodes one token.
+    kv_cache_storage shared = cache_of(m, 6, 8);
     const std::vector<std::int32_t> table_a = {5, 1, 3}, table_b = {4, 0};
+    const std::int32_t slot_a = m.hp.has_recurrent() ? 1 : -1, slot_b = m.hp.has_recurrent() ? 0 : -1;
     cpu_forward fwd(m);
     std::vector<float> logits;
-    const forward_seq step1[] = {{std::span(ta).subspan(0, 13), 0, table_a, true}, {std::span(tb).subspan(0, 8), 0, table_b, false}};
+    const forward_seq step1[] = {
+        {.tokens = std::span(ta).subspan(0, 13), .start_pos = 0, .block_table = table_a, .all_logits = true, .state_slot = slot_a},
+        {.tokens = std::span(tb).subspan(0, 8), .start_pos = 0, .block_table = table_b, .state_slot = slot_b}};
     fwd.run(step1, shared, logits);
     ASSERT_EQ(logits.size(), std::size_t((13 + 1) * m.hp.n_vocab));
     std::vector<float> got_a(logits.begin(), logits.begin() + 13 * m.hp.n_vocab);
-    const forward_seq step2[] = {{std::span(tb).subspan(8, 1), 8, table_b, false}, {std::span(ta).subspan(13), 13, table_a, true}};
+    const forward_seq step2[] = {
+        {.tokens = std::span(tb).subspan(8, 1), .start_pos = 8, .block_table = table_b, .state_slot = slot_b},
+        {.tokens = std::span(ta).subspan(13), .start_pos = 13, .block_table = table_a, .all_logits = true, .state_slot = slot_a}};
     fwd.run(step2, shared, logits);
     ASSERT_EQ(logits.size(), std::size_t((1 + 8) * m.hp.n_vocab));
     got_a.insert(got_a.end(), logits.begin() + m.hp.n_vocab, logits.end());
@@ -407,6 +489,66 @@ TEST(CpuForward, RejectsMalformedBatches) {
   EXPECT_THROW(fwd.run(std::span(&out_of_range, 1), cache, logits), std::invalid_argument);
   const forward_seq empty{{}, 0, table, false};
   EXPECT_THROW(fwd.run(std::span(&empty, 1), cache, logits), std::invalid_argument);
+}
+
+// The state slots: a step continues a slot only where the last one left it, one slot per sequence,
+// in range, and none for a model without recurrent layers; a failed step leaves its slots unusable
+// until a sequence starts afresh; a copied slot continues like the original.
+TEST(CpuForward, RecurrentStateSlotsAreCheckedAndCopied) {
+  const llm m = load_llm(gguf_file::open(synth_fixture("tiny-qwen35", synth_mix::f32)));
+  const auto tokens = some_tokens(12, 6);
+  const std::vector<std::int32_t> table = {0, 1};
+  kv_cache_storage cache = cache_of(m, 4, 8);
+  EXPECT_EQ(cache.n_state_slots(), 2);
+  EXPECT_EQ(cache.bytes() - kv_cache_storage::bytes_per_block(m.hp, 8) * 4,
+            2 * kv_cache_storage::bytes_per_state_slot(m.hp) + 2 * sizeof(std::int64_t));
+  cpu_forward fwd(m);
+  std::vector<float> logits;
+  const auto span = std::span(tokens);
+  const forward_seq first{.tokens = span.first(8), .start_pos = 0, .block_table = table, .state_slot = 0};
+  fwd.run(std::span(&first, 1), cache, logits);
+  EXPECT_EQ(cache.state_pos(0), 8);
+  const auto fails = [&](const forward_seq& s, const char* what) {
+    try {
+      fwd.run(std::span(&s, 1), cache, logits);
+      ADD_FAILURE() << "accepted: " << what;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  fails({.tokens = span.subspan(9, 1), .start_pos = 9, .block_table = table, .state_slot = 0}, "holds 8 positions, the step starts at 9");
+  fails({.tokens = span.subspan(8, 1), .start_pos = 8, .block_table = table, .state_slot = 1}, "holds 0 positions");
+  fails({.tokens = span.subspan(8, 1), .start_pos = 8, .block_table = table, .state_slot = 2}, "out of range");
+  fails({.tokens = span.subspan(8, 1), .start_pos = 8, .block_table = table}, "out of range");
+  const std::vector<std::int32_t> other = {2, 3};
+  const forward_seq twice[] = {{.tokens = span.subspan(8, 1), .start_pos = 8, .block_table = table, .state_slot = 0},
+                               {.tokens = span.first(2), .start_pos = 0, .block_table = other, .state_slot = 0}};
+  try {
+    fwd.run(twice, cache, logits);
+    ADD_FAILURE() << "one slot for two sequences was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("is sequence 0's too"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(cache.state_pos(0), 8) << "a refused step changes nothing";
+
+  // The continuation from a copy of slot 0 in slot 1 equals the one from slot 0.
+  cache.copy_state(0, 1);
+  EXPECT_EQ(cache.state_pos(1), 8);
+  kv_cache_storage twin = cache;
+  const forward_seq next0{.tokens = span.subspan(8), .start_pos = 8, .block_table = table, .state_slot = 0};
+  const forward_seq next1{.tokens = span.subspan(8), .start_pos = 8, .block_table = table, .state_slot = 1};
+  std::vector<float> want;
+  fwd.run(std::span(&next0, 1), cache, want);
+  fwd.run(std::span(&next1, 1), twin, logits);
+  EXPECT_EQ(logits, want);
+
+  // A model without recurrent layers takes no slot.
+  const llm dense = load_llm(gguf_file::open(synth_fixture("tiny-qwen3", synth_mix::f32)));
+  kv_cache_storage plain(dense.hp, 2, 8);
+  cpu_forward dense_fwd(dense);
+  const forward_seq slotted{.tokens = span.first(2), .start_pos = 0, .block_table = table, .state_slot = 0};
+  EXPECT_THROW(dense_fwd.run(std::span(&slotted, 1), plain, logits), std::invalid_argument);
+  EXPECT_THROW(kv_cache_storage(m.hp, 2, 8), std::invalid_argument) << "recurrent layers need slots";
 }
 
 }  // namespace

@@ -56,13 +56,24 @@ double rel_l2(const float* a, const float* b, std::size_t n) {
 
 class ReferenceModel : public ::testing::TestWithParam<std::string> {};
 
+// A cache of n_blocks blocks of 8, with two state slots for a model with recurrent layers.
+kv_cache_storage cache_for(const llm& m, std::int64_t n_blocks,
+                           anvil::kernels::kv_dtype t = anvil::kernels::kv_dtype::f16) {
+  return kv_cache_storage(m.hp, n_blocks, 8, t, std::pmr::get_default_resource(), 0, m.hp.has_recurrent() ? 2 : 0);
+}
+
+// Sequence i's state slot (-1 without recurrent layers).
+std::int32_t slot(const llm& m, std::int32_t i) { return m.hp.has_recurrent() ? i : -1; }
+
 TEST_P(ReferenceModel, LogitsMatchPyTorchForBothPromptsInOneBatch) {
   const golden g = read_golden(GetParam());
   const llm m = load_llm(gguf_file::open(dir + "ref-" + GetParam() + ".gguf"));
   const std::int64_t v = m.hp.n_vocab;
-  kv_cache_storage cache(m.hp, 8, 8);
+  kv_cache_storage cache = cache_for(m, 8);
   const std::vector<std::int32_t> t0 = {0, 1, 2, 3}, t1 = {4, 5};
-  const forward_seq batch[] = {{g.prompts[0], 0, t0, true}, {g.prompts[1], 0, t1, true}};
+  const forward_seq batch[] = {
+      {.tokens = g.prompts[0], .start_pos = 0, .block_table = t0, .all_logits = true, .state_slot = slot(m, 0)},
+      {.tokens = g.prompts[1], .start_pos = 0, .block_table = t1, .all_logits = true, .state_slot = slot(m, 1)}};
   std::vector<float> logits;
   cpu_forward(m).run(batch, cache, logits);
   ASSERT_EQ(logits.size(), g.logits.size());
@@ -80,19 +91,21 @@ TEST_P(ReferenceModel, SixtyFourGreedyTokensMatchPyTorch) {
   const golden g = read_golden(GetParam());
   const llm m = load_llm(gguf_file::open(dir + "ref-" + GetParam() + ".gguf"));
   std::vector<std::int32_t> seq = g.prompts[0];
-  kv_cache_storage cache(m.hp, 12, 8);
+  kv_cache_storage cache = cache_for(m, 12);
   std::vector<std::int32_t> table(12);
   for (int i = 0; i < 12; ++i) table[std::size_t(i)] = 11 - i;  // any placement must do
   cpu_forward fwd(m);
   std::vector<float> logits;
-  forward_seq step{seq, 0, table, false};
+  const std::int32_t s = slot(m, 1);  // any slot must do
+  forward_seq step{.tokens = seq, .start_pos = 0, .block_table = table, .state_slot = s};
   fwd.run(std::span(&step, 1), cache, logits);
   std::vector<std::int32_t> got;
   for (int i = 0; i < 64; ++i) {
     const auto next = std::int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
     got.push_back(next);
     seq.push_back(next);
-    step = {std::span(&seq.back(), 1), std::int64_t(seq.size()) - 1, table, false};
+    step = {.tokens = std::span(&seq.back(), 1), .start_pos = std::int64_t(seq.size()) - 1, .block_table = table,
+            .state_slot = s};
     fwd.run(std::span(&step, 1), cache, logits);
   }
   EXPECT_EQ(got, g.greedy) << GetParam();
@@ -119,9 +132,11 @@ TEST_P(ReferenceDenseModel, An8BitKvCacheKeepsPerplexityWithinOnePercent) {
   for (const anvil::kernels::kv_dtype t : {anvil::kernels::kv_dtype::int8, anvil::kernels::kv_dtype::fp8}) {
     opt.kv_cache_dtype = t;
     const double got = perplexity(m, text, opt).perplexity();
-    kv_cache_storage cache(m.hp, 8, 8, t);
+    kv_cache_storage cache = cache_for(m, 8, t);
     const std::vector<std::int32_t> t0 = {0, 1, 2, 3}, t1 = {4, 5};
-    const forward_seq batch[] = {{g.prompts[0], 0, t0, true}, {g.prompts[1], 0, t1, true}};
+    const forward_seq batch[] = {
+        {.tokens = g.prompts[0], .start_pos = 0, .block_table = t0, .all_logits = true, .state_slot = slot(m, 0)},
+        {.tokens = g.prompts[1], .start_pos = 0, .block_table = t1, .all_logits = true, .state_slot = slot(m, 1)}};
     std::vector<float> logits;
     cpu_forward(m).run(batch, cache, logits);
     ASSERT_EQ(logits.size(), g.logits.size());

@@ -1,7 +1,7 @@
 """Reference logits for anvil's CPU forward pass (run on the GPU machine: PyTorch + transformers).
 
 For each architecture (llama, qwen2, qwen3, qwen2moe, qwen3moe, mixtral: llama with experts,
-gpt-oss and gemma3) it builds a small random-init HF model, writes it to
+gpt-oss, gemma3 and qwen35) it builds a small random-init HF model, writes it to
 GGUF the way llama.cpp's converter does (Q/K rows permuted for `llama`, so its interleaved RoPE
 equals HF's rotate_half), runs it in float32 on the CPU and stores, next to the GGUF:
   - the logits of every position of two prompts (run separately, so positions start at 0);
@@ -19,6 +19,7 @@ import transformers
 from gguf_writer import GGUFWriter
 
 VOCAB = 272  # 256 byte tokens + 3 control tokens + reserved filler, like anvil's synthetic tokenizer
+QWEN35_ROPE = {"theta": 10000000.0, "partial": 0.25}
 GEMMA3_ROPE = {"global": 1000000.0, "local": 10000.0, "factor": 8.0}  # the global layers' base and linear factor; the sliding layers' base
 
 COMMON = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
@@ -63,8 +64,20 @@ CONFIGS = {
                     layer_types=["sliding_attention"] * 5 + ["full_attention"], final_logit_softcapping=None,
                     attn_logit_softcapping=None, rope_theta=GEMMA3_ROPE["global"], rope_local_base_freq=GEMMA3_ROPE["local"],
                     rope_scaling=dict(rope_type="linear", factor=GEMMA3_ROPE["factor"]))),
+    # qwen35 (Qwen3.5, dense): three gated DeltaNet layers then a gated full-attention layer, twice
+    # the value heads of key heads (the head order the converter rewrites), RoPE on a quarter of
+    # each head (8 of 32 dims; the multimodal sections all see the text position).
+    "qwen35": (getattr(transformers, "Qwen3_5TextConfig", None), getattr(transformers, "Qwen3_5ForCausalLM", None),
+               dict(COMMON, num_hidden_layers=4, head_dim=32, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                    layer_types=["linear_attention"] * 3 + ["full_attention"], linear_conv_kernel_dim=4,
+                    linear_key_head_dim=16, linear_value_head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4,
+                    hidden_act="silu", attention_bias=False,
+                    rope_parameters=dict(rope_type="default", rope_theta=QWEN35_ROPE["theta"],
+                                         partial_rotary_factor=QWEN35_ROPE["partial"], mrope_section=[2, 1, 1],
+                                         mrope_interleaved=True))),
 }
-SEEDS = {"llama": 1, "qwen2": 2, "qwen3": 3, "qwen3moe": 4, "mixtral": 5, "qwen2moe": 6, "gpt-oss": 7, "gemma3": 8}
+SEEDS = {"llama": 1, "qwen2": 2, "qwen3": 3, "qwen3moe": 4, "mixtral": 5, "qwen2moe": 6, "gpt-oss": 7, "gemma3": 8,
+         "qwen35": 9}
 GGUF_ARCH = {"mixtral": "llama"}  # Mixtral files say llama, with llama.expert_count
 GPT_OSS_YARN = dict(factor=32.0, original=64, beta_fast=32.0, beta_slow=1.0)
 
@@ -224,13 +237,55 @@ def expert_matrices(sd, p, cfg):
     return sd[router[0]], gate, up, down
 
 
+def check_qwen35_rope(model, head_dim):
+    """Plain NeoX RoPE on the first quarter of each head, base 1e7 (text positions)."""
+    rot = int(head_dim * QWEN35_ROPE["partial"])
+    want = 1.0 / QWEN35_ROPE["theta"] ** (np.arange(0, rot, 2, dtype=np.float64) / rot)
+    got = model.model.rotary_emb.inv_freq.double().numpy()
+    assert got.shape == want.shape and np.allclose(got, want, rtol=1e-6), (got, want)
+    assert float(getattr(model.model.rotary_emb, "attention_scaling", 1.0)) == 1.0
+    return rot
+
+
+def tile_v_heads(a, hk, hv, axis=0):
+    """HF's value heads are grouped by key head (v-head j = g * r + i uses key head g); GGUF files
+    store them tiled (position p = i * hk + g), so that v-head p uses key head p % hk, as llama.cpp's
+    converter writes them. `a` holds hv equal blocks along `axis`."""
+    r = hv // hk
+    blocks = np.split(a, hv, axis=axis)
+    return np.concatenate([blocks[(p % hk) * r + p // hk] for p in range(hv)], axis=axis)
+
+
+def write_qwen35_delta_net(w, sd, p, b, cfg):
+    lin = p + "linear_attn."
+    keys = [k for k in sd if k.startswith(lin)]
+    need = ["in_proj_qkv.weight", "in_proj_z.weight", "in_proj_b.weight", "in_proj_a.weight", "conv1d.weight",
+            "dt_bias", "A_log", "norm.weight", "out_proj.weight"]
+    assert all(lin + n in sd for n in need), keys
+    hk, hv = cfg.linear_num_key_heads, cfg.linear_num_value_heads
+    key = hk * cfg.linear_key_head_dim
+    qkv = sd[lin + "in_proj_qkv.weight"]                  # [2 key + value, D]
+    conv = sd[lin + "conv1d.weight"].reshape(qkv.shape[0], -1)  # [channels, kernel]
+    qkv = np.concatenate([qkv[:2 * key], tile_v_heads(qkv[2 * key:], hk, hv)])
+    conv = np.concatenate([conv[:2 * key], tile_v_heads(conv[2 * key:], hk, hv)])
+    w.tensor(b + "attn_qkv.weight", qkv)
+    w.tensor(b + "attn_gate.weight", tile_v_heads(sd[lin + "in_proj_z.weight"], hk, hv))
+    w.tensor(b + "ssm_beta.weight", tile_v_heads(sd[lin + "in_proj_b.weight"], hk, hv))
+    w.tensor(b + "ssm_alpha.weight", tile_v_heads(sd[lin + "in_proj_a.weight"], hk, hv))
+    w.tensor(b + "ssm_conv1d.weight", np.ascontiguousarray(conv))
+    w.tensor(b + "ssm_dt.bias", tile_v_heads(sd[lin + "dt_bias"], hk, hv))
+    w.tensor(b + "ssm_a", tile_v_heads(-np.exp(sd[lin + "A_log"]), hk, hv))
+    w.tensor(b + "ssm_norm.weight", sd[lin + "norm.weight"])  # the gated norm: a plain multiplier
+    w.tensor(b + "ssm_out.weight", np.ascontiguousarray(tile_v_heads(sd[lin + "out_proj.weight"], hk, hv, axis=1)))
+
+
 def write_gguf(name, cfg, model, path):
     arch = GGUF_ARCH.get(name, name)
     sd = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    gpt_oss, gemma3 = arch == "gpt-oss", arch == "gemma3"
-    # Gemma's RMSNorm multiplies by 1 + w; llama.cpp's converter stores 1 + w.
-    norm = (lambda v: v + 1) if gemma3 else (lambda v: v)
+    gpt_oss, gemma3, qwen35 = arch == "gpt-oss", arch == "gemma3", arch == "qwen35"
+    # Gemma's and Qwen3.5's RMSNorms multiply by 1 + w; llama.cpp's converter stores 1 + w.
+    norm = (lambda v: v + 1) if gemma3 or qwen35 else (lambda v: v)
     w = GGUFWriter()
     w.string("general.architecture", arch)
     w.string("general.name", f"anvil reference {name}")
@@ -257,6 +312,14 @@ def write_gguf(name, cfg, model, path):
         w.string(f"{arch}.rope.scaling.type", "yarn")
         w.f32(f"{arch}.rope.scaling.factor", GPT_OSS_YARN["factor"])
         w.u32(f"{arch}.rope.scaling.original_context_length", GPT_OSS_YARN["original"])
+    if qwen35:
+        w.u32(f"{arch}.rope.dimension_count", check_qwen35_rope(model, head_dim))
+        w.u32(f"{arch}.full_attention_interval", 4)
+        w.u32(f"{arch}.ssm.conv_kernel", cfg.linear_conv_kernel_dim)
+        w.u32(f"{arch}.ssm.state_size", cfg.linear_key_head_dim)
+        w.u32(f"{arch}.ssm.group_count", cfg.linear_num_key_heads)
+        w.u32(f"{arch}.ssm.time_step_rank", cfg.linear_num_value_heads)
+        w.u32(f"{arch}.ssm.inner_size", cfg.linear_num_value_heads * cfg.linear_value_head_dim)
     if gemma3:
         check_gemma3_rope(model, head_dim)
         w.u32(f"{arch}.attention.sliding_window", cfg.sliding_window)
@@ -274,6 +337,20 @@ def write_gguf(name, cfg, model, path):
     w.tensor("token_embd.weight", sd["model.embed_tokens.weight"])
     for i in range(cfg.num_hidden_layers):
         p, b = f"model.layers.{i}.", f"blk.{i}."
+        if qwen35:
+            w.tensor(b + "attn_norm.weight", norm(sd[p + "input_layernorm.weight"]))
+            w.tensor(b + "post_attention_norm.weight", norm(sd[p + "post_attention_layernorm.weight"]))
+            for t in ("gate", "up", "down"):
+                w.tensor(b + f"ffn_{t}.weight", sd[p + f"mlp.{t}_proj.weight"])
+            if cfg.layer_types[i] == "linear_attention":
+                write_qwen35_delta_net(w, sd, p, b, cfg)
+                continue
+            # q_proj's rows: each head's query, then its gate (no permutation: NeoX RoPE).
+            for n in "qkvo":
+                w.tensor(b + ("attn_output" if n == "o" else f"attn_{n}") + ".weight", sd[p + f"self_attn.{n}_proj.weight"])
+            w.tensor(b + "attn_q_norm.weight", norm(sd[p + "self_attn.q_norm.weight"]))
+            w.tensor(b + "attn_k_norm.weight", norm(sd[p + "self_attn.k_norm.weight"]))
+            continue
         q, k = sd[p + "self_attn.q_proj.weight"], sd[p + "self_attn.k_proj.weight"]
         if arch == "llama":
             q, k = permute_for_llama(q, cfg.num_attention_heads), permute_for_llama(k, cfg.num_key_value_heads)
@@ -332,7 +409,9 @@ def randomise(model, gen, norm_mean=1.0):
     # (Gemma's norms multiply by 1 + w: mean 0 there).
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if "norm" in name:
+            if name.endswith("linear_attn.norm.weight"):  # Qwen3.5's gated norm multiplies by w (around 1)
+                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen))
+            elif "norm" in name:
                 p.copy_(norm_mean + 0.2 * torch.randn(p.shape, generator=gen))
             elif name.endswith("bias"):
                 p.copy_(0.2 * torch.randn(p.shape, generator=gen))
@@ -363,7 +442,7 @@ def main(out, only=None):
             ensure_gemma3_rope(cfg)
         model = model_cls(cfg).eval().float()
         model.config._attn_implementation = "eager"
-        randomise(model, gen, norm_mean=0.0 if arch == "gemma3" else 1.0)
+        randomise(model, gen, norm_mean=0.0 if arch in ("gemma3", "qwen35") else 1.0)
         write_gguf(arch, cfg, model, os.path.join(out, f"ref-{arch}.gguf"))
 
         prompts = [torch.randint(0, 259, (n,), generator=gen).tolist() for n in (23, 9)]

@@ -1,0 +1,66 @@
+// Gated DeltaNet, the linear-attention layers of Qwen3.5 / 3.6 (`qwen35`): the two ops of their
+// recurrent part, each sequence continuing from the state its slot holds (the recurrent-state pool,
+// kv_config::n_state_slots) and leaving it there for its next step.
+//
+// conv1d_silu: the causal depthwise convolution over the channels of the q/k/v projection, then SiLU.
+// A slot keeps the sequence's last kernel - 1 inputs, so for token t of a step
+//   y[t, c] = silu(sum_j taps[c, j] * x[t - (kernel - 1) + j, c])
+// with the inputs before the step taken from the slot (zeros before position 0); tap kernel - 1
+// meets the token itself.
+//
+// delta_rule: per value head j (key head j % k_heads: the tiled order GGUF files store, which the
+// converter makes from HF's grouped one) and per token in order, with S the head's head_k x head_v
+// state:
+//   q, k   = the key head's q / |q|, k / |k| (|x| = sqrt(sum x^2 + 1e-6)), then q / sqrt(head_k)
+//   beta   = sigmoid(b[j]),  g = a[j] * softplus(alpha[j] + dt_bias[j])   (a = -exp(A_log) < 0)
+//   S      = exp(g) S;   S += k (beta (v - S^T k))^T;   o = S^T q
+//   y[j]   = o / sqrt(mean(o^2) + eps) * norm * silu(z[j])                 (the gated RMSNorm)
+// The chunked form prefill kernels use is an exact rearrangement of the same recurrence.
+//
+// The *_ref functions are the ops' definitions (CPU, double accumulation; the state in float).
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace anvil::kernels {
+
+// One sequence's tokens in a step: rows [first, first + n_tokens) of the step's activations.
+struct recurrent_seq {
+  std::int64_t first = 0;
+  std::int64_t n_tokens = 0;
+  std::int32_t slot = 0;  // its state slot
+  bool fresh = false;     // its first token is position 0: the slot's state is zeroed first
+};
+
+struct conv1d_silu_params {
+  float* x = nullptr;              // [n_tokens, channels]: the projection in, the activations out (in place)
+  std::int64_t channels = 0;
+  std::int64_t kernel = 0;         // taps per channel, >= 2
+  const float* taps = nullptr;     // [channels, kernel]
+  float* state = nullptr;          // [n_slots, kernel - 1, channels]: each slot's last inputs, oldest first
+  std::int64_t n_slots = 0;
+  std::span<const recurrent_seq> seqs;
+};
+
+struct delta_rule_params {
+  const float* qkv = nullptr;      // [n_tokens, 2 * k_heads * head_k + v_heads * head_v]: conv1d_silu's output
+  const float* b = nullptr;        // [n_tokens, v_heads]: beta before the sigmoid
+  const float* alpha = nullptr;    // [n_tokens, v_heads]
+  const float* a = nullptr;        // [v_heads]: -exp(A_log)
+  const float* dt_bias = nullptr;  // [v_heads]
+  const float* z = nullptr;        // [n_tokens, v_heads * head_v]: the output gate
+  const float* norm = nullptr;     // [head_v]: the gated norm's weight
+  float eps = 1e-6f;
+  float* y = nullptr;              // [n_tokens, v_heads * head_v]
+  float* state = nullptr;          // [n_slots, v_heads, head_k, head_v]
+  std::int64_t n_slots = 0;
+  std::int64_t k_heads = 0, v_heads = 0;  // v_heads a multiple of k_heads
+  std::int64_t head_k = 0, head_v = 0;
+  std::span<const recurrent_seq> seqs;
+};
+
+void conv1d_silu_ref(const conv1d_silu_params& p);
+void delta_rule_ref(const delta_rule_params& p);
+
+}  // namespace anvil::kernels
