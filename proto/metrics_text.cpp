@@ -58,6 +58,9 @@ std::string metrics_text(const engine_stats& s, const connection_counts& connect
         "Blocks of the sliding-window layers' pool (0: every layer in the main pool).");
   gauge(out, "anvil_kv_window_blocks_used", double(s.kv.window_counts.in_use),
         "Blocks of the sliding-window layers' pool held by live sequences (their windows).");
+  gauge(out, "anvil_kv_state_slots_total", double(s.kv.state_counts.total),
+        "Recurrent-state slots, one per sequence (0: the model has no recurrent layers).");
+  gauge(out, "anvil_kv_state_slots_used", double(s.kv.state_counts.in_use), "Recurrent-state slots held by live sequences.");
   counter(out, "anvil_preemptions_total", double(s.sched.preemptions), "Sequences preempted (sent back to recompute).");
   counter(out, "anvil_steps_total", double(s.sched.steps), "Steps the worker ran.");
   counter(out, "anvil_steps_ahead_total", double(s.sched.steps_ahead),

@@ -41,6 +41,17 @@ constexpr std::string_view qwen2_pattern =
     "|[WS]+(?![^WS])"
     "|[WS]+";
 
+// Qwen3.5 / 3.6: as Qwen2 but combining marks (\p{M}) count as letters: they stay in their word
+// and out of punctuation runs.
+constexpr std::string_view qwen35_pattern =
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+    "|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+"
+    "|\\p{N}"
+    "| ?[^WS\\p{L}\\p{M}\\p{N}]+[\\r\\n]*"
+    "|[WS]*[\\r\\n]+"
+    "|[WS]+(?![^WS])"
+    "|[WS]+";
+
 // GPT-4o's o200k (gpt-oss; llama.cpp also runs Llama 4 with it): a word is an optional leading
 // non-letter, upper-case letters, then lower-case ones ("camelCase" -> "camel" "Case", "HTTPServer"
 // whole), or an upper-case run ("ABC"); a contraction stays on its word ("Don't" is one piece); Lm,
@@ -65,6 +76,7 @@ constexpr std::string_view gpt2_pattern =
 std::string_view pattern_for(std::string_view pre) {
   if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3") return llama3_pattern;
   if (pre == "qwen2") return qwen2_pattern;
+  if (pre == "qwen35") return qwen35_pattern;
   if (pre == "gpt-4o" || pre == "llama4" || pre == "kanana2" || pre == "talkie") return gpt4o_pattern;
   if (pre == "default" || pre.empty()) return gpt2_pattern;
   throw model_error("tokenizer: unknown pre-tokenizer '" + std::string(pre) +
@@ -80,7 +92,7 @@ std::string pcre2_message(int code) {
 }  // namespace
 
 const char* pre_tokenizer::known_names() {
-  return "llama-bpe (llama3, llama-v3), qwen2, gpt-4o (llama4, kanana2, talkie), default";
+  return "llama-bpe (llama3, llama-v3), qwen2, qwen35, gpt-4o (llama4, kanana2, talkie), default";
 }
 
 pre_tokenizer::pre_tokenizer(std::string_view pre) {

@@ -129,7 +129,7 @@ tokenizer::state::state(tokenizer_spec s) : spec(std::move(s)) {
   vocab = detail::build_vocab_index(spec);
   if (byte_level) {
     pre.emplace(spec.pre);
-    nfc = spec.pre == "qwen2";
+    nfc = spec.pre == "qwen2" || spec.pre == "qwen35";  // their tokenizer.json normalise to NFC first
     // A piece that is itself a token is emitted whole for llama-bpe (HF's ignore_merges, as
     // llama.cpp does). gpt-oss's tokenizer.json sets ignore_merges too, but llama.cpp does not for
     // gpt-4o and need not: the merges rebuild every one of the o200k tokens, so the ids agree.

@@ -107,6 +107,17 @@ TEST(PreTokenizer, DigitRunsDifferBetweenLlama3Qwen2AndGpt2) {
   EXPECT_EQ(split("qwen2", "x²½٣"), (pieces_t{"x", "²", "½", "٣"}));  // \p{N} covers No and Nd
 }
 
+TEST(PreTokenizer, Qwen35KeepsCombiningMarksWithTheirLetters) {
+  // "नमस्ते": the virama (U+094D) and the vowel sign (U+0947) are marks (\p{M}), not letters.
+  const std::string namaste = "\xE0\xA4\xA8\xE0\xA4\xAE\xE0\xA4\xB8\xE0\xA5\x8D\xE0\xA4\xA4\xE0\xA5\x87";
+  EXPECT_EQ(split("qwen35", namaste), (pieces_t{namaste}));
+  EXPECT_EQ(split("qwen2", namaste), (pieces_t{namaste.substr(0, 9), namaste.substr(9, 6), namaste.substr(15)}));
+  // A decomposed "é" (e + U+0301) stays in its word, and the mark leaves the punctuation run.
+  EXPECT_EQ(split("qwen35", "cafe\xCC\x81!"), (pieces_t{"cafe\xCC\x81", "!"}));
+  EXPECT_EQ(split("qwen2", "cafe\xCC\x81!"), (pieces_t{"cafe", "\xCC\x81!"}));
+  EXPECT_EQ(split("qwen35", "12345"), (pieces_t{"1", "2", "3", "4", "5"}));  // single digits, as qwen2
+}
+
 TEST(PreTokenizer, ContractionsMatchInAnyCase) {
   EXPECT_EQ(split("llama-bpe", "I'M you'Re it's WE'LL"),
             (pieces_t{"I", "'M", " you", "'Re", " it", "'s", " WE", "'LL"}));

@@ -90,6 +90,14 @@ TEST_F(TokenizerJson, RecognisesTheLlama3Regex) {
   EXPECT_EQ(spec_from_hf_json(write("tokenizer.json", json), "").pre, "llama-bpe");
 }
 
+TEST_F(TokenizerJson, RecognisesTheQwen35RegexWithItsNfc) {
+  std::string json = byte_level_json("[]");
+  const auto swap = [&json](const std::string& from, const std::string& to) { json.replace(json.find(from), from.size(), to); };
+  swap(R"(\\p{L}+|)", R"([\\p{L}\\p{M}]+|)");
+  swap(R"([^\\s\\p{L}\\p{N}])", R"([^\\s\\p{L}\\p{M}\\p{N}])");
+  EXPECT_EQ(spec_from_hf_json(write("tokenizer.json", json), "").pre, "qwen35");
+}
+
 TEST_F(TokenizerJson, RefusesPipelinesItCannotReproduce) {
   std::string json = byte_level_json("[]");
   json.replace(json.find("\\\\p{N}|"), 7, "\\\\p{N}+|");
