@@ -645,7 +645,7 @@ constexpr kv_dtype all_kv_dtypes[] = {kv_dtype::f16, kv_dtype::int8, kv_dtype::f
 std::vector<std::int32_t> windowed_tables(const attn_setup& s, const attn_case& c) {
   std::vector<std::int32_t> t = s.flat_tables;
   for (std::size_t i = 0; i < c.seqs.size(); ++i) {
-    const std::int64_t first = gpu_worker::first_window_block(c.seqs[i].start_pos, c.window, s.bs);
+    const std::int64_t first = anvil::gpu_worker::first_window_block(c.seqs[i].start_pos, c.window, s.bs);
     for (std::int64_t b = 0; b < first; ++b) t[i * std::size_t(s.stride) + std::size_t(b)] = -1;
   }
   return t;
