@@ -103,6 +103,10 @@ class gpu_device {
     const float *router_b = nullptr, *gate_exps_b = nullptr, *up_exps_b = nullptr, *down_exps_b = nullptr;
     matrix gate_shexp, up_shexp, down_shexp;
     const float* shexp_gate = nullptr;
+    // A gated DeltaNet layer (qwen35; ssm_qkv.w not null, wq..wo then null): its projections, the
+    // convolution's taps, a and the dt bias per value head, the gated norm's weight.
+    matrix ssm_qkv, ssm_z, ssm_beta, ssm_alpha, ssm_out;
+    const float *ssm_conv = nullptr, *ssm_a = nullptr, *ssm_dt_bias = nullptr, *ssm_norm = nullptr;
   };
   // Byte offsets of the per-step upload sections; the same in the pinned host buffer and its
   // device mirror. The fixed part [0, pairs) is copied whole; the pairs only as far as used.
@@ -110,6 +114,7 @@ class gpu_device {
     std::size_t ids, positions, slots, tables, context_lens, prefill_seqs, logit_rows, cand_seqs, score_rows, score_targets;
     std::size_t window_slots, window_tables;  // the window pool's (the same shapes as slots and tables)
     std::size_t feed_rows, feed_from;  // the rows fed from the step before, and their outputs there
+    std::size_t rseqs;  // recurrent layers: each sequence's rows and state slot, in row order
     std::size_t bias_ids, bias_values, count_ids, count_values, mask_words, fixed_end, total;
   };
 
@@ -129,6 +134,11 @@ class gpu_device {
   void run_body();  // embedding, the layers, the final norm: step_ says the shape
   void run_layer(std::int64_t l);
   void run_attention(std::int64_t l, bool x8_out);  // x8_out: also the o projection's 8-bit input
+  // The attention block from h_: q/k/v, RoPE + KV write, attention, (Qwen3.5) the output gate, o
+  // into o_. A gated DeltaNet layer's block instead: its projections, the convolution and the
+  // delta rule over the sequences' state slots, the output projection into o_.
+  void run_attention_block(std::int64_t l, bool x8_embd);
+  void run_delta_net(std::int64_t l, bool x8_embd);
   // A mixture-of-experts feed-forward from h_ (kernels/moe.h): route, the experts' gate/up,
   // SwiGLU and down by pair, the shared expert, the weighted sum into o_. x8_embd as run_layer's.
   // Without a shared expert the sum is left to the residual norm that follows (returns false:
@@ -223,6 +233,9 @@ class gpu_device {
   // Scratch (one allocation): activations [max_tokens, ...], gathered rows and logits [max_seqs, ...].
   float *x_ = nullptr, *h_ = nullptr, *q_ = nullptr, *k_ = nullptr, *v_ = nullptr, *attn_ = nullptr, *o_ = nullptr;
   float *gate_ = nullptr, *up_ = nullptr, *rows_ = nullptr, *logits_ = nullptr;
+  // Qwen3.5: the q projection's output, each head's query then its gate [max_tokens, 2 q widths];
+  // the gated DeltaNet layers' q/k/v (convolved in place), z, beta and alpha rows.
+  float *qg_ = nullptr, *mix_ = nullptr, *z_ = nullptr, *beta_ = nullptr, *alpha_ = nullptr;
   // The stacked q/k/v projection's output [max_tokens, q + 2 kv widths] (gemm_dtype fp8): gate_'s
   // room when it is wide enough (gate_ is free from the down projection to the next gate/up).
   float* qkv_ = nullptr;
@@ -266,6 +279,11 @@ class gpu_device {
   kernels::kv_dtype kv_dtype_ = kernels::kv_dtype::f16;
   kv_pool main_kv_, window_kv_;
   model::kv_layer_map kv_layers_;         // which pool keeps each layer's KV (window_layers 0: no window pool)
+  // The recurrent layers' state slots (in the KV allocation, after the pools), per state layer:
+  // [n_state_slots][ssm_conv_state] floats from conv_state_, [n_state_slots][ssm_matrix_state]
+  // from matrix_state_, as the CPU cache lays them out (model::kv_cache_storage).
+  float *conv_state_ = nullptr, *matrix_state_ = nullptr;
+  std::int64_t n_state_slots_ = 0;
 
   // The current step's shape (lay_out fills it).
   struct step_shape {

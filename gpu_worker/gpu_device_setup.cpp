@@ -13,9 +13,11 @@
 #include "actors/log.h"
 #include "gpu_worker/kv_plan.h"
 #include "kernels/attention_decode.h"
+#include "kernels/delta_net.h"
 #include "kernels/gemm_quant.h"
 #include "kernels/moe.h"
 #include "kernels/rope_kv_write.h"
+#include "model/arch/cpu_forward.h"
 
 namespace anvil::gpu_worker {
 namespace {
@@ -82,9 +84,11 @@ gpu_device::gpu_device(const model::llm& m, const gpu_worker_config& cfg, memory
     throw std::runtime_error("gpu worker: block size, step limits and context must be positive, memory_fraction in (0, 1]");
   }
   if (cfg.max_batch_tokens > 65535 || cfg.max_seqs > 65535) throw std::runtime_error("gpu worker: step limits above 65535");
-  if (hp.has_recurrent()) {
-    throw std::runtime_error("gpu worker: " + hp.arch_name +
-                             "'s gated DeltaNet layers have no GPU kernels yet; run it with --backend cpu");
+  if (hp.has_recurrent() && (hp.ssm_head_v > 128 || (hp.ssm_head_k != 16 && hp.ssm_head_k != 32 && hp.ssm_head_k != 64 &&
+                                                      hp.ssm_head_k != 128))) {
+    throw std::runtime_error("gpu worker: gated DeltaNet heads of " + std::to_string(hp.ssm_head_k) + " x " +
+                             std::to_string(hp.ssm_head_v) +
+                             "; the kernels take key heads of 16, 32, 64 or 128 and value heads of up to 128");
   }
   if (hp.head_dim != 64 && hp.head_dim != 128 && hp.head_dim != 256) {
     throw std::runtime_error("gpu worker: attention kernels need head_dim 64, 128 or 256, the model has " +
@@ -208,6 +212,8 @@ void gpu_device::upload_weights(const gpu_worker_config& cfg, memory_plan& mem) 
       add_vec(*v);
     }
     for (const auto* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) add_matrix(*w);
+    for (const auto* w : {&l.ssm_qkv, &l.ssm_z, &l.ssm_beta, &l.ssm_alpha, &l.ssm_out}) add_matrix(*w);
+    for (const auto* v : {&l.ssm_conv, &l.ssm_a, &l.ssm_dt_bias, &l.ssm_norm}) add_vec(*v);
     if (!l.moe()) continue;
     if (l.router.type != model::ggml_type::F32 || l.router.in % 4 != 0) {
       throw std::runtime_error("gpu worker: the experts' router is " + std::string(model::info(l.router.type).name) +
@@ -283,6 +289,15 @@ void gpu_device::upload_weights(const gpu_worker_config& cfg, memory_plan& mem) 
     d.gate = dev_matrix(l.gate);
     d.up = dev_matrix(l.up);
     d.down = dev_matrix(l.down);
+    d.ssm_qkv = dev_matrix(l.ssm_qkv);
+    d.ssm_z = dev_matrix(l.ssm_z);
+    d.ssm_beta = dev_matrix(l.ssm_beta);
+    d.ssm_alpha = dev_matrix(l.ssm_alpha);
+    d.ssm_out = dev_matrix(l.ssm_out);
+    d.ssm_conv = dev_vec(l.ssm_conv);
+    d.ssm_a = dev_vec(l.ssm_a);
+    d.ssm_dt_bias = dev_vec(l.ssm_dt_bias);
+    d.ssm_norm = dev_vec(l.ssm_norm);
     if (l.moe()) {
       d.router = dev_matrix(l.router);
       d.gate_exps = dev_stacked(l.gate_exps);
@@ -325,6 +340,7 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   up_off_.score_targets = u.take(T * 4, 16);
   up_off_.feed_rows = u.take(S * 4, 16);
   up_off_.feed_from = u.take(S * 4, 16);
+  up_off_.rseqs = u.take(hp.has_recurrent() ? S * sizeof(kernels::recurrent_seq) : 0, 16);
   up_off_.fixed_end = u.size();
   up_off_.bias_ids = u.take(P * 4, 16);
   up_off_.bias_values = u.take(P * 4, 16);
@@ -343,7 +359,8 @@ void gpu_device::plan_scratch(memory_plan& mem) {
     gemm_ws = std::max(gemm_ws, kernels::gemm_fp8_workspace_bytes(output_.in, max_seqs_));
   }
   for (const layer& l : layers_) {
-    for (const matrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down, &l.gate_shexp, &l.up_shexp, &l.down_shexp}) {
+    for (const matrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down, &l.gate_shexp, &l.up_shexp, &l.down_shexp,
+                            &l.ssm_qkv, &l.ssm_z, &l.ssm_beta, &l.ssm_alpha, &l.ssm_out}) {
       if (w->w == nullptr) continue;
       fit(*w, max_tokens_);
       // The FP8 path's x codes share the region (project() runs one path after the other).
@@ -382,7 +399,12 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   carver c;
   const std::size_t x = c.take(T * std::size_t(hp.n_embd) * f), h = c.take(T * std::size_t(hp.n_embd) * f);
   const std::size_t q = c.take(T * q_w * f), k = c.take(T * kv_w * f), v = c.take(T * kv_w * f);
-  const std::size_t attn = c.take(T * q_w * f), o = c.take(T * std::size_t(hp.n_embd) * f);
+  // attn_ also holds a gated DeltaNet layer's output, the ssm_out projection's input.
+  const std::size_t ssm_v_w = std::size_t(hp.ssm_v_heads * hp.ssm_head_v);
+  const std::size_t attn = c.take(T * std::max(q_w, ssm_v_w) * f), o = c.take(T * std::size_t(hp.n_embd) * f);
+  const std::size_t qg = c.take(hp.attn_out_gate ? T * 2 * q_w * f : 0);
+  const std::size_t mix = c.take(T * std::size_t(hp.ssm_conv_channels()) * f), z = c.take(T * ssm_v_w * f);
+  const std::size_t beta = c.take(T * std::size_t(hp.ssm_v_heads) * f), alpha = c.take(T * std::size_t(hp.ssm_v_heads) * f);
   // gate_/up_: a dense layer's rows, the experts' pair rows, or the shared expert's.
   const std::size_t k_used = std::size_t(std::max<std::int64_t>(hp.n_expert_used, 1));
   const std::size_t ff_w = std::max({std::size_t(hp.n_ff), k_used * std::size_t(hp.n_ff_exp), std::size_t(hp.n_ff_shexp)});
@@ -414,6 +436,8 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   const auto fp = [base](std::size_t off) { return reinterpret_cast<float*>(base + off); };
   x_ = fp(x), h_ = fp(h), q_ = fp(q), k_ = fp(k), v_ = fp(v), attn_ = fp(attn), o_ = fp(o);
   gate_ = fp(gate), up_ = fp(up), rows_ = fp(rows), logits_ = fp(logits);
+  if (hp.attn_out_gate) qg_ = fp(qg);
+  if (hp.has_recurrent()) mix_ = fp(mix), z_ = fp(z), beta_ = fp(beta), alpha_ = fp(alpha);
   if (moe) {
     const auto ip = [base](std::size_t off) { return reinterpret_cast<std::int32_t*>(base + off); };
     router_logits_ = fp(router), moe_weights_ = fp(moe_weights), pair_out_ = fp(pair_out);
@@ -479,7 +503,9 @@ void gpu_device::make_fp8_copies(memory_plan& mem) {
   std::vector<stacked> stacks;
   for (layer& l : layers_) {
     const std::int64_t in = l.wq.in, out = l.wq.out + l.wk.out + l.wv.out;
-    const bool stack = fp8_stack_qkv_ && l.wk.in == in && l.wv.in == in && kernels::gemm_fp8_shape_ok(in, out);
+    // Not with Qwen3.5's gated q (its rows hold each head's gate too): run_attention_block reads q per head.
+    const bool stack = fp8_stack_qkv_ && !m_.hp.attn_out_gate && l.wq.w != nullptr && l.wk.in == in && l.wv.in == in &&
+                       kernels::gemm_fp8_shape_ok(in, out);
     if (stack) {
       const std::size_t codes = c.take(kernels::fp8_matrix_bytes(in, out));
       const bool biased = l.bq || l.bk || l.bv;
@@ -537,6 +563,15 @@ void gpu_device::plan_kv(const gpu_worker_config& cfg, memory_plan& mem) {
   std::size_t budget = std::size_t(double(free_b) * cfg.memory_fraction);
   if (cfg.kv_budget_bytes > 0) budget = std::min(budget, cfg.kv_budget_bytes);
   kv_dtype_ = cfg.kv_cache_dtype;
+  // The recurrent layers' state slots first (kv_plan.h), one per sequence a step may hold.
+  const std::size_t per_slot = model::kv_cache_storage::bytes_per_state_slot(hp);
+  n_state_slots_ = plan_state_slots(budget, per_slot, max_seqs_);
+  if (hp.has_recurrent() && n_state_slots_ < 1) {
+    throw std::runtime_error("gpu worker: no room for one recurrent-state slot of " + std::to_string(per_slot >> 20) +
+                             " MiB (" + std::to_string(free_b >> 20) + " MiB free after weights and scratch)");
+  }
+  const std::size_t state_bytes = std::size_t(n_state_slots_) * per_slot;
+  budget -= state_bytes;
   const std::size_t block_rows = std::size_t(block_size_ * hp.n_head_kv);
   const std::size_t row_bytes = std::size_t(kernels::kv_row_bytes_device(kv_dtype_, hp.head_dim));
   const std::size_t per_layer_block = block_rows * row_bytes * 2; /* K, V */
@@ -558,9 +593,16 @@ void gpu_device::plan_kv(const gpu_worker_config& cfg, memory_plan& mem) {
   shape(window_kv_, pools.n_window_blocks);
   const std::size_t main_bytes = main_kv_.layer_bytes * std::size_t(main_layers);
   const std::size_t bytes = main_bytes + window_kv_.layer_bytes * std::size_t(kv_layers_.window_layers);
-  kv_ = static_cast<unsigned char*>(alloc_device(bytes, "the KV pool"));
+  kv_ = static_cast<unsigned char*>(alloc_device(bytes + state_bytes, "the KV pool"));
   main_kv_.base = kv_;
   window_kv_.base = kv_ + main_bytes;
+  if (state_bytes > 0) {
+    conv_state_ = reinterpret_cast<float*>(kv_ + bytes);
+    matrix_state_ = conv_state_ + kv_layers_.state_layers * n_state_slots_ * hp.ssm_conv_state();
+    mem.n_state_slots = n_state_slots_;
+    mem.state_bytes = state_bytes;
+    mem.max_seqs = std::min(mem.max_seqs, n_state_slots_);
+  }
   mem.n_blocks = pools.n_blocks;
   mem.n_window_blocks = pools.n_window_blocks;
   mem.window = pools.window;
@@ -590,6 +632,10 @@ void gpu_device::warm_up() {
   if (kv_layers_.window_layers > 0) {
     for (seq_step& s : plan.seqs) s.window_table = s.block_table;  // block 0 of the window pool too
   }
+  for (std::size_t i = 0; i < plan.seqs.size() && n_state_slots_ > 0; ++i) {
+    plan.seqs[i].state_slot = std::int32_t(std::min<std::int64_t>(std::int64_t(i), n_state_slots_ - 1));
+  }
+  if (plan.seqs.size() == 2 && n_state_slots_ == 1) plan.seqs.pop_back();  // one slot: the decode sequence alone
   step_result r;
   execute(plan, r);
 }

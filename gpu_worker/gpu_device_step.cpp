@@ -12,10 +12,12 @@
 #include <utility>
 
 #include "kernels/attention_decode.h"
+#include "kernels/delta_net.h"
 #include "kernels/embedding.h"
 #include "kernels/feed_tokens.h"
 #include "kernels/gemm_quant.h"
 #include "kernels/moe.h"
+#include "kernels/output_gate.h"
 #include "kernels/rms_norm_residual.h"
 #include "kernels/rope_kv_write.h"
 #include "kernels/swiglu.h"
@@ -316,7 +318,7 @@ void gpu_device::copy_blocks(const step_plan& plan) {
   };
   for (const block_copy& c : plan.copies) {
     for (std::int64_t l = 0; l < m_.hp.n_layer; ++l) {
-      if (kv_layers_.windowed(l) != c.window) continue;
+      if (kv_layers_.stateful(l) || kv_layers_.windowed(l) != c.window) continue;  // a recurrent layer has no KV
       const kernels::paged_kv_device kv = kv_layer(l);
       copy(kv.k, data_bytes, c);
       copy(kv.v, data_bytes, c);
@@ -356,6 +358,7 @@ void gpu_device::lay_out(const step_plan& plan, bool for_graph, bool can_feed) {
   const bool window_pool = kv_layers_.window_layers > 0;
   auto* context_lens = host_at<std::int32_t>(up_off_.context_lens);
   auto* prefill = host_at<kernels::attention_prefill_seq>(up_off_.prefill_seqs);
+  auto* rseqs = host_at<kernels::recurrent_seq>(up_off_.rseqs);
   first_token_.assign(n, 0);
   std::int64_t t = 0;
   for (std::size_t r = 0; r < n; ++r) {
@@ -391,6 +394,13 @@ void gpu_device::lay_out(const step_plan& plan, bool for_graph, bool can_feed) {
       if (window_pool) {
         window_slots[t] = std::int64_t(s.window_table[std::size_t(pos / block_size_)]) * block_size_ + pos % block_size_;
       }
+    }
+    if (n_state_slots_ > 0) {
+      if (s.state_slot < 0 || s.state_slot >= n_state_slots_) {
+        throw std::invalid_argument("seq " + std::to_string(s.seq_id) + ": state slot " + std::to_string(s.state_slot) +
+                                    " out of range");
+      }
+      rseqs[r] = {.first = first_token_[order_[r]], .n_tokens = len, .slot = s.state_slot, .fresh = s.start_pos == 0};
     }
     if (std::int64_t(r) < step_.n_dec) {
       context_lens[r] = std::int32_t(end);
@@ -428,48 +438,11 @@ void gpu_device::run_layer(std::int64_t l) {
   const std::int64_t T = step_.tokens;
   // The norm before each projection group wrote its 8-bit form too when x8_fused (norm_params).
   const bool x8_embd = x8_fused(hp.n_embd);
-  // With a stacked FP8 copy, q, k and v come out of one GEMM as one row per token, which the
-  // RoPE (with the Q/K norms) reads in place (strides); the rotated q goes to q_ as usual.
-  const bool stacked = w.qkv_fp8.codes != nullptr && fp8_step(T);
-  const std::int64_t q_w = hp.n_head * hp.head_dim, kv_w = hp.n_head_kv * hp.head_dim;
-  const std::int64_t stride = stacked ? q_w + 2 * kv_w : 0;
-  float* q_in = stacked ? qkv_ : q_;
-  float* k_in = stacked ? qkv_ + q_w : k_;
-  float* v_in = stacked ? qkv_ + q_w + kv_w : v_;
-  prof_.mark("q/k/v projection", stream_);
-  if (stacked) {
-    const kernels::gemm_fp8_projection p{.w = &w.qkv_fp8, .bias = w.bqkv, .y = qkv_};
-    ok(kernels::launch_gemm_fp8_group(std::span(&p, 1), h_, T, fp8_context(), stream_), "fp8 gemm");
+  if (w.ssm_qkv.w != nullptr) {
+    run_delta_net(l, x8_embd);
   } else {
-    const projection qkv[] = {{&w.wq, w.bq, q_}, {&w.wk, w.bk, k_}, {&w.wv, w.bv, v_}};
-    project(qkv, h_, T, x8_embd);
+    run_attention_block(l, x8_embd);
   }
-  kernels::rope_kv_write_params rp{.q = q_,
-                                   .k = k_in,
-                                   .v = v_in,
-                                   .q_in = stacked ? q_in : nullptr,
-                                   .q_in_stride = stride,
-                                   .k_stride = stride,
-                                   .v_stride = stride,
-                                   .cache = kv_layer(l),
-                                   .n_tokens = T,
-                                   .n_heads = hp.n_head,
-                                   .rot_dim = hp.rope_dim,
-                                   .angles = hp.own_rope(l) ? rope_angles_swa_ : rope_angles_,
-                                   .slots = dev_at<std::int64_t>(kv_layers_.windowed(l) ? up_off_.window_slots
-                                                                                            : up_off_.slots),
-                                   .style = hp.rope,
-                                   // Q/K norms (qwen3, gemma3): per head, before the rotation, in the same launch.
-                                   .q_norm = hp.qk_norm ? w.q_norm : nullptr,
-                                   .k_norm = hp.qk_norm ? w.k_norm : nullptr,
-                                   .norm_eps = hp.rms_eps};
-  prof_.mark(hp.qk_norm ? "q/k norm + rope + kv write" : "rope + kv write", stream_);
-  ok(kernels::launch_rope_kv_write(rp, stream_), "rope + kv write");
-  // Decode-only steps: attention writes the o projection's 8-bit input itself.
-  const bool x8_attn = step_.n_pre == 0 && x8_fused(hp.n_head * hp.head_dim);
-  run_attention(l, x8_attn);
-  prof_.mark("o projection", stream_);
-  matmul(w.wo, w.bo, attn_, o_, T, x8_attn);
   prof_.mark("norm", stream_);
   kernels::rms_norm_residual_params ffn_norm = norm_params(o_, w.ffn_norm);
   ffn_norm.delta_weight = w.post_attn_norm;  // gemma3: the attention's output normed before the add
@@ -496,6 +469,115 @@ void gpu_device::run_layer(std::int64_t l) {
     p.k = hp.n_expert_used;
   }
   ok(kernels::launch_rms_norm_residual(p, stream_), l + 1 < hp.n_layer ? "residual norm" : "final norm");
+}
+
+void gpu_device::run_attention_block(std::int64_t l, bool x8_embd) {
+  const model::hparams& hp = m_.hp;
+  const layer& w = layers_[std::size_t(l)];
+  const std::int64_t T = step_.tokens;
+  // With a stacked FP8 copy, q, k and v come out of one GEMM as one row per token, which the
+  // RoPE (with the Q/K norms) reads in place (strides); the rotated q goes to q_ as usual.
+  const bool stacked = w.qkv_fp8.codes != nullptr && fp8_step(T);  // never with a gated q (make_fp8_copies)
+  const bool gated = hp.attn_out_gate;
+  const std::int64_t q_w = hp.n_head * hp.head_dim, kv_w = hp.n_head_kv * hp.head_dim;
+  const std::int64_t stride = stacked ? q_w + 2 * kv_w : 0;
+  float* q_in = stacked ? qkv_ : q_;
+  float* k_in = stacked ? qkv_ + q_w : k_;
+  float* v_in = stacked ? qkv_ + q_w + kv_w : v_;
+  prof_.mark("q/k/v projection", stream_);
+  if (stacked) {
+    const kernels::gemm_fp8_projection p{.w = &w.qkv_fp8, .bias = w.bqkv, .y = qkv_};
+    ok(kernels::launch_gemm_fp8_group(std::span(&p, 1), h_, T, fp8_context(), stream_), "fp8 gemm");
+  } else {
+    // Qwen3.5: each head's query then its gate, read by the RoPE from qg_ (2 head_dim apart).
+    const projection qkv[] = {{&w.wq, w.bq, gated ? qg_ : q_}, {&w.wk, w.bk, k_}, {&w.wv, w.bv, v_}};
+    project(qkv, h_, T, x8_embd);
+  }
+  kernels::rope_kv_write_params rp{.q = q_,
+                                   .k = k_in,
+                                   .v = v_in,
+                                   .q_in = stacked ? q_in : gated ? qg_ : nullptr,
+                                   .q_in_stride = gated ? 2 * q_w : stride,
+                                   .k_stride = stride,
+                                   .v_stride = stride,
+                                   .q_in_head_stride = gated ? 2 * hp.head_dim : 0,
+                                   .cache = kv_layer(l),
+                                   .n_tokens = T,
+                                   .n_heads = hp.n_head,
+                                   .rot_dim = hp.rope_dim,
+                                   .angles = hp.own_rope(l) ? rope_angles_swa_ : rope_angles_,
+                                   .slots = dev_at<std::int64_t>(kv_layers_.windowed(l) ? up_off_.window_slots
+                                                                                            : up_off_.slots),
+                                   .style = hp.rope,
+                                   // Q/K norms (qwen3, gemma3): per head, before the rotation, in the same launch.
+                                   .q_norm = hp.qk_norm ? w.q_norm : nullptr,
+                                   .k_norm = hp.qk_norm ? w.k_norm : nullptr,
+                                   .norm_eps = hp.rms_eps};
+  prof_.mark(hp.qk_norm ? "q/k norm + rope + kv write" : "rope + kv write", stream_);
+  ok(kernels::launch_rope_kv_write(rp, stream_), "rope + kv write");
+  // Decode-only steps: attention writes the o projection's 8-bit input itself (not when the gate
+  // comes between them).
+  const bool x8_attn = !gated && step_.n_pre == 0 && x8_fused(hp.n_head * hp.head_dim);
+  run_attention(l, x8_attn);
+  if (gated) {
+    prof_.mark("output gate", stream_);
+    ok(kernels::launch_output_gate({.x = attn_,
+                                    .gate = qg_ + hp.head_dim,
+                                    .rows = T,
+                                    .heads = hp.n_head,
+                                    .head_dim = hp.head_dim,
+                                    .gate_row_stride = 2 * q_w,
+                                    .gate_head_stride = 2 * hp.head_dim},
+                                   stream_),
+       "output gate");
+  }
+  prof_.mark("o projection", stream_);
+  matmul(w.wo, w.bo, attn_, o_, T, x8_attn);
+}
+
+void gpu_device::run_delta_net(std::int64_t l, bool x8_embd) {
+  const model::hparams& hp = m_.hp;
+  const layer& w = layers_[std::size_t(l)];
+  const std::int64_t T = step_.tokens;
+  const projection in[] = {
+      {&w.ssm_qkv, nullptr, mix_}, {&w.ssm_z, nullptr, z_}, {&w.ssm_beta, nullptr, beta_}, {&w.ssm_alpha, nullptr, alpha_}};
+  prof_.mark("delta net projections", stream_);
+  project(in, h_, T, x8_embd);
+  // The state layer's slots: its convolution's, then (after every state layer's) its matrices.
+  const std::int64_t i = kv_layers_.index[std::size_t(l)];
+  const std::span<const kernels::recurrent_seq> seqs(dev_at<kernels::recurrent_seq>(up_off_.rseqs),
+                                                     std::size_t(step_.n_dec + step_.n_pre));
+  prof_.mark("conv1d + silu", stream_);
+  ok(kernels::launch_conv1d_silu({.x = mix_,
+                                  .channels = hp.ssm_conv_channels(),
+                                  .kernel = hp.ssm_conv_kernel,
+                                  .taps = w.ssm_conv,
+                                  .state = conv_state_ + i * n_state_slots_ * hp.ssm_conv_state(),
+                                  .n_slots = n_state_slots_,
+                                  .seqs = seqs},
+                                 stream_),
+     "conv1d");
+  prof_.mark("delta rule", stream_);
+  ok(kernels::launch_delta_rule({.qkv = mix_,
+                                 .b = beta_,
+                                 .alpha = alpha_,
+                                 .a = w.ssm_a,
+                                 .dt_bias = w.ssm_dt_bias,
+                                 .z = z_,
+                                 .norm = w.ssm_norm,
+                                 .eps = hp.rms_eps,
+                                 .y = attn_,
+                                 .state = matrix_state_ + i * n_state_slots_ * hp.ssm_matrix_state(),
+                                 .n_slots = n_state_slots_,
+                                 .k_heads = hp.ssm_k_heads,
+                                 .v_heads = hp.ssm_v_heads,
+                                 .head_k = hp.ssm_head_k,
+                                 .head_v = hp.ssm_head_v,
+                                 .seqs = seqs},
+                                stream_),
+     "delta rule");
+  prof_.mark("ssm out projection", stream_);
+  matmul(w.ssm_out, nullptr, attn_, o_, T);
 }
 
 void gpu_device::run_dense_ffn(const layer& w, bool x8_embd) {

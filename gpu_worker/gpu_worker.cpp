@@ -36,10 +36,10 @@ class gpu_backend final : public worker_device {
 
   std::string describe(const memory_plan& mem) const override {
     return fmt::format(
-        "memory plan on {}: {} KV blocks of {} tokens{} ({:.1f} MB {}), weights {:.1f} MB{}{}, scratch {:.1f} MB, "
+        "memory plan on {}: {} KV blocks of {} tokens{} ({:.1f} MB {}){}, weights {:.1f} MB{}{}, scratch {:.1f} MB, "
         "step limits {} tokens / {} seqs, {} device allocations, decode graphs for {} batch sizes",
         mem.device, mem.n_blocks, mem.block_size, window_pool_text(mem), double(mem.kv_bytes) / 1e6,
-        kernels::kv_dtype_name(mem.kv_cache_dtype),
+        kernels::kv_dtype_name(mem.kv_cache_dtype), state_pool_text(mem),
         double(mem.weight_bytes) / 1e6, token_weights(mem),
         mem.gemm_dtype == kernels::gemm_dtype::fp8
             ? fmt::format(" + {:.1f} MB of FP8 copies (--gemm-dtype fp8; q/k/v stacked in {} layers)",

@@ -42,6 +42,7 @@ double window_nll(worker& w, std::span<const std::int32_t> window, std::int64_t 
     s.start_pos = start;
     s.block_table.assign(table.begin(), table.begin() + (start + len + mem.block_size - 1) / mem.block_size);
     if (mem.n_window_blocks > 0) s.window_table = s.block_table;  // the whole window kept in both pools
+    if (mem.n_state_slots > 0) s.state_slot = 0;  // recurrent layers: a window's state, afresh at its start
     // Fed token j (position start + j) predicts the token at start + j + 1.
     s.score_targets.assign(std::size_t(len), -1);
     for (std::int64_t j = 0; j < len; ++j) {

@@ -64,3 +64,15 @@ void conv1d_silu_ref(const conv1d_silu_params& p);
 void delta_rule_ref(const delta_rule_params& p);
 
 }  // namespace anvil::kernels
+
+#if defined(ANVIL_GPU_CUDA) || defined(ANVIL_GPU_HIP)
+#include "kernels/gpu_runtime.h"
+
+namespace anvil::kernels {
+// The GPU kernels (kernels/delta_net.hip): every pointer, seqs' elements included, in device
+// memory (seqs.size() is read on the host). Reject (hipErrorInvalidValue) a kernel of more than
+// 16 taps, head_k other than 16, 32, 64 or 128, head_v above 128, more than 65535 sequences.
+hipError_t launch_conv1d_silu(const conv1d_silu_params& p, hipStream_t stream);
+hipError_t launch_delta_rule(const delta_rule_params& p, hipStream_t stream);
+}  // namespace anvil::kernels
+#endif

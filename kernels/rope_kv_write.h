@@ -33,6 +33,9 @@ struct rope_kv_write_params {
   // v_stride are the elements from one token's k (v) row to the next, 0 for packed rows.
   const float* q_in = nullptr;
   std::int64_t q_in_stride = 0, k_stride = 0, v_stride = 0;
+  // The elements from one head of q_in to the next (0: head_dim): Qwen3.5's q projection gives
+  // each head's query followed by its output gate (2 head_dim apart).
+  std::int64_t q_in_head_stride = 0;
   paged_kv_device cache;                       // one layer; n_kv_heads and head_dim describe k and v too
   std::int64_t n_tokens = 0;
   std::int64_t n_heads = 0;                 // query heads

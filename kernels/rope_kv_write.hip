@@ -65,13 +65,18 @@ __device__ __forceinline__ float head_scale(const float* x, int hd, float eps, i
   return rsqrtf(sum_sq / float(hd) + eps);
 }
 
+// Elements from one head of q's input to the next.
+__device__ __forceinline__ std::int64_t q_head_stride(const rope_kv_write_params& p) {
+  return p.q_in && p.q_in_head_stride ? p.q_in_head_stride : p.cache.head_dim;
+}
+
 // head_scale of each head in [h0, h1) of one token (q heads, then kv heads) into sc, a warp per
 // head in turn. Ends with a barrier: every thread of the block must call it.
 __device__ void head_scales(const rope_kv_write_params& p, const float* qi, const float* k, int h0, int h1, float* sc) {
   constexpr int warps = block_size / gpu::warp_size;
   const int lane = int(threadIdx.x) % gpu::warp_size, hd = int(p.cache.head_dim), n_q = int(p.n_heads);
   for (int h = h0 + int(threadIdx.x) / gpu::warp_size; h < h1; h += warps) {
-    const float* x = h < n_q ? qi + std::int64_t(h) * hd : k + std::int64_t(h - n_q) * hd;
+    const float* x = h < n_q ? qi + std::int64_t(h) * q_head_stride(p) : k + std::int64_t(h - n_q) * hd;
     const float scale = head_scale(x, hd, p.norm_eps, lane);
     if (lane == 0) sc[h - h0] = scale;
   }
@@ -109,7 +114,7 @@ __device__ void rope_heads(const rope_kv_write_params& p, std::int64_t t, int h0
     pair_index(p.style, i, half, a, b);
     if (h < n_q) {
       const std::int64_t base = std::int64_t(h) * hd;
-      const float* x = qi + base;
+      const float* x = qi + std::int64_t(h) * q_head_stride(p);
       rotate(normed(x, a, sc[h - h0], p.q_norm), normed(x, b, sc[h - h0], p.q_norm), s, c, q[base + a], q[base + b]);
     } else {
       const std::int64_t base = std::int64_t(h - n_q) * hd;
@@ -123,7 +128,8 @@ __device__ void rope_heads(const rope_kv_write_params& p, std::int64_t t, int h0
   if (p.q_in || p.q_norm) {  // q's dimensions past rot_dim: out of the fused row, or normalised
     for (int h = h0; h < min(h1, n_q); ++h) {
       const std::int64_t base = std::int64_t(h) * hd;
-      for (int e = int(p.rot_dim) + threadIdx.x; e < hd; e += block_size) q[base + e] = normed(qi + base, e, sc[h - h0], p.q_norm);
+      const float* x = qi + std::int64_t(h) * q_head_stride(p);
+      for (int e = int(p.rot_dim) + threadIdx.x; e < hd; e += block_size) q[base + e] = normed(x, e, sc[h - h0], p.q_norm);
     }
   }
   if (slot < 0) return;
@@ -227,7 +233,8 @@ hipError_t launch_rope_kv_write(const rope_kv_write_params& p, hipStream_t strea
   }
   const std::int64_t kv_row = p.cache.n_kv_heads * hd;
   if ((p.k_stride != 0 && p.k_stride < kv_row) || (p.v_stride != 0 && p.v_stride < kv_row) ||
-      (p.q_in != nullptr && p.q_in_stride < p.n_heads * hd)) {
+      (p.q_in != nullptr && (p.q_in_stride < p.n_heads * (p.q_in_head_stride ? p.q_in_head_stride : hd) ||
+                             (p.q_in_head_stride != 0 && p.q_in_head_stride < hd)))) {
     return hipErrorInvalidValue;
   }
   const int group = heads_per_block(p.rot_dim / 2);

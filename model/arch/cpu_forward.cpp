@@ -8,6 +8,7 @@
 #include "kernels/embedding.h"
 #include "kernels/matmul.h"
 #include "kernels/moe.h"
+#include "kernels/output_gate.h"
 #include "kernels/rms_norm.h"
 #include "kernels/swiglu.h"
 #include "messages/step.h"
@@ -456,7 +457,13 @@ void cpu_forward::attention(std::int64_t l, kv_cache_storage& cache) {
                           .window = hp.layer_window(l),
                           .sinks = w.sinks.empty() ? nullptr : w.sinks.data()});
   if (hp.attn_out_gate) {
-    for (std::size_t i = 0; i < attn_.size(); ++i) attn_[i] *= 1.f / (1.f + std::exp(-qgate_[i]));
+    kernels::output_gate_ref({.x = attn_.data(),
+                              .gate = qgate_.data(),
+                              .rows = n,
+                              .heads = hp.n_head,
+                              .head_dim = hp.head_dim,
+                              .gate_row_stride = q_dim,
+                              .gate_head_stride = hp.head_dim});
   }
   matmul(w.wo, w.bo, attn_, n, o_.data());
 }

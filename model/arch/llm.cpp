@@ -113,6 +113,7 @@ std::string_view arch_name(arch a) {
     case arch::gpt_oss: return "gpt-oss";
     case arch::gemma3: return "gemma3";
     case arch::qwen35: return "qwen35";
+    case arch::qwen35moe: return "qwen35moe";
   }
   return "?";
 }
@@ -138,10 +139,13 @@ hparams read_hparams(const gguf_file& f) {
     hp.architecture = arch::gemma3;
   } else if (hp.arch_name == "qwen35") {
     hp.architecture = arch::qwen35;
+  } else if (hp.arch_name == "qwen35moe") {
+    hp.architecture = arch::qwen35moe;
   } else {
     throw model_error("unsupported architecture '" + hp.arch_name +
-                      "' (anvil runs llama, qwen2, qwen3, qwen2moe, qwen3moe, gpt-oss, gemma3 and qwen35)");
+                      "' (anvil runs llama, qwen2, qwen3, qwen2moe, qwen3moe, gpt-oss, gemma3, qwen35 and qwen35moe)");
   }
+  const bool qwen35 = hp.architecture == arch::qwen35 || hp.architecture == arch::qwen35moe;
   const std::string a = hp.arch_name + ".";
   hp.n_ctx_train = required_int(f, a + "context_length");
   hp.n_embd = required_int(f, a + "embedding_length");
@@ -155,7 +159,9 @@ hparams read_hparams(const gguf_file& f) {
     }
     hp.n_layer -= *mtp;
   }
-  hp.n_ff = required_int(f, a + "feed_forward_length");
+  // qwen35moe files may leave it out: every layer has experts.
+  hp.n_ff = hp.architecture == arch::qwen35moe && !f.find(a + "feed_forward_length") ? 0
+                                                                                       : required_int(f, a + "feed_forward_length");
   hp.n_head = required_int(f, a + "attention.head_count");
   hp.n_head_kv = f.find(a + "attention.head_count_kv") ? required_int(f, a + "attention.head_count_kv") : hp.n_head;
   if (hp.n_head % hp.n_head_kv != 0) {
@@ -201,7 +207,6 @@ hparams read_hparams(const gguf_file& f) {
     throw model_error("rope scaling '" + scaling + "' is not supported (anvil supports none, linear and yarn)");
   }
   const bool gpt_oss = hp.architecture == arch::gpt_oss, gemma3 = hp.architecture == arch::gemma3;
-  const bool qwen35 = hp.architecture == arch::qwen35;
   hp.rope = hp.architecture == arch::llama ? kernels::rope_style::normal : kernels::rope_style::neox;
   hp.qkv_bias = hp.architecture == arch::qwen2 || hp.architecture == arch::qwen2moe || gpt_oss;
   hp.o_bias = hp.attn_sinks = hp.expert_bias = gpt_oss;
@@ -238,7 +243,8 @@ hparams read_hparams(const gguf_file& f) {
   if (gemma3 && f.find(a + "expert_count")) {
     throw model_error("metadata '" + a + "expert_count': gemma3 with experts is not supported");
   }
-  if (hp.architecture == arch::qwen3moe || hp.architecture == arch::qwen2moe || gpt_oss || f.find(a + "expert_count")) {
+  if (hp.architecture == arch::qwen3moe || hp.architecture == arch::qwen2moe || hp.architecture == arch::qwen35moe ||
+      gpt_oss || f.find(a + "expert_count")) {
     hp.n_expert = required_int(f, a + "expert_count");
     hp.n_expert_used = required_int(f, a + "expert_used_count");
     // The limits kernels/moe.h states (moe_max_experts, moe_max_used).
@@ -249,6 +255,7 @@ hparams read_hparams(const gguf_file& f) {
                         " (1 to 1024 experts, 1 to 64 used per token, and no more used than there are)");
     }
     hp.n_ff_exp = f.find(a + "expert_feed_forward_length") ? required_int(f, a + "expert_feed_forward_length") : hp.n_ff;
+    if (hp.n_ff_exp < 1) throw model_error("missing metadata '" + a + "expert_feed_forward_length'");
     // Converters do not write it for these families; llama.cpp renormalises for all but qwen2moe.
     hp.expert_weights_norm = f.get_bool(a + "expert_weights_norm").value_or(hp.architecture != arch::qwen2moe);
     if (f.find(a + "expert_shared_feed_forward_length")) hp.n_ff_shexp = required_int(f, a + "expert_shared_feed_forward_length");
@@ -394,6 +401,7 @@ llm load_llm(gguf_file file) {
         throw model_error("tensor '" + b + "ffn_gate.0.weight': experts stored one tensor each (an old Mixtral conversion); "
                           "anvil reads them stacked (ffn_gate_exps), as current converters write them");
       }
+      if (hp.n_ff == 0) throw model_error("missing tensor '" + b + "ffn_gate_inp.weight' (the file has no dense width)");
       l.gate = ld.matrix(b + "ffn_gate.weight", hp.n_embd, hp.n_ff);
       l.up = ld.matrix(b + "ffn_up.weight", hp.n_embd, hp.n_ff);
       l.down = ld.matrix(b + "ffn_down.weight", hp.n_ff, hp.n_embd);

@@ -17,7 +17,9 @@
 // and RoPE on the first rope.dimension_count dims of each head (the multimodal rope's sections all
 // see the same position for text, which makes it plain NeoX RoPE); both kinds of layer normalise the
 // feed-forward's input with `post_attention_norm`. The file's norm weights already hold the 1 + w of
-// the zero-centred norms, except the gated norm's (`ssm_norm`), used as it is.
+// the zero-centred norms, except the gated norm's (`ssm_norm`), used as it is. Qwen3.5-MoE
+// (`qwen35moe`, Qwen3.6-35B-A3B) has the same layers with Qwen2-MoE's feed-forward: routed experts
+// (softmax, top-k renormalised) and a shared expert behind a sigmoid gate.
 //
 // Mixture of experts (Mixtral, Qwen3-MoE): a layer's router (`ffn_gate_inp`, n_expert x n_embd)
 // scores the experts, a softmax over all of them picks the n_expert_used most probable, whose
@@ -39,7 +41,7 @@
 
 namespace anvil::model {
 
-enum class arch { llama, qwen2, qwen3, qwen3moe, qwen2moe, gpt_oss, gemma3, qwen35 };
+enum class arch { llama, qwen2, qwen3, qwen3moe, qwen2moe, gpt_oss, gemma3, qwen35, qwen35moe };
 
 struct hparams {
   arch architecture = arch::llama;

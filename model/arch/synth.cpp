@@ -143,6 +143,16 @@ const std::vector<synth_shape>& synth_shapes() {
        .n_head = 16, .n_head_kv = 4, .head_dim = 256, .n_ff = 12288, .n_ctx = 262144, .rope_base = 10000000.f,
        .rms_eps = 1e-6f, .tied_output = false, .full_attn_interval = 4, .ssm_k_heads = 16, .ssm_v_heads = 32,
        .ssm_head = 128, .ssm_conv_kernel = 4, .rope_dim = 64},
+      // Qwen3.5-MoE: a tiny one, and Qwen3.6-35B-A3B (256 experts of 512, eight used, one shared).
+      {.name = "tiny-qwen35moe", .architecture = arch::qwen35moe, .n_vocab = 512, .n_embd = 256, .n_layer = 4,
+       .n_head = 4, .n_head_kv = 2, .head_dim = 64, .n_ff = 512, .n_ctx = 4096, .rope_base = 10000000.f,
+       .rms_eps = 1e-6f, .tied_output = false, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 128, .n_ff_shexp = 128,
+       .full_attn_interval = 4, .ssm_k_heads = 2, .ssm_v_heads = 4, .ssm_head = 32, .ssm_conv_kernel = 4, .rope_dim = 16},
+      {.name = "qwen3.6-35b-a3b", .architecture = arch::qwen35moe, .n_vocab = 248320, .n_embd = 2048, .n_layer = 40,
+       .n_head = 16, .n_head_kv = 2, .head_dim = 256, .n_ff = 512, .n_ctx = 262144, .rope_base = 10000000.f,
+       .rms_eps = 1e-6f, .tied_output = false, .n_expert = 256, .n_expert_used = 8, .n_ff_exp = 512, .n_ff_shexp = 512,
+       .full_attn_interval = 4, .ssm_k_heads = 16, .ssm_v_heads = 32, .ssm_head = 128, .ssm_conv_kernel = 4,
+       .rope_dim = 64},
       {.name = "mixtral-8x7b", .architecture = arch::llama, .n_vocab = 32000, .n_embd = 4096, .n_layer = 32, .n_head = 32,
        .n_head_kv = 8, .head_dim = 128, .n_ff = 14336, .n_ctx = 32768, .rope_base = 1000000.f, .rms_eps = 1e-5f,
        .tied_output = false, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 14336},
@@ -278,7 +288,7 @@ void write_synth_model(const synth_options& opt, const std::string& path,
     if (sh.architecture != arch::llama) w.set_u32(a + ".expert_feed_forward_length", std::uint32_t(sh.n_ff_exp));
     if (sh.n_ff_shexp > 0) w.set_u32(a + ".expert_shared_feed_forward_length", std::uint32_t(sh.n_ff_shexp));
   }
-  const bool qwen35 = sh.architecture == arch::qwen35;
+  const bool qwen35 = sh.architecture == arch::qwen35 || sh.architecture == arch::qwen35moe;
   if (qwen35) {
     w.set_u32(a + ".full_attention_interval", std::uint32_t(sh.full_attn_interval));
     w.set_u32(a + ".ssm.conv_kernel", std::uint32_t(sh.ssm_conv_kernel));

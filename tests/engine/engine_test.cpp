@@ -225,6 +225,7 @@ TEST(Engine, Gemma3ServesConcurrentRequestsWithTheReferenceTokens) {
 // with each prompt and carried from step to step, whatever else the step holds.
 TEST(Engine, Qwen35ServesConcurrentRequestsWithTheReferenceTokens) {
   expect_concurrent_greedy_matches_reference("tiny-qwen35");
+  expect_concurrent_greedy_matches_reference("tiny-qwen35moe");
 }
 
 // The one rule on the CPU worker, counted from outside as the CUDA test interposes cudaMalloc:

@@ -221,6 +221,77 @@ INSTANTIATE_TEST_SUITE_P(
                       model_case{"tiny-gemma3", synth_mix::q8_0, kernels::kv_dtype::fp8}),
     [](const auto& param_info) { return case_name(param_info.param); });
 
+// Models with recurrent layers (Qwen3.5's gated DeltaNet): each sequence's state in its slot, a
+// prompt in two chunks continuing its state, then decode steps; no forks (a state is not shared).
+TEST(GpuWorkerRecurrent, CandidatesMatchTheCpuWorkerThroughChunkedPrefillAndDecode) {
+  REQUIRE_GPU();
+  for (const model_case mc : {model_case{"tiny-qwen35", synth_mix::f16}, model_case{"tiny-qwen35", synth_mix::q4_k_m},
+                              model_case{"tiny-qwen35moe", synth_mix::q8_0}}) {
+    SCOPED_TRACE(case_name(mc));
+    const model::llm m = model::load_llm(model::gguf_file::open(synth_fixture(mc.shape, mc.mix)));
+    cpu_worker cpu(m, {.block_size = 16, .kv_budget_bytes = 16u << 20, .max_batch_tokens = 256, .max_seqs = 16});
+    gpu_worker_config gc;
+    gc.block_size = 16;
+    gc.max_batch_tokens = 256;
+    gc.max_seqs = 16;
+    gc.max_context = 512;
+    gc.kv_budget_bytes = 16u << 20;
+    // Quantized weights: on the f32 activations the CPU worker uses, as the 8-bit ones' rounding
+    // accumulates in the state from step to step (logits 0.17 to 0.3 apart by step 10 on int8).
+    gc.float_activations = mc.mix != synth_mix::f16;
+    gpu_worker::gpu_worker gpu(m, gc);
+    ASSERT_EQ(gpu.plan().n_state_slots, cpu.plan().n_state_slots);
+    ASSERT_GE(gpu.plan().n_state_slots, 4);
+    const std::uint64_t allocs = gpu.device_allocations();
+    std::map<std::uint64_t, seq_step> seqs;
+    std::map<std::uint64_t, std::vector<std::int32_t>> prompt;
+    const auto add = [&](std::uint64_t id, std::size_t n, std::int32_t first_block, std::int32_t slot) {
+      seq_step s;
+      s.seq_id = id;
+      prompt[id] = random_tokens(n, std::uint32_t(id));
+      s.tokens = prompt[id];
+      s.block_table = blocks(first_block, 4);
+      s.state_slot = slot;  // not in id order: any slot must do
+      s.want_candidates = true;
+      s.logits.top_k = 16;
+      seqs[id] = s;
+    };
+    add(1, 20, 0, 3);
+    add(2, 7, 4, 0);
+    add(3, 33, 8, 2);
+    add(4, 1, 12, 1);
+    // Step 1: seq 3's first 16 tokens only (a chunk: no candidates).
+    seqs[3].tokens.resize(16);
+    seqs[3].want_candidates = false;
+    step_plan p1;
+    p1.step = 1;
+    for (auto& [id, s] : seqs) p1.seqs.push_back(s);
+    expect_close(run(cpu, p1), run(gpu, p1), case_name(mc) + " step 1");
+    // Step 2: seq 3's other 17 tokens from its state at 16; one decode token for everybody else.
+    step_plan p2;
+    p2.step = 2;
+    for (auto& [id, s] : seqs) {
+      s.start_pos += std::int64_t(s.tokens.size());
+      s.tokens = id == 3 ? std::vector<std::int32_t>(prompt[3].begin() + 16, prompt[3].end())
+                         : random_tokens(1, std::uint32_t(100 + id));
+      s.want_candidates = true;
+      p2.seqs.push_back(s);
+    }
+    expect_close(run(cpu, p2), run(gpu, p2), case_name(mc) + " step 2");
+    for (int step = 3; step <= 10; ++step) {  // decode only
+      step_plan p;
+      p.step = std::uint64_t(step);
+      for (auto& [id, s] : seqs) {
+        s.start_pos += std::int64_t(s.tokens.size());
+        s.tokens = random_tokens(1, std::uint32_t(step * 1000 + id));
+        p.seqs.push_back(s);
+      }
+      expect_close(run(cpu, p), run(gpu, p), case_name(mc) + " step " + std::to_string(step));
+    }
+    EXPECT_EQ(gpu.device_allocations(), allocs);
+  }
+}
+
 TEST(GpuWorker, RefusesABrokenPlanWithoutRunningIt) {
   REQUIRE_GPU();
   const model::llm m = model::load_llm(model::gguf_file::open(synth_fixture("tiny", synth_mix::f16)));
@@ -561,11 +632,12 @@ TEST(GpuWorker, KvPoolFollowsTheMemoryFractionAndTheCap) {
 std::vector<float> reference_logits(const model::llm& m, const std::vector<std::int32_t>& tokens,
                                     kernels::kv_dtype kv = kernels::kv_dtype::f16) {
   const std::int64_t n_blocks = (std::int64_t(tokens.size()) + 15) / 16;
-  model::kv_cache_storage cache(m.hp, n_blocks, 16, kv);
+  const std::int32_t slot = m.hp.has_recurrent() ? 0 : -1;  // recurrent layers: their state in slot 0
+  model::kv_cache_storage cache(m.hp, n_blocks, 16, kv, std::pmr::get_default_resource(), 0, slot + 1);
   const std::vector<std::int32_t> table = blocks(0, std::int32_t(n_blocks));
   model::cpu_forward fwd(m);
   std::vector<float> logits;
-  model::forward_seq s{tokens, 0, table, false};
+  model::forward_seq s{.tokens = tokens, .start_pos = 0, .block_table = table, .state_slot = slot};
   fwd.run(std::span(&s, 1), cache, logits);
   return logits;
 }
@@ -590,7 +662,10 @@ TEST_P(GpuEngine, GreedyTokensEqualTheCpuEnginesForManyConcurrentPrompts) {
   // at a final gap of 0.39). So their GPU engine runs f32 activations here; the experts' integer
   // path is checked against the CPU worker step by step (GpuWorkerStep) and exactly against the
   // reference on rounded rows (moe_gpu_test).
-  if (m.hp.n_expert > 0 && !float_weights) gpu_cfg.gpu_float_activations = true;
+  // The same for a model with recurrent layers (Qwen3.5): its state carries each step's rounding
+  // into every later token (tiny-qwen35 Q8_0 diverged at final gaps of up to 0.09); the DeltaNet
+  // kernels themselves are checked against their references (delta_net_gpu_test).
+  if ((m.hp.n_expert > 0 || m.hp.has_recurrent()) && !float_weights) gpu_cfg.gpu_float_activations = true;
   {
     auto eng = engine::create(cpu_cfg);
     on_cpu = generate_all(*eng, prompts, n);
@@ -639,7 +714,9 @@ INSTANTIATE_TEST_SUITE_P(Models, GpuEngine,
                                            model_case{"tiny-qwen2moe", synth_mix::q4_k_m},
                                            model_case{"tiny-mixtral", synth_mix::q8_0},
                                            model_case{"tiny-gpt-oss", synth_mix::mxfp4},
-                                           model_case{"tiny-gemma3", synth_mix::q8_0}),
+                                           model_case{"tiny-gemma3", synth_mix::q8_0},
+                                           model_case{"tiny-qwen35", synth_mix::q8_0},
+                                           model_case{"tiny-qwen35moe", synth_mix::f16}),
                          [](const auto& param_info) { return case_name(param_info.param); });
 
 // The window pool on the GPU (engine_config::window_pool, gpu_worker/kv_plan.h): the sliding

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <random>
 #include <sstream>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -15,6 +16,7 @@
 #include "kernels/candidates.h"
 #include "kernels/feed_tokens.h"
 #include "kernels/moe.h"
+#include "kernels/output_gate.h"
 #include "kernels/rms_norm.h"
 #include "kernels/rms_norm_residual.h"
 #include "kernels/swiglu.h"
@@ -338,6 +340,35 @@ INSTANTIATE_TEST_SUITE_P(Shapes, QkNormGpu,
                                            std::pair<std::int64_t, std::int64_t>{9 * 14, 64},
                                            std::pair<std::int64_t, std::int64_t>{3, 100},
                                            std::pair<std::int64_t, std::int64_t>{2, 512}));
+
+// ---------------------------------------------------------------------------------------------
+// output gate (Qwen3.5's attention): each head times the sigmoid of its gate, read from the q
+// projection's rows (each head's query, then its gate)
+
+TEST(OutputGateGpu, MatchesCpuReference) {
+  require_device();
+  for (const auto& [rows, heads, hd] : {std::tuple{1, 16, 256}, std::tuple{37, 4, 64}, std::tuple{3, 3, 40}}) {
+    SCOPED_TRACE(std::to_string(rows) + " rows, " + std::to_string(heads) + " heads of " + std::to_string(hd));
+    std::mt19937 rng(unsigned(rows * 31 + hd));
+    const std::vector<float> x = random_vector(std::size_t(rows * heads * hd), rng, -4.f, 4.f);
+    const std::vector<float> qg = random_vector(std::size_t(rows * heads * 2 * hd), rng, -6.f, 6.f);
+    std::vector<float> ref = x;
+    const output_gate_params host{.x = ref.data(), .gate = qg.data() + hd, .rows = rows, .heads = heads, .head_dim = hd,
+                                  .gate_row_stride = 2 * heads * hd, .gate_head_stride = 2 * hd};
+    output_gate_ref(host);
+    guarded_array<float> dx(x), dqg(qg);
+    output_gate_params p = host;
+    p.x = dx.data();
+    p.gate = dqg.data() + hd;
+    ANVIL_GPU_CHECK(launch_output_gate(p, nullptr));
+    ANVIL_GPU_CHECK(hipDeviceSynchronize());
+    EXPECT_LT(nmse(dx.download(), ref), 1e-12);
+    EXPECT_EQ(dqg.download(), qg);
+    EXPECT_TRUE(dx.guards_intact() && dqg.guards_intact());
+    p.gate_head_stride = hd - 1;
+    EXPECT_EQ(launch_output_gate(p, nullptr), hipErrorInvalidValue);
+  }
+}
 
 // ---------------------------------------------------------------------------------------------
 // swiglu

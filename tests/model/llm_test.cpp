@@ -362,7 +362,7 @@ std::vector<std::int32_t> some_tokens(std::size_t n, std::int32_t seed) {
 TEST(CpuForward, LogitsAreFiniteAndVariedForEveryShapeAndMix) {
   for (const char* shape :
        {"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-qwen2moe", "tiny-qwen3moe", "tiny-mixtral", "tiny-gpt-oss", "tiny-gemma3",
-        "tiny-qwen35"}) {
+        "tiny-qwen35", "tiny-qwen35moe"}) {
     for (synth_mix mix : {synth_mix::f32, synth_mix::f16, synth_mix::bf16, synth_mix::q8_0, synth_mix::q4_0,
                           synth_mix::q6_k, synth_mix::q4_k_m, synth_mix::iq4_xs, synth_mix::mxfp4}) {
       const llm m = load_llm(gguf_file::open(synth_fixture(shape, mix)));
@@ -387,7 +387,7 @@ TEST(CpuForward, ChunkedPrefillAndDecodeMatchOneShotPrefill) {
   // tiny-gpt-oss: 37 tokens pass its window of 16 on layer 0, with sinks on both layers.
   // tiny-qwen35: its recurrent layers' state carried from step to step.
   for (const char* shape : {"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-qwen2moe", "tiny-qwen3moe", "tiny-mixtral",
-                            "tiny-gpt-oss", "tiny-gemma3", "tiny-qwen35"}) {
+                            "tiny-gpt-oss", "tiny-gemma3", "tiny-qwen35", "tiny-qwen35moe"}) {
     const llm m = load_llm(gguf_file::open(synth_fixture(shape, synth_mix::f32)));
     const auto tokens = some_tokens(37, 2);
     const std::vector<std::int32_t> table = {0, 1, 2, 3, 4};

@@ -1,7 +1,7 @@
 """Reference logits for anvil's CPU forward pass (run on the GPU machine: PyTorch + transformers).
 
 For each architecture (llama, qwen2, qwen3, qwen2moe, qwen3moe, mixtral: llama with experts,
-gpt-oss, gemma3 and qwen35) it builds a small random-init HF model, writes it to
+gpt-oss, gemma3, qwen35 and qwen35moe) it builds a small random-init HF model, writes it to
 GGUF the way llama.cpp's converter does (Q/K rows permuted for `llama`, so its interleaved RoPE
 equals HF's rotate_half), runs it in float32 on the CPU and stores, next to the GGUF:
   - the logits of every position of two prompts (run separately, so positions start at 0);
@@ -75,9 +75,21 @@ CONFIGS = {
                     rope_parameters=dict(rope_type="default", rope_theta=QWEN35_ROPE["theta"],
                                          partial_rotary_factor=QWEN35_ROPE["partial"], mrope_section=[2, 1, 1],
                                          mrope_interleaved=True))),
+    # qwen35moe (Qwen3.5 / 3.6 MoE): the same layers, every feed-forward routed experts (softmax,
+    # top-2 of 8, renormalised) plus a shared expert behind its sigmoid gate.
+    "qwen35moe": (getattr(transformers, "Qwen3_5MoeTextConfig", None), getattr(transformers, "Qwen3_5MoeForCausalLM", None),
+                  dict({k: v for k, v in COMMON.items() if k != "intermediate_size"}, num_hidden_layers=4, head_dim=32,
+                       rms_norm_eps=1e-6, tie_word_embeddings=False,
+                       layer_types=["linear_attention"] * 3 + ["full_attention"], linear_conv_kernel_dim=4,
+                       linear_key_head_dim=16, linear_value_head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4,
+                       hidden_act="silu", attention_bias=False, num_experts=8, num_experts_per_tok=2,
+                       moe_intermediate_size=48, shared_expert_intermediate_size=96,
+                       rope_parameters=dict(rope_type="default", rope_theta=QWEN35_ROPE["theta"],
+                                            partial_rotary_factor=QWEN35_ROPE["partial"], mrope_section=[2, 1, 1],
+                                            mrope_interleaved=True))),
 }
 SEEDS = {"llama": 1, "qwen2": 2, "qwen3": 3, "qwen3moe": 4, "mixtral": 5, "qwen2moe": 6, "gpt-oss": 7, "gemma3": 8,
-         "qwen35": 9}
+         "qwen35": 9, "qwen35moe": 10}
 GGUF_ARCH = {"mixtral": "llama"}  # Mixtral files say llama, with llama.expert_count
 GPT_OSS_YARN = dict(factor=32.0, original=64, beta_fast=32.0, beta_slow=1.0)
 
@@ -279,11 +291,25 @@ def write_qwen35_delta_net(w, sd, p, b, cfg):
     w.tensor(b + "ssm_out.weight", np.ascontiguousarray(tile_v_heads(sd[lin + "out_proj.weight"], hk, hv, axis=1)))
 
 
+def write_experts(w, sd, p, b, cfg):
+    router, gate, up, down = expert_matrices(sd, p, cfg)
+    w.tensor(b + "ffn_gate_inp.weight", router)
+    w.tensor(b + "ffn_gate_exps.weight", gate)
+    w.tensor(b + "ffn_up_exps.weight", up)
+    w.tensor(b + "ffn_down_exps.weight", down)
+    if getattr(cfg, "shared_expert_intermediate_size", 0):
+        s = p + "mlp.shared_expert."
+        w.tensor(b + "ffn_gate_inp_shexp.weight", sd[p + "mlp.shared_expert_gate.weight"].reshape(-1))
+        w.tensor(b + "ffn_gate_shexp.weight", sd[s + "gate_proj.weight"])
+        w.tensor(b + "ffn_up_shexp.weight", sd[s + "up_proj.weight"])
+        w.tensor(b + "ffn_down_shexp.weight", sd[s + "down_proj.weight"])
+
+
 def write_gguf(name, cfg, model, path):
     arch = GGUF_ARCH.get(name, name)
     sd = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    gpt_oss, gemma3, qwen35 = arch == "gpt-oss", arch == "gemma3", arch == "qwen35"
+    gpt_oss, gemma3, qwen35 = arch == "gpt-oss", arch == "gemma3", arch in ("qwen35", "qwen35moe")
     # Gemma's and Qwen3.5's RMSNorms multiply by 1 + w; llama.cpp's converter stores 1 + w.
     norm = (lambda v: v + 1) if gemma3 or qwen35 else (lambda v: v)
     w = GGUFWriter()
@@ -292,7 +318,8 @@ def write_gguf(name, cfg, model, path):
     w.u32(f"{arch}.context_length", cfg.max_position_embeddings)
     w.u32(f"{arch}.embedding_length", cfg.hidden_size)
     w.u32(f"{arch}.block_count", cfg.num_hidden_layers)
-    w.u32(f"{arch}.feed_forward_length", cfg.intermediate_size)
+    if getattr(cfg, "intermediate_size", None):  # a MoE config may have none
+        w.u32(f"{arch}.feed_forward_length", cfg.intermediate_size)
     w.u32(f"{arch}.attention.head_count", cfg.num_attention_heads)
     w.u32(f"{arch}.attention.head_count_kv", cfg.num_key_value_heads)
     w.u32(f"{arch}.attention.key_length", head_dim)
@@ -340,8 +367,11 @@ def write_gguf(name, cfg, model, path):
         if qwen35:
             w.tensor(b + "attn_norm.weight", norm(sd[p + "input_layernorm.weight"]))
             w.tensor(b + "post_attention_norm.weight", norm(sd[p + "post_attention_layernorm.weight"]))
-            for t in ("gate", "up", "down"):
-                w.tensor(b + f"ffn_{t}.weight", sd[p + f"mlp.{t}_proj.weight"])
+            if n_experts_of(cfg):
+                write_experts(w, sd, p, b, cfg)
+            else:
+                for t in ("gate", "up", "down"):
+                    w.tensor(b + f"ffn_{t}.weight", sd[p + f"mlp.{t}_proj.weight"])
             if cfg.layer_types[i] == "linear_attention":
                 write_qwen35_delta_net(w, sd, p, b, cfg)
                 continue
@@ -383,17 +413,7 @@ def write_gguf(name, cfg, model, path):
         else:
             w.tensor(b + "ffn_norm.weight", sd[p + "post_attention_layernorm.weight"])
         if n_experts_of(cfg):
-            router, gate, up, down = expert_matrices(sd, p, cfg)
-            w.tensor(b + "ffn_gate_inp.weight", router)
-            w.tensor(b + "ffn_gate_exps.weight", gate)
-            w.tensor(b + "ffn_up_exps.weight", up)
-            w.tensor(b + "ffn_down_exps.weight", down)
-            if getattr(cfg, "shared_expert_intermediate_size", 0):
-                s = p + "mlp.shared_expert."
-                w.tensor(b + "ffn_gate_inp_shexp.weight", sd[p + "mlp.shared_expert_gate.weight"].reshape(-1))
-                w.tensor(b + "ffn_gate_shexp.weight", sd[s + "gate_proj.weight"])
-                w.tensor(b + "ffn_up_shexp.weight", sd[s + "up_proj.weight"])
-                w.tensor(b + "ffn_down_shexp.weight", sd[s + "down_proj.weight"])
+            write_experts(w, sd, p, b, cfg)
         else:
             w.tensor(b + "ffn_gate.weight", sd[p + "mlp.gate_proj.weight"])
             w.tensor(b + "ffn_up.weight", sd[p + "mlp.up_proj.weight"])
@@ -420,7 +440,8 @@ def randomise(model, gen, norm_mean=1.0):
             elif name.endswith("experts.gate_up_proj"):  # gpt-oss: fan-in is the hidden size; x3 so the clamp at 7 bites
                 p.copy_(3 * torch.randn(p.shape, generator=gen) / model.config.hidden_size ** 0.5)
             elif name.endswith("experts.down_proj"):
-                p.copy_(torch.randn(p.shape, generator=gen) / model.config.intermediate_size ** 0.5)
+                ff = getattr(model.config, "intermediate_size", None) or expert_ff_of(model.config)
+                p.copy_(torch.randn(p.shape, generator=gen) / ff ** 0.5)
             else:
                 p.copy_(torch.randn(p.shape, generator=gen) / p.shape[-1] ** 0.5)
 
@@ -442,7 +463,7 @@ def main(out, only=None):
             ensure_gemma3_rope(cfg)
         model = model_cls(cfg).eval().float()
         model.config._attn_implementation = "eager"
-        randomise(model, gen, norm_mean=0.0 if arch in ("gemma3", "qwen35") else 1.0)
+        randomise(model, gen, norm_mean=0.0 if arch in ("gemma3", "qwen35", "qwen35moe") else 1.0)
         write_gguf(arch, cfg, model, os.path.join(out, f"ref-{arch}.gguf"))
 
         prompts = [torch.randint(0, 259, (n,), generator=gen).tolist() for n in (23, 9)]
