@@ -134,7 +134,8 @@ void kv_cache_storage::copy_state(std::int32_t src, std::int32_t dst) {
 }
 
 std::size_t kv_cache_storage::bytes_per_state_slot(const hparams& hp) {
-  return std::size_t(map_kv_layers(hp, false).state_layers * (hp.ssm_conv_state() + hp.ssm_matrix_state())) * sizeof(float);
+  return std::size_t(count_kv_layers(hp, false).state_layers * (hp.ssm_conv_state() + hp.ssm_matrix_state())) *
+         sizeof(float);
 }
 
 void kv_cache_storage::allocate(pool& p) const {
@@ -165,7 +166,7 @@ std::size_t kv_cache_storage::bytes_per_block(const hparams& hp, std::int64_t bl
 
 std::size_t kv_cache_storage::bytes_per_block(const hparams& hp, std::int64_t block_size, kernels::kv_dtype dtype,
                                               bool window_pool, bool window) {
-  const kv_layer_map map = map_kv_layers(hp, window_pool);
+  const kv_layer_map map = count_kv_layers(hp, window_pool);
   const std::int64_t layers = window ? map.window_layers : map.main_layers;
   const auto rows = std::size_t(layers * block_size * hp.n_head_kv) * 2;  // K and V
   const auto row_bytes = kernels::kv_is_8bit(dtype) ? std::size_t(hp.head_dim) + sizeof(float)

@@ -430,15 +430,30 @@ std::size_t llm::token_weight_bytes() const {
   return n;
 }
 
-kv_layer_map map_kv_layers(const hparams& hp, bool window_pool) {
+namespace {
+
+template <class Each>
+kv_layer_map classify_kv_layers(const hparams& hp, bool window_pool, Each each) {
   kv_layer_map m;
   using pool = kv_layer_map::pool;
   for (std::int64_t l = 0; l < hp.n_layer; ++l) {
     const pool p = hp.recurrent(l) ? pool::state : window_pool && hp.layer_window(l) > 0 ? pool::window : pool::main;
-    m.home.push_back(p);
-    m.index.push_back(p == pool::state ? m.state_layers++ : p == pool::window ? m.window_layers++ : m.main_layers++);
+    each(m, p, p == pool::state ? m.state_layers++ : p == pool::window ? m.window_layers++ : m.main_layers++);
   }
   return m;
+}
+
+}  // namespace
+
+kv_layer_map map_kv_layers(const hparams& hp, bool window_pool) {
+  return classify_kv_layers(hp, window_pool, [](kv_layer_map& m, kv_layer_map::pool p, std::int64_t index) {
+    m.home.push_back(p);
+    m.index.push_back(index);
+  });
+}
+
+kv_layer_map count_kv_layers(const hparams& hp, bool window_pool) {
+  return classify_kv_layers(hp, window_pool, [](kv_layer_map&, kv_layer_map::pool, std::int64_t) {});
 }
 
 }  // namespace anvil::model

@@ -208,6 +208,10 @@ struct kv_layer_map {
   bool stateful(std::int64_t l) const { return home[std::size_t(l)] == pool::state; }
 };
 kv_layer_map map_kv_layers(const hparams& hp, bool window_pool);
+// Only the counts of map_kv_layers (main_layers, window_layers, state_layers; no per-layer
+// vectors): what sizing from the hyper-parameters alone needs, before the file's tensors vouch
+// for its block count.
+kv_layer_map count_kv_layers(const hparams& hp, bool window_pool);
 
 // Reads hyper-parameters and checks every tensor's presence, type and shape; throws model_error
 // naming the first problem ("unsupported architecture 'gemma2'", "tensor 'blk.3.ffn_up.weight'
