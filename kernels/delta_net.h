@@ -33,10 +33,12 @@ struct recurrent_seq {
   bool fresh = false;     // its first token is position 0: the slot's state is zeroed first
 };
 
+inline constexpr std::int64_t conv1d_max_taps = 16;  // the loader refuses longer kernels
+
 struct conv1d_silu_params {
   float* x = nullptr;              // [n_tokens, channels]: the projection in, the activations out (in place)
   std::int64_t channels = 0;
-  std::int64_t kernel = 0;         // taps per channel, >= 2
+  std::int64_t kernel = 0;         // taps per channel, 2 to conv1d_max_taps
   const float* taps = nullptr;     // [channels, kernel]
   float* state = nullptr;          // [n_slots, kernel - 1, channels]: each slot's last inputs, oldest first
   std::int64_t n_slots = 0;

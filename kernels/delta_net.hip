@@ -14,7 +14,7 @@ namespace anvil::kernels {
 namespace {
 
 constexpr int conv_block = 128;
-constexpr int max_taps = 16;    // conv1d_silu's kernel limit (the loader's)
+constexpr int max_taps = int(conv1d_max_taps);
 constexpr int rule_block = 128;  // delta_rule: one thread per value dimension, head_v <= 128
 
 __device__ __forceinline__ float silu(float x) { return x / (1.f + expf(-x)); }

@@ -29,18 +29,18 @@ void conv1d_silu_ref(const conv1d_silu_params& p) {
     for (std::int64_t c = 0; c < c_n; ++c) {
       const recurrent_seq& q = p.seqs[s];
       float* st = p.state + std::int64_t(q.slot) * hist * c_n;
-      std::vector<double> win(static_cast<std::size_t>(kw));  // the inputs the current token's taps meet, oldest first
-      for (std::int64_t j = 0; j < hist; ++j) win[std::size_t(j)] = q.fresh ? 0.0 : st[j * c_n + c];
+      double win[conv1d_max_taps];  // the inputs the current token's taps meet, oldest first
+      for (std::int64_t j = 0; j < hist; ++j) win[j] = q.fresh ? 0.0 : st[j * c_n + c];
       const float* taps = p.taps + c * kw;
       for (std::int64_t t = 0; t < q.n_tokens; ++t) {
         float& x = p.x[(q.first + t) * c_n + c];
-        win[std::size_t(hist)] = x;
+        win[hist] = x;
         double acc = 0;
-        for (std::int64_t j = 0; j < kw; ++j) acc += double(taps[j]) * win[std::size_t(j)];
+        for (std::int64_t j = 0; j < kw; ++j) acc += double(taps[j]) * win[j];
         x = float(silu(acc));
-        std::rotate(win.begin(), win.begin() + 1, win.end());  // the oldest leaves
+        std::rotate(win, win + 1, win + kw);  // the oldest leaves
       }
-      for (std::int64_t j = 0; j < hist; ++j) st[j * c_n + c] = float(win[std::size_t(j)]);
+      for (std::int64_t j = 0; j < hist; ++j) st[j * c_n + c] = float(win[j]);
     }
   }
 }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/delta_net.h"
+
 namespace anvil::model {
 namespace {
 
@@ -86,8 +88,9 @@ void read_delta_net(const gguf_file& f, const std::string& a, hparams& hp) {
   if (hp.full_attn_interval < 2) {
     throw model_error("full_attention_interval " + std::to_string(hp.full_attn_interval) + ": at least 2 expected");
   }
-  if (hp.ssm_conv_kernel < 2 || hp.ssm_conv_kernel > 16) {
-    throw model_error("ssm.conv_kernel " + std::to_string(hp.ssm_conv_kernel) + " (2 to 16 taps supported)");
+  if (hp.ssm_conv_kernel < 2 || hp.ssm_conv_kernel > kernels::conv1d_max_taps) {
+    throw model_error("ssm.conv_kernel " + std::to_string(hp.ssm_conv_kernel) + " (2 to " +
+                      std::to_string(kernels::conv1d_max_taps) + " taps supported)");
   }
   if (hp.ssm_v_heads % hp.ssm_k_heads != 0 || inner % hp.ssm_v_heads != 0) {
     throw model_error("ssm.time_step_rank " + std::to_string(hp.ssm_v_heads) + " must be a multiple of ssm.group_count " +
