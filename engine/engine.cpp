@@ -227,14 +227,17 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
     }
   }
   // A window pool gives back the blocks a cached prefix would need: prefix caching goes with it.
-  // So does a recurrent state: a cached prefix would need the state at its end too.
-  const bool prefix_caching = cfg.prefix_caching && mem.n_window_blocks == 0 && mem.n_state_slots == 0;
-  if (cfg.prefix_caching && mem.n_state_slots > 0) {
-    p->log->info("prefix caching off: the model's recurrent layers keep one state per sequence, not per block");
-  } else if (cfg.prefix_caching && !prefix_caching) {
+  // A recurrent state keeps it: a cached prefix resumes from the state snapshot at its end.
+  const bool prefix_caching = cfg.prefix_caching && mem.n_window_blocks == 0;
+  if (cfg.prefix_caching && !prefix_caching) {
     p->log->info("prefix caching off: the sliding-window layers keep only their last {} positions (window pool off: "
                  "every layer keeps the whole context, prefix caching on)",
                  mem.window);
+  }
+  if (prefix_caching && mem.n_state_slots > 0) {
+    p->log->info("prefix caching with recurrent-state snapshots: {} state slots for {} sequences at once, the rest "
+                 "hold the state at the end of cached prompts",
+                 mem.n_state_slots, mem.max_seqs);
   }
   p->kv = std::make_unique<kv::kv_manager>(p->pool.get_executor(),
                                            kv::kv_config{.n_blocks = mem.n_blocks,
@@ -253,6 +256,7 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
   sc.max_prefill_chunk = std::min(cfg.max_prefill_chunk, cfg.max_batch_tokens);
   sc.block_size = mem.block_size;
   sc.prefix_caching = prefix_caching;
+  sc.state_snapshots = prefix_caching && mem.n_state_slots > 0;
   for (std::int32_t id = 0; id < p->tok.n_vocab(); ++id) {
     if (p->tok.is_eog(id)) sc.eog_tokens.push_back(id);
   }

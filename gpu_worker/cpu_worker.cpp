@@ -46,7 +46,7 @@ class cpu_device final : public worker_device {
     mem.n_window_blocks = pools.n_window_blocks;
     mem.window = pools.window;
     mem.max_batch_tokens = cfg.max_batch_tokens;
-    mem.max_seqs = m.hp.has_recurrent() ? mem.n_state_slots : cfg.max_seqs;
+    mem.max_seqs = m.hp.has_recurrent() ? std::min(cfg.max_seqs, mem.n_state_slots) : cfg.max_seqs;
     mem.n_vocab = m.hp.n_vocab;
     mem.weight_bytes = m.weight_bytes();
     mem.token_weight_bytes = m.token_weight_bytes();
@@ -84,6 +84,7 @@ class cpu_device final : public worker_device {
   void execute(const step_plan& plan, step_result& result) override {
     unusable_.clear();
     for (const block_copy& c : plan.copies) cache_->copy_block(c.src, c.dst, c.window);
+    for (const state_copy& c : plan.state_copies) cache_->copy_state(c.src, c.dst);
     batch_.clear();
     for (const seq_step& s : plan.seqs) {
       batch_.push_back({.tokens = s.tokens,
@@ -94,6 +95,7 @@ class cpu_device final : public worker_device {
                         .state_slot = s.state_slot});
     }
     fwd_->run(batch_, *cache_, logits_);  // a scoring step may grow logits_ (counted as a scratch growth)
+    for (const state_copy& c : plan.state_snapshots) cache_->copy_state(c.src, c.dst);
     const auto V = std::size_t(mem_.n_vocab);
     std::size_t row = 0;  // the first logits row of sequence i: all its fed tokens when scored, else its last
     for (std::size_t i = 0; i < plan.seqs.size(); ++i) {

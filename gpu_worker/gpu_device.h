@@ -129,6 +129,7 @@ class gpu_device {
 
   // The forward pass, stage by stage (gpu_device_step.cpp).
   void copy_blocks(const step_plan& plan);
+  void copy_states(const std::vector<state_copy>& copies);  // plan.state_copies before the step, state_snapshots after
   // can_feed: the step begun just before ended its begin(), so feed_from may read its records.
   void lay_out(const step_plan& plan, bool for_graph, bool can_feed);
   void run_body();  // embedding, the layers, the final norm: step_ says the shape

@@ -563,7 +563,8 @@ void gpu_device::plan_kv(const gpu_worker_config& cfg, memory_plan& mem) {
   std::size_t budget = std::size_t(double(free_b) * cfg.memory_fraction);
   if (cfg.kv_budget_bytes > 0) budget = std::min(budget, cfg.kv_budget_bytes);
   kv_dtype_ = cfg.kv_cache_dtype;
-  // The recurrent layers' state slots first (kv_plan.h), one per sequence a step may hold.
+  // The recurrent layers' state slots first (kv_plan.h): one per sequence a step may hold, and
+  // spares for the prefix cache's snapshots.
   const std::size_t per_slot = model::kv_cache_storage::bytes_per_state_slot(hp);
   n_state_slots_ = plan_state_slots(budget, per_slot, max_seqs_);
   if (hp.has_recurrent() && n_state_slots_ < 1) {

@@ -190,6 +190,7 @@ void gpu_device::begin(const step_plan& plan) {
   prof_.start(begun_ % n_slots, step_.n_pre == 0, step_.tokens);
   prof_.mark("copy-on-write, upload, feed", stream_);
   copy_blocks(plan);
+  copy_states(plan.state_copies);
   ok(hipMemcpyAsync(upload_dev_, upload_host_, up_off_.fixed_end, hipMemcpyHostToDevice, stream_), "upload the step");
   feed();
   if (graph) {
@@ -197,6 +198,7 @@ void gpu_device::begin(const step_plan& plan) {
   } else {
     run_body();
   }
+  copy_states(plan.state_snapshots);
   run_head();
   holding_ = true;
   if (std::none_of(plan.seqs.begin(), plan.seqs.end(), [](const seq_step& s) { return s.mask_deferred; })) {
@@ -327,6 +329,22 @@ void gpu_device::copy_blocks(const step_plan& plan) {
         copy(kv.v_scales, scale_bytes, c);
       }
     }
+  }
+}
+
+// Recurrent states, slot src -> dst in every recurrent layer, the convolution's and the delta
+// rule's: one strided copy each, since a layer's slots lie side by side and the layers n_state_slots_
+// slots apart.
+void gpu_device::copy_states(const std::vector<state_copy>& copies) {
+  const auto copy = [&](float* base, std::int64_t per_slot, const state_copy& c) {
+    const std::size_t width = std::size_t(per_slot) * sizeof(float), pitch = width * std::size_t(n_state_slots_);
+    ok(hipMemcpy2DAsync(base + std::int64_t(c.dst) * per_slot, pitch, base + std::int64_t(c.src) * per_slot, pitch, width,
+                        std::size_t(kv_layers_.state_layers), hipMemcpyDeviceToDevice, stream_),
+       "copy a recurrent state");
+  };
+  for (const state_copy& c : copies) {
+    copy(conv_state_, m_.hp.ssm_conv_state(), c);
+    copy(matrix_state_, m_.hp.ssm_matrix_state(), c);
   }
 }
 

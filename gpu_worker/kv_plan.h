@@ -35,12 +35,14 @@ inline bool window_pool_fits(const model::hparams& hp) {
   return sliding && global;
 }
 
-// The state pool of a model with recurrent layers: a slot per sequence a step may hold, taken from
-// the budget before the KV pools, at most half of it (fewer sequences at once where that holds
-// fewer slots). 0 for a model without recurrent layers (per_slot 0).
+// The state pool of a model with recurrent layers: a slot per sequence a step may hold and a
+// quarter as many spare ones (at least one) for the prefix cache's state snapshots
+// (kv_config::n_state_slots), taken from the budget before the KV pools, at most half of it (fewer
+// sequences at once where that holds fewer slots than max_seqs). 0 for a model without recurrent
+// layers (per_slot 0).
 inline std::int64_t plan_state_slots(std::size_t budget, std::size_t per_slot, std::int64_t max_seqs) {
   if (per_slot == 0) return 0;
-  return std::min<std::int64_t>(max_seqs, std::int64_t(budget / 2 / per_slot));
+  return std::min<std::int64_t>(max_seqs + std::max<std::int64_t>(1, max_seqs / 4), std::int64_t(budget / 2 / per_slot));
 }
 
 // The most window blocks one sequence holds while it feeds `tokens` tokens: its window before the

@@ -12,6 +12,13 @@ std::string check_plan(const step_plan& plan, const memory_plan& mem) {
     const std::int64_t n = c.window ? mem.n_window_blocks : mem.n_blocks;
     if (c.src < 0 || c.src >= n || c.dst < 0 || c.dst >= n) return "block copy out of range";
   }
+  for (const auto* list : {&plan.state_copies, &plan.state_snapshots}) {
+    for (const state_copy& c : *list) {
+      if (c.src < 0 || c.src >= mem.n_state_slots || c.dst < 0 || c.dst >= mem.n_state_slots || c.src == c.dst) {
+        return "state copy out of range";
+      }
+    }
+  }
   for (const seq_step& s : plan.seqs) {
     const std::string where = "seq " + std::to_string(s.seq_id) + ": ";
     if (s.tokens.empty()) return where + "no tokens";

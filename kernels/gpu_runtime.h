@@ -63,6 +63,10 @@ inline hipError_t hipMemcpy(void* dst, const void* src, std::size_t n, hipMemcpy
 inline hipError_t hipMemcpyAsync(void* dst, const void* src, std::size_t n, hipMemcpyKind k, hipStream_t s) {
   return cudaMemcpyAsync(dst, src, n, k, s);
 }
+inline hipError_t hipMemcpy2DAsync(void* dst, std::size_t dpitch, const void* src, std::size_t spitch, std::size_t width,
+                                   std::size_t height, hipMemcpyKind k, hipStream_t s) {
+  return cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, k, s);
+}
 inline hipError_t hipMemset(void* p, int v, std::size_t n) { return cudaMemset(p, v, n); }
 inline hipError_t hipMemsetAsync(void* p, int v, std::size_t n, hipStream_t s) { return cudaMemsetAsync(p, v, n, s); }
 

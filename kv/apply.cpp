@@ -78,7 +78,7 @@ kv_op_result kv_core::apply_op(const kv_op& op, const std::vector<std::uint64_t>
 
 void kv_core::reserve_preempting(const kv_op& op, const std::vector<std::uint64_t>& victims, kv_batch_result& out,
                                  std::vector<std::uint64_t>& gone, kv_op_result& r) {
-  reserve_result rr = reserve(op.seq_id, op.n_tokens);
+  reserve_result rr = reserve(op.seq_id, op.n_tokens, op.snapshot);
   if (!rr.ok && op.may_preempt) {
     // Re-plan after each victim: releasing a fork sibling may also remove a copy-on-write.
     for (std::uint64_t v : victims) {
@@ -88,12 +88,14 @@ void kv_core::reserve_preempting(const kv_op& op, const std::vector<std::uint64_
       ++stats_.preemptions;
       out.preempted.push_back(v);
       gone.push_back(v);
-      rr = reserve(op.seq_id, op.n_tokens);
+      rr = reserve(op.seq_id, op.n_tokens, op.snapshot);
       if (rr.ok) break;
     }
   }
   r.ok = rr.ok;
   r.copies = std::move(rr.copies);
+  r.state_from = rr.state_from;
+  r.snapshot_slot = rr.snapshot_slot;
   tables_into(op.seq_id, r);
 }
 

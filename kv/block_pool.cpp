@@ -57,6 +57,11 @@ void block_pool::unref(block_id b, bool keep_cached) {
   }
 }
 
+void block_pool::drop_cached(block_id b) {
+  lru_remove(b);
+  free_.push_back(b);
+}
+
 void block_pool::lru_push_back(block_id b) {
   const auto i = static_cast<std::size_t>(b);
   prev_[i] = tail_;

@@ -44,6 +44,8 @@ class block_pool {
   // One reference fewer. At zero the block becomes the most recently used cached block when
   // `keep_cached` (its contents are indexed for reuse), else free.
   void unref(block_id b, bool keep_cached);
+  // A cached block whose contents are no longer wanted becomes free. Precondition: is_cached(b).
+  void drop_cached(block_id b);
 
   // Structural self-check for kv_core::check(): free stack and LRU list well formed, disjoint,
   // holding only unreferenced blocks, counters matching. Returns an error message or "".

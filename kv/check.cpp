@@ -59,25 +59,72 @@ std::string kv_core::check() const {
   return check_state_slots();
 }
 
-// The state slots: each live sequence's in range and its own, the free ones the rest, once each.
+// The state slots: refcounts recounted from every live sequence (its own slot, a snapshot being
+// written, a snapshot it will resume from); a slot holding a snapshot is named both ways, cached
+// or pinned, and its prefix is in the index; every cached slot is a snapshot.
 std::string kv_core::check_state_slots() const {
-  const std::int64_t n = config_.n_state_slots;
-  std::vector<std::int8_t> seen(static_cast<std::size_t>(n), 0);
+  if (!state_pool_) {
+    for (const auto& [id, s] : seqs_) {
+      if (s.state_slot >= 0 || s.resume_slot >= 0 || !s.snapshots.empty()) return seq_str(id) + " holds a state slot without any";
+    }
+    return snapshots_.empty() ? std::string{} : "snapshots without state slots";
+  }
+  if (std::string e = state_pool_->check(); !e.empty()) return "state slots: " + e;
+  const std::int32_t n = state_pool_->size();
+  std::vector<std::int32_t> refs(static_cast<std::size_t>(n), 0), pins(static_cast<std::size_t>(n), 0);
   for (const auto& [id, s] : seqs_) {
-    if (s.state_slot < 0) {
-      if (n > 0 && s.reserved > s.computed) return seq_str(id) + " reserved a step without a state slot";
+    if (s.state_slot < 0 && s.reserved > s.computed) return seq_str(id) + " reserved a step without a state slot";
+    if (s.state_slot >= 0 && s.resume_slot >= 0) return seq_str(id) + " holds its state slot and still a snapshot to resume from";
+    std::vector<std::int32_t> held{s.state_slot, s.resume_slot};
+    std::int64_t after = s.computed;
+    for (const auto& [slot, at] : s.snapshots) {
+      held.push_back(slot);
+      if (slot < 0 || !cache_ || at <= after || at % block_size_ != 0 || at > s.reserved) {
+        return seq_str(id) + ": a snapshot after " + std::to_string(at) + " positions it cannot commit";
+      }
+      after = at;
+    }
+    for (const std::int32_t slot : held) {
+      if (slot < -1 || slot >= n) return seq_str(id) + " holds out-of-range state slot " + std::to_string(slot);
+      if (slot >= 0) ++refs[static_cast<std::size_t>(slot)];
+    }
+    if (s.resume_slot >= 0) ++pins[static_cast<std::size_t>(s.resume_slot)];
+  }
+  std::vector<std::uint64_t> indexed_serials;
+  if (cache_) {
+    for (block_id b = 0; b < pool_.size(); ++b) {
+      if (cache_->indexed(b)) indexed_serials.push_back(cache_->serial(b));
+    }
+    std::sort(indexed_serials.begin(), indexed_serials.end());
+  }
+  for (std::int32_t slot = 0; slot < n; ++slot) {
+    const auto i = static_cast<std::size_t>(slot);
+    const std::string name = "state slot " + std::to_string(slot);
+    if (refs[i] != state_pool_->refcount(slot)) {
+      return name + ": refcount " + std::to_string(state_pool_->refcount(slot)) + " but live sequences hold it " +
+             std::to_string(refs[i]) + " times";
+    }
+    const std::uint64_t serial = snapshot_serial_[i];
+    if (serial == no_serial) {
+      if (state_pool_->is_cached(slot)) return name + " is cached but no prefix's snapshot";
+      if (pins[i] > 0) return name + " is pinned but no prefix's snapshot";
       continue;
     }
-    if (s.state_slot >= n) return seq_str(id) + " holds out-of-range state slot " + std::to_string(s.state_slot);
-    if (seen[static_cast<std::size_t>(s.state_slot)]++) return "state slot " + std::to_string(s.state_slot) + " held twice";
+    const auto it = snapshots_.find(serial);
+    if (it == snapshots_.end() || it->second != slot) return name + " names a prefix whose snapshot is elsewhere";
+    if (pins[i] != refs[i]) return name + " is a snapshot and a sequence's own state";
+    if (refs[i] == 0 && !state_pool_->is_cached(slot)) return name + " is a snapshot but free";
+    if (!std::binary_search(indexed_serials.begin(), indexed_serials.end(), serial)) {
+      return name + " is the snapshot of a prefix the index no longer holds";
+    }
   }
-  for (std::int32_t f : free_slots_) {
-    if (f < 0 || f >= n) return "out-of-range free state slot " + std::to_string(f);
-    if (seen[static_cast<std::size_t>(f)]++) return "state slot " + std::to_string(f) + " is free and held, or free twice";
+  for (const auto& [serial, slot] : snapshots_) {
+    if (slot < 0 || slot >= n || snapshot_serial_[static_cast<std::size_t>(slot)] != serial) {
+      return "the snapshot of prefix " + std::to_string(serial) + " names slot " + std::to_string(slot) + ", which disagrees";
+    }
   }
-  for (std::int64_t i = 0; i < n; ++i) {
-    if (!seen[static_cast<std::size_t>(i)]) return "state slot " + std::to_string(i) + " is neither free nor held";
-  }
+  const kv::ledger l = state_ledger();
+  if (l.free + l.cached + l.in_use != l.total || l.total != n) return "the state slots' ledger does not sum to their count";
   return {};
 }
 

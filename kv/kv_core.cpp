@@ -5,6 +5,8 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <tuple>
+#include <utility>
 
 namespace anvil::kv {
 
@@ -40,11 +42,10 @@ kv_core::kv_core(const kv_config& config, block_hasher hasher)
   if (config_.n_state_slots < 0 || config_.n_state_slots > std::numeric_limits<std::int32_t>::max()) {
     throw std::invalid_argument("kv_config: n_state_slots must be in [0, 2^31), got " + std::to_string(config_.n_state_slots));
   }
-  if (config_.n_state_slots > 0 && config_.prefix_caching) {
-    throw std::invalid_argument("kv_config: state slots need prefix caching off");
+  if (config_.n_state_slots > 0) {
+    state_pool_.emplace(static_cast<std::int32_t>(config_.n_state_slots));
+    snapshot_serial_.assign(static_cast<std::size_t>(config_.n_state_slots), no_serial);
   }
-  // Handed out lowest first.
-  for (auto i = static_cast<std::int32_t>(config_.n_state_slots); i-- > 0;) free_slots_.push_back(i);
   if (config_.prefix_caching) {
     cache_.emplace(pool_.size(), static_cast<std::int32_t>(block_size_), hasher);
   }
@@ -69,11 +70,52 @@ std::int64_t kv_core::blocks_for(std::int64_t n_tokens) const noexcept {
 block_id kv_core::take_block() {
   const block_pool::taken t = pool_.take();
   if (t.evicted) {
-    // The block's old KV is about to be overwritten: it must no longer answer prefix lookups.
+    // The block's old KV is about to be overwritten: it must no longer answer prefix lookups,
+    // and the state after the prefix it ended is of no use without it.
+    if (state_pool_) forget_snapshot(cache_->serial(t.id));
     cache_->erase(t.id);
     ++stats_.evictions;
   }
   return t.id;
+}
+
+std::int32_t kv_core::take_slot() {
+  const block_pool::taken t = state_pool_->take();
+  if (t.evicted) {
+    auto& serial = snapshot_serial_[static_cast<std::size_t>(t.id)];
+    snapshots_.erase(serial);
+    serial = no_serial;
+  }
+  return t.id;
+}
+
+void kv_core::forget_snapshot(std::uint64_t serial) {
+  const auto it = snapshots_.find(serial);
+  if (it == snapshots_.end()) return;
+  // A pinned snapshot's prefix is held by the sequence that pinned it: its blocks are not evicted.
+  assert(state_pool_->is_cached(it->second) && "kv_core: the prefix of a pinned snapshot was evicted");
+  state_pool_->drop_cached(it->second);
+  snapshot_serial_[static_cast<std::size_t>(it->second)] = no_serial;
+  snapshots_.erase(it);
+}
+
+void kv_core::settle_snapshots(sequence& s) {
+  std::size_t done = 0;
+  for (; done < s.snapshots.size() && s.snapshots[done].second <= s.computed; ++done) {
+    const auto [slot, at] = s.snapshots[done];
+    // The worker wrote the state after `at` positions: it names a prefix only when this commit
+    // covered exactly those and their blocks are indexed.
+    const bool exact = s.computed == at && s.hashed * block_size_ == at && s.chain_serial != no_serial;
+    if (!exact || snapshots_.contains(s.chain_serial)) {
+      state_pool_->unref(slot, false);
+      continue;
+    }
+    snapshots_.emplace(s.chain_serial, slot);
+    snapshot_serial_[static_cast<std::size_t>(slot)] = s.chain_serial;
+    state_pool_->unref(slot, true);
+    ++stats_.state_snapshots;
+  }
+  s.snapshots.erase(s.snapshots.begin(), s.snapshots.begin() + static_cast<std::ptrdiff_t>(done));
 }
 
 void kv_core::drop_block(block_id b) { pool_.unref(b, cache_ && cache_->indexed(b)); }
@@ -95,6 +137,9 @@ std::int64_t kv_core::begin(std::uint64_t seq_id, std::span<const std::int32_t> 
     const std::int64_t max_blocks = n > 0 ? (n - 1) / block_size_ : 0;
     const auto bs = static_cast<std::size_t>(block_size_);
     s.table.reserve(static_cast<std::size_t>(blocks_for(n)));
+    // With state slots, the blocks up to the last one ending in a snapshot: (blocks, hash, serial).
+    std::tuple<std::size_t, std::uint64_t, std::uint64_t> resumable{0, root_hash, root_serial};
+    std::int32_t resume = -1;
     for (std::int64_t i = 0; i < max_blocks; ++i) {
       const auto toks = prompt.subspan(static_cast<std::size_t>(i) * bs, bs);
       const std::uint64_t h = cache_->hash(s.chain_hash, toks);
@@ -104,6 +149,24 @@ std::int64_t kv_core::begin(std::uint64_t seq_id, std::span<const std::int32_t> 
       s.table.push_back(b);
       s.chain_hash = h;
       s.chain_serial = cache_->serial(b);
+      if (const auto snap = snapshots_.find(s.chain_serial); snap != snapshots_.end()) {
+        resumable = {s.table.size(), s.chain_hash, s.chain_serial};
+        resume = snap->second;
+      }
+    }
+    if (state_pool_) {
+      // The recurrent layers need the state after the prefix: without it the KV alone is no use.
+      const std::size_t keep = std::get<0>(resumable);
+      stats_.prefix_state_misses += static_cast<std::int64_t>(s.table.size() - keep) * block_size_;
+      while (s.table.size() > keep) {
+        drop_block(s.table.back());
+        s.table.pop_back();
+      }
+      std::tie(std::ignore, s.chain_hash, s.chain_serial) = resumable;
+      if (resume >= 0) {
+        state_pool_->ref(resume);
+        s.resume_slot = resume;
+      }
     }
     s.hashed = static_cast<std::int64_t>(s.table.size());
     s.computed = s.reserved = s.hashed * block_size_;
@@ -142,13 +205,13 @@ std::int64_t kv_core::window_blocks_needed(const sequence& s, std::int64_t n_tok
   return need;
 }
 
-reserve_result kv_core::reserve(std::uint64_t seq_id, std::int64_t n_tokens) {
+reserve_result kv_core::reserve(std::uint64_t seq_id, std::int64_t n_tokens, bool snapshot) {
   sequence& s = live_seq(seq_id, "reserve");
   if (n_tokens < 0) caller_bug("reserve", seq_id, "negative n_tokens " + std::to_string(n_tokens));
   if (blocks_needed(s, n_tokens) > pool_.available()) return {false, {}};
   if (window_pool_ && window_blocks_needed(s, n_tokens) > window_pool_->available()) return {false, {}};
-  const bool needs_slot = config_.n_state_slots > 0 && s.state_slot < 0;
-  if (needs_slot && free_slots_.empty()) return {false, {}};
+  const bool needs_slot = state_pool_ && s.state_slot < 0 && n_tokens > s.computed;  // its first step
+  if (needs_slot && state_pool_->available() == 0) return {false, {}};
 
   reserve_result r;
   const auto have = static_cast<std::int64_t>(s.table.size());
@@ -183,8 +246,17 @@ reserve_result kv_core::reserve(std::uint64_t seq_id, std::int64_t n_tokens) {
     for (std::int64_t k = whave; k < want; ++k) s.window.push_back(window_pool_->take().id);
   }
   if (needs_slot) {
-    s.state_slot = free_slots_.back();
-    free_slots_.pop_back();
+    s.state_slot = take_slot();
+    if (s.resume_slot >= 0) {
+      // Its first step continues the cached prefix: the snapshot's state comes first.
+      r.state_from = std::exchange(s.resume_slot, -1);
+      state_pool_->unref(r.state_from, true);  // its copy happens before any later step writes the slot
+    }
+  }
+  if (snapshot && cache_ && state_pool_ && n_tokens > s.computed && n_tokens % block_size_ == 0 &&
+      (s.snapshots.empty() || s.snapshots.back().second < n_tokens) && state_pool_->available() > 0) {
+    r.snapshot_slot = take_slot();
+    s.snapshots.emplace_back(r.snapshot_slot, n_tokens);
   }
   s.reserved = std::max(s.reserved, n_tokens);
   return r;
@@ -202,6 +274,7 @@ void kv_core::commit(std::uint64_t seq_id, std::span<const std::int32_t> tokens)
   s.computed = n;
   if (cache_) index_full_blocks(s, tokens);
   if (window_pool_) trim_window(s);
+  if (!s.snapshots.empty()) settle_snapshots(s);
 }
 
 void kv_core::trim_window(sequence& s) {
@@ -245,14 +318,16 @@ void kv_core::release(std::uint64_t seq_id) {
   for (auto b = table.rbegin(); b != table.rend(); ++b) drop_block(*b);
   const sequence& s = it->second;
   for (std::size_t k = static_cast<std::size_t>(s.trimmed); k < s.window.size(); ++k) window_pool_->unref(s.window[k], false);
-  if (s.state_slot >= 0) free_slots_.push_back(s.state_slot);
+  if (s.state_slot >= 0) state_pool_->unref(s.state_slot, false);
+  if (s.resume_slot >= 0) state_pool_->unref(s.resume_slot, true);
+  for (const auto& [slot, at] : s.snapshots) state_pool_->unref(slot, false);  // their steps never committed
   seqs_.erase(it);
 }
 
 void kv_core::fork(std::uint64_t seq_id, std::uint64_t from) {
   if (seqs_.contains(seq_id)) caller_bug("fork", seq_id, "sequence is already live");
   const sequence& src = live_seq(from, "fork (source)");
-  if (config_.n_state_slots > 0) caller_bug("fork", seq_id, "sequences with a recurrent state cannot share it");
+  if (state_pool_) caller_bug("fork", seq_id, "sequences with a recurrent state cannot share it");
   sequence copy = src;
   // Blocks `from` reserved beyond its computed positions hold nothing to share yet; sharing them
   // would only cost the fork a copy of each at its first reserve.
@@ -288,8 +363,8 @@ kv::ledger kv_core::window_ledger() const noexcept {
 }
 
 kv::ledger kv_core::state_ledger() const noexcept {
-  const auto free = static_cast<std::int64_t>(free_slots_.size());
-  return {.free = free, .cached = 0, .in_use = config_.n_state_slots - free, .total = config_.n_state_slots};
+  if (!state_pool_) return {};
+  return {state_pool_->free_count(), state_pool_->cached_count(), state_pool_->in_use_count(), state_pool_->size()};
 }
 
 kv_stats kv_core::stats() const noexcept {

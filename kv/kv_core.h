@@ -19,7 +19,11 @@
 // [computed - window + 1, computed]), leaving -1 (no_block) in their entries.
 //
 // With state slots (kv_config::n_state_slots), each sequence also holds one slot from its first
-// reserve (all or nothing with its blocks) to its release.
+// reserve (all or nothing with its blocks) to its release. The slots are a block_pool of their own:
+// free, cached (a prefix's snapshot, kept for sequences that share the prefix, evicted LRU) or in
+// use (a sequence's state, a snapshot being written, or a snapshot a begun sequence resumes from).
+// With prefix caching a snapshot is named by the prefix cache's serial of the prefix it ends, and
+// dies with that prefix's last block.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +31,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "kv/block_pool.h"
@@ -38,6 +43,8 @@ namespace anvil::kv {
 struct reserve_result {
   bool ok = true;                               // false: no room, nothing changed
   std::vector<gpu_worker::block_copy> copies;   // copy-on-write copies the worker must do first
+  std::int32_t state_from = -1;                 // the snapshot to copy into the sequence's slot first
+  std::int32_t snapshot_slot = -1;              // the slot to copy the sequence's state into after the step
 };
 
 class kv_core {
@@ -48,12 +55,16 @@ class kv_core {
   explicit kv_core(const kv_config& config, block_hasher hasher = default_block_hash);
 
   // Starts seq_id with its prompt. With prefix caching, takes the longest run of cached full
-  // blocks matching the prompt, capped so the last prompt token is always computed. Returns the
-  // prompt tokens whose KV is already there (a multiple of block_size).
+  // blocks matching the prompt, capped so the last prompt token is always computed — and, with
+  // state slots, at the last of them with a state snapshot, which the sequence then pins until
+  // its first reserve copies it. Returns the prompt tokens whose KV is already there (a multiple
+  // of block_size).
   std::int64_t begin(std::uint64_t seq_id, std::span<const std::int32_t> prompt);
   // Makes the table cover positions [0, n_tokens); the step writes [computed, n_tokens), so
   // shared or indexed blocks in that range are swapped for copies (reported). All or nothing.
-  [[nodiscard]] reserve_result reserve(std::uint64_t seq_id, std::int64_t n_tokens);
+  // `snapshot` (kv_op::snapshot): also take a spare state slot for the state after the step, when
+  // there is one; it becomes the prefix's snapshot at the commit of exactly n_tokens.
+  [[nodiscard]] reserve_result reserve(std::uint64_t seq_id, std::int64_t n_tokens, bool snapshot = false);
   // The KV of `tokens` (the sequence's whole token list so far) is computed. Needs
   // tokens.size() between the computed count and what this sequence's reserves covered.
   void commit(std::uint64_t seq_id, std::span<const std::int32_t> tokens);
@@ -96,6 +107,10 @@ class kv_core {
     std::vector<block_id> window;            // window pool: the same positions' blocks, no_block before `trimmed`
     std::int64_t trimmed = 0;                // window blocks [0, trimmed) are given back
     std::int32_t state_slot = -1;            // state slots: its slot from its first reserve on
+    std::int32_t resume_slot = -1;           // the snapshot begin pinned for its first reserve
+    // Snapshots being written, oldest first: a slot and the positions whose state it receives.
+    // More than one when a step is planned before the one before it has committed.
+    std::vector<std::pair<std::int32_t, std::int64_t>> snapshots;
   };
 
   sequence& live_seq(std::uint64_t seq_id, const char* op);
@@ -113,6 +128,13 @@ class kv_core {
   block_id take_block();
   void drop_block(block_id b);
   void index_full_blocks(sequence& s, std::span<const std::int32_t> tokens);
+  // State slots: one for a sequence or a snapshot (a free one, else the LRU snapshot's).
+  // Precondition: state_pool_->available() > 0.
+  std::int32_t take_slot();
+  // The prefix named `serial` is gone from the index: so is its snapshot, if any.
+  void forget_snapshot(std::uint64_t serial);
+  // The pending snapshots of s that its commit reached become their prefixes', or go back.
+  void settle_snapshots(sequence& s);
 
   // apply() helpers (apply.cpp).
   kv_op_result apply_op(const kv_op& op, const std::vector<std::uint64_t>& victims, kv_batch_result& out,
@@ -129,7 +151,9 @@ class kv_core {
   std::optional<block_pool> window_pool_;  // engaged with a window
   std::optional<prefix_cache> cache_;  // engaged when prefix caching is on
   std::unordered_map<std::uint64_t, sequence> seqs_;
-  std::vector<std::int32_t> free_slots_;  // state slots no sequence holds
+  std::optional<block_pool> state_pool_;   // engaged with state slots
+  std::unordered_map<std::uint64_t, std::int32_t> snapshots_;  // prefix serial -> the slot holding the state after it
+  std::vector<std::uint64_t> snapshot_serial_;                 // per slot: the prefix it is the snapshot of, or no_serial
   kv_stats stats_;
 };
 

@@ -30,8 +30,12 @@ struct kv_config {
   // Recurrent layers (gated DeltaNet: qwen35) keep a fixed-size state per sequence instead of KV,
   // in one of n_state_slots slots the worker allocated at start-up. A sequence takes a slot at its
   // first reserve (none free: no room, like blocks) and gives it back at release; a state cannot be
-  // shared, so such sequences are not forked. 0: the model has no recurrent layers. Needs
-  // prefix_caching off: a cached prefix would need the state at its end too.
+  // shared, so such sequences are not forked. 0: the model has no recurrent layers.
+  // With prefix caching, a cached prefix also needs the state after it: a reserve marked `snapshot`
+  // takes a spare slot that the worker fills with the sequence's state after the step, and once
+  // the step's blocks are committed it is that prefix's snapshot — cached, evicted least recently
+  // used first (by a sequence needing a slot, or with the prefix's last block). begin hands out a
+  // cached prefix only up to its last block with a snapshot; the first reserve then copies it.
   std::int64_t n_state_slots = 0;
 };
 
@@ -51,6 +55,9 @@ struct kv_op {
   std::int64_t n_tokens = 0;         // reserve: positions the sequence must hold after the step
   bool may_preempt = false;          // reserve: may release the batch's victims to make room
   std::uint64_t fork_from = 0;       // fork: the sequence whose blocks seq_id shares
+  // reserve, with state slots and prefix caching: keep the state after this step (n_tokens, a
+  // block boundary) as the snapshot of the prefix it ends, when a slot is spare (best effort).
+  bool snapshot = false;
 };
 
 struct kv_batch {
@@ -69,6 +76,11 @@ struct kv_op_result {
   std::vector<std::int32_t> window_table;
   std::int32_t state_slot = -1;                    // with state slots: the sequence's (-1 before its first reserve)
   std::vector<gpu_worker::block_copy> copies;      // reserve: copy-on-write copies the worker must do first
+  // reserve, the first of a sequence that began on a cached prefix: the snapshot slot whose state
+  // the worker copies into state_slot before the step. -1 for none.
+  std::int32_t state_from = -1;
+  // reserve marked snapshot: the slot the worker copies state_slot into after the step. -1 for none.
+  std::int32_t snapshot_slot = -1;
 };
 
 struct kv_batch_result {
@@ -76,7 +88,7 @@ struct kv_batch_result {
   std::vector<std::uint64_t> preempted;  // victims released, in order
   ledger counts;                       // after the batch
   ledger window_counts;                // the window pool's (all 0 without one; never cached)
-  ledger state_counts;                 // the state slots' (all 0 without them; never cached)
+  ledger state_counts;                 // the state slots' (all 0 without them; cached: prefix snapshots)
 };
 
 struct kv_stats {
@@ -87,6 +99,10 @@ struct kv_stats {
   std::int64_t prefix_hits = 0;        // of those, tokens found cached
   std::int64_t evictions = 0;          // cached blocks reused for new data
   std::int64_t preemptions = 0;        // victims released
+  // State slots with prefix caching: recurrent states kept as a prefix's snapshot, and prompt
+  // tokens whose KV was cached but recomputed because no snapshot held the state after them.
+  std::int64_t state_snapshots = 0;
+  std::int64_t prefix_state_misses = 0;
 };
 
 }  // namespace anvil::kv

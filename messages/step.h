@@ -109,9 +109,19 @@ struct block_copy {
   bool window = false;
 };
 
+// A recurrent state (kv_config::n_state_slots) copied from slot src into slot dst, every
+// recurrent layer's: a prefix's snapshot into a sequence resuming after it, or a sequence's state
+// into the snapshot of the prefix the step ended.
+struct state_copy {
+  std::int32_t src = 0;
+  std::int32_t dst = 0;
+};
+
 struct step_plan {
   std::uint64_t step = 0;                   // step number, for logs (step=)
   std::vector<block_copy> copies;           // done first, in order
+  std::vector<state_copy> state_copies;     // done first too: sequences resuming from a snapshot
+  std::vector<state_copy> state_snapshots;  // done after the step: snapshots of the prefixes it ended
   std::vector<seq_step> seqs;               // at least one
 };
 

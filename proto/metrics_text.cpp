@@ -59,8 +59,10 @@ std::string metrics_text(const engine_stats& s, const connection_counts& connect
   gauge(out, "anvil_kv_window_blocks_used", double(s.kv.window_counts.in_use),
         "Blocks of the sliding-window layers' pool held by live sequences (their windows).");
   gauge(out, "anvil_kv_state_slots_total", double(s.kv.state_counts.total),
-        "Recurrent-state slots, one per sequence (0: the model has no recurrent layers).");
+        "Recurrent-state slots: one per sequence and spares for prefix snapshots (0: the model has no recurrent layers).");
   gauge(out, "anvil_kv_state_slots_used", double(s.kv.state_counts.in_use), "Recurrent-state slots held by live sequences.");
+  gauge(out, "anvil_kv_state_slots_cached", double(s.kv.state_counts.cached),
+        "Recurrent-state slots holding the state at the end of a cached prefix (a snapshot), evicted LRU.");
   counter(out, "anvil_preemptions_total", double(s.sched.preemptions), "Sequences preempted (sent back to recompute).");
   counter(out, "anvil_steps_total", double(s.sched.steps), "Steps the worker ran.");
   counter(out, "anvil_steps_ahead_total", double(s.sched.steps_ahead),
@@ -73,6 +75,10 @@ std::string metrics_text(const engine_stats& s, const connection_counts& connect
           "Gaps between consecutive steps that anvil_device_idle_seconds_total measured.");
   counter(out, "anvil_prefix_cache_queries_total", double(s.kv.prefix_queries), "Prompt tokens looked up in the prefix cache.");
   counter(out, "anvil_prefix_cache_hits_total", double(s.kv.prefix_hits), "Prompt tokens found in the prefix cache.");
+  counter(out, "anvil_prefix_cache_state_misses_total", double(s.kv.prefix_state_misses),
+          "Prompt tokens found in the prefix cache but recomputed: no recurrent-state snapshot at their end.");
+  counter(out, "anvil_prefix_cache_state_snapshots_total", double(s.kv.state_snapshots),
+          "Recurrent states kept at the end of a prompt's cached blocks (prefix snapshots).");
   gauge(out, "anvil_prefix_cache_hit_rate",
         s.kv.prefix_queries > 0 ? double(s.kv.prefix_hits) / double(s.kv.prefix_queries) : 0.0,
         "Prefix-cache hits over queries since start-up.");

@@ -140,9 +140,10 @@ kv::kv_batch scheduler_core::plan_kv(bool ahead) {
         ++known;
       }
     }
-    const std::int64_t n_new = std::min({known - computed, cfg_.max_prefill_chunk, budget});
+    std::int64_t n_new = std::min({known - computed, cfg_.max_prefill_chunk, budget});
     assert(n_new > 0 && "a running sequence always has a token to feed");
-    batch.ops.push_back({kv::kv_op::kind::reserve, s.req.id, {}, computed + n_new, !ahead, 0});
+    const bool snapshot = snapshot_stop(computed, known, n_new);
+    batch.ops.push_back({kv::kv_op::kind::reserve, s.req.id, {}, computed + n_new, !ahead, 0, snapshot});
     planned_.push_back({planned_op::kind::reserve_running, s.req.id, computed + n_new, computed, feed_from});
     budget -= n_new;
     --slots;
@@ -154,16 +155,34 @@ kv::kv_batch scheduler_core::plan_kv(bool ahead) {
   for (const auto& k : waiting_) {
     if (budget == 0 || slots == 0) break;
     seq_state& s = seqs_.at(std::get<2>(k));
-    const std::int64_t n = std::min({std::int64_t(s.tokens.size()), cfg_.max_prefill_chunk, budget});
+    std::int64_t n = std::min({std::int64_t(s.tokens.size()), cfg_.max_prefill_chunk, budget});
+    // Before begin's answer the cached part is unknown: when it reaches the stop, this step feeds
+    // nothing for the sequence and the next one the rest.
+    const bool snapshot = snapshot_stop(0, std::int64_t(s.tokens.size()), n);
     batch.ops.push_back({kv::kv_op::kind::begin, s.req.id, s.tokens, 0, false, 0});
     planned_.push_back({planned_op::kind::begin, s.req.id, 0});
-    batch.ops.push_back({kv::kv_op::kind::reserve, s.req.id, {}, n, false, 0});
+    batch.ops.push_back({kv::kv_op::kind::reserve, s.req.id, {}, n, false, 0, snapshot});
     planned_.push_back({planned_op::kind::reserve_admit, s.req.id, n});
     s.kv_live = true;
     budget -= n;
     --slots;
   }
   return batch;
+}
+
+// With state snapshots, a prefill that would run past the last block boundary before the last
+// known token stops there (n_new shrinks), and its reserve asks for the snapshot; so does a
+// prefill chunk that ends on a block boundary before it, so that prompts sharing only a head
+// (a system prompt, then each its own question) find a snapshot within a chunk of where they part.
+bool scheduler_core::snapshot_stop(std::int64_t computed, std::int64_t known, std::int64_t& n_new) const {
+  if (!cfg_.state_snapshots || !cfg_.prefix_caching) return false;
+  const std::int64_t stop = (known - 1) / cfg_.block_size * cfg_.block_size;
+  if (stop <= computed) return false;  // decoding, or in the prompt's last block
+  if (computed + n_new >= stop) {
+    n_new = stop - computed;
+    return true;
+  }
+  return (computed + n_new) % cfg_.block_size == 0;
 }
 
 // min_tokens: while fewer tokens than that are out before this step's one, the tokens that would
@@ -222,6 +241,8 @@ std::optional<gpu_worker::step_plan> scheduler_core::plan_step(kv::kv_batch_resu
     plan.seqs.back().state_slot = r.state_slot;                  // -1 without state slots
     step.push_back({p.id, p.n_tokens - start, plan.seqs.back().want_candidates, plan.seqs.back().mask_deferred});  // it samples if it asks
     plan.copies.insert(plan.copies.end(), r.copies.begin(), r.copies.end());
+    if (r.state_from >= 0) plan.state_copies.push_back({.src = r.state_from, .dst = r.state_slot});
+    if (r.snapshot_slot >= 0) plan.state_snapshots.push_back({.src = r.state_slot, .dst = r.snapshot_slot});
   };
   bool admission_blocked = false;  // FCFS: once one admission fails, later ones wait too
   for (std::size_t i = 0; i < planned_.size(); ++i) {

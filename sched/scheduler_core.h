@@ -50,6 +50,12 @@ struct sched_config {
   std::int64_t max_prefill_chunk = 256;       // prompt tokens one sequence feeds per step at most
   std::int64_t block_size = 16;               // the KV manager's, to know when blocks fill
   bool prefix_caching = true;                 // commit full blocks so later prompts can reuse them
+  // The model keeps a recurrent state (kv_config::n_state_slots) and prefix caching is on: a
+  // prefill stops at the last block boundary before the prompt's last token, and that reserve asks
+  // for a snapshot of the state there (kv_op::snapshot), so a later prompt sharing the prefix can
+  // resume from it; so does each prefill chunk that ends on a block boundary. The last partial
+  // block and token follow in the next step.
+  bool state_snapshots = false;
   std::vector<std::int32_t> eog_tokens;       // end-of-generation token ids
 };
 
@@ -208,6 +214,7 @@ class scheduler_core {
   gpu_worker::seq_step make_step(const seq_state& s, std::int64_t start, std::int64_t n_new,
                                  std::vector<std::int32_t> table, std::int32_t feed_from) const;
   void suppress_ends(const seq_state& s, bool one_in_flight, gpu_worker::logit_params& l) const;
+  bool snapshot_stop(std::int64_t computed, std::int64_t known, std::int64_t& n_new) const;
   std::optional<finish_reason> finished(const seq_state& s) const;
   // Whether the worker's draw can stand for the sampler's token in a step planned ahead.
   static bool device_drawable(const request& r);

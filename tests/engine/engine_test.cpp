@@ -8,6 +8,7 @@
 #include <mutex>
 #include <random>
 #include <stdexcept>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -190,6 +191,9 @@ void expect_concurrent_greedy_matches_reference(const char* shape) {
   engine_config cfg = tiny_config();
   cfg.model_path = synth_fixture(shape, model::synth_mix::q8_0);
   cfg.backend = worker_backend::automatic;  // the CPU here; the GPU on a GPU machine
+  // The GPU's 8-bit activations drift from the reference over a recurrent model's steps (the
+  // state carries every rounding on; bench/GPU_NOTES.md session 27): the CPU's f32 ones there.
+  cfg.gpu_float_activations = std::string_view(shape).starts_with("tiny-qwen35");
   auto eng = engine::create(cfg);
   const std::uint64_t allocations_at_start = eng->stats().device_allocations;
   const model::llm m = model::load_llm(model::gguf_file::open(cfg.model_path));
@@ -226,6 +230,56 @@ TEST(Engine, Gemma3ServesConcurrentRequestsWithTheReferenceTokens) {
 TEST(Engine, Qwen35ServesConcurrentRequestsWithTheReferenceTokens) {
   expect_concurrent_greedy_matches_reference("tiny-qwen35");
   expect_concurrent_greedy_matches_reference("tiny-qwen35moe");
+}
+
+// Prefix caching on a hybrid model: the first prompt's prefill stops at its last block boundary,
+// where the worker keeps the recurrent state as a snapshot; a later prompt sharing that prefix
+// takes the cached blocks and resumes from the snapshot, and its tokens are those of a fresh
+// computation. A prompt whose cached blocks end before any snapshot recomputes them (a state miss).
+TEST(Engine, AHybridModelResumesACachedPrefixFromItsStateSnapshot) {
+  for (const char* shape : {"tiny-qwen35", "tiny-qwen35moe"}) {
+    SCOPED_TRACE(shape);
+    engine_config cfg = tiny_config();
+    cfg.model_path = synth_fixture(shape, model::synth_mix::q8_0);
+    cfg.backend = worker_backend::automatic;  // the CPU here; the GPU on a GPU machine
+    cfg.max_prefill_chunk = 24;               // the 45-token prompt in chunks: 24, then 8 up to its stop at 32
+    cfg.gpu_float_activations = true;         // as above
+    auto eng = engine::create(cfg);
+    const std::uint64_t allocations_at_start = eng->stats().device_allocations;
+    const model::llm m = model::load_llm(model::gguf_file::open(cfg.model_path));
+    const auto system = random_prompt(45, 7);
+    const auto run = [&](const std::vector<std::int32_t>& prompt) {
+      const completion c = eng->async_generate(greedy_request(prompt, 8), asio::use_future).get();
+      EXPECT_EQ(c.tokens, model::testing::reference_greedy(m, prompt, 8));
+      return c.usage.cached_prompt_tokens;
+    };
+    EXPECT_EQ(run(system), 0);
+    EXPECT_EQ(eng->stats().kv.state_snapshots, 1) << "the state after position 32";
+    EXPECT_EQ(run(system), 32) << "the same prompt: two blocks and their snapshot";
+    auto longer = system;
+    longer.insert(longer.end(), {5, 6, 7, 8, 9, 10, 11, 12, 13, 14});
+    EXPECT_EQ(run(longer), 32) << "a longer prompt on the same prefix";
+    // Concurrent requests on the longer prompt's prefix, each with its own tail.
+    std::vector<std::vector<std::int32_t>> prompts;
+    std::vector<std::future<completion>> futures;
+    for (int i = 0; i < 6; ++i) {
+      prompts.push_back(longer);
+      for (int j = 0; j <= i; ++j) prompts.back().push_back(std::int32_t(40 + i * 3 + j));
+      futures.push_back(eng->async_generate(greedy_request(prompts.back(), 8), asio::use_future));
+    }
+    for (std::size_t i = 0; i < futures.size(); ++i) {
+      const completion c = futures[i].get();
+      EXPECT_EQ(c.tokens, model::testing::reference_greedy(m, prompts[i], 8)) << i;
+      EXPECT_GE(c.usage.cached_prompt_tokens, 32) << i;
+    }
+    const engine_stats s = settled_stats(*eng);
+    EXPECT_GE(s.kv.state_snapshots, 2) << "the longer prompt's stop at 48 is a snapshot of its own";
+    EXPECT_EQ(s.kv.counts.in_use, 0);
+    EXPECT_EQ(s.kv.state_counts.in_use, 0);
+    EXPECT_GT(s.kv.state_counts.cached, 0);
+    EXPECT_EQ(s.device_allocations, allocations_at_start);
+    eng->async_stop(asio::use_future).get();
+  }
 }
 
 // The one rule on the CPU worker, counted from outside as the CUDA test interposes cudaMalloc:

@@ -57,6 +57,7 @@ class stress_run {
         bs_(c.kv.block_size),
         window_(c.kv.window),
         forks_(c.kv.n_state_slots == 0),
+        snapshots_(c.kv.n_state_slots > 0 && c.kv.prefix_caching),
         slot_state_(static_cast<std::size_t>(c.kv.n_state_slots)) {
     // Shared "system prompts" of 0 to 3 blocks and odd lengths; prompt tails use four token
     // values, so whole identical prompts recur too.
@@ -86,6 +87,7 @@ class stress_run {
   std::int64_t copies = 0, window_copies = 0, no_room = 0;
   std::int64_t given_back = 0;  // window entries seen given back (-1), over all checks
   std::int64_t fresh_states = 0;  // steps that started a slot's state afresh (state slots)
+  std::int64_t resumed_states = 0;  // steps that continued a prefix's snapshot (state slots with prefix caching)
 
  private:
   static constexpr std::int64_t max_live = 10;
@@ -149,10 +151,16 @@ class stress_run {
         s.tokens.push_back(static_cast<std::int32_t>(1000000 + rng_() % 1000000));  // "sampled"
       }
       const std::int64_t chunk = 1 + static_cast<std::int64_t>(rng_() % static_cast<std::uint64_t>(2 * bs_));
-      const std::int64_t n = std::min(s.computed + chunk, static_cast<std::int64_t>(s.tokens.size()));
-      const std::int64_t ahead = rng_() % 3 == 0 ? static_cast<std::int64_t>(rng_() % static_cast<std::uint64_t>(bs_)) : 0;
+      std::int64_t n = std::min(s.computed + chunk, static_cast<std::int64_t>(s.tokens.size()));
+      std::int64_t ahead = rng_() % 3 == 0 ? static_cast<std::int64_t>(rng_() % static_cast<std::uint64_t>(bs_)) : 0;
+      // A snapshot of the state after the step: it ends at a block boundary, reserved exactly.
+      const bool snapshot = snapshots_ && rng_() % 2 == 0 && n / bs_ * bs_ > s.computed;
+      if (snapshot) {
+        n = n / bs_ * bs_;
+        ahead = 0;
+      }
       target[ids[i]] = n;
-      b.ops.push_back(op_reserve(ids[i], n + ahead, rng_() % 3 == 0));
+      b.ops.push_back(op_reserve(ids[i], n + ahead, rng_() % 3 == 0, snapshot));
     }
     // A fork before the release, so it never forks a sequence this batch released on purpose
     // (that would be a caller bug); forking one a reserve preempted is fine: it is skipped.
@@ -166,6 +174,7 @@ class stress_run {
     if (::testing::Test::HasFailure()) return;
 
     std::vector<std::uint64_t> writers;
+    std::map<std::uint64_t, std::int32_t> snapshot_into;
     for (std::size_t i = 0; i < b.ops.size(); ++i) {
       const kv_op& op = b.ops[i];
       const kv_op_result& res = r.results[i];
@@ -174,6 +183,11 @@ class stress_run {
         kv_.copy(res.copies);  // in op order, before any write: as the worker does
         window_kv_.copy(res.copies, true);
         for (const auto& c : res.copies) (c.window ? window_copies : copies) += 1;
+        if (res.state_from >= 0) {  // a snapshot into the sequence's slot, before the step
+          slot_state_.at(static_cast<std::size_t>(res.state_slot)) = slot_state_.at(static_cast<std::size_t>(res.state_from));
+          ++resumed_states;
+        }
+        if (res.snapshot_slot >= 0) snapshot_into[op.seq_id] = res.snapshot_slot;
         writers.push_back(op.seq_id);
       } else if (op.op == kv_op::kind::release) {
         model_.erase(op.seq_id);
@@ -191,31 +205,38 @@ class stress_run {
       const std::span<const std::int32_t> done(s.tokens.data(), static_cast<std::size_t>(target.at(id)));
       kv_.write(core_.block_table(id), s.computed, done);
       if (window_ > 0) window_kv_.write(core_.window_table(id), s.computed, done);
-      if (!slot_state_.empty()) advance_state(id, s.computed, target.at(id));
+      if (!slot_state_.empty()) advance_state(id, done);
+      if (const auto snap = snapshot_into.find(id); snap != snapshot_into.end()) {  // after the step
+        slot_state_.at(static_cast<std::size_t>(snap->second)) = slot_state_.at(static_cast<std::size_t>(core_.state_slot(id)));
+      }
       commits.ops.push_back(op_commit(id, {done.begin(), done.end()}));
     }
     apply_checked(commits);
     for (const kv_op& op : commits.ops) model_.at(op.seq_id).computed = static_cast<std::int64_t>(op.tokens.size());
   }
 
-  // The worker's view of a state slot: whose state it holds and how many positions are folded in.
-  // A step starts it afresh at position 0, or continues it exactly where the sequence's last step
-  // left it: the slot a sequence holds must never have been handed to another meanwhile.
+  // The worker's view of a state slot: the fingerprint of the tokens folded into it and their
+  // count. A step starts it afresh at position 0, or continues it: then it must hold exactly the
+  // sequence's tokens so far — its own last step's, or a snapshot of the same prefix copied in.
   struct slot_state {
-    std::uint64_t owner = 0;
+    std::uint64_t fp = 0;
     std::int64_t positions = 0;
   };
-  void advance_state(std::uint64_t id, std::int64_t from, std::int64_t to) {
+  void advance_state(std::uint64_t id, std::span<const std::int32_t> done) {
     const std::int32_t slot = core_.state_slot(id);
     ASSERT_GE(slot, 0) << "seq " << id << " runs a step without a state slot";
     slot_state& st = slot_state_.at(static_cast<std::size_t>(slot));
+    const std::int64_t from = model_.at(id).computed;
+    std::uint64_t fp = 0;
+    for (std::int64_t p = 0; p < from; ++p) fp = fake_kv_pool::extend(fp, done[static_cast<std::size_t>(p)]);
     if (from == 0) {
-      st = {id, 0};
+      st = {};
       ++fresh_states;
     }
-    ASSERT_EQ(st.owner, id) << "slot " << slot << " holds another sequence's state";
     ASSERT_EQ(st.positions, from) << "slot " << slot << " of seq " << id;
-    st.positions = to;
+    ASSERT_EQ(st.fp, fp) << "slot " << slot << " of seq " << id << " holds the state of other tokens";
+    for (std::size_t p = static_cast<std::size_t>(from); p < done.size(); ++p) st.fp = fake_kv_pool::extend(st.fp, done[p]);
+    st.positions = static_cast<std::int64_t>(done.size());
   }
 
   kv_batch_result apply_checked(const kv_batch& b) {
@@ -246,7 +267,7 @@ class stress_run {
   fake_kv_pool kv_, window_kv_;
   std::mt19937_64 rng_;
   std::int64_t bs_, window_;
-  bool forks_;
+  bool forks_, snapshots_;
   std::vector<slot_state> slot_state_;
   std::vector<std::vector<std::int32_t>> system_;
   std::map<std::uint64_t, model_seq> model_;  // ordered: iteration (and so the run) is deterministic
@@ -286,6 +307,11 @@ TEST_P(KvStress, RandomOpsKeepEveryInvariantAndEverySequenceReadsItsOwnKv) {
   if (GetParam().kv.n_state_slots > 0) {
     EXPECT_GT(run.fresh_states, 0);
     EXPECT_EQ(s.state_counts.total, GetParam().kv.n_state_slots);
+    if (GetParam().kv.prefix_caching) {
+      EXPECT_GT(s.state_snapshots, 0);
+      EXPECT_GT(run.resumed_states, 0) << "no sequence ever resumed from a snapshot";
+      EXPECT_GT(s.prefix_state_misses, 0);
+    }
   }
 }
 
@@ -310,7 +336,14 @@ INSTANTIATE_TEST_SUITE_P(
                       // State slots fewer than the live sequences (no room comes from them too).
                       stress_config{"state_slots", {.n_blocks = 24, .block_size = 4, .prefix_caching = false,
                                                     .n_state_slots = 3},
-                                    default_block_hash, 10}),
+                                    default_block_hash, 10},
+                      // And with prefix caching: snapshots in the spare slots, evicted by sequences.
+                      stress_config{"state_snapshots", {.n_blocks = 24, .block_size = 4, .prefix_caching = true,
+                                                        .n_state_slots = 5},
+                                    default_block_hash, 11},
+                      stress_config{"state_snapshots_colliding", {.n_blocks = 24, .block_size = 2, .prefix_caching = true,
+                                                                  .n_state_slots = 4},
+                                    weak_hash, 12}),
     [](const ::testing::TestParamInfo<stress_config>& p) { return p.param.name; });
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <numeric>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "kv/kv_core.h"
@@ -22,7 +23,8 @@ struct kv_core_test_access {
   static std::vector<block_id>& window(kv_core& c, std::uint64_t seq_id) { return c.seqs_.at(seq_id).window; }
   static std::int64_t& trimmed(kv_core& c, std::uint64_t seq_id) { return c.seqs_.at(seq_id).trimmed; }
   static std::int32_t& state_slot(kv_core& c, std::uint64_t seq_id) { return c.seqs_.at(seq_id).state_slot; }
-  static std::vector<std::int32_t>& free_slots(kv_core& c) { return c.free_slots_; }
+  static block_pool& state_pool(kv_core& c) { return *c.state_pool_; }
+  static std::unordered_map<std::uint64_t, std::int32_t>& snapshots(kv_core& c) { return c.snapshots_; }
 };
 
 namespace testing {
@@ -51,12 +53,13 @@ inline kv_op op_begin(std::uint64_t id, std::vector<std::int32_t> prompt) {
   op.tokens = std::move(prompt);
   return op;
 }
-inline kv_op op_reserve(std::uint64_t id, std::int64_t n, bool may_preempt = false) {
+inline kv_op op_reserve(std::uint64_t id, std::int64_t n, bool may_preempt = false, bool snapshot = false) {
   kv_op op;
   op.op = kv_op::kind::reserve;
   op.seq_id = id;
   op.n_tokens = n;
   op.may_preempt = may_preempt;
+  op.snapshot = snapshot;
   return op;
 }
 inline kv_op op_commit(std::uint64_t id, std::vector<std::int32_t> tokens) {
@@ -119,12 +122,14 @@ class fake_kv_pool {
     return {};
   }
 
- private:
+  // The fingerprint of a prefix, one token further.
   static std::uint64_t extend(std::uint64_t fp, std::int32_t token) {
     std::uint64_t x = (fp ^ static_cast<std::uint32_t>(token)) * 0x9e3779b97f4a7c15ull + 1;
     x ^= x >> 29;
     return x * 0xbf58476d1ce4e5b9ull;
   }
+
+ private:
   std::uint64_t& slot(block_id b, std::int64_t offset) { return slots_[static_cast<std::size_t>(b * block_size_ + offset)]; }
 
   std::int64_t block_size_;

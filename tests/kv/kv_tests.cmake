@@ -10,5 +10,6 @@ anvil_add_test(kv_test LABELS kv
     kv/kv_stress_test.cpp
     kv/kv_window_test.cpp
     kv/kv_state_slot_test.cpp
+    kv/kv_state_snapshot_test.cpp
     kv/kv_manager_test.cpp
   LIBS anvil_kv)

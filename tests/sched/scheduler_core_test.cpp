@@ -311,6 +311,54 @@ TEST(SchedulerCore, ASharedPrefixIsComputedOnce) {
   EXPECT_EQ(d.core.stats().cached_prompt_tokens, 12);  // three full blocks of four
 }
 
+// With state snapshots (a recurrent model), a prefill stops at the last block boundary before the
+// prompt's last token and asks for a snapshot there; a later prompt on the same prefix resumes
+// from it (state_copies) instead of recomputing, and the plans carry the copies both ways.
+TEST(SchedulerCore, WithStateSnapshotsAPrefillStopsAtItsLastBlockBoundaryAndALaterPromptResumesThere) {
+  sched_config c = small_config();
+  c.state_snapshots = true;
+  driver d(c, 200);
+  d.kv = kv::kv_core(kv::kv_config{.n_blocks = 200, .block_size = 4, .prefix_caching = true, .n_state_slots = 6});
+  request a = driver::req(1, 0, 2);
+  for (int i = 0; i < 23; ++i) a.prompt.push_back(i + 1);  // 23 tokens: chunks of 16, then 4 to the stop at 20, then 3
+  ASSERT_FALSE(d.core.submit(a));
+  d.run();
+  ASSERT_GE(d.plans.size(), 3u);
+  EXPECT_EQ(d.plans[0].seqs[0].tokens.size(), 16u);
+  EXPECT_EQ(d.plans[0].state_snapshots.size(), 1u) << "a chunk ending on a block boundary";
+  EXPECT_EQ(d.plans[1].seqs[0].tokens.size(), 4u) << "the prefill stops at position 20";
+  ASSERT_EQ(d.plans[1].state_snapshots.size(), 1u);
+  EXPECT_EQ(d.plans[1].state_snapshots[0].src, d.plans[1].seqs[0].state_slot);
+  EXPECT_EQ(d.plans[2].seqs[0].start_pos, 20);
+  EXPECT_TRUE(d.plans[2].state_snapshots.empty());
+  EXPECT_EQ(d.kv.stats().state_snapshots, 2);
+
+  request b = driver::req(2, 0, 2);
+  b.prompt = a.prompt;
+  b.prompt.push_back(77);
+  const std::size_t before = d.plans.size();
+  ASSERT_FALSE(d.core.submit(b));
+  d.run();
+  EXPECT_EQ(d.core.stats().cached_prompt_tokens, 20);
+  const gpu_worker::step_plan& first = d.plans[before];
+  ASSERT_EQ(first.state_copies.size(), 1u) << "the snapshot into b's slot before its first step";
+  EXPECT_EQ(first.state_copies[0].src, d.plans[1].state_snapshots[0].dst);
+  EXPECT_EQ(first.state_copies[0].dst, first.seqs[0].state_slot);
+  EXPECT_EQ(first.seqs[0].start_pos, 20);
+  EXPECT_EQ(first.seqs[0].tokens.size(), 4u) << "20 of 24 cached: the stop is 20 as well, so no new snapshot";
+  EXPECT_EQ(d.generated[2].size(), 2u);
+
+  // A prompt sharing only the first 18 tokens: it resumes from the chunk's snapshot at 16.
+  request e = driver::req(3, 0, 1);
+  e.prompt.assign(a.prompt.begin(), a.prompt.begin() + 18);
+  for (int i = 0; i < 9; ++i) e.prompt.push_back(150 + i);
+  const std::int64_t cached_before = d.core.stats().cached_prompt_tokens;
+  ASSERT_FALSE(d.core.submit(e));
+  d.run();
+  EXPECT_EQ(d.core.stats().cached_prompt_tokens - cached_before, 16);
+  EXPECT_EQ(d.kv.check(), "");
+}
+
 // ---- Planning ahead (the overlapped step loop) ----
 
 request drawable(request r) {
