@@ -29,7 +29,9 @@ TEST(MetricsText, WritesGaugesCountersAndCumulativeHistogramsInSeconds) {
   s.sched.device_idle_us = 250.0;
   s.sched.device_busy_us = 2.5e6;
   s.kv.window_counts = {.free = 7, .cached = 0, .in_use = 5, .total = 12};
-  s.kv.state_counts = {.free = 1, .cached = 0, .in_use = 3, .total = 4};
+  s.kv.state_counts = {.free = 1, .cached = 2, .in_use = 3, .total = 6};
+  s.kv.state_snapshots = 9;
+  s.kv.prefix_state_misses = 48;
   s.requests.finished_stop = 5;
   s.requests.finished_length = 6;
   s.requests.finished_cancelled = 1;
@@ -48,8 +50,11 @@ TEST(MetricsText, WritesGaugesCountersAndCumulativeHistogramsInSeconds) {
   EXPECT_DOUBLE_EQ(m.at("anvil_kv_usage_ratio"), 10.0 / 16.0);
   EXPECT_EQ(m.at("anvil_kv_window_blocks_total"), 12);
   EXPECT_EQ(m.at("anvil_kv_window_blocks_used"), 5);
-  EXPECT_EQ(m.at("anvil_kv_state_slots_total"), 4);
+  EXPECT_EQ(m.at("anvil_kv_state_slots_total"), 6);
   EXPECT_EQ(m.at("anvil_kv_state_slots_used"), 3);
+  EXPECT_EQ(m.at("anvil_kv_state_slots_cached"), 2);
+  EXPECT_EQ(m.at("anvil_prefix_cache_state_snapshots_total"), 9);
+  EXPECT_EQ(m.at("anvil_prefix_cache_state_misses_total"), 48);
   EXPECT_EQ(m.at("anvil_preemptions_total"), 7);
   EXPECT_EQ(m.at("anvil_steps_total"), 40);
   EXPECT_EQ(m.at("anvil_steps_ahead_total"), 30);
