@@ -8,7 +8,6 @@
 #include <mutex>
 #include <random>
 #include <stdexcept>
-#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -191,12 +190,12 @@ void expect_concurrent_greedy_matches_reference(const char* shape) {
   engine_config cfg = tiny_config();
   cfg.model_path = synth_fixture(shape, model::synth_mix::q8_0);
   cfg.backend = worker_backend::automatic;  // the CPU here; the GPU on a GPU machine
+  const model::llm m = model::load_llm(model::gguf_file::open(cfg.model_path));
   // The GPU's 8-bit activations drift from the reference over a recurrent model's steps (the
   // state carries every rounding on; bench/GPU_NOTES.md session 27): the CPU's f32 ones there.
-  cfg.gpu_float_activations = std::string_view(shape).starts_with("tiny-qwen35");
+  cfg.gpu_float_activations = m.hp.has_recurrent();
   auto eng = engine::create(cfg);
   const std::uint64_t allocations_at_start = eng->stats().device_allocations;
-  const model::llm m = model::load_llm(model::gguf_file::open(cfg.model_path));
   std::vector<std::vector<std::int32_t>> prompts;
   std::vector<std::future<completion>> futures;
   for (int i = 0; i < 24; ++i) {
