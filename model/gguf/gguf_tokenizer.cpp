@@ -36,8 +36,9 @@ tokenizer_spec tokenizer_spec_from_gguf(const gguf_file& f) {
   s.pad_id = token_id(f, "tokenizer.ggml.padding_token_id");
   s.eot_id = token_id(f, "tokenizer.ggml.eot_token_id");
   s.eom_id = token_id(f, "tokenizer.ggml.eom_token_id");
-  // llama.cpp's default when the key is absent: BOS for SentencePiece and for Llama 3's BPE.
-  s.add_bos = f.get_bool("tokenizer.ggml.add_bos_token").value_or(s.model == "llama" || s.pre == "llama-bpe");
+  // llama.cpp's default when the key is absent: BOS for SentencePiece, Llama 3's BPE and tekken.
+  s.add_bos = f.get_bool("tokenizer.ggml.add_bos_token").value_or(s.model == "llama" || s.pre == "llama-bpe" ||
+                                                                  s.pre == "tekken");
   s.add_eos = f.get_bool("tokenizer.ggml.add_eos_token").value_or(false);
   s.add_space_prefix = f.get_bool("tokenizer.ggml.add_space_prefix").value_or(s.model == "llama");
   // Converters often leave eot out (Gemma's <end_of_turn>, Llama 3's <|eot_id|> next to eos

@@ -69,6 +69,17 @@ constexpr std::string_view gpt4o_pattern =
     "|[WS]+(?![^WS])"
     "|[WS]+";
 
+// Mistral's tekken (Mistral NeMo, Mistral Small 3.x, Ministral 3, Devstral): o200k's words without
+// the contraction suffixes ("don't" is "don" "'t"), and one digit per piece.
+constexpr std::string_view tekken_pattern =
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"
+    "|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*"
+    "|\\p{N}"
+    "| ?[^WS\\p{L}\\p{N}]+[\\r\\n/]*"
+    "|[WS]*[\\r\\n]+"
+    "|[WS]+(?![^WS])"
+    "|[WS]+";
+
 // GPT-2, llama.cpp's fallback when a BPE vocabulary names no pre-tokenizer.
 constexpr std::string_view gpt2_pattern =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^WS\\p{L}\\p{N}]+|[WS]+(?![^WS])|[WS]+";
@@ -78,6 +89,7 @@ std::string_view pattern_for(std::string_view pre) {
   if (pre == "qwen2") return qwen2_pattern;
   if (pre == "qwen35") return qwen35_pattern;
   if (pre == "gpt-4o" || pre == "llama4" || pre == "kanana2" || pre == "talkie") return gpt4o_pattern;
+  if (pre == "tekken") return tekken_pattern;
   if (pre == "default" || pre.empty()) return gpt2_pattern;
   throw model_error("tokenizer: unknown pre-tokenizer '" + std::string(pre) +
                     "' (tokenizer.ggml.pre); known: " + pre_tokenizer::known_names());
@@ -92,7 +104,7 @@ std::string pcre2_message(int code) {
 }  // namespace
 
 const char* pre_tokenizer::known_names() {
-  return "llama-bpe (llama3, llama-v3), qwen2, qwen35, gpt-4o (llama4, kanana2, talkie), default";
+  return "llama-bpe (llama3, llama-v3), qwen2, qwen35, gpt-4o (llama4, kanana2, talkie), tekken, default";
 }
 
 pre_tokenizer::pre_tokenizer(std::string_view pre) {

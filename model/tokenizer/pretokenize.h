@@ -18,7 +18,8 @@ namespace anvil::model {
 class pre_tokenizer {
  public:
   // pre: "llama-bpe" (aliases "llama3", "llama-v3"), "qwen2", "qwen35", "gpt-4o" (aliases "llama4",
-  // "kanana2", "talkie": llama.cpp's names for the same regex), or "default"/"" (GPT-2's pattern).
+  // "kanana2", "talkie": llama.cpp's names for the same regex), "tekken" (Mistral), or
+  // "default"/"" (GPT-2's pattern).
   // Throws model_error for any other name.
   explicit pre_tokenizer(std::string_view pre);
 

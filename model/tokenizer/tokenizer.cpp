@@ -130,10 +130,11 @@ tokenizer::state::state(tokenizer_spec s) : spec(std::move(s)) {
   if (byte_level) {
     pre.emplace(spec.pre);
     nfc = spec.pre == "qwen2" || spec.pre == "qwen35";  // their tokenizer.json normalise to NFC first
-    // A piece that is itself a token is emitted whole for llama-bpe (HF's ignore_merges, as
-    // llama.cpp does). gpt-oss's tokenizer.json sets ignore_merges too, but llama.cpp does not for
+    // A piece that is itself a token is emitted whole for llama-bpe and tekken (HF's
+    // ignore_merges, as llama.cpp does). gpt-oss's tokenizer.json sets ignore_merges too, but llama.cpp does not for
     // gpt-4o and need not: the merges rebuild every one of the o200k tokens, so the ids agree.
-    const bool ignore_merges = spec.pre == "llama-bpe" || spec.pre == "llama3" || spec.pre == "llama-v3";
+    const bool ignore_merges =
+        spec.pre == "llama-bpe" || spec.pre == "llama3" || spec.pre == "llama-v3" || spec.pre == "tekken";
     bpe = std::make_unique<detail::bpe_encoder>(spec, vocab, ignore_merges);
   } else {
     spm = std::make_unique<detail::spm_encoder>(spec, vocab);

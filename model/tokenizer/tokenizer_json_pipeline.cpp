@@ -1,7 +1,7 @@
 // Which tokenizer a tokenizer.json describes, and its special tokens. Only two pipelines are
 // accepted, the ones the runtime implements exactly:
 //   byte-level BPE:   [normalizer NFC (qwen2, qwen35 only)] -> Split(known regex, Isolated) + ByteLevel
-//                     (the regex names the pre-tokenizer: llama-bpe, qwen2, qwen35 or gpt-4o)
+//                     (the regex names the pre-tokenizer: llama-bpe, qwen2, qwen35, gpt-4o or tekken)
 //   SentencePiece BPE: Prepend("▁") + Replace(" ", "▁") (or Metaspace) -> BPE with byte_fallback
 //                     (Gemma 3: also a Split on " " after that Replace, which leaves no space to split)
 #include <boost/json.hpp>
@@ -32,6 +32,10 @@ constexpr std::string_view gpt4o_regex =
     "|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*"
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
     "|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+constexpr std::string_view tekken_regex =
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"
+    "|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*"
+    "|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 using detail::spm_space;
 
 std::string string_field(const json::object& o, std::string_view key) {
@@ -76,10 +80,12 @@ void identify_byte_level(const file& f, const std::vector<const json::object*>& 
     spec.pre = "qwen35";
   else if (regex == gpt4o_regex)
     spec.pre = "gpt-4o";
+  else if (regex == tekken_regex)
+    spec.pre = "tekken";
   else if (regex.empty())
     spec.pre = "default";  // ByteLevel's own (GPT-2) regex
   else
-    f.fail("pre_tokenizer regex is not one this runtime knows (llama-bpe, qwen2, qwen35, gpt-4o): " + regex);
+    f.fail("pre_tokenizer regex is not one this runtime knows (llama-bpe, qwen2, qwen35, gpt-4o, tekken): " + regex);
   spec.model = "gpt2";
   for (const json::object* n : norm) {
     if (type_of(*n) != "NFC" || (spec.pre != "qwen2" && spec.pre != "qwen35"))

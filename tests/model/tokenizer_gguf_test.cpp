@@ -2,7 +2,9 @@
 // into a GGUF the way llama.cpp's converter writes gpt-oss — pre "gpt-4o", bos <|startoftext|>,
 // eos <|return|>, pad <|endoftext|>, no eot and no add_bos key, the vocabulary padded to 201088
 // with reserved control tokens — then read back with tokenizer_spec_from_gguf: the goldens still
-// match, and harmony's end tokens hold whichever ids the file names eos or eot.
+// match, and harmony's end tokens hold whichever ids the file names eos or eot. And Mistral's
+// tekken vocabulary (tests/data/tokenizers/mistral_nemo) the way Mistral Small 3.x files carry it:
+// architecture llama, pre "tekken", no add_bos key.
 #include <optional>
 #include <string>
 #include <vector>
@@ -100,6 +102,30 @@ TEST(TokenizerGguf, HarmonyEndIsNeverEndOfGeneration) {
   EXPECT_FALSE(end_as_eot.is_eog(end));
   EXPECT_TRUE(end_as_eot.is_eog(ret));
   EXPECT_TRUE(end_as_eot.is_eog(call));
+}
+
+TEST(TokenizerGguf, TekkenMatchesTransformersJs) {
+  const auto ref = load_reference("mistral_nemo");
+  ASSERT_TRUE(ref);
+  gguf_writer w;
+  w.set_string("general.architecture", "llama");
+  w.set_string("tokenizer.ggml.model", "gpt2");
+  w.set_string("tokenizer.ggml.pre", "tekken");
+  w.set_strings("tokenizer.ggml.tokens", ref->tokens);
+  w.set_i32s("tokenizer.ggml.token_type", ref->token_types);
+  w.set_strings("tokenizer.ggml.merges", ref->merges);
+  w.set_u32("tokenizer.ggml.bos_token_id", 1);
+  w.set_u32("tokenizer.ggml.eos_token_id", 2);
+  w.set_u32("tokenizer.ggml.unknown_token_id", 0);
+  const std::string path = anvil::testing::scratch_path("tekken.gguf");
+  w.write(path);
+  const tokenizer_spec spec = read_spec(path);
+  EXPECT_EQ(spec.pre, "tekken");
+  EXPECT_TRUE(spec.add_bos);  // llama.cpp's default for tekken when the file does not say
+  const tokenizer t(spec);
+  EXPECT_EQ(t.encode("Hi", true, false).front(), 1);
+  expect_all_match("mistral_nemo (gguf)",
+                   check_goldens(t, read_goldens(data_path("tokenizer/mistral_nemo.jsonl")), false, true));
 }
 
 }  // namespace

@@ -1,9 +1,9 @@
-// The tokenizers against their reference: tokenizer.json files of Qwen3, Llama 3, Llama 2, gpt-oss
-// and Gemma 3 (fetched by scripts/fetch-tokenizers.sh) imported with spec_from_hf_json, then every
-// golden string (tests/data/tokenizer/<name>.jsonl, written by tools/tokenizer/gen_goldens.mjs with
-// transformers.js) encoded and compared id for id, decoded back, and streamed through the
-// incremental decoder (tests/model/tokenizer_golden.h). One test per tokenizer, so each large
-// file is loaded once per process.
+// The tokenizers against their reference: tokenizer.json files of Qwen3, Llama 3, Llama 2, gpt-oss,
+// Gemma 3 and Mistral NeMo (fetched by scripts/fetch-tokenizers.sh) imported with
+// spec_from_hf_json, then every golden string (tests/data/tokenizer/<name>.jsonl, written by
+// tools/tokenizer/gen_goldens.mjs with transformers.js) encoded and compared id for id, decoded
+// back, and streamed through the incremental decoder (tests/model/tokenizer_golden.h). One test
+// per tokenizer, so each large file is loaded once per process.
 #include <algorithm>
 
 #include <gtest/gtest.h>
@@ -132,6 +132,33 @@ TEST(TokenizerGolden, Gemma3MatchesTransformersJs) {
   goldens.erase(std::remove_if(goldens.begin(), goldens.end(), literal_spm_space), goldens.end());
   // SentencePiece puts no space after special tokens here (no prefix), so the whole strings round-trip.
   expect_all_match("gemma3", check_goldens(t, goldens, false, true));
+}
+
+// Mistral NeMo's tekken (also Mistral Small 3.x's, Ministral 3's): 131,072 tokens of byte-level
+// BPE, 1,000 control tokens first ([INST], [TOOL_CALLS], <SPECIAL_n> ...), BOS added, merges ignored
+// for a piece that is itself a token (HF's ignore_merges, as llama.cpp does).
+TEST(TokenizerGolden, MistralNemoTekkenMatchesTransformersJs) {
+  const auto spec = load_reference("mistral_nemo");
+  ASSERT_TRUE(spec);
+  EXPECT_EQ(spec->model, "gpt2");
+  EXPECT_EQ(spec->pre, "tekken");
+  EXPECT_EQ(spec->tokens.size(), 131072u);
+  EXPECT_EQ(spec->bos_id, 1);
+  EXPECT_TRUE(spec->add_bos);
+  EXPECT_EQ(spec->eos_id, 2);
+  for (const std::int32_t id : {3, 4, 9, 14, 999}) EXPECT_EQ(spec->token_types[id], 3) << id;  // [INST] ... <SPECIAL_999>
+  const tokenizer t(*spec);
+  EXPECT_TRUE(t.is_eog(2));
+  EXPECT_FALSE(t.is_eog(4));  // [/INST]
+  EXPECT_EQ(t.encode("Hi", true, false).front(), 1);
+  // Digits one by one, and no contraction suffix on a word (o200k would keep "don't" whole).
+  EXPECT_EQ(t.encode("2024", false, false).size(), 4u);
+  const ids_t turn = t.encode("[INST]Hi[/INST]Hello!</s>", false, true);
+  EXPECT_EQ(turn.front(), 3);
+  EXPECT_EQ(turn.back(), 2);
+  const ids_t plain = t.encode("[INST]Hi[/INST]", false, false);  // control tokens only with parse_special
+  EXPECT_TRUE(std::none_of(plain.begin(), plain.end(), [](std::int32_t id) { return id < 1000; }));
+  expect_all_match("mistral_nemo", check_goldens(t, read_goldens(data_path("tokenizer/mistral_nemo.jsonl")), false, true));
 }
 
 }  // namespace

@@ -42,12 +42,23 @@ const gptossEdgeCases = [
   "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"location\":\"Tokyo\"}<|call|>",
 ];
 
+// Strings aimed at tekken's regex: o200k's case runs without its contractions, single digits, '/'
+// after punctuation; its control tokens in context.
+const tekkenEdgeCases = [
+  "camelCaseWord", "HTTPServer", "DON'T", "don't", "McDonald's", "we'VE", "ǅemal ǈj", "a/b", "x !/\n/y",
+  "1234567", " 12 345", "<s>[INST]Hi[/INST]Hello!</s>", "[AVAILABLE_TOOLS][{\"type\": \"function\"}][/AVAILABLE_TOOLS]",
+  "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}]</s>", "[PREFIX]def f(x):[SUFFIX]    return y[MIDDLE]",
+];
+
 const sets = [
   { name: "qwen3", seed: 1, count: 2000, turn: (role, text) => `<|im_start|>${role}\n${text}<|im_end|>\n` },
   { name: "llama3", seed: 2, count: 2000, turn: (role, text) => `<|start_header_id|>${role}<|end_header_id|>\n\n${text}<|eot_id|>` },
   { name: "llama2", seed: 3, count: 1500, turn: (role, text) => `<s>[INST] ${role}: ${text} [/INST]</s>` },
   { name: "gptoss", seed: 5, count: 2000, turn: harmonyTurn, extra: gptossEdgeCases },
   { name: "gemma3", seed: 6, count: 1500, turn: (role, text) => `<start_of_turn>${role}\n${text}<end_of_turn>\n` },
+  // Mistral NeMo's tekken vocabulary (also Mistral Small 3.x's): [INST] turns, tool calls, FIM.
+  { name: "mistral_nemo", seed: 7, count: 2000, extra: tekkenEdgeCases,
+    turn: (role, text) => (role === "user" ? `[INST]${text}[/INST]` : `${text}</s>`) },
 ];
 
 // The same rule as llama.cpp's converter and model/tokenizer/tokenizer_json.cpp: added tokens that are
@@ -72,9 +83,9 @@ function load(name) {
   const plain = TokenizerLoader.fromPreTrained({ tokenizerJSON: { ...tokenizerJSON, added_tokens: userDefined }, tokenizerConfig });
   // Strings to embed in text: every added token, but only one of the reserved ones (Llama 3 has
   // 250, gpt-oss 12).
-  const reserved = /^<\|reserved_(special_token_)?\d+\|>$/;
+  const reserved = /^(<\|reserved_(special_token_)?\d+\|>|<SPECIAL_\d+>)$/;
   const specialNames = tokenizerJSON.added_tokens.map((t) => t.content)
-    .filter((c) => !reserved.test(c) || c === "<|reserved_special_token_7|>" || c === "<|reserved_200000|>");
+    .filter((c) => !reserved.test(c) || ["<|reserved_special_token_7|>", "<|reserved_200000|>", "<SPECIAL_20>"].includes(c));
   return { full, plain, specialNames };
 }
 
