@@ -260,6 +260,7 @@ class gpu_device {
   float* scores_dev_ = nullptr;      // [max_tokens] log-probabilities of the score targets
   double* rope_angles_ = nullptr;    // [max_tokens][rope_dim / 2] (sin, cos): the step's, for every layer
   double* rope_angles_swa_ = nullptr;  // the same for the sliding layers' own RoPE (hp.split_rope()), else null
+  float* q_temps_ = nullptr;           // [max_tokens]: each token's query temperature (mistral3), else null
   unsigned char* upload_dev_ = nullptr;
   upload_layout up_off_{};
 

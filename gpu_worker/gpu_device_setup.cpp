@@ -428,6 +428,7 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   const std::size_t gemv_at = c.take(gemv_ws), scores = c.take(T * f), cand_ws = c.take(cand_ws_bytes_);
   const std::size_t angles = c.take(kernels::rope_angles_bytes(max_tokens_, hp.rope_dim));
   const std::size_t angles_swa = c.take(hp.split_rope() ? kernels::rope_angles_bytes(max_tokens_, hp.rope_dim) : 0);
+  const std::size_t q_temps = c.take(hp.attn_temp_scale > 0 ? T * f : 0);
   const std::size_t qkv_w = q_w + 2 * kv_w;
   const bool own_qkv = gemm_dtype_ == kernels::gemm_dtype::fp8 && qkv_w > ff_w;
   const std::size_t qkv = own_qkv ? c.take(T * qkv_w * f) : 0;
@@ -459,6 +460,7 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   cand_ws_ = base + cand_ws;
   rope_angles_ = reinterpret_cast<double*>(base + angles);
   rope_angles_swa_ = hp.split_rope() ? reinterpret_cast<double*>(base + angles_swa) : nullptr;
+  q_temps_ = hp.attn_temp_scale > 0 ? fp(q_temps) : nullptr;
   if (gemm_dtype_ == kernels::gemm_dtype::fp8) qkv_ = own_qkv ? fp(qkv) : gate_;
 
   // Per step slot: the upload, then the records and scores coming back (one pinned allocation).

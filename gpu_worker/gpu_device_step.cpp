@@ -286,21 +286,24 @@ void gpu_device::run_body() {
                                stream_),
      "embedding");
   prof_.mark("rope angles", stream_);
-  // The step's angles once for every layer; a model whose sliding layers have their own RoPE
-  // (gemma3) gets a second table for those.
-  const auto angles = [&](double* out, float base, float freq_scale) {
+  // The step's angles once for every layer (and the queries' temperatures, mistral3); a model whose
+  // sliding layers have their own RoPE (gemma3) gets a second table for those.
+  const auto angles = [&](double* out, float base, float freq_scale, float* q_temps) {
     ok(kernels::launch_rope_angles({.positions = dev_at<std::int32_t>(up_off_.positions),
                                     .n_tokens = T,
                                     .rot_dim = hp.rope_dim,
                                     .freq_base = base,
                                     .freq_scale = freq_scale,
                                     .freq_factors = rope_freqs_,
-                                    .out = out},
+                                    .out = out,
+                                    .q_scales = q_temps,
+                                    .attn_temp_scale = hp.attn_temp_scale,
+                                    .attn_temp_floor = hp.attn_temp_floor},
                                    stream_),
        "rope angles");
   };
-  angles(rope_angles_, hp.rope_base, hp.rope_freq_scale);
-  if (rope_angles_swa_ != nullptr) angles(rope_angles_swa_, hp.rope_base_swa, hp.rope_freq_scale_swa);
+  angles(rope_angles_, hp.rope_base, hp.rope_freq_scale, q_temps_);
+  if (rope_angles_swa_ != nullptr) angles(rope_angles_swa_, hp.rope_base_swa, hp.rope_freq_scale_swa, nullptr);
   prof_.mark("norm", stream_);
   ok(kernels::launch_rms_norm_residual(norm_params(nullptr, layers_[0].attn_norm), stream_), "attention norm");
   for (std::int64_t l = 0; l < hp.n_layer; ++l) run_layer(l);
@@ -530,7 +533,8 @@ void gpu_device::run_attention_block(std::int64_t l, bool x8_embd) {
                                    // Q/K norms (qwen3, gemma3): per head, before the rotation, in the same launch.
                                    .q_norm = hp.qk_norm ? w.q_norm : nullptr,
                                    .k_norm = hp.qk_norm ? w.k_norm : nullptr,
-                                   .norm_eps = hp.rms_eps};
+                                   .norm_eps = hp.rms_eps,
+                                   .q_scales = q_temps_};
   prof_.mark(hp.qk_norm ? "q/k norm + rope + kv write" : "rope + kv write", stream_);
   ok(kernels::launch_rope_kv_write(rp, stream_), "rope + kv write");
   // Decode-only steps: attention writes the o projection's 8-bit input itself (not when the gate

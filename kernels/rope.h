@@ -5,7 +5,10 @@
 // GPT-NeoX and HF's rotate_half do. Dimensions past rot_dim are left alone.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+
+#include "kernels/host_device.h"
 
 namespace anvil::kernels {
 
@@ -23,6 +26,13 @@ struct rope_params {
   const float* freq_factors = nullptr;   // [rot_dim / 2] or null (Llama 3.1's rope_freqs)
   rope_style style = rope_style::normal;
 };
+
+// Llama 4's attention temperature (mistral3's too): the factor a query at position pos is multiplied
+// by after its rotation, 1 + scale * ln(1 + floor(pos / floor_scale)) (1 below floor_scale), in
+// double and rounded to float once, so the CPU reference and the GPU kernels scale by the same float.
+ANVIL_HOST_DEVICE inline float attn_temperature(std::int64_t pos, float scale, std::int64_t floor_scale) {
+  return float(1.0 + double(scale) * ::log(1.0 + double(pos / floor_scale)));
+}
 
 // Computes the angles in double: the reference is as exact as the op's definition allows.
 void rope_ref(const rope_params& p);

@@ -48,6 +48,10 @@ struct rope_kv_write_params {
   const float* q_norm = nullptr;
   const float* k_norm = nullptr;
   float norm_eps = 1e-6f;
+  // Optional: each token's query temperature [n_tokens] (launch_rope_angles writes it): the rotated
+  // q is multiplied by it, as rope_ref followed by a multiplication by kernels::attn_temperature.
+  // Needs rot_dim == head_dim.
+  const float* q_scales = nullptr;
 };
 
 // The (sin, cos) of each token's angle for each of the rot_dim / 2 rotated pairs, pair i of
@@ -60,6 +64,11 @@ struct rope_angles_params {
   float freq_scale = 1.f;
   const float* freq_factors = nullptr;      // [rot_dim / 2] or null
   double* out = nullptr;                    // [n_tokens][rot_dim / 2][2]: sin, then cos
+  // Optional (mistral3): each token's query temperature, attn_temperature(position, attn_temp_scale,
+  // attn_temp_floor), into q_scales [n_tokens].
+  float* q_scales = nullptr;
+  float attn_temp_scale = 0.f;
+  std::int64_t attn_temp_floor = 0;
 };
 inline std::size_t rope_angles_bytes(std::int64_t n_tokens, std::int64_t rot_dim) {
   return std::size_t(n_tokens) * std::size_t(rot_dim) * sizeof(double);
@@ -75,12 +84,12 @@ inline constexpr std::int64_t rope_max_rot_dim = 512;
 namespace anvil::kernels {
 // A block per token and group of heads (8-bit caches: and per kv head). Rejects
 // (hipErrorInvalidValue) rot_dim odd or > min(head_dim, 512), an 8-bit cache with head_dim > 512
-// or without its scales, a stride shorter than its row, or more heads than 65535 blocks of a
-// grid column hold.
+// or without its scales, a stride shorter than its row, q_scales with rot_dim < head_dim, or
+// more heads than 65535 blocks of a grid column hold.
 // Slots are trusted to lie inside the cache (the KV manager hands them out).
 hipError_t launch_rope_kv_write(const rope_kv_write_params& p, hipStream_t stream);
-// A thread per (token, pair). Rejects (hipErrorInvalidValue) rot_dim odd or > 512 and a missing
-// output.
+// A thread per (token, pair). Rejects (hipErrorInvalidValue) rot_dim odd or > 512, a missing
+// output, and q_scales without a positive attn_temp_floor.
 hipError_t launch_rope_angles(const rope_angles_params& p, hipStream_t stream);
 }  // namespace anvil::kernels
 #endif

@@ -43,6 +43,7 @@ __global__ void __launch_bounds__(block_size) rope_angles_kernel(rope_angles_par
   sincos(theta, &s, &c);
   p.out[2 * e] = s;
   p.out[2 * e + 1] = c;
+  if (p.q_scales && i == 0) p.q_scales[t] = attn_temperature(p.positions[t], p.attn_temp_scale, p.attn_temp_floor);
 }
 
 // (x0, x1) rotated by the angle with sine s and cosine c, in double, rounded to float as rope_ref stores.
@@ -115,7 +116,11 @@ __device__ void rope_heads(const rope_kv_write_params& p, std::int64_t t, int h0
     if (h < n_q) {
       const std::int64_t base = std::int64_t(h) * hd;
       const float* x = qi + std::int64_t(h) * q_head_stride(p);
-      rotate(normed(x, a, sc[h - h0], p.q_norm), normed(x, b, sc[h - h0], p.q_norm), s, c, q[base + a], q[base + b]);
+      float y0, y1;  // float first, as rope_ref stores float, then the temperature
+      rotate(normed(x, a, sc[h - h0], p.q_norm), normed(x, b, sc[h - h0], p.q_norm), s, c, y0, y1);
+      const float temp = p.q_scales ? p.q_scales[t] : 1.f;
+      q[base + a] = y0 * temp;
+      q[base + b] = y1 * temp;
     } else {
       const std::int64_t base = std::int64_t(h - n_q) * hd;
       const float* x = k + base;
@@ -228,7 +233,7 @@ hipError_t launch_rope_kv_write(const rope_kv_write_params& p, hipStream_t strea
   const std::int64_t hd = p.cache.head_dim;
   if (p.n_tokens < 0 || p.n_tokens > 0x7fffffff || p.n_heads <= 0 || p.cache.n_kv_heads <= 0 || hd <= 0 ||
       p.rot_dim < 0 || p.rot_dim % 2 != 0 || p.rot_dim > hd || p.rot_dim > rope_max_rot_dim ||
-      (p.rot_dim > 0 && p.angles == nullptr)) {
+      (p.rot_dim > 0 && p.angles == nullptr) || (p.q_scales != nullptr && p.rot_dim != hd)) {
     return hipErrorInvalidValue;
   }
   const std::int64_t kv_row = p.cache.n_kv_heads * hd;
@@ -259,7 +264,8 @@ hipError_t launch_rope_kv_write(const rope_kv_write_params& p, hipStream_t strea
 
 hipError_t launch_rope_angles(const rope_angles_params& p, hipStream_t stream) {
   if (p.n_tokens < 0 || p.rot_dim < 0 || p.rot_dim % 2 != 0 || p.rot_dim > rope_max_rot_dim ||
-      (p.n_tokens > 0 && p.rot_dim > 0 && (p.out == nullptr || p.positions == nullptr))) {
+      (p.n_tokens > 0 && p.rot_dim > 0 && (p.out == nullptr || p.positions == nullptr)) ||
+      (p.q_scales != nullptr && p.attn_temp_floor <= 0)) {
     return hipErrorInvalidValue;
   }
   const std::int64_t n = p.n_tokens * (p.rot_dim / 2);

@@ -441,6 +441,13 @@ void cpu_forward::attention(std::int64_t l, kv_cache_storage& cache) {
                             .freq_factors = factors,
                             .style = hp.rope};
   kernels::rope_ref(rope);
+  if (hp.attn_temp_scale > 0) {  // mistral3: the query's temperature at long positions
+    const std::int64_t q_row = hp.n_head * hp.head_dim;
+    for (std::int64_t t = 0; t < n; ++t) {
+      const float temp = kernels::attn_temperature(positions_[std::size_t(t)], hp.attn_temp_scale, hp.attn_temp_floor);
+      for (float& x : std::span(q_.data() + t * q_row, std::size_t(q_row))) x *= temp;
+    }
+  }
   rope.x = k_.data();  // K: the same rotation over the KV heads
   rope.n_heads = hp.n_head_kv;
   kernels::rope_ref(rope);

@@ -117,6 +117,7 @@ std::string_view arch_name(arch a) {
     case arch::gemma3: return "gemma3";
     case arch::qwen35: return "qwen35";
     case arch::qwen35moe: return "qwen35moe";
+    case arch::mistral3: return "mistral3";
   }
   return "?";
 }
@@ -144,9 +145,12 @@ hparams read_hparams(const gguf_file& f) {
     hp.architecture = arch::qwen35;
   } else if (hp.arch_name == "qwen35moe") {
     hp.architecture = arch::qwen35moe;
+  } else if (hp.arch_name == "mistral3") {
+    hp.architecture = arch::mistral3;
   } else {
     throw model_error("unsupported architecture '" + hp.arch_name +
-                      "' (anvil runs llama, qwen2, qwen3, qwen2moe, qwen3moe, gpt-oss, gemma3, qwen35 and qwen35moe)");
+                      "' (anvil runs llama, qwen2, qwen3, qwen2moe, qwen3moe, gpt-oss, gemma3, qwen35, qwen35moe and "
+                      "mistral3)");
   }
   const bool qwen35 = hp.architecture == arch::qwen35 || hp.architecture == arch::qwen35moe;
   const std::string a = hp.arch_name + ".";
@@ -206,11 +210,36 @@ hparams read_hparams(const gguf_file& f) {
     if (!(hp.yarn_beta_fast > 0) || !(hp.yarn_beta_slow > 0)) throw model_error("rope.scaling.yarn_beta_fast/slow must be positive");
     hp.yarn_truncate = hp.architecture != arch::gpt_oss;
     hp.yarn_attn_factor = 0.1f * std::log(hp.yarn_factor) + 1.f;
+    // mistral3: HF's mscale_all_dim, which divides the magnitude factor by its own (with mscale 1:
+    // Ministral 3's 1 gives a factor of exactly 1), as llama.cpp reads it.
+    if (const auto m = f.get_float(a + "rope.scaling.yarn_log_multiplier")) {
+      if (hp.architecture != arch::mistral3) {
+        throw model_error("metadata '" + a + "rope.scaling.yarn_log_multiplier' is supported for mistral3 only");
+      }
+      if (!(*m >= 0)) throw model_error("rope.scaling.yarn_log_multiplier must not be negative");
+      hp.yarn_attn_factor /= 0.1f * static_cast<float>(*m) * std::log(hp.yarn_factor) + 1.f;
+    }
   } else if (scaling != "none") {
     throw model_error("rope scaling '" + scaling + "' is not supported (anvil supports none, linear and yarn)");
   }
   const bool gpt_oss = hp.architecture == arch::gpt_oss, gemma3 = hp.architecture == arch::gemma3;
-  hp.rope = hp.architecture == arch::llama ? kernels::rope_style::normal : kernels::rope_style::neox;
+  // llama.cpp's converter permutes llama's and mistral3's q/k rows for the interleaved rotation.
+  hp.rope = hp.architecture == arch::llama || hp.architecture == arch::mistral3 ? kernels::rope_style::normal
+                                                                                 : kernels::rope_style::neox;
+  if (const auto beta = f.get_float(a + "attention.temperature_scale")) {
+    if (hp.architecture != arch::mistral3) {
+      throw model_error("metadata '" + a + "attention.temperature_scale' (Llama 4's attention temperature) is supported "
+                        "for mistral3 only");
+    }
+    if (!(*beta >= 0) || *beta > 16) throw model_error("attention.temperature_scale must be in [0, 16]");
+    if (hp.rope_dim != hp.head_dim) {
+      throw model_error("attention.temperature_scale with rope.dimension_count below the head size is not supported");
+    }
+    hp.attn_temp_scale = static_cast<float>(*beta);
+    // llama.cpp's n_attn_temp_floor_scale: the original context YaRN extends.
+    hp.attn_temp_floor = hp.yarn_orig_ctx > 0 ? hp.yarn_orig_ctx : hp.n_ctx_train;
+    if (hp.attn_temp_floor < 1) throw model_error("attention.temperature_scale needs a positive original context length");
+  }
   hp.qkv_bias = hp.architecture == arch::qwen2 || hp.architecture == arch::qwen2moe || gpt_oss;
   hp.o_bias = hp.attn_sinks = hp.expert_bias = gpt_oss;
   hp.qk_norm = hp.architecture == arch::qwen3 || hp.architecture == arch::qwen3moe || gemma3 || qwen35;

@@ -41,7 +41,7 @@
 
 namespace anvil::model {
 
-enum class arch { llama, qwen2, qwen3, qwen3moe, qwen2moe, gpt_oss, gemma3, qwen35, qwen35moe };
+enum class arch { llama, qwen2, qwen3, qwen3moe, qwen2moe, gpt_oss, gemma3, qwen35, qwen35moe, mistral3 };
 
 struct hparams {
   arch architecture = arch::llama;
@@ -64,6 +64,11 @@ struct hparams {
   float yarn_beta_fast = 32.f, yarn_beta_slow = 1.f;
   bool yarn_truncate = true;       // the ramp's ends rounded to whole pairs (HF's default)
   float yarn_attn_factor = 1.f;
+  // mistral3 (Ministral 3, Devstral Small 2): Llama 4's attention temperature. After RoPE, the query
+  // at position p is multiplied by kernels::attn_temperature(p, attn_temp_scale, attn_temp_floor)
+  // = 1 + scale * ln(1 + floor(p / floor)), which is 1 within the original context. 0: none.
+  float attn_temp_scale = 0.f;
+  std::int64_t attn_temp_floor = 0;
   std::int64_t rope_dim = 0;       // rotated dimensions per head (rope.dimension_count)
   kernels::rope_style rope = kernels::rope_style::normal;
   bool qkv_bias = false;

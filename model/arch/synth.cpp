@@ -153,6 +153,14 @@ const std::vector<synth_shape>& synth_shapes() {
        .rms_eps = 1e-6f, .tied_output = false, .n_expert = 256, .n_expert_used = 8, .n_ff_exp = 512, .n_ff_shexp = 512,
        .full_attn_interval = 4, .ssm_k_heads = 16, .ssm_v_heads = 32, .ssm_head = 128, .ssm_conv_kernel = 4,
        .rope_dim = 64},
+      // Ministral 3 (mistral3): Llama's blocks, YaRN from an original context of 16,384 and the
+      // queries' temperature past it; a tiny one whose original context (32) short prompts pass.
+      {.name = "tiny-mistral3", .architecture = arch::mistral3, .n_vocab = 512, .n_embd = 256, .n_layer = 2,
+       .n_head = 4, .n_head_kv = 2, .head_dim = 64, .n_ff = 768, .n_ctx = 4096, .rope_base = 1000000.f,
+       .rms_eps = 1e-5f, .tied_output = false, .yarn_factor = 16.f, .yarn_orig_ctx = 32, .attn_temp_scale = 0.1f},
+      {.name = "ministral3-8b", .architecture = arch::mistral3, .n_vocab = 131072, .n_embd = 4096, .n_layer = 34,
+       .n_head = 32, .n_head_kv = 8, .head_dim = 128, .n_ff = 14336, .n_ctx = 262144, .rope_base = 1000000.f,
+       .rms_eps = 1e-5f, .tied_output = false, .yarn_factor = 16.f, .yarn_orig_ctx = 16384, .attn_temp_scale = 0.1f},
       {.name = "mixtral-8x7b", .architecture = arch::llama, .n_vocab = 32000, .n_embd = 4096, .n_layer = 32, .n_head = 32,
        .n_head_kv = 8, .head_dim = 128, .n_ff = 14336, .n_ctx = 32768, .rope_base = 1000000.f, .rms_eps = 1e-5f,
        .tied_output = false, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 14336},
@@ -281,7 +289,13 @@ void write_synth_model(const synth_options& opt, const std::string& path,
     w.set_string(a + ".rope.scaling.type", "yarn");
     w.set_f32(a + ".rope.scaling.factor", sh.yarn_factor);
     w.set_u32(a + ".rope.scaling.original_context_length", std::uint32_t(sh.yarn_orig_ctx));
+    if (sh.architecture == arch::mistral3) {  // as llama.cpp's converter writes Ministral 3
+      w.set_f32(a + ".rope.scaling.yarn_beta_fast", 32.f);
+      w.set_f32(a + ".rope.scaling.yarn_beta_slow", 1.f);
+      w.set_f32(a + ".rope.scaling.yarn_log_multiplier", 1.f);
+    }
   }
+  if (sh.attn_temp_scale > 0) w.set_f32(a + ".attention.temperature_scale", sh.attn_temp_scale);
   if (sh.n_expert > 0) {
     w.set_u32(a + ".expert_count", std::uint32_t(sh.n_expert));
     w.set_u32(a + ".expert_used_count", std::uint32_t(sh.n_expert_used));

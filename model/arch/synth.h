@@ -36,6 +36,8 @@ struct synth_shape {
   // first rope_dim dims of each head (0: all of them).
   std::int64_t full_attn_interval = 0, ssm_k_heads = 0, ssm_v_heads = 0, ssm_head = 0, ssm_conv_kernel = 0;
   std::int64_t rope_dim = 0;
+  // mistral3: Llama 4's attention temperature (with YaRN: the floor is its original context).
+  float attn_temp_scale = 0.f;
 };
 
 const std::vector<synth_shape>& synth_shapes();

@@ -224,6 +224,12 @@ TEST(Engine, Gemma3ServesConcurrentRequestsWithTheReferenceTokens) {
   expect_concurrent_greedy_matches_reference("tiny-gemma3");
 }
 
+// Ministral 3 through the engine: prompts of up to 33 tokens and 10 more generated pass its
+// original context (32 positions here), past which its queries' temperature grows.
+TEST(Engine, Mistral3ServesConcurrentRequestsWithTheReferenceTokens) {
+  expect_concurrent_greedy_matches_reference("tiny-mistral3");
+}
+
 // Qwen3.5 through the engine: its recurrent layers' state in a slot per sequence, started afresh
 // with each prompt and carried from step to step, whatever else the step holds.
 TEST(Engine, Qwen35ServesConcurrentRequestsWithTheReferenceTokens) {

@@ -218,7 +218,10 @@ INSTANTIATE_TEST_SUITE_P(
                       // of 256 dims (the attention kernels' third size),
                       // the norms on each block's output, GeGLU, the scaled embedding, a tied head.
                       model_case{"tiny-gemma3", synth_mix::f16}, model_case{"tiny-gemma3", synth_mix::q4_k_m},
-                      model_case{"tiny-gemma3", synth_mix::q8_0, kernels::kv_dtype::fp8}),
+                      model_case{"tiny-gemma3", synth_mix::q8_0, kernels::kv_dtype::fp8},
+                      // mistral3: YaRN, and the queries' temperature from position 32 on (the second
+                      // prompt's last tokens and the decode steps).
+                      model_case{"tiny-mistral3", synth_mix::q4_k_m}),
     [](const auto& param_info) { return case_name(param_info.param); });
 
 // Models with recurrent layers (Qwen3.5's gated DeltaNet): each sequence's state in its slot, a
@@ -716,7 +719,8 @@ INSTANTIATE_TEST_SUITE_P(Models, GpuEngine,
                                            model_case{"tiny-gpt-oss", synth_mix::mxfp4},
                                            model_case{"tiny-gemma3", synth_mix::q8_0},
                                            model_case{"tiny-qwen35", synth_mix::q8_0},
-                                           model_case{"tiny-qwen35moe", synth_mix::f16}),
+                                           model_case{"tiny-qwen35moe", synth_mix::f16},
+                                           model_case{"tiny-mistral3", synth_mix::q8_0}),
                          [](const auto& param_info) { return case_name(param_info.param); });
 
 // The window pool on the GPU (engine_config::window_pool, gpu_worker/kv_plan.h): the sliding

@@ -70,14 +70,16 @@ struct rope_case {
   std::int64_t n_tokens, n_heads, n_kv_heads, head_dim, rot_dim;
   rope_style style;
   bool factors;
+  float temp = 0.f;  // > 0: the queries' temperature (mistral3) at this scale, over a floor of 4096 positions
   std::string str() const {
     std::ostringstream s;
     s << "rope_kv_write(tokens=" << n_tokens << ", heads=" << n_heads << "/" << n_kv_heads << ", head_dim=" << head_dim
       << ", rot_dim=" << rot_dim << ", " << (style == rope_style::neox ? "neox" : "normal")
-      << (factors ? ", freq_factors" : "") << ")";
+      << (factors ? ", freq_factors" : "") << (temp > 0 ? ", q temperature" : "") << ")";
     return s.str();
   }
 };
+constexpr std::int64_t rope_temp_floor = 4096;
 
 class RopeKvWriteGpu : public ::testing::TestWithParam<rope_case> {};
 
@@ -121,6 +123,17 @@ struct rope_inputs {
               .style = c.style});
     return x;
   }
+  // q as the kernel leaves it: rotated, then times each token's temperature where the case has one.
+  std::vector<float> rotated_q(const rope_case& c) const {
+    std::vector<float> x = rotated(q, c.n_heads, c);
+    if (c.temp <= 0) return x;
+    const std::int64_t row = c.n_heads * c.head_dim;
+    for (std::int64_t t = 0; t < c.n_tokens; ++t) {
+      const float temp = attn_temperature(positions[std::size_t(t)], c.temp, rope_temp_floor);
+      for (std::int64_t e = 0; e < row; ++e) x[std::size_t(t * row + e)] *= temp;
+    }
+    return x;
+  }
 };
 
 // The inputs on the device, and the launch's parameters over a given cache.
@@ -130,6 +143,7 @@ struct rope_device {
   guarded_array<std::int32_t> positions;
   guarded_array<std::int64_t> slots;
   guarded_array<double> angles;
+  guarded_array<float> q_temps;
   rope_device(const rope_inputs& in, const rope_case& c)
       : q(in.q),
         k(in.k),
@@ -137,14 +151,18 @@ struct rope_device {
         factors(in.factors),
         positions(in.positions),
         slots(in.slots),
-        angles(std::max<std::size_t>(1, rope_angles_bytes(c.n_tokens, c.rot_dim) / sizeof(double))) {
+        angles(std::max<std::size_t>(1, rope_angles_bytes(c.n_tokens, c.rot_dim) / sizeof(double))),
+        q_temps(std::size_t(c.n_tokens)) {
     EXPECT_EQ(launch_rope_angles({.positions = positions.data(),
                                   .n_tokens = c.n_tokens,
                                   .rot_dim = c.rot_dim,
                                   .freq_base = 500000.f,
                                   .freq_scale = 0.5f,
                                   .freq_factors = c.factors ? factors.data() : nullptr,
-                                  .out = angles.data()},
+                                  .out = angles.data(),
+                                  .q_scales = c.temp > 0 ? q_temps.data() : nullptr,
+                                  .attn_temp_scale = c.temp,
+                                  .attn_temp_floor = rope_temp_floor},
                                  nullptr),
               hipSuccess);
   }
@@ -158,11 +176,12 @@ struct rope_device {
             .rot_dim = c.rot_dim,
             .angles = angles.data(),
             .slots = slots.data(),
-            .style = c.style};
+            .style = c.style,
+            .q_scales = c.temp > 0 ? q_temps.data() : nullptr};
   }
   bool intact() const {
     return q.guards_intact() && k.guards_intact() && v.guards_intact() && factors.guards_intact() &&
-           positions.guards_intact() && slots.guards_intact() && angles.guards_intact();
+           positions.guards_intact() && slots.guards_intact() && angles.guards_intact() && q_temps.guards_intact();
   }
 };
 
@@ -175,7 +194,7 @@ TEST_P(RopeKvWriteGpu, MatchesRopeThenKvWrite) {
   const std::vector<std::uint16_t> cache0 = random_cache(std::size_t(in.n_blocks * in.bs * in.kv_row), rng);
 
   // Reference: rope on q and k (float), then the write rounded to f16.
-  const std::vector<float> q_ref = in.rotated(in.q, c.n_heads, c), k_ref = in.rotated(in.k, c.n_kv_heads, c);
+  const std::vector<float> q_ref = in.rotated_q(c), k_ref = in.rotated(in.k, c.n_kv_heads, c);
   std::vector<std::uint16_t> k_cache_ref = cache0, v_cache_ref = cache0;
   for (std::int64_t t = 0; t < c.n_tokens; ++t) {
     const std::int64_t slot = in.slots[std::size_t(t)];
@@ -277,7 +296,7 @@ TEST_P(RopeKvWriteGpu, Stores8BitRowsAsKvQuantizeRowDoes) {
     for (std::size_t r = 0; r < ks.size(); ++r) EXPECT_NEAR(ks[r], ks_ref[r], 1e-6 * std::abs(ks_ref[r])) << "row " << r;
     EXPECT_TRUE(dvc.download() == vc_ref) << "V codes (or an untouched row) differ";
     EXPECT_TRUE(dvs.download() == vs_ref) << "V scales (or an untouched row) differ";
-    const double q_err = nmse(d.q.download(), in.rotated(in.q, c.n_heads, c));
+    const double q_err = nmse(d.q.download(), in.rotated_q(c));
     EXPECT_LT(q_err, 1e-12);
     std::printf("  %-75s %s: k codes moved by one=%zu\n", c.str().c_str(), std::string(kv_dtype_name(t)).c_str(), k_moved);
     EXPECT_TRUE(d.intact());
@@ -462,7 +481,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, RopeKvWriteGpu,
                                            rope_case{300, 16, 8, 128, 128, rope_style::neox, false},  // qwen3
                                            rope_case{5, 8, 1, 128, 64, rope_style::neox, true},       // partial rotation
                                            rope_case{9, 4, 4, 64, 32, rope_style::normal, false},
-                                           rope_case{19, 4, 1, 256, 256, rope_style::neox, false}));  // gemma3 1B
+                                           rope_case{19, 4, 1, 256, 256, rope_style::neox, false},    // gemma3 1B
+                                           rope_case{23, 32, 8, 128, 128, rope_style::normal, false, 0.1f}));  // mistral3
 
 // ---------------------------------------------------------------------------------------------
 // Attention: shared set-up. Sequences with shuffled block tables over one random f16 cache.

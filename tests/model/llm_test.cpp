@@ -44,7 +44,8 @@ void put_llama_hparams(gguf_writer& w, const std::string& arch) {
 
 TEST(LoadLlm, ReadsTheHyperParametersOfEachShape) {
   for (const char* name :
-       {"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-qwen2moe", "tiny-qwen3moe", "tiny-mixtral", "tiny-gpt-oss", "tiny-gemma3"}) {
+       {"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-qwen2moe", "tiny-qwen3moe", "tiny-mixtral", "tiny-gpt-oss", "tiny-gemma3",
+        "tiny-mistral3"}) {
     const synth_shape& s = *find_synth_shape(name);
     const llm m = load_llm(gguf_file::open(synth_fixture(name, synth_mix::f32)));
     EXPECT_EQ(m.hp.arch_name, std::string(arch_name(s.architecture))) << name;
@@ -65,7 +66,8 @@ TEST(LoadLlm, ReadsTheHyperParametersOfEachShape) {
     EXPECT_EQ(m.layers[0].sinks.size(), std::size_t(gpt_oss ? s.n_head : 0));
     EXPECT_EQ(m.layers[0].bo.size(), std::size_t(gpt_oss ? s.n_embd : 0));
     EXPECT_EQ(m.hp.qk_norm, s.architecture == arch::qwen3 || s.architecture == arch::qwen3moe || s.architecture == arch::gemma3);
-    EXPECT_EQ(m.hp.rope, s.architecture == arch::llama ? anvil::kernels::rope_style::normal : anvil::kernels::rope_style::neox);
+    const bool interleaved = s.architecture == arch::llama || s.architecture == arch::mistral3;
+    EXPECT_EQ(m.hp.rope, interleaved ? anvil::kernels::rope_style::normal : anvil::kernels::rope_style::neox);
     ASSERT_EQ(m.layers.size(), std::size_t(s.n_layer));
     EXPECT_EQ(m.layers[0].wq.out, s.n_head * s.head_dim);
     EXPECT_EQ(m.hp.n_expert, s.n_expert) << name;
@@ -122,6 +124,23 @@ TEST(LoadLlm, GptOssLayersAlternateWindowsAndTakeYarn) {
   EXPECT_FLOAT_EQ(m.rope_freqs[31], 32.f);
   const float mscale = 0.1f * std::log(32.f) + 1;
   EXPECT_NEAR(m.hp.attention_scale(), mscale * mscale / 8, 1e-6);
+}
+
+TEST(LoadLlm, Mistral3TakesYarnWithoutItsMagnitudeAndTheQueriesTemperature) {
+  const synth_shape& s = *find_synth_shape("tiny-mistral3");
+  const llm m = load_llm(gguf_file::open(synth_fixture("tiny-mistral3", synth_mix::f32)));
+  EXPECT_EQ(m.hp.architecture, arch::mistral3);
+  EXPECT_EQ(m.hp.rope, anvil::kernels::rope_style::normal);
+  EXPECT_FLOAT_EQ(m.hp.yarn_factor, s.yarn_factor);
+  ASSERT_EQ(m.rope_freqs.size(), std::size_t(s.head_dim / 2));
+  // yarn_log_multiplier 1 (HF's mscale_all_dim = mscale = 1): no magnitude factor.
+  EXPECT_FLOAT_EQ(m.hp.yarn_attn_factor, 1.f);
+  EXPECT_FLOAT_EQ(m.hp.attention_scale(), 1.f / 8);
+  EXPECT_FLOAT_EQ(m.hp.attn_temp_scale, 0.1f);
+  EXPECT_EQ(m.hp.attn_temp_floor, s.yarn_orig_ctx);
+  EXPECT_FLOAT_EQ(anvil::kernels::attn_temperature(31, 0.1f, 32), 1.f);
+  EXPECT_FLOAT_EQ(anvil::kernels::attn_temperature(32, 0.1f, 32), float(1 + 0.1 * std::log(2.0)));
+  EXPECT_FLOAT_EQ(anvil::kernels::attn_temperature(100, 0.1f, 32), float(1 + 0.1 * std::log(4.0)));
 }
 
 TEST(LoadLlm, Gemma3LayersSlideFiveInSixWithTheirOwnRope) {
@@ -362,7 +381,7 @@ std::vector<std::int32_t> some_tokens(std::size_t n, std::int32_t seed) {
 TEST(CpuForward, LogitsAreFiniteAndVariedForEveryShapeAndMix) {
   for (const char* shape :
        {"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-qwen2moe", "tiny-qwen3moe", "tiny-mixtral", "tiny-gpt-oss", "tiny-gemma3",
-        "tiny-qwen35", "tiny-qwen35moe"}) {
+        "tiny-qwen35", "tiny-qwen35moe", "tiny-mistral3"}) {
     for (synth_mix mix : {synth_mix::f32, synth_mix::f16, synth_mix::bf16, synth_mix::q8_0, synth_mix::q4_0,
                           synth_mix::q6_k, synth_mix::q4_k_m, synth_mix::iq4_xs, synth_mix::mxfp4}) {
       const llm m = load_llm(gguf_file::open(synth_fixture(shape, mix)));
@@ -386,8 +405,9 @@ TEST(CpuForward, LogitsAreFiniteAndVariedForEveryShapeAndMix) {
 TEST(CpuForward, ChunkedPrefillAndDecodeMatchOneShotPrefill) {
   // tiny-gpt-oss: 37 tokens pass its window of 16 on layer 0, with sinks on both layers.
   // tiny-qwen35: its recurrent layers' state carried from step to step.
+  // tiny-mistral3: its queries' temperature from position 32 on.
   for (const char* shape : {"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-qwen2moe", "tiny-qwen3moe", "tiny-mixtral",
-                            "tiny-gpt-oss", "tiny-gemma3", "tiny-qwen35", "tiny-qwen35moe"}) {
+                            "tiny-gpt-oss", "tiny-gemma3", "tiny-qwen35", "tiny-qwen35moe", "tiny-mistral3"}) {
     const llm m = load_llm(gguf_file::open(synth_fixture(shape, synth_mix::f32)));
     const auto tokens = some_tokens(37, 2);
     const std::vector<std::int32_t> table = {0, 1, 2, 3, 4};
@@ -396,6 +416,21 @@ TEST(CpuForward, ChunkedPrefillAndDecodeMatchOneShotPrefill) {
     EXPECT_LT(max_rel_diff(run_all(m, tokens, 5, table, b), one_shot), 1e-5) << shape;   // chunks of 5
     EXPECT_LT(max_rel_diff(run_all(m, tokens, 1, table, c), one_shot), 1e-5) << shape;   // decode steps
   }
+}
+
+TEST(CpuForward, Mistral3QueriesTemperatureActsFromTheOriginalContextOn) {
+  const std::string path = synth_fixture("tiny-mistral3", synth_mix::f32);
+  const llm m = load_llm(gguf_file::open(path));
+  llm plain = load_llm(gguf_file::open(path));
+  plain.hp.attn_temp_scale = 0;
+  const auto tokens = some_tokens(48, 3);
+  const std::vector<std::int32_t> table = {0, 1, 2};
+  kv_cache_storage a = cache_of(m, 3, 16), b = cache_of(plain, 3, 16);
+  const auto with = run_all(m, tokens, 48, table, a), without = run_all(plain, tokens, 48, table, b);
+  const auto n_vocab = std::size_t(m.hp.n_vocab);
+  const std::vector<float> head(with.begin(), with.begin() + 32 * n_vocab), rest(with.begin() + 32 * n_vocab, with.end());
+  EXPECT_EQ(head, std::vector<float>(without.begin(), without.begin() + 32 * n_vocab)) << "positions 0-31: a temperature of 1";
+  EXPECT_GT(max_rel_diff(rest, std::vector<float>(without.begin() + 32 * n_vocab, without.end())), 1e-3);
 }
 
 // An 8-bit cache (kernels/kv_quant.h): chunking does not change what is stored, so chunked prefill

@@ -1,7 +1,7 @@
 """Reference logits for anvil's CPU forward pass (run on the GPU machine: PyTorch + transformers).
 
 For each architecture (llama, qwen2, qwen3, qwen2moe, qwen3moe, mixtral: llama with experts,
-gpt-oss, gemma3, qwen35 and qwen35moe) it builds a small random-init HF model, writes it to
+gpt-oss, gemma3, qwen35, qwen35moe and mistral3) it builds a small random-init HF model, writes it to
 GGUF the way llama.cpp's converter does (Q/K rows permuted for `llama`, so its interleaved RoPE
 equals HF's rotate_half), runs it in float32 on the CPU and stores, next to the GGUF:
   - the logits of every position of two prompts (run separately, so positions start at 0);
@@ -20,6 +20,9 @@ from gguf_writer import GGUFWriter
 
 VOCAB = 272  # 256 byte tokens + 3 control tokens + reserved filler, like anvil's synthetic tokenizer
 QWEN35_ROPE = {"theta": 10000000.0, "partial": 0.25}
+# mistral3 (Ministral 3): YaRN x16 over an original context of 8 (so the prompts pass it), HF's
+# mscale = mscale_all_dim = 1 (no magnitude factor), Llama 4's query temperature with beta 0.1.
+MISTRAL3_ROPE = dict(theta=1000000.0, factor=16.0, original=8, beta_fast=32.0, beta_slow=1.0, temp=0.1)
 GEMMA3_ROPE = {"global": 1000000.0, "local": 10000.0, "factor": 8.0}  # the global layers' base and linear factor; the sliding layers' base
 
 COMMON = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
@@ -87,9 +90,20 @@ CONFIGS = {
                        rope_parameters=dict(rope_type="default", rope_theta=QWEN35_ROPE["theta"],
                                             partial_rotary_factor=QWEN35_ROPE["partial"], mrope_section=[2, 1, 1],
                                             mrope_interleaved=True))),
+    # mistral3: Llama's blocks with interleaved RoPE in the GGUF, heads of 32 dims (wider than
+    # hidden / heads, as Ministral 3's), YaRN and the queries' temperature past position 8.
+    "mistral3": (getattr(transformers, "Ministral3Config", None), getattr(transformers, "Ministral3ForCausalLM", None),
+                 dict(COMMON, head_dim=32, rms_norm_eps=1e-5, tie_word_embeddings=False, sliding_window=None,
+                      max_position_embeddings=int(MISTRAL3_ROPE["factor"]) * MISTRAL3_ROPE["original"],
+                      rope_parameters=dict(rope_type="yarn", rope_theta=MISTRAL3_ROPE["theta"],
+                                           factor=MISTRAL3_ROPE["factor"],
+                                           original_max_position_embeddings=MISTRAL3_ROPE["original"],
+                                           beta_fast=MISTRAL3_ROPE["beta_fast"], beta_slow=MISTRAL3_ROPE["beta_slow"],
+                                           mscale=1.0, mscale_all_dim=1.0,
+                                           llama_4_scaling_beta=MISTRAL3_ROPE["temp"]))),
 }
 SEEDS = {"llama": 1, "qwen2": 2, "qwen3": 3, "qwen3moe": 4, "mixtral": 5, "qwen2moe": 6, "gpt-oss": 7, "gemma3": 8,
-         "qwen35": 9, "qwen35moe": 10}
+         "qwen35": 9, "qwen35moe": 10, "mistral3": 11}
 GGUF_ARCH = {"mixtral": "llama"}  # Mixtral files say llama, with llama.expert_count
 GPT_OSS_YARN = dict(factor=32.0, original=64, beta_fast=32.0, beta_slow=1.0)
 
@@ -117,11 +131,14 @@ def rope_theta_of(cfg):
     return float(cfg.rope_theta)
 
 
-def yarn_inv_freq(base, dim, y):
-    """HF's _compute_yarn_parameters with truncate=False (gpt-oss), as anvil computes it."""
+def yarn_inv_freq(base, dim, y, truncate=False):
+    """HF's _compute_yarn_parameters (truncate=False: gpt-oss), as anvil computes it."""
     def corr(rot):
         return dim * np.log(y["original"] / (rot * 2 * np.pi)) / (2 * np.log(base))
-    low, high = max(corr(y["beta_fast"]), 0), min(corr(y["beta_slow"]), dim - 1)
+    low, high = corr(y["beta_fast"]), corr(y["beta_slow"])
+    if truncate:
+        low, high = np.floor(low), np.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
     if low == high:
         high += 0.001
     ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0, 1)
@@ -147,6 +164,20 @@ def check_gpt_oss_rope(model, cfg, head_dim):
     got = rot.inv_freq.double().numpy()
     assert np.allclose(got, want, rtol=1e-6), (got, want)
     assert abs(float(rot.attention_scaling) - mscale) < 1e-6, (rot.attention_scaling, mscale)
+
+
+def check_mistral3(model, cfg, head_dim):
+    """The rotary table must be YaRN with HF's rounded ramp and no magnitude factor, and the
+    attention must scale its queries by Llama 4's temperature (checked on the module's source, as
+    the forward pass is what the goldens come from)."""
+    import inspect
+    rot = model.model.rotary_emb
+    want, _ = yarn_inv_freq(MISTRAL3_ROPE["theta"], head_dim, MISTRAL3_ROPE, truncate=True)
+    got = rot.inv_freq.double().numpy()
+    assert np.allclose(got, want, rtol=1e-6), (got, want)
+    assert abs(float(rot.attention_scaling) - 1.0) < 1e-6, rot.attention_scaling
+    src = inspect.getsource(type(model.model.layers[0].self_attn))
+    assert "llama_4" in src or "attn_scale" in src, "Ministral3 attention without the query temperature?"
 
 
 def ensure_gemma3_rope(cfg):
@@ -310,6 +341,7 @@ def write_gguf(name, cfg, model, path):
     sd = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     gpt_oss, gemma3, qwen35 = arch == "gpt-oss", arch == "gemma3", arch in ("qwen35", "qwen35moe")
+    mistral3 = arch == "mistral3"
     # Gemma's and Qwen3.5's RMSNorms multiply by 1 + w; llama.cpp's converter stores 1 + w.
     norm = (lambda v: v + 1) if gemma3 or qwen35 else (lambda v: v)
     w = GGUFWriter()
@@ -347,6 +379,15 @@ def write_gguf(name, cfg, model, path):
         w.u32(f"{arch}.ssm.group_count", cfg.linear_num_key_heads)
         w.u32(f"{arch}.ssm.time_step_rank", cfg.linear_num_value_heads)
         w.u32(f"{arch}.ssm.inner_size", cfg.linear_num_value_heads * cfg.linear_value_head_dim)
+    if mistral3:  # as llama.cpp's converter writes Ministral 3
+        check_mistral3(model, cfg, head_dim)
+        w.string(f"{arch}.rope.scaling.type", "yarn")
+        w.f32(f"{arch}.rope.scaling.factor", MISTRAL3_ROPE["factor"])
+        w.u32(f"{arch}.rope.scaling.original_context_length", MISTRAL3_ROPE["original"])
+        w.f32(f"{arch}.rope.scaling.yarn_beta_fast", MISTRAL3_ROPE["beta_fast"])
+        w.f32(f"{arch}.rope.scaling.yarn_beta_slow", MISTRAL3_ROPE["beta_slow"])
+        w.f32(f"{arch}.rope.scaling.yarn_log_multiplier", 1.0)
+        w.f32(f"{arch}.attention.temperature_scale", MISTRAL3_ROPE["temp"])
     if gemma3:
         check_gemma3_rope(model, head_dim)
         w.u32(f"{arch}.attention.sliding_window", cfg.sliding_window)
@@ -382,7 +423,7 @@ def write_gguf(name, cfg, model, path):
             w.tensor(b + "attn_k_norm.weight", norm(sd[p + "self_attn.k_norm.weight"]))
             continue
         q, k = sd[p + "self_attn.q_proj.weight"], sd[p + "self_attn.k_proj.weight"]
-        if arch == "llama":
+        if arch in ("llama", "mistral3"):
             q, k = permute_for_llama(q, cfg.num_attention_heads), permute_for_llama(k, cfg.num_key_value_heads)
         w.tensor(b + "attn_norm.weight", norm(sd[p + "input_layernorm.weight"]))
         w.tensor(b + "attn_q.weight", q)
