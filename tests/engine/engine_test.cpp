@@ -1,8 +1,10 @@
 // The engine end to end on a tiny random-weight model, on the CPU worker: many requests at once,
 // greedy outputs identical to one-at-a-time runs, preemption under KV pressure, cancellation at
 // every stage, prefix caching, stop strings, and a device allocation count that never moves.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <future>
 #include <map>
 #include <mutex>
@@ -185,6 +187,31 @@ TEST(Engine, ManyConcurrentRequestsAllCompleteWithUnchangedOutputs) {
 
 // Concurrent greedy requests, batched with each other in every step, each give the tokens of the
 // reference forward pass run alone, and the scratch the model needs was all allocated at start-up.
+// `got`, a greedy request's tokens, against the reference's for `prompt` run alone. On the CPU
+// they are equal. On a GPU the kernels round differently (f16 prefill attention on tensor cores,
+// f16 KV), which may flip a near tie: there `got` may part from the reference only where the
+// reference's top two logits are within 0.05 (GpuEngine's rule, tests/gpu_worker/gpu_worker_test.cpp).
+// Returns whether it parted.
+bool expect_reference_tokens(const model::llm& m, const std::vector<std::int32_t>& prompt,
+                             const std::vector<std::int32_t>& got, bool on_gpu, int request) {
+  const std::vector<std::int32_t> want = model::testing::reference_greedy(m, prompt, std::int64_t(got.size()));
+  if (!on_gpu) {
+    EXPECT_EQ(got, want) << "request " << request;
+    return got != want;
+  }
+  const auto diff = std::mismatch(want.begin(), want.end(), got.begin());
+  if (diff.first == want.end()) return false;
+  std::vector<std::int32_t> ctx = prompt;
+  ctx.insert(ctx.end(), want.begin(), diff.first);
+  const std::vector<float> l = model::testing::reference_logits(m, ctx);
+  const float gap = l[std::size_t(*diff.first)] - l[std::size_t(*diff.second)];
+  std::printf("request %d parts from the reference at token %td (reference %d, gpu %d, reference gap %.4f)\n", request,
+              diff.first - want.begin(), *diff.first, *diff.second, gap);
+  EXPECT_LT(gap, 5e-2f) << "request " << request << " parts from the reference without a near tie";
+  return true;
+}
+
+// 24 concurrent greedy requests of 1 to 33 tokens; on a GPU at most two may part at a near tie.
 void expect_concurrent_greedy_matches_reference(const char* shape) {
   SCOPED_TRACE(shape);
   engine_config cfg = tiny_config();
@@ -192,9 +219,12 @@ void expect_concurrent_greedy_matches_reference(const char* shape) {
   cfg.backend = worker_backend::automatic;  // the CPU here; the GPU on a GPU machine
   const model::llm m = model::load_llm(model::gguf_file::open(cfg.model_path));
   // The GPU's 8-bit activations drift from the reference over a recurrent model's steps (the
-  // state carries every rounding on; bench/GPU_NOTES.md session 27): the CPU's f32 ones there.
-  cfg.gpu_float_activations = m.hp.has_recurrent();
+  // state carries every rounding on; bench/GPU_NOTES.md session 27), and their rounding can flip a
+  // mixture of experts' routing in a later layer, which the near-tie rule, reading the last
+  // layer's logits, cannot see (GpuEngine's note): the CPU's f32 activations for those.
+  cfg.gpu_float_activations = m.hp.has_recurrent() || m.has_experts();
   auto eng = engine::create(cfg);
+  const bool on_gpu = eng->backend() == worker_backend::gpu;
   const std::uint64_t allocations_at_start = eng->stats().device_allocations;
   std::vector<std::vector<std::int32_t>> prompts;
   std::vector<std::future<completion>> futures;
@@ -202,10 +232,13 @@ void expect_concurrent_greedy_matches_reference(const char* shape) {
     prompts.push_back(random_prompt(1 + (i * 7) % 33, std::uint32_t(100 + i)));
     futures.push_back(eng->async_generate(greedy_request(prompts.back(), 10), asio::use_future));
   }
+  int parted = 0;
   for (int i = 0; i < 24; ++i) {
     const completion c = futures[std::size_t(i)].get();
-    EXPECT_EQ(c.tokens, model::testing::reference_greedy(m, prompts[std::size_t(i)], 10)) << i;
+    EXPECT_EQ(c.tokens.size(), 10u) << i;
+    parted += expect_reference_tokens(m, prompts[std::size_t(i)], c.tokens, on_gpu, i);
   }
+  EXPECT_LE(parted, 2);
   const engine_stats s = settled_stats(*eng);
   EXPECT_EQ(s.kv.counts.in_use, 0);
   EXPECT_EQ(s.device_allocations, allocations_at_start);
@@ -250,12 +283,15 @@ TEST(Engine, AHybridModelResumesACachedPrefixFromItsStateSnapshot) {
     cfg.max_prefill_chunk = 24;               // the 45-token prompt in chunks: 24, then 8 up to its stop at 32
     cfg.gpu_float_activations = true;         // as above
     auto eng = engine::create(cfg);
+    const bool on_gpu = eng->backend() == worker_backend::gpu;
     const std::uint64_t allocations_at_start = eng->stats().device_allocations;
     const model::llm m = model::load_llm(model::gguf_file::open(cfg.model_path));
     const auto system = random_prompt(45, 7);
+    int requests = 0;
     const auto run = [&](const std::vector<std::int32_t>& prompt) {
       const completion c = eng->async_generate(greedy_request(prompt, 8), asio::use_future).get();
-      EXPECT_EQ(c.tokens, model::testing::reference_greedy(m, prompt, 8));
+      EXPECT_EQ(c.tokens.size(), 8u);
+      expect_reference_tokens(m, prompt, c.tokens, on_gpu, requests++);
       return c.usage.cached_prompt_tokens;
     };
     EXPECT_EQ(run(system), 0);
@@ -274,7 +310,8 @@ TEST(Engine, AHybridModelResumesACachedPrefixFromItsStateSnapshot) {
     }
     for (std::size_t i = 0; i < futures.size(); ++i) {
       const completion c = futures[i].get();
-      EXPECT_EQ(c.tokens, model::testing::reference_greedy(m, prompts[i], 8)) << i;
+      EXPECT_EQ(c.tokens.size(), 8u) << i;
+      expect_reference_tokens(m, prompts[i], c.tokens, on_gpu, requests++);
       EXPECT_GE(c.usage.cached_prompt_tokens, 32) << i;
     }
     const engine_stats s = settled_stats(*eng);

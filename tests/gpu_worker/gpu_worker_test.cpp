@@ -33,6 +33,7 @@
 #include "tests/gpu_worker/device_alloc_counter.h"
 #include "tests/gpu_worker/gpu_engine_util.h"
 #include "tests/model/fixtures.h"
+#include "tests/model/reference_greedy.h"
 #include "tests/sampler/edge_params.h"
 #include "tests/sampler/random_schemas.h"
 
@@ -631,20 +632,6 @@ TEST(GpuWorker, KvPoolFollowsTheMemoryFractionAndTheCap) {
 
 // ---- (b), (c) the whole engine ----
 
-// The reference forward pass's logits after `tokens`.
-std::vector<float> reference_logits(const model::llm& m, const std::vector<std::int32_t>& tokens,
-                                    kernels::kv_dtype kv = kernels::kv_dtype::f16) {
-  const std::int64_t n_blocks = (std::int64_t(tokens.size()) + 15) / 16;
-  const std::int32_t slot = m.hp.has_recurrent() ? 0 : -1;  // recurrent layers: their state in slot 0
-  model::kv_cache_storage cache(m.hp, n_blocks, 16, kv, std::pmr::get_default_resource(), 0, slot + 1);
-  const std::vector<std::int32_t> table = blocks(0, std::int32_t(n_blocks));
-  model::cpu_forward fwd(m);
-  std::vector<float> logits;
-  model::forward_seq s{.tokens = tokens, .start_pos = 0, .block_table = table, .state_slot = slot};
-  fwd.run(std::span(&s, 1), cache, logits);
-  return logits;
-}
-
 class GpuEngine : public ::testing::TestWithParam<model_case> {};
 
 TEST_P(GpuEngine, GreedyTokensEqualTheCpuEnginesForManyConcurrentPrompts) {
@@ -698,7 +685,7 @@ TEST_P(GpuEngine, GreedyTokensEqualTheCpuEnginesForManyConcurrentPrompts) {
     const std::size_t at = std::size_t(diff.first - on_cpu[i].begin());
     std::vector<std::int32_t> ctx = prompts[i];
     ctx.insert(ctx.end(), on_cpu[i].begin(), on_cpu[i].begin() + std::ptrdiff_t(at));
-    const std::vector<float> l = reference_logits(m, ctx, mc.kv);
+    const std::vector<float> l = model::testing::reference_logits(m, ctx, mc.kv);
     const float gap = l[std::size_t(*diff.first)] - l[std::size_t(*diff.second)];
     std::printf("prompt %zu: diverges at token %zu (cpu %d, gpu %d, reference gap %.4f)\n", i, at, *diff.first,
                 *diff.second, gap);

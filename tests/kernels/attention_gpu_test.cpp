@@ -123,9 +123,9 @@ struct rope_inputs {
               .style = c.style});
     return x;
   }
-  // q as the kernel leaves it: rotated, then times each token's temperature where the case has one.
-  std::vector<float> rotated_q(const rope_case& c) const {
-    std::vector<float> x = rotated(q, c.n_heads, c);
+  // A q as the kernel leaves it: rotated, then times each token's temperature where the case has one.
+  std::vector<float> rotated_q(const std::vector<float>& q_in, const rope_case& c) const {
+    std::vector<float> x = rotated(q_in, c.n_heads, c);
     if (c.temp <= 0) return x;
     const std::int64_t row = c.n_heads * c.head_dim;
     for (std::int64_t t = 0; t < c.n_tokens; ++t) {
@@ -194,7 +194,7 @@ TEST_P(RopeKvWriteGpu, MatchesRopeThenKvWrite) {
   const std::vector<std::uint16_t> cache0 = random_cache(std::size_t(in.n_blocks * in.bs * in.kv_row), rng);
 
   // Reference: rope on q and k (float), then the write rounded to f16.
-  const std::vector<float> q_ref = in.rotated_q(c), k_ref = in.rotated(in.k, c.n_kv_heads, c);
+  const std::vector<float> q_ref = in.rotated_q(in.q, c), k_ref = in.rotated(in.k, c.n_kv_heads, c);
   std::vector<std::uint16_t> k_cache_ref = cache0, v_cache_ref = cache0;
   for (std::int64_t t = 0; t < c.n_tokens; ++t) {
     const std::int64_t slot = in.slots[std::size_t(t)];
@@ -296,7 +296,7 @@ TEST_P(RopeKvWriteGpu, Stores8BitRowsAsKvQuantizeRowDoes) {
     for (std::size_t r = 0; r < ks.size(); ++r) EXPECT_NEAR(ks[r], ks_ref[r], 1e-6 * std::abs(ks_ref[r])) << "row " << r;
     EXPECT_TRUE(dvc.download() == vc_ref) << "V codes (or an untouched row) differ";
     EXPECT_TRUE(dvs.download() == vs_ref) << "V scales (or an untouched row) differ";
-    const double q_err = nmse(d.q.download(), in.rotated_q(c));
+    const double q_err = nmse(d.q.download(), in.rotated_q(in.q, c));
     EXPECT_LT(q_err, 1e-12);
     std::printf("  %-75s %s: k codes moved by one=%zu\n", c.str().c_str(), std::string(kv_dtype_name(t)).c_str(), k_moved);
     EXPECT_TRUE(d.intact());
@@ -465,7 +465,7 @@ TEST_P(RopeKvWriteGpu, NormsEachHeadFirstAsRmsNormInPlaceThenRopeDo) {
       std::vector<float> q_ref = in.q;
       rms_norm_ref({.x = q_ref.data(), .weight = qw.data(), .y = q_ref.data(), .rows = c.n_tokens * c.n_heads,
                     .cols = c.head_dim, .eps = 1e-6f});
-      const double q_err = nmse(q_one, in.rotated(q_ref, c.n_heads, c));
+      const double q_err = nmse(q_one, in.rotated_q(q_ref, c));
       EXPECT_LT(q_err, 1e-12);
       std::printf("  %-75s norms in the op, %s, %s rows: q nmse=%.3g\n", c.str().c_str(),
                   std::string(kv_dtype_name(t)).c_str(), from_fused ? "fused" : "packed", q_err);

@@ -1,5 +1,6 @@
 // Greedy tokens of one prompt on the reference forward pass, run alone: what the engine must give
-// for the same request (engine_test, the fault suites).
+// for the same request (engine_test, the fault suites); and the logits after a context, to tell a
+// near tie where a GPU run parts from them (gpu_worker_test, engine_test on a GPU machine).
 #pragma once
 
 #include <algorithm>
@@ -33,6 +34,21 @@ inline std::vector<std::int32_t> reference_greedy(const llm& m, const std::vecto
     fwd.run(std::span(&step, 1), cache, logits);
   }
   return out;
+}
+
+// The reference forward pass's logits after `tokens` (the last position's).
+inline std::vector<float> reference_logits(const llm& m, const std::vector<std::int32_t>& tokens,
+                                           kernels::kv_dtype kv_cache_dtype = kernels::kv_dtype::f16) {
+  const std::int64_t blocks = (std::int64_t(tokens.size()) + 15) / 16;
+  const std::int32_t slot = m.hp.has_recurrent() ? 0 : -1;  // recurrent layers: their state in slot 0
+  kv_cache_storage cache(m.hp, blocks, 16, kv_cache_dtype, std::pmr::get_default_resource(), 0, slot + 1);
+  std::vector<std::int32_t> table(static_cast<std::size_t>(blocks));
+  for (std::int64_t i = 0; i < blocks; ++i) table[std::size_t(i)] = std::int32_t(i);
+  cpu_forward fwd(m);
+  std::vector<float> logits;
+  const forward_seq step{.tokens = tokens, .start_pos = 0, .block_table = table, .state_slot = slot};
+  fwd.run(std::span(&step, 1), cache, logits);
+  return logits;
 }
 
 }  // namespace anvil::model::testing
