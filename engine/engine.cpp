@@ -141,8 +141,12 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
   if (cfg.max_seqs < 0) throw std::invalid_argument("max_seqs must be 0 (the backend's default) or >= 1");
   model::llm model = model::load_llm(model::gguf_file::open(cfg.model_path));
   worker_backend backend = cfg.backend;
+  std::string gpu_refusal;  // why --backend auto took the CPU on a machine with a GPU
   if (backend == worker_backend::automatic) {
     backend = gpu_worker::gpu_worker::available() ? worker_backend::gpu : worker_backend::cpu;
+    if (backend == worker_backend::gpu && !(gpu_refusal = gpu_worker::gpu_unsupported(model.hp)).empty()) {
+      backend = worker_backend::cpu;
+    }
   }
   if (backend == worker_backend::cpu && cfg.gemm_dtype != kernels::gemm_dtype::f16) {
     throw std::invalid_argument(
@@ -166,6 +170,7 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
       p->log->warn("{}", p->chat_unusable);
     }
   }
+  if (!gpu_refusal.empty()) p->log->warn("backend auto: the CPU, as the GPU cannot run this model: {}", gpu_refusal);
   if (p->chat) p->syntax = model::detect_chat_syntax(tmpl);
   for (const std::string_view marker : p->syntax.markers()) {
     const std::vector<std::string>& tokens = p->tok.spec().tokens;

@@ -90,10 +90,7 @@ gpu_device::gpu_device(const model::llm& m, const gpu_worker_config& cfg, memory
                              std::to_string(hp.ssm_head_v) +
                              "; the kernels take key heads of 16, 32, 64 or 128 and value heads of up to 128");
   }
-  if (hp.head_dim != 64 && hp.head_dim != 128 && hp.head_dim != 256) {
-    throw std::runtime_error("gpu worker: attention kernels need head_dim 64, 128 or 256, the model has " +
-                             std::to_string(hp.head_dim));
-  }
+  if (const std::string why = gpu_unsupported(hp); !why.empty()) throw std::runtime_error("gpu worker: " + why);
   if (hp.n_vocab > kernels::candidates_max_vocab) {
     throw std::runtime_error("gpu worker: the model's vocabulary has " + std::to_string(hp.n_vocab) +
                              " tokens; the candidates kernels take at most " +

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "gpu_worker/worker.h"
 #include "kernels/gemm_dtype.h"
@@ -62,6 +63,19 @@ struct gpu_worker_config {
   // layers (kv_plan.h): the memory plan says so with n_window_blocks > 0.
   bool window_pool = false;
 };
+
+// Why the GPU kernels cannot run a model of these hyper-parameters (empty: they can). The worker
+// refuses such a model at start-up; the engine's automatic backend takes the CPU for it.
+inline std::string gpu_unsupported(const model::hparams& hp) {
+  if (hp.architecture == model::arch::gemma4) {
+    return "gemma4 (Gemma 4: global heads of " + std::to_string(hp.head_dim) + " dims beside sliding ones of " +
+           std::to_string(hp.head_dim_swa) + ", V normalised, soft-capped logits) runs on the CPU backend only so far";
+  }
+  if (hp.head_dim != 64 && hp.head_dim != 128 && hp.head_dim != 256) {
+    return "attention kernels need head_dim 64, 128 or 256, the model has " + std::to_string(hp.head_dim);
+  }
+  return {};
+}
 
 class gpu_worker final : public worker {
  public:

@@ -60,8 +60,14 @@ cpu_forward::cpu_forward(const llm& m, std::int64_t max_tokens, std::pmr::memory
   }
   logit_rows_.reserve(t);
   for (auto* v : {&x_, &h_, &o_}) v->reserve(t * std::size_t(hp.n_embd));
-  for (auto* v : {&q_, &attn_}) v->reserve(t * std::size_t(hp.n_head * hp.head_dim));
-  for (auto* v : {&k_, &v_}) v->reserve(t * std::size_t(hp.n_head_kv * hp.head_dim));
+  std::int64_t q_width = 0, kv_width = 0;  // the widest layer's (gemma4's differ)
+  for (std::int64_t l = 0; l < hp.n_layer; ++l) {
+    q_width = std::max(q_width, hp.n_head * hp.layer_head_dim(l));
+    kv_width = std::max(kv_width, hp.layer_kv_heads(l) * hp.layer_head_dim(l));
+  }
+  for (auto* v : {&q_, &attn_}) v->reserve(t * std::size_t(q_width));
+  if (hp.v_norm) v_norm_ones_.assign(std::size_t(std::max(hp.head_dim, hp.head_dim_swa)), 1.f);
+  for (auto* v : {&k_, &v_}) v->reserve(t * std::size_t(kv_width));
   for (auto* v : {&gate_, &up_}) v->reserve(t * std::size_t(std::max({hp.n_ff, hp.n_ff_exp, hp.n_ff_shexp})));
   if (hp.has_recurrent()) {
     rseqs_.reserve(t);
@@ -86,7 +92,7 @@ cpu_forward::cpu_forward(const llm& m, std::int64_t max_tokens, std::pmr::memory
 kv_cache_storage::kv_cache_storage(const hparams& hp, std::int64_t n_blocks, std::int64_t block_size,
                                    kernels::kv_dtype dtype, std::pmr::memory_resource* arena, std::int64_t n_window_blocks,
                                    std::int64_t n_state_slots)
-    : block_size_(block_size), n_kv_heads_(hp.n_head_kv), head_dim_(hp.head_dim), dtype_(dtype), main_(arena),
+    : block_size_(block_size), dtype_(dtype), main_(arena),
       window_(arena), conv_(arena), matrix_(arena), state_pos_(arena) {
   if (n_blocks <= 0 || block_size <= 0 || n_window_blocks < 0 || n_state_slots < 0) {
     throw std::invalid_argument("kv cache needs at least one block of one slot");
@@ -103,6 +109,16 @@ kv_cache_storage::kv_cache_storage(const hparams& hp, std::int64_t n_blocks, std
   }
   main_.n_blocks = n_blocks;
   window_.n_blocks = window_.n_layers > 0 ? n_window_blocks : 0;
+  for (std::int64_t l = 0; l < hp.n_layer; ++l) {  // in layer order, which is each pool's index order
+    if (layers_.stateful(l)) continue;
+    pool& p = layers_.windowed(l) ? window_ : main_;
+    p.heads.push_back(hp.layer_kv_heads(l));
+    p.dims.push_back(hp.layer_head_dim(l));
+  }
+  for (pool* p : {&main_, &window_}) {
+    p->rows_at.assign(1, 0);
+    for (std::size_t i = 0; i < p->heads.size(); ++i) p->rows_at.push_back(p->rows_at.back() + p->n_blocks * block_size * p->heads[i]);
+  }
   allocate(main_);
   allocate(window_);
   n_state_slots_ = n_state_slots;
@@ -138,9 +154,15 @@ std::size_t kv_cache_storage::bytes_per_state_slot(const hparams& hp) {
          sizeof(float);
 }
 
+std::int64_t kv_cache_storage::elems_at(const pool& p, std::int64_t i) const {
+  std::int64_t e = 0;
+  for (std::int64_t j = 0; j < i; ++j) e += (p.rows_at[std::size_t(j) + 1] - p.rows_at[std::size_t(j)]) * p.dims[std::size_t(j)];
+  return e;
+}
+
 void kv_cache_storage::allocate(pool& p) const {
-  const auto rows = static_cast<std::size_t>(p.n_layers * p.n_blocks * block_size_ * n_kv_heads_);
-  const auto n = rows * static_cast<std::size_t>(head_dim_);
+  const auto rows = static_cast<std::size_t>(p.rows_at.back());
+  const auto n = static_cast<std::size_t>(elems_at(p, p.n_layers));
   if (!kernels::kv_is_8bit(dtype_)) {
     p.k.assign(n, 0.f);
     p.v.assign(n, 0.f);
@@ -166,48 +188,50 @@ std::size_t kv_cache_storage::bytes_per_block(const hparams& hp, std::int64_t bl
 
 std::size_t kv_cache_storage::bytes_per_block(const hparams& hp, std::int64_t block_size, kernels::kv_dtype dtype,
                                               bool window_pool, bool window) {
-  const kv_layer_map map = count_kv_layers(hp, window_pool);
-  const std::int64_t layers = window ? map.window_layers : map.main_layers;
-  const auto rows = std::size_t(layers * block_size * hp.n_head_kv) * 2;  // K and V
-  const auto row_bytes = kernels::kv_is_8bit(dtype) ? std::size_t(hp.head_dim) + sizeof(float)
-                                                    : std::size_t(hp.head_dim) * sizeof(float);
-  return rows * row_bytes;
+  const kv_layer_map map = map_kv_layers(hp, window_pool);
+  std::size_t bytes = 0;
+  for (std::int64_t l = 0; l < hp.n_layer; ++l) {
+    if (map.stateful(l) || map.windowed(l) != window) continue;
+    const auto rows = std::size_t(block_size * hp.layer_kv_heads(l)) * 2;  // K and V
+    const auto hd = std::size_t(hp.layer_head_dim(l));
+    bytes += rows * (kernels::kv_is_8bit(dtype) ? hd + sizeof(float) : hd * sizeof(float));
+  }
+  return bytes;
 }
 
 void kv_cache_storage::copy_block(std::int64_t src, std::int64_t dst, bool window) {
   pool& p = window ? window_ : main_;
-  const std::int64_t rows = block_size_ * n_kv_heads_, block = rows * head_dim_;
-  const auto copy = [&](auto& data, std::int64_t width) {
-    if (data.empty()) return;
-    const std::int64_t per_layer = p.n_blocks * width;
-    for (std::int64_t l = 0; l < p.n_layers; ++l) {
-      std::copy_n(data.begin() + l * per_layer + src * width, width, data.begin() + l * per_layer + dst * width);
-    }
-  };
-  copy(p.k, block);
-  copy(p.v, block);
-  copy(p.k8, block);
-  copy(p.v8, block);
-  copy(p.k_scales, rows);
-  copy(p.v_scales, rows);
+  for (std::int64_t i = 0; i < p.n_layers; ++i) {
+    const std::int64_t rows = block_size_ * p.heads[std::size_t(i)], width = rows * p.dims[std::size_t(i)];
+    const std::int64_t row0 = p.rows_at[std::size_t(i)], elem0 = elems_at(p, i);
+    const auto copy = [&](auto& data, std::int64_t at, std::int64_t n) {
+      if (!data.empty()) std::copy_n(data.begin() + at + src * n, n, data.begin() + at + dst * n);
+    };
+    copy(p.k, elem0, width);
+    copy(p.v, elem0, width);
+    copy(p.k8, elem0, width);
+    copy(p.v8, elem0, width);
+    copy(p.k_scales, row0, rows);
+    copy(p.v_scales, row0, rows);
+  }
 }
 
 kernels::paged_kv_view kv_cache_storage::layer(std::int64_t l) {
   pool& p = layers_.windowed(l) ? window_ : main_;
   const std::int64_t i = layers_.index[std::size_t(l)];
-  const std::int64_t rows = p.n_blocks * block_size_ * n_kv_heads_, per_layer = rows * head_dim_;
+  const std::int64_t row0 = p.rows_at[std::size_t(i)], elem0 = elems_at(p, i);
   const bool q8 = kernels::kv_is_8bit(dtype_);
-  return {.k = q8 ? nullptr : p.k.data() + i * per_layer,
-          .v = q8 ? nullptr : p.v.data() + i * per_layer,
+  return {.k = q8 ? nullptr : p.k.data() + elem0,
+          .v = q8 ? nullptr : p.v.data() + elem0,
           .n_blocks = p.n_blocks,
           .block_size = block_size_,
-          .n_kv_heads = n_kv_heads_,
-          .head_dim = head_dim_,
+          .n_kv_heads = p.heads[std::size_t(i)],
+          .head_dim = p.dims[std::size_t(i)],
           .dtype = dtype_,
-          .k8 = q8 ? p.k8.data() + i * per_layer : nullptr,
-          .v8 = q8 ? p.v8.data() + i * per_layer : nullptr,
-          .k_scales = q8 ? p.k_scales.data() + i * rows : nullptr,
-          .v_scales = q8 ? p.v_scales.data() + i * rows : nullptr};
+          .k8 = q8 ? p.k8.data() + elem0 : nullptr,
+          .v8 = q8 ? p.v8.data() + elem0 : nullptr,
+          .k_scales = q8 ? p.k_scales.data() + row0 : nullptr,
+          .v_scales = q8 ? p.v_scales.data() + row0 : nullptr};
 }
 
 void cpu_forward::check(std::span<const forward_seq> batch, const kv_cache_storage& cache) const {
@@ -332,6 +356,9 @@ void cpu_forward::head(float* logits) {
     rms_norm(x_.data() + logit_rows_[std::size_t(r)] * hp.n_embd, m_.output_norm, h_.data() + r * hp.n_embd, 1, hp.n_embd, hp.rms_eps);
   }
   matmul(m_.output, {}, h_, rows, logits);
+  if (hp.final_softcap > 0) {  // gemma4: cap * tanh(logit / cap)
+    for (float* y = logits; y != logits + rows * hp.n_vocab; ++y) *y = hp.final_softcap * std::tanh(*y / hp.final_softcap);
+  }
 }
 
 void cpu_forward::layer(std::int64_t l, kv_cache_storage& cache) {
@@ -358,6 +385,9 @@ void cpu_forward::layer(std::int64_t l, kv_cache_storage& cache) {
     swiglu_ffn({.gate = w.gate, .up = w.up, .down = w.down}, h_, n, o_.data());
   }
   add_block_output(w.post_ffn_norm);
+  if (w.out_scale != 1.f) {  // gemma4: the whole residual stream scaled after the layer
+    for (float& x : x_) x *= w.out_scale;
+  }
 }
 
 void cpu_forward::delta_net(std::int64_t l, kv_cache_storage& cache) {
@@ -405,36 +435,46 @@ void cpu_forward::attention(std::int64_t l, kv_cache_storage& cache) {
   const layer_weights& w = m_.layers[std::size_t(l)];
   const std::int64_t n = std::int64_t(ids_.size());
   const auto rows = [n](std::int64_t width) { return std::size_t(n * width); };
-  const std::int64_t q_dim = hp.n_head * hp.head_dim;
+  // This layer's attention shape (gemma4's sliding and global layers differ).
+  const std::int64_t hd = hp.layer_head_dim(l), kv_heads = hp.layer_kv_heads(l), q_dim = hp.n_head * hd;
   q_.resize(rows(w.wq.out));
   k_.resize(rows(w.wk.out));
-  v_.resize(rows(w.wv.out));
+  v_.resize(rows(w.wk.out));
   matmul(w.wq, w.bq, h_, n, q_.data());
   if (hp.attn_out_gate) {
     // Each head's query is followed by its gate: the gates go to qgate_, the queries close up.
     qgate_.resize(rows(q_dim));
     for (std::int64_t t = 0; t < n; ++t) {
       for (std::int64_t h = 0; h < hp.n_head; ++h) {
-        const float* src = q_.data() + (t * hp.n_head + h) * 2 * hp.head_dim;
-        std::copy_n(src + hp.head_dim, hp.head_dim, qgate_.data() + (t * hp.n_head + h) * hp.head_dim);
-        std::copy_n(src, hp.head_dim, q_.data() + (t * hp.n_head + h) * hp.head_dim);  // never ahead of src
+        const float* src = q_.data() + (t * hp.n_head + h) * 2 * hd;
+        std::copy_n(src + hd, hd, qgate_.data() + (t * hp.n_head + h) * hd);
+        std::copy_n(src, hd, q_.data() + (t * hp.n_head + h) * hd);  // never ahead of src
       }
     }
     q_.resize(rows(q_dim));
   }
   matmul(w.wk, w.bk, h_, n, k_.data());
-  matmul(w.wv, w.bv, h_, n, v_.data());
-  if (hp.qk_norm) {
-    rms_norm(q_.data(), w.q_norm, q_.data(), n * hp.n_head, hp.head_dim, hp.rms_eps);
-    rms_norm(k_.data(), w.k_norm, k_.data(), n * hp.n_head_kv, hp.head_dim, hp.rms_eps);
+  if (w.wv.data) {
+    matmul(w.wv, w.bv, h_, n, v_.data());
+  } else {
+    std::copy(k_.begin(), k_.end(), v_.begin());  // gemma4's global layers: V is K's projection
   }
-  const float* factors = m_.rope_freqs.empty() ? nullptr : m_.rope_freqs.data();
+  if (hp.qk_norm) {
+    rms_norm(q_.data(), w.q_norm, q_.data(), n * hp.n_head, hd, hp.rms_eps);
+    rms_norm(k_.data(), w.k_norm, k_.data(), n * kv_heads, hd, hp.rms_eps);
+  }
+  if (hp.v_norm) {  // gemma4: each V head normalised, without a weight (a gain of ones)
+    rms_norm(v_.data(), v_norm_ones_, v_.data(), n * kv_heads, hd, hp.rms_eps);
+  }
+  // The rotation's frequency factors (Llama 3.1's, YaRN's, gemma4's proportional RoPE) belong to
+  // the layers of the model's main RoPE, not to sliding layers with their own.
+  const float* factors = m_.rope_freqs.empty() || hp.own_rope(l) ? nullptr : m_.rope_freqs.data();
   const hparams::rope_of_layer lr = hp.layer_rope(l);
   kernels::rope_params rope{.x = q_.data(),
                             .n_tokens = n,
                             .n_heads = hp.n_head,
-                            .head_dim = hp.head_dim,
-                            .rot_dim = hp.rope_dim,
+                            .head_dim = hd,
+                            .rot_dim = hp.layer_rope_dim(l),
                             .positions = positions_.data(),
                             .freq_base = lr.base,
                             .freq_scale = lr.freq_scale,
@@ -442,14 +482,13 @@ void cpu_forward::attention(std::int64_t l, kv_cache_storage& cache) {
                             .style = hp.rope};
   kernels::rope_ref(rope);
   if (hp.attn_temp_scale > 0) {  // mistral3: the query's temperature at long positions
-    const std::int64_t q_row = hp.n_head * hp.head_dim;
     for (std::int64_t t = 0; t < n; ++t) {
       const float temp = kernels::attn_temperature(positions_[std::size_t(t)], hp.attn_temp_scale, hp.attn_temp_floor);
-      for (float& x : std::span(q_.data() + t * q_row, std::size_t(q_row))) x *= temp;
+      for (float& x : std::span(q_.data() + t * q_dim, std::size_t(q_dim))) x *= temp;
     }
   }
   rope.x = k_.data();  // K: the same rotation over the KV heads
-  rope.n_heads = hp.n_head_kv;
+  rope.n_heads = kv_heads;
   kernels::rope_ref(rope);
   const kernels::paged_kv_view kv = cache.layer(l);
   const bool windowed = cache.windowed(l);  // its KV in the window pool, through the window tables
@@ -469,9 +508,9 @@ void cpu_forward::attention(std::int64_t l, kv_cache_storage& cache) {
                               .gate = qgate_.data(),
                               .rows = n,
                               .heads = hp.n_head,
-                              .head_dim = hp.head_dim,
+                              .head_dim = hd,
                               .gate_row_stride = q_dim,
-                              .gate_head_stride = hp.head_dim});
+                              .gate_head_stride = hd});
   }
   matmul(w.wo, w.bo, attn_, n, o_.data());
 }

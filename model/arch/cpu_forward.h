@@ -63,9 +63,12 @@ class kv_cache_storage {
   kernels::kv_dtype dtype() const { return dtype_; }
 
  private:
-  // One pool's layers: [layers][n_blocks][block_size][n_kv_heads] rows.
+  // One pool's layers: [layers][n_blocks][block_size][n_kv_heads] rows, each layer's rows of its
+  // own head count and size (gemma4's sliding and global layers differ), one after the other.
   struct pool {
     std::int64_t n_layers = 0, n_blocks = 0;
+    std::vector<std::int64_t> heads, dims;   // per pool layer: KV heads, head size
+    std::vector<std::int64_t> rows_at;       // per pool layer (and the end): its first row (block 0)
     std::pmr::vector<float> k, v;               // f16
     std::pmr::vector<std::uint8_t> k8, v8;      // 8-bit codes
     std::pmr::vector<float> k_scales, v_scales;  // 8-bit row scales
@@ -73,7 +76,10 @@ class kv_cache_storage {
   };
   void allocate(pool& p) const;
 
-  std::int64_t block_size_, n_kv_heads_, head_dim_;
+  // Layer i of pool p: its rows [rows_at[i], rows_at[i + 1]), each of dims[i] elements in the data.
+  std::int64_t elems_at(const pool& p, std::int64_t i) const;
+
+  std::int64_t block_size_;
   kernels::kv_dtype dtype_;
   kv_layer_map layers_;
   pool main_, window_;
@@ -149,6 +155,7 @@ class cpu_forward {
   // place), the output gate, beta's and alpha's logits; the attention's output gate (attn_out_gate).
   std::pmr::vector<kernels::recurrent_seq> rseqs_;
   std::pmr::vector<float> mix_, z_, beta_, alpha_, qgate_;
+  std::vector<float> v_norm_ones_;  // gemma4's V norm has no weight: a gain of ones, made at start-up
   std::pmr::vector<std::int64_t> logit_rows_;
 };
 

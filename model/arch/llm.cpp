@@ -33,6 +33,8 @@ class loader {
     return t;
   }
 
+  bool has(const std::string& name) const { return f_.find_tensor(name) != nullptr; }
+
   weight matrix(const std::string& name, std::int64_t in, std::int64_t out) const {
     const gguf_tensor* t = find(name, {in, out}, true);
     return {t->data, t->type, in, out};
@@ -104,6 +106,70 @@ void read_delta_net(const gguf_file& f, const std::string& a, hparams& hp) {
   }
 }
 
+// gemma4's attention.head_count_kv: one count per layer, the sliding layers' alike and the global
+// layers' alike (HF's num_key_value_heads and num_global_key_value_heads). Read before the layer
+// pattern: it sets n_head_kv and n_head_kv_global from the first layer of each kind.
+void read_gemma4_kv_heads(const gguf_file& f, const std::string& a, hparams& hp) {
+  const auto counts = f.get_i32_array(a + "attention.head_count_kv");
+  const auto pattern = f.get_bool_array(a + "attention.sliding_window_pattern");
+  if (!pattern || pattern->size() != std::size_t(hp.n_layer) || counts->size() != std::size_t(hp.n_layer)) {
+    throw model_error("gemma4: attention.head_count_kv and attention.sliding_window_pattern need one entry per block");
+  }
+  for (std::size_t l = 0; l < counts->size(); ++l) {
+    std::int64_t& n = (*pattern)[l] ? hp.n_head_kv : hp.n_head_kv_global;
+    if ((*counts)[l] < 1 || (n != 0 && n != (*counts)[l])) {
+      throw model_error("gemma4: attention.head_count_kv differs between layers of one kind (or is not positive)");
+    }
+    n = (*counts)[l];
+  }
+  if (hp.n_head_kv == 0) hp.n_head_kv = hp.n_head_kv_global;  // no sliding layer
+  for (const std::int64_t n : {hp.n_head_kv, hp.n_head_kv_global}) {
+    if (n > 0 && hp.n_head % n != 0) throw model_error("gemma4: head_count is not a multiple of a layer's head_count_kv");
+  }
+}
+
+// Gemma 4 (text): sliding layers (the file's pattern) with their own head size, KV heads and RoPE
+// base; global layers with heads of attention.key_length, the proportional RoPE llama.cpp's
+// converter writes as rope_freqs (pairs past the rotated quarter divided by 1e30, so unrotated);
+// V normalised without a weight; scores unscaled (the q/k norms do it); a scale per layer's
+// output; soft-capped logits. Per-layer token embeddings (E2B/E4B), layers sharing another's KV
+// and double-wide feed-forwards are refused by name.
+void read_gemma4(const gguf_file& f, const std::string& a, hparams& hp) {
+  if (const auto ple = f.get_int(a + "embedding_length_per_layer_input"); ple && *ple != 0) {
+    throw model_error("metadata '" + a + "embedding_length_per_layer_input': Gemma 4's per-layer token embeddings "
+                      "(E2B, E4B) are not supported yet");
+  }
+  if (const auto shared = f.get_int(a + "attention.shared_kv_layers"); shared && *shared != 0) {
+    throw model_error("metadata '" + a + "attention.shared_kv_layers': Gemma 4's layers that share another layer's KV "
+                      "(E2B, E4B) are not supported yet");
+  }
+  const auto pattern = f.get_bool_array(a + "attention.sliding_window_pattern");
+  if (!pattern || pattern->size() != std::size_t(hp.n_layer)) {
+    throw model_error("gemma4: metadata '" + a + "attention.sliding_window_pattern' needs one bool per block");
+  }
+  hp.swa_layers = *pattern;
+  hp.sliding_window = required_int(f, a + "attention.sliding_window");
+  if (hp.sliding_window < 1) throw model_error("attention.sliding_window must be positive");
+  hp.head_dim_swa = required_int(f, a + "attention.key_length_swa");
+  if (f.find(a + "attention.value_length_swa") && required_int(f, a + "attention.value_length_swa") != hp.head_dim_swa) {
+    throw model_error("attention.value_length_swa differs from key_length_swa, which anvil does not support");
+  }
+  hp.rope_dim_swa = f.find(a + "rope.dimension_count_swa") ? required_int(f, a + "rope.dimension_count_swa") : hp.head_dim_swa;
+  if (hp.head_dim_swa < 1 || hp.head_dim_swa > 1024 || hp.rope_dim_swa > hp.head_dim_swa || hp.rope_dim_swa % 2) {
+    throw model_error("gemma4: attention.key_length_swa / rope.dimension_count_swa out of range");
+  }
+  if (hp.n_head_kv_global == hp.n_head_kv) hp.n_head_kv_global = 0;  // the same everywhere
+  hp.rope_base_swa = static_cast<float>(f.get_float(a + "rope.freq_base_swa").value_or(10000.0));
+  hp.rope_freq_scale_swa = 1.f;
+  hp.embd_scale = static_cast<float>(std::sqrt(double(hp.n_embd)));
+  hp.post_norms = true;
+  hp.ffn_act = kernels::glu_activation::gelu_tanh;
+  hp.v_norm = true;
+  hp.query_scale_dim = 1.f;  // scaling 1: q.k as is
+  hp.final_softcap = static_cast<float>(f.get_float(a + "final_logit_softcapping").value_or(0.0));
+  if (!(hp.final_softcap >= 0)) throw model_error("final_logit_softcapping must not be negative");
+}
+
 }  // namespace
 
 std::string_view arch_name(arch a) {
@@ -118,6 +184,7 @@ std::string_view arch_name(arch a) {
     case arch::qwen35: return "qwen35";
     case arch::qwen35moe: return "qwen35moe";
     case arch::mistral3: return "mistral3";
+    case arch::gemma4: return "gemma4";
   }
   return "?";
 }
@@ -147,9 +214,11 @@ hparams read_hparams(const gguf_file& f) {
     hp.architecture = arch::qwen35moe;
   } else if (hp.arch_name == "mistral3") {
     hp.architecture = arch::mistral3;
+  } else if (hp.arch_name == "gemma4") {
+    hp.architecture = arch::gemma4;
   } else {
     throw model_error("unsupported architecture '" + hp.arch_name +
-                      "' (anvil runs llama, qwen2, qwen3, qwen2moe, qwen3moe, gpt-oss, gemma3, qwen35, qwen35moe and "
+                      "' (anvil runs llama, qwen2, qwen3, qwen2moe, qwen3moe, gpt-oss, gemma3, gemma4, qwen35, qwen35moe and "
                       "mistral3)");
   }
   const bool qwen35 = hp.architecture == arch::qwen35 || hp.architecture == arch::qwen35moe;
@@ -166,11 +235,20 @@ hparams read_hparams(const gguf_file& f) {
     }
     hp.n_layer -= *mtp;
   }
+  if (const gguf_value* ff = f.find(a + "feed_forward_length"); ff && ff->type == gguf_type::array) {
+    throw model_error("metadata '" + a + "feed_forward_length' per layer (Gemma 4's double-wide feed-forwards) is not "
+                      "supported");
+  }
   // qwen35moe files may leave it out: every layer has experts.
   hp.n_ff = hp.architecture == arch::qwen35moe && !f.find(a + "feed_forward_length") ? 0
                                                                                        : required_int(f, a + "feed_forward_length");
   hp.n_head = required_int(f, a + "attention.head_count");
-  hp.n_head_kv = f.find(a + "attention.head_count_kv") ? required_int(f, a + "attention.head_count_kv") : hp.n_head;
+  const gguf_value* kv_heads = f.find(a + "attention.head_count_kv");
+  if (kv_heads && kv_heads->type == gguf_type::array && hp.arch_name == "gemma4") {
+    read_gemma4_kv_heads(f, a, hp);  // a count per layer: the sliding layers' and the global layers'
+  } else {
+    hp.n_head_kv = kv_heads ? required_int(f, a + "attention.head_count_kv") : hp.n_head;
+  }
   if (hp.n_head % hp.n_head_kv != 0) {
     throw model_error("attention.head_count " + std::to_string(hp.n_head) + " is not a multiple of head_count_kv " + std::to_string(hp.n_head_kv));
   }
@@ -223,6 +301,7 @@ hparams read_hparams(const gguf_file& f) {
     throw model_error("rope scaling '" + scaling + "' is not supported (anvil supports none, linear and yarn)");
   }
   const bool gpt_oss = hp.architecture == arch::gpt_oss, gemma3 = hp.architecture == arch::gemma3;
+  const bool gemma4 = hp.architecture == arch::gemma4;
   // llama.cpp's converter permutes llama's and mistral3's q/k rows for the interleaved rotation.
   hp.rope = hp.architecture == arch::llama || hp.architecture == arch::mistral3 ? kernels::rope_style::normal
                                                                                  : kernels::rope_style::neox;
@@ -242,7 +321,7 @@ hparams read_hparams(const gguf_file& f) {
   }
   hp.qkv_bias = hp.architecture == arch::qwen2 || hp.architecture == arch::qwen2moe || gpt_oss;
   hp.o_bias = hp.attn_sinks = hp.expert_bias = gpt_oss;
-  hp.qk_norm = hp.architecture == arch::qwen3 || hp.architecture == arch::qwen3moe || gemma3 || qwen35;
+  hp.qk_norm = hp.architecture == arch::qwen3 || hp.architecture == arch::qwen3moe || gemma3 || gemma4 || qwen35;
   if (qwen35) read_delta_net(f, a, hp);
   if (gpt_oss) {
     hp.swiglu_limit = 7.f;  // constants of the architecture (HF GptOssExperts, llama.cpp's swiglu_oai)
@@ -266,14 +345,17 @@ hparams read_hparams(const gguf_file& f) {
       throw model_error("metadata '" + a + "final_logit_softcapping' / 'attn_logit_softcapping': logit soft-capping "
                         "(Gemma 2) is not supported");
     }
+  } else if (gemma4) {
+    read_gemma4(f, a, hp);
   } else if (f.find(a + "attention.sliding_window")) {
-    throw model_error("metadata '" + a + "attention.sliding_window': sliding-window attention is supported for gpt-oss "
-                      "and gemma3 only");
+    throw model_error("metadata '" + a + "attention.sliding_window': sliding-window attention is supported for gpt-oss, "
+                      "gemma3 and gemma4 only");
   }
 
   // Mixture of experts: qwen2moe and qwen3moe always, llama when the file counts experts (Mixtral).
-  if (gemma3 && f.find(a + "expert_count")) {
-    throw model_error("metadata '" + a + "expert_count': gemma3 with experts is not supported");
+  if ((gemma3 || gemma4) && f.find(a + "expert_count")) {
+    throw model_error("metadata '" + a + "expert_count': " + hp.arch_name + " with experts is not supported" +
+                      (gemma4 ? " yet (Gemma 4 26B-A4B)" : ""));
   }
   if (hp.architecture == arch::qwen3moe || hp.architecture == arch::qwen2moe || hp.architecture == arch::qwen35moe ||
       gpt_oss || f.find(a + "expert_count")) {
@@ -331,12 +413,14 @@ std::vector<float> yarn_freq_factors(const hparams& hp) {
   return factors;
 }
 
-void load_attention(const loader& ld, const std::string& b, const hparams& hp, layer_weights& l) {
-  const std::int64_t q_dim = hp.n_head * hp.head_dim, kv_dim = hp.n_head_kv * hp.head_dim;
+void load_attention(const loader& ld, const std::string& b, const hparams& hp, std::int64_t layer, layer_weights& l) {
+  const std::int64_t hd = hp.layer_head_dim(layer), q_dim = hp.n_head * hd, kv_dim = hp.layer_kv_heads(layer) * hd;
   // With an output gate, each head's query rows are followed by its gate's.
   l.wq = ld.matrix(b + "attn_q.weight", hp.n_embd, hp.attn_out_gate ? 2 * q_dim : q_dim);
   l.wk = ld.matrix(b + "attn_k.weight", hp.n_embd, kv_dim);
-  l.wv = ld.matrix(b + "attn_v.weight", hp.n_embd, kv_dim);
+  // Gemma 4's global layers may have no V projection: V is the K projection (HF's attention_k_eq_v).
+  const bool k_eq_v = hp.architecture == arch::gemma4 && hp.layer_window(layer) == 0 && !ld.has(b + "attn_v.weight");
+  if (!k_eq_v) l.wv = ld.matrix(b + "attn_v.weight", hp.n_embd, kv_dim);
   l.wo = ld.matrix(b + "attn_output.weight", q_dim, hp.n_embd);
   l.bq = ld.vec(b + "attn_q.bias", q_dim, hp.qkv_bias);
   l.bk = ld.vec(b + "attn_k.bias", kv_dim, hp.qkv_bias);
@@ -344,8 +428,8 @@ void load_attention(const loader& ld, const std::string& b, const hparams& hp, l
   if (hp.o_bias) l.bo = ld.vec(b + "attn_output.bias", hp.n_embd);
   if (hp.attn_sinks) l.sinks = ld.vec(b + "attn_sinks.weight", hp.n_head);
   if (hp.qk_norm) {
-    l.q_norm = ld.vec(b + "attn_q_norm.weight", hp.head_dim);
-    l.k_norm = ld.vec(b + "attn_k_norm.weight", hp.head_dim);
+    l.q_norm = ld.vec(b + "attn_q_norm.weight", hd);
+    l.k_norm = ld.vec(b + "attn_k_norm.weight", hd);
   }
 }
 
@@ -402,12 +486,15 @@ llm load_llm(gguf_file file) {
     if (hp.recurrent(i)) {
       load_delta_net(ld, b, hp, l);
     } else {
-      load_attention(ld, b, hp, l);
+      load_attention(ld, b, hp, i, l);
     }
     if (hp.post_norms) {
-
       l.post_attn_norm = ld.vec(b + "post_attention_norm.weight", hp.n_embd);
       l.post_ffn_norm = ld.vec(b + "post_ffw_norm.weight", hp.n_embd);
+    }
+    if (hp.architecture == arch::gemma4) {  // the layer's output scale (HF's layer_scalar)
+      const std::vector<float> scale = ld.vec(b + "layer_output_scale.weight", 1, false);
+      if (!scale.empty()) l.out_scale = scale[0];
     }
     // A model with experts may keep some layers dense (Qwen3-MoE's mlp_only_layers): a layer
     // without a router is one.

@@ -41,7 +41,7 @@
 
 namespace anvil::model {
 
-enum class arch { llama, qwen2, qwen3, qwen3moe, qwen2moe, gpt_oss, gemma3, qwen35, qwen35moe, mistral3 };
+enum class arch { llama, qwen2, qwen3, qwen3moe, qwen2moe, gpt_oss, gemma3, qwen35, qwen35moe, mistral3, gemma4 };
 
 struct hparams {
   arch architecture = arch::llama;
@@ -79,6 +79,14 @@ struct hparams {
   // l % swa_pattern < swa_pattern - 1 (gpt-oss: pattern 2, the even layers; gemma3: 6).
   std::int64_t sliding_window = 0;
   std::int64_t swa_pattern = 0;
+  // gemma4: which layers slide, from the file (attention.sliding_window_pattern) rather than a
+  // period; and the sliding layers' own head size, rotated dimensions and KV heads (0: the same
+  // as every layer's). Its global layers take head_dim, rope_dim, rope_freqs and n_head_kv_global.
+  std::vector<bool> swa_layers;
+  std::int64_t head_dim_swa = 0, rope_dim_swa = 0;
+  std::int64_t n_head_kv_global = 0;
+  bool v_norm = false;             // gemma4: V normalised per head (RMSNorm without a weight)
+  float final_softcap = 0.f;       // gemma4: logits = cap * tanh(logits / cap) when > 0
   // The sliding layers' own RoPE (gemma3; rope_base_swa 0: the same as every layer's).
   float rope_base_swa = 0.f;
   float rope_freq_scale_swa = 1.f;
@@ -123,8 +131,17 @@ struct hparams {
 
   // The window layer l attends within (0: the whole context).
   std::int64_t layer_window(std::int64_t l) const {
+    if (!swa_layers.empty()) return swa_layers[std::size_t(l)] ? sliding_window : 0;
     return sliding_window > 0 && swa_pattern > 0 && l % swa_pattern < swa_pattern - 1 ? sliding_window : 0;
   }
+  // Layer l's attention shape: its head size, KV heads and rotated dimensions.
+  std::int64_t layer_head_dim(std::int64_t l) const { return head_dim_swa > 0 && layer_window(l) > 0 ? head_dim_swa : head_dim; }
+  std::int64_t layer_kv_heads(std::int64_t l) const {
+    return n_head_kv_global > 0 && layer_window(l) == 0 ? n_head_kv_global : n_head_kv;
+  }
+  std::int64_t layer_rope_dim(std::int64_t l) const { return rope_dim_swa > 0 && layer_window(l) > 0 ? rope_dim_swa : rope_dim; }
+  // Whether some layer's attention shape differs from another's (gemma4).
+  bool mixed_heads() const { return head_dim_swa > 0 || n_head_kv_global > 0; }
   // RoPE of layer l: the sliding layers' own where the model has one.
   struct rope_of_layer {
     float base, freq_scale;
@@ -165,7 +182,7 @@ struct layer_weights {
   std::vector<float> bq, bk, bv;           // qwen2, gpt-oss
   std::vector<float> bo;                   // gpt-oss
   std::vector<float> sinks;                // [n_head], gpt-oss
-  weight wq, wk, wv, wo;
+  weight wq, wk, wv, wo;                   // gemma4's global layers may have no wv (V is K's projection)
   weight gate, up, down;                   // a dense layer's feed-forward
   weight router;                           // a mixture-of-experts layer's: in = n_embd, out = n_expert
   stacked_weight gate_exps, up_exps, down_exps;
@@ -179,6 +196,7 @@ struct layer_weights {
   std::vector<float> ssm_conv, ssm_a, ssm_dt_bias, ssm_norm;
   weight gate_shexp, up_shexp, down_shexp;  // the shared expert (Qwen2-MoE), absent elsewhere
   std::vector<float> shexp_gate;            // [n_embd]: its output scaled by sigmoid(x . shexp_gate)
+  float out_scale = 1.f;                    // gemma4: the layer's output (the whole residual) times this
   bool moe() const { return router.data != nullptr; }
   bool recurrent() const { return ssm_qkv.data != nullptr; }
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <stdexcept>
 
@@ -161,6 +162,14 @@ const std::vector<synth_shape>& synth_shapes() {
       {.name = "ministral3-8b", .architecture = arch::mistral3, .n_vocab = 131072, .n_embd = 4096, .n_layer = 34,
        .n_head = 32, .n_head_kv = 8, .head_dim = 128, .n_ff = 14336, .n_ctx = 262144, .rope_base = 1000000.f,
        .rms_eps = 1e-5f, .tied_output = false, .yarn_factor = 16.f, .yarn_orig_ctx = 16384, .attn_temp_scale = 0.1f},
+      // Gemma 4 (gemma4, text): a tiny one (six layers, the sixth global; windows of 16) and the 31B.
+      {.name = "tiny-gemma4", .architecture = arch::gemma4, .n_vocab = 512, .n_embd = 256, .n_layer = 6, .n_head = 4,
+       .n_head_kv = 2, .head_dim = 128, .n_ff = 512, .n_ctx = 4096, .rope_base = 1000000.f, .rms_eps = 1e-6f,
+       .tied_output = true, .sliding_window = 16, .head_dim_swa = 64, .n_head_kv_global = 1, .final_softcap = 30.f},
+      {.name = "gemma4-31b", .architecture = arch::gemma4, .n_vocab = 262144, .n_embd = 5376, .n_layer = 60,
+       .n_head = 32, .n_head_kv = 16, .head_dim = 512, .n_ff = 21504, .n_ctx = 262144, .rope_base = 1000000.f,
+       .rms_eps = 1e-6f, .tied_output = true, .sliding_window = 1024, .head_dim_swa = 256, .n_head_kv_global = 4,
+       .final_softcap = 30.f},
       {.name = "mixtral-8x7b", .architecture = arch::llama, .n_vocab = 32000, .n_embd = 4096, .n_layer = 32, .n_head = 32,
        .n_head_kv = 8, .head_dim = 128, .n_ff = 14336, .n_ctx = 32768, .rope_base = 1000000.f, .rms_eps = 1e-5f,
        .tied_output = false, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 14336},
@@ -273,7 +282,26 @@ void write_synth_model(const synth_options& opt, const std::string& path,
   w.set_u32(a + ".block_count", std::uint32_t(sh.n_layer));
   w.set_u32(a + ".feed_forward_length", std::uint32_t(sh.n_ff));
   w.set_u32(a + ".attention.head_count", std::uint32_t(sh.n_head));
-  w.set_u32(a + ".attention.head_count_kv", std::uint32_t(sh.n_head_kv));
+  const bool gemma4 = sh.architecture == arch::gemma4;
+  if (gemma4) {  // as llama.cpp's converter writes Gemma 4: the pattern and the KV heads per layer
+    std::vector<bool> pattern;
+    std::vector<std::int32_t> kv_heads;
+    for (std::int64_t l = 0; l < sh.n_layer; ++l) {
+      pattern.push_back(gemma4_synth_sliding(l, sh.n_layer));
+      kv_heads.push_back(std::int32_t(pattern.back() ? sh.n_head_kv : sh.n_head_kv_global));
+    }
+    w.set_bools(a + ".attention.sliding_window_pattern", pattern);
+    w.set_i32s(a + ".attention.head_count_kv", kv_heads);
+    w.set_u32(a + ".attention.key_length_swa", std::uint32_t(sh.head_dim_swa));
+    w.set_u32(a + ".attention.value_length_swa", std::uint32_t(sh.head_dim_swa));
+    w.set_u32(a + ".rope.dimension_count_swa", std::uint32_t(sh.head_dim_swa));
+    w.set_f32(a + ".rope.freq_base_swa", 10000.f);
+    w.set_f32(a + ".final_logit_softcapping", sh.final_softcap);
+    w.set_u32(a + ".embedding_length_per_layer_input", 0);
+    w.set_u32(a + ".attention.shared_kv_layers", 0);
+  } else {
+    w.set_u32(a + ".attention.head_count_kv", std::uint32_t(sh.n_head_kv));
+  }
   w.set_u32(a + ".attention.key_length", std::uint32_t(sh.head_dim));
   w.set_u32(a + ".attention.value_length", std::uint32_t(sh.head_dim));
   w.set_u32(a + ".rope.dimension_count", std::uint32_t(sh.rope_dim > 0 ? sh.rope_dim : sh.head_dim));
@@ -419,9 +447,19 @@ void write_synth_model(const synth_options& opt, const std::string& path,
 
   const float embd_std = sh.tied_output ? 2.f / std::sqrt(float(sh.n_embd)) : 1.f;
   add("token_embd.weight", sh.n_embd, n_vocab, 0.f, embd_std, 0);
-  const std::int64_t q_dim = sh.n_head * sh.head_dim, kv_dim = sh.n_head_kv * sh.head_dim;
+  if (gemma4) {  // the global layers' proportional RoPE: the first quarter of the pairs turn, the rest do not
+    std::vector<float> factors(std::size_t(sh.head_dim / 2), 1e30f);
+    std::fill_n(factors.begin(), sh.head_dim / 8, 1.f);
+    w.add_tensor("rope_freqs.weight", ggml_type::F32, {sh.head_dim / 2}, [factors](std::span<std::byte> dst) {
+      std::memcpy(dst.data(), factors.data(), factors.size() * sizeof(float));
+    });
+  }
   for (std::int64_t l = 0; l < sh.n_layer; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
+    // This layer's attention shape: gemma4's sliding and global layers differ.
+    const bool global4 = gemma4 && !gemma4_synth_sliding(l, sh.n_layer);
+    const std::int64_t hd = gemma4 && !global4 ? sh.head_dim_swa : sh.head_dim;
+    const std::int64_t q_dim = sh.n_head * hd, kv_dim = (global4 ? sh.n_head_kv_global : sh.n_head_kv) * hd;
     const float s_embd = 1.f / std::sqrt(float(sh.n_embd));
     add(b + "attn_norm.weight", sh.n_embd, 1, 1.f, 0.1f, l);
     if (qwen35 && (l + 1) % sh.full_attn_interval != 0) {  // a gated DeltaNet layer
@@ -441,17 +479,17 @@ void write_synth_model(const synth_options& opt, const std::string& path,
     }
     add(b + "attn_q.weight", sh.n_embd, qwen35 ? 2 * q_dim : q_dim, 0.f, s_embd, l);  // qwen35: a gate per head after its query
     add(b + "attn_k.weight", sh.n_embd, kv_dim, 0.f, s_embd, l);
-    add(b + "attn_v.weight", sh.n_embd, kv_dim, 0.f, s_embd, l);
+    if (!global4) add(b + "attn_v.weight", sh.n_embd, kv_dim, 0.f, s_embd, l);  // gemma4's global layers: V is K
     const bool gpt_oss = sh.architecture == arch::gpt_oss;
     if (sh.architecture == arch::qwen2 || sh.architecture == arch::qwen2moe || gpt_oss) {
       add(b + "attn_q.bias", q_dim, 1, 0.f, 0.1f, l);
       add(b + "attn_k.bias", kv_dim, 1, 0.f, 0.1f, l);
       add(b + "attn_v.bias", kv_dim, 1, 0.f, 0.1f, l);
     }
-    const bool gemma3 = sh.architecture == arch::gemma3;
+    const bool gemma3 = sh.architecture == arch::gemma3 || gemma4;  // gemma4: the same norms around each block
     if (sh.architecture == arch::qwen3 || sh.architecture == arch::qwen3moe || gemma3 || qwen35) {
-      add(b + "attn_q_norm.weight", sh.head_dim, 1, 1.f, 0.1f, l);
-      add(b + "attn_k_norm.weight", sh.head_dim, 1, 1.f, 0.1f, l);
+      add(b + "attn_q_norm.weight", hd, 1, 1.f, 0.1f, l);
+      add(b + "attn_k_norm.weight", hd, 1, 1.f, 0.1f, l);
     }
     add(b + "attn_output.weight", q_dim, sh.n_embd, 0.f, 1.f / std::sqrt(float(q_dim)), l);
     if (gpt_oss) {
@@ -463,6 +501,7 @@ void write_synth_model(const synth_options& opt, const std::string& path,
       add(b + "post_attention_norm.weight", sh.n_embd, 1, 1.f, 0.1f, l);
       add(b + "post_ffw_norm.weight", sh.n_embd, 1, 1.f, 0.1f, l);
     }
+    if (gemma4) add(b + "layer_output_scale.weight", 1, 1, 0.8f, 0.1f, l);
     add_ffn(b, l);
   }
   add("output_norm.weight", sh.n_embd, 1, 1.f, 0.1f, 0);

@@ -38,7 +38,19 @@ struct synth_shape {
   std::int64_t rope_dim = 0;
   // mistral3: Llama 4's attention temperature (with YaRN: the floor is its original context).
   float attn_temp_scale = 0.f;
+  // gemma4: five sliding layers to one global (and the last global), the sliding layers' heads of
+  // head_dim_swa dims on n_head_kv KV heads, the global layers' of head_dim on n_head_kv_global
+  // with V their K projection (no attn_v, as the 31B and 26B-A4B), RoPE on a quarter of the global
+  // heads (rope_freqs), soft-capped logits.
+  std::int64_t head_dim_swa = 0, n_head_kv_global = 0;
+  float final_softcap = 0.f;
 };
+
+// gemma4's layer pattern as anvil synth writes it (HF's default): every sixth layer and the last
+// are global, the others slide.
+inline bool gemma4_synth_sliding(std::int64_t layer, std::int64_t n_layer) {
+  return layer % 6 != 5 && layer != n_layer - 1;
+}
 
 const std::vector<synth_shape>& synth_shapes();
 const synth_shape* find_synth_shape(std::string_view name);

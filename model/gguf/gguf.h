@@ -86,6 +86,7 @@ class gguf_file {
   std::optional<std::vector<std::string_view>> get_string_array(std::string_view key) const;
   std::optional<std::vector<float>> get_f32_array(std::string_view key) const;
   std::optional<std::vector<std::int32_t>> get_i32_array(std::string_view key) const;
+  std::optional<std::vector<bool>> get_bool_array(std::string_view key) const;
 
  private:
   struct mapping;
@@ -115,6 +116,7 @@ class gguf_writer {
   void set_strings(std::string key, std::vector<std::string> v);
   void set_f32s(std::string key, std::vector<float> v);
   void set_i32s(std::string key, std::vector<std::int32_t> v);
+  void set_bools(std::string key, const std::vector<bool>& v);
   // Any value, raw: for tests that need odd types. `payload` is the encoded value after the type.
   void set_raw(std::string key, gguf_type type, std::vector<std::byte> payload);
 

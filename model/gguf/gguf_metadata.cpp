@@ -122,4 +122,14 @@ std::optional<std::vector<std::int32_t>> gguf_file::get_i32_array(std::string_vi
   return out;
 }
 
+std::optional<std::vector<bool>> gguf_file::get_bool_array(std::string_view key) const {
+  const gguf_value* v = find(key);
+  if (!v) return std::nullopt;
+  if (v->type != gguf_type::array || v->elem_type != gguf_type::boolean) wrong_type(key, *v, "an array of bools");
+  std::vector<bool> out;
+  out.reserve(v->count);
+  for (std::uint64_t i = 0; i < v->count; ++i) out.push_back(load<std::uint8_t>(v->raw + i) != 0);
+  return out;
+}
+
 }  // namespace anvil::model

@@ -96,6 +96,13 @@ void gguf_writer::set_i32s(std::string key, std::vector<std::int32_t> v) {
   append_bytes(p, v.data(), v.size() * sizeof(std::int32_t));
   put(std::move(key), gguf_type::array, std::move(p));
 }
+void gguf_writer::set_bools(std::string key, const std::vector<bool>& v) {
+  std::vector<std::byte> p;
+  append(p, static_cast<std::uint32_t>(gguf_type::boolean));
+  append<std::uint64_t>(p, v.size());
+  for (const bool b : v) append<std::uint8_t>(p, b ? 1 : 0);
+  put(std::move(key), gguf_type::array, std::move(p));
+}
 void gguf_writer::set_raw(std::string key, gguf_type type, std::vector<std::byte> payload) {
   put(std::move(key), type, std::move(payload));
 }

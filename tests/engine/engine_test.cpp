@@ -257,6 +257,13 @@ TEST(Engine, Gemma3ServesConcurrentRequestsWithTheReferenceTokens) {
   expect_concurrent_greedy_matches_reference("tiny-gemma3");
 }
 
+// Gemma 4 through the engine (the CPU backend: --backend auto takes it on a GPU machine too, as the
+// GPU kernels do not run gemma4 yet): prompts of up to 33 tokens pass its sliding layers' window of
+// 16; sliding and global layers keep K and V of different shapes in one pool.
+TEST(Engine, Gemma4ServesConcurrentRequestsWithTheReferenceTokens) {
+  expect_concurrent_greedy_matches_reference("tiny-gemma4");
+}
+
 // Ministral 3 through the engine: prompts of up to 33 tokens and 10 more generated pass its
 // original context (32 positions here), past which its queries' temperature grows.
 TEST(Engine, Mistral3ServesConcurrentRequestsWithTheReferenceTokens) {

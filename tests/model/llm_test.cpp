@@ -143,6 +143,42 @@ TEST(LoadLlm, Mistral3TakesYarnWithoutItsMagnitudeAndTheQueriesTemperature) {
   EXPECT_FLOAT_EQ(anvil::kernels::attn_temperature(100, 0.1f, 32), float(1 + 0.1 * std::log(4.0)));
 }
 
+TEST(LoadLlm, Gemma4LayersTakeTheirOwnHeadsAndTheGlobalLayersVIsTheirK) {
+  const synth_shape& s = *find_synth_shape("tiny-gemma4");
+  const llm m = load_llm(gguf_file::open(synth_fixture("tiny-gemma4", synth_mix::f32)));
+  const hparams& hp = m.hp;
+  EXPECT_EQ(hp.architecture, arch::gemma4);
+  for (std::int64_t l = 0; l < 6; ++l) {
+    const bool global = l == 5;
+    EXPECT_EQ(hp.layer_window(l), global ? 0 : s.sliding_window) << l;
+    EXPECT_EQ(hp.layer_head_dim(l), global ? s.head_dim : s.head_dim_swa) << l;
+    EXPECT_EQ(hp.layer_kv_heads(l), global ? s.n_head_kv_global : s.n_head_kv) << l;
+    EXPECT_EQ(hp.layer_rope_dim(l), hp.layer_head_dim(l)) << l;
+    EXPECT_EQ(hp.own_rope(l), !global) << l;
+    EXPECT_EQ(m.layers[std::size_t(l)].wv.data == nullptr, global) << l << ": the global layers' V is their K";
+    EXPECT_EQ(m.layers[std::size_t(l)].wq.out, s.n_head * hp.layer_head_dim(l)) << l;
+    EXPECT_EQ(m.layers[std::size_t(l)].k_norm.size(), std::size_t(hp.layer_head_dim(l))) << l;
+    EXPECT_NE(m.layers[std::size_t(l)].out_scale, 1.f) << l;
+  }
+  EXPECT_TRUE(hp.v_norm);
+  EXPECT_FLOAT_EQ(hp.final_softcap, 30.f);
+  EXPECT_FLOAT_EQ(hp.attention_scale(), 1.f);
+  EXPECT_FLOAT_EQ(hp.rope_base_swa, 10000.f);
+  // The global layers' proportional RoPE: a quarter of the pairs turn.
+  ASSERT_EQ(m.rope_freqs.size(), std::size_t(s.head_dim / 2));
+  EXPECT_EQ(m.rope_freqs[s.head_dim / 8 - 1], 1.f);
+  EXPECT_EQ(m.rope_freqs[s.head_dim / 8], 1e30f);
+  // A block holds every layer's K and V at its own shape.
+  const std::size_t sliding_row = std::size_t(s.n_head_kv * s.head_dim_swa), global_row = std::size_t(s.n_head_kv_global * s.head_dim);
+  EXPECT_EQ(kv_cache_storage::bytes_per_block(hp, 16), 2 * 16 * (5 * sliding_row + global_row) * sizeof(float));
+  kv_cache_storage cache(hp, 3, 16);
+  EXPECT_EQ(cache.bytes(), 3 * kv_cache_storage::bytes_per_block(hp, 16));
+  EXPECT_EQ(cache.layer(5).head_dim, s.head_dim);
+  EXPECT_EQ(cache.layer(5).n_kv_heads, s.n_head_kv_global);
+  EXPECT_EQ(cache.layer(4).head_dim, s.head_dim_swa);
+  EXPECT_EQ(cache.layer(5).k, cache.layer(4).k + 3 * 16 * sliding_row) << "layer 5's rows follow layer 4's";
+}
+
 TEST(LoadLlm, Gemma3LayersSlideFiveInSixWithTheirOwnRope) {
   const synth_shape& s = *find_synth_shape("tiny-gemma3");
   const llm m = load_llm(gguf_file::open(synth_fixture("tiny-gemma3", synth_mix::f32)));
@@ -242,6 +278,42 @@ TEST(LoadLlm, RefusesWhatGemma3DoesNotHave) {
   gguf_writer no_window;
   put_llama_hparams(no_window, "gemma3");
   EXPECT_NE(load_error(no_window).find("gemma3.attention.sliding_window"), std::string::npos) << load_error(no_window);
+}
+
+// Gemma 4's E2B/E4B (per-layer embeddings, layers sharing another's KV, double-wide feed-forwards)
+// and its mixture of experts (26B-A4B) are refused by name; its layer pattern must cover every block.
+TEST(LoadLlm, RefusesWhatGemma4DoesNotRunYet) {
+  const auto gemma4 = [](gguf_writer& w) {
+    put_llama_hparams(w, "gemma4");
+    w.set_u32("gemma4.attention.sliding_window", 512);
+    w.set_bools("gemma4.attention.sliding_window_pattern", {false});
+    w.set_u32("gemma4.attention.key_length_swa", 8);
+  };
+  gguf_writer ple;
+  gemma4(ple);
+  ple.set_u32("gemma4.embedding_length_per_layer_input", 256);
+  EXPECT_NE(load_error(ple).find("per-layer token embeddings"), std::string::npos) << load_error(ple);
+  gguf_writer shared;
+  gemma4(shared);
+  shared.set_u32("gemma4.attention.shared_kv_layers", 20);
+  EXPECT_NE(load_error(shared).find("share another layer's KV"), std::string::npos) << load_error(shared);
+  gguf_writer wide;  // put_llama_hparams without its scalar feed_forward_length
+  wide.set_string("general.architecture", "gemma4");
+  wide.set_u32("gemma4.context_length", 128);
+  wide.set_u32("gemma4.embedding_length", 32);
+  wide.set_u32("gemma4.block_count", 1);
+  wide.set_u32("gemma4.attention.head_count", 4);
+  wide.set_i32s("gemma4.feed_forward_length", {64});
+  EXPECT_NE(load_error(wide).find("double-wide"), std::string::npos) << load_error(wide);
+  gguf_writer moe;
+  gemma4(moe);
+  moe.set_u32("gemma4.expert_count", 128);
+  EXPECT_NE(load_error(moe).find("gemma4 with experts is not supported yet"), std::string::npos) << load_error(moe);
+  gguf_writer pattern;
+  put_llama_hparams(pattern, "gemma4");
+  pattern.set_u32("gemma4.attention.sliding_window", 512);
+  pattern.set_bools("gemma4.attention.sliding_window_pattern", {true, false});
+  EXPECT_NE(load_error(pattern).find("one bool per block"), std::string::npos) << load_error(pattern);
 }
 
 void put_expert_counts(gguf_writer& w, const std::string& arch, std::uint32_t count, std::uint32_t used) {
@@ -381,7 +453,7 @@ std::vector<std::int32_t> some_tokens(std::size_t n, std::int32_t seed) {
 TEST(CpuForward, LogitsAreFiniteAndVariedForEveryShapeAndMix) {
   for (const char* shape :
        {"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-qwen2moe", "tiny-qwen3moe", "tiny-mixtral", "tiny-gpt-oss", "tiny-gemma3",
-        "tiny-qwen35", "tiny-qwen35moe", "tiny-mistral3"}) {
+        "tiny-qwen35", "tiny-qwen35moe", "tiny-mistral3", "tiny-gemma4"}) {
     for (synth_mix mix : {synth_mix::f32, synth_mix::f16, synth_mix::bf16, synth_mix::q8_0, synth_mix::q4_0,
                           synth_mix::q6_k, synth_mix::q4_k_m, synth_mix::iq4_xs, synth_mix::mxfp4}) {
       const llm m = load_llm(gguf_file::open(synth_fixture(shape, mix)));
@@ -407,7 +479,8 @@ TEST(CpuForward, ChunkedPrefillAndDecodeMatchOneShotPrefill) {
   // tiny-qwen35: its recurrent layers' state carried from step to step.
   // tiny-mistral3: its queries' temperature from position 32 on.
   for (const char* shape : {"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-qwen2moe", "tiny-qwen3moe", "tiny-mixtral",
-                            "tiny-gpt-oss", "tiny-gemma3", "tiny-qwen35", "tiny-qwen35moe", "tiny-mistral3"}) {
+                            "tiny-gpt-oss", "tiny-gemma3", "tiny-qwen35", "tiny-qwen35moe", "tiny-mistral3",
+                            "tiny-gemma4"}) {
     const llm m = load_llm(gguf_file::open(synth_fixture(shape, synth_mix::f32)));
     const auto tokens = some_tokens(37, 2);
     const std::vector<std::int32_t> table = {0, 1, 2, 3, 4};

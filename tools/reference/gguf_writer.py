@@ -73,6 +73,10 @@ class GGUFWriter:
         payload = struct.pack("<IQ", I32, len(values)) + np.asarray(values, dtype="<i4").tobytes()
         self.kv.append((key, ARRAY, payload))
 
+    def bools(self, key, values):
+        payload = struct.pack("<IQ", BOOL, len(values)) + bytes(1 if v else 0 for v in values)
+        self.kv.append((key, ARRAY, payload))
+
     def tensor(self, name, array, qtype=None):
         """`array` in PyTorch layout ([out, in] for a linear weight); GGUF dims are reversed.
         qtype: None (store the array's own dtype, float32 or float16), "F32", "F16" or "Q8_0"."""

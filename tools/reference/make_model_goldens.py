@@ -1,7 +1,7 @@
 """Reference logits for anvil's CPU forward pass (run on the GPU machine: PyTorch + transformers).
 
 For each architecture (llama, qwen2, qwen3, qwen2moe, qwen3moe, mixtral: llama with experts,
-gpt-oss, gemma3, qwen35, qwen35moe and mistral3) it builds a small random-init HF model, writes it to
+gpt-oss, gemma3, gemma4, qwen35, qwen35moe and mistral3) it builds a small random-init HF model, writes it to
 GGUF the way llama.cpp's converter does (Q/K rows permuted for `llama`, so its interleaved RoPE
 equals HF's rotate_half), runs it in float32 on the CPU and stores, next to the GGUF:
   - the logits of every position of two prompts (run separately, so positions start at 0);
@@ -23,6 +23,9 @@ QWEN35_ROPE = {"theta": 10000000.0, "partial": 0.25}
 # mistral3 (Ministral 3): YaRN x16 over an original context of 8 (so the prompts pass it), HF's
 # mscale = mscale_all_dim = 1 (no magnitude factor), Llama 4's query temperature with beta 0.1.
 MISTRAL3_ROPE = dict(theta=1000000.0, factor=16.0, original=8, beta_fast=32.0, beta_slow=1.0, temp=0.1)
+# gemma4: the sliding layers' base, the global layers' base and the quarter of their pairs that turn.
+GEMMA4_ROPE = {"local": 10000.0, "global": 1000000.0, "partial": 0.25}
+GEMMA4_GLOBAL = {"head_dim": 64, "kv_heads": 1}  # the global layers' heads (HF pops these into per_layer_config)
 GEMMA3_ROPE = {"global": 1000000.0, "local": 10000.0, "factor": 8.0}  # the global layers' base and linear factor; the sliding layers' base
 
 COMMON = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
@@ -67,6 +70,21 @@ CONFIGS = {
                     layer_types=["sliding_attention"] * 5 + ["full_attention"], final_logit_softcapping=None,
                     attn_logit_softcapping=None, rope_theta=GEMMA3_ROPE["global"], rope_local_base_freq=GEMMA3_ROPE["local"],
                     rope_scaling=dict(rope_type="linear", factor=GEMMA3_ROPE["factor"]))),
+    # gemma4 (Gemma 4 text, as the 31B): five sliding layers (window 8, heads of 32 on two KV heads,
+    # their own RoPE base) to one global (heads of 64 on one KV head, V its K projection, RoPE on a
+    # quarter of the pairs); V normalised, scores unscaled, a scalar per layer's output, logits
+    # soft-capped at 5 (so that the cap bites on these small logits); tied head.
+    "gemma4": (getattr(transformers, "Gemma4TextConfig", None), getattr(transformers, "Gemma4ForCausalLM", None),
+               dict(COMMON, num_hidden_layers=6, head_dim=32, global_head_dim=GEMMA4_GLOBAL["head_dim"],
+                    num_global_key_value_heads=GEMMA4_GLOBAL["kv_heads"],
+                    attention_k_eq_v=True, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                    hidden_activation="gelu_pytorch_tanh", sliding_window=8,
+                    layer_types=["sliding_attention"] * 5 + ["full_attention"], final_logit_softcapping=5.0,
+                    hidden_size_per_layer_input=0, num_kv_shared_layers=0, enable_moe_block=False,
+                    use_double_wide_mlp=False,
+                    rope_parameters={"sliding_attention": dict(rope_type="default", rope_theta=GEMMA4_ROPE["local"]),
+                                     "full_attention": dict(rope_type="proportional", rope_theta=GEMMA4_ROPE["global"],
+                                                            partial_rotary_factor=GEMMA4_ROPE["partial"])})),
     # qwen35 (Qwen3.5, dense): three gated DeltaNet layers then a gated full-attention layer, twice
     # the value heads of key heads (the head order the converter rewrites), RoPE on a quarter of
     # each head (8 of 32 dims; the multimodal sections all see the text position).
@@ -103,7 +121,7 @@ CONFIGS = {
                                            llama_4_scaling_beta=MISTRAL3_ROPE["temp"]))),
 }
 SEEDS = {"llama": 1, "qwen2": 2, "qwen3": 3, "qwen3moe": 4, "mixtral": 5, "qwen2moe": 6, "gpt-oss": 7, "gemma3": 8,
-         "qwen35": 9, "qwen35moe": 10, "mistral3": 11}
+         "qwen35": 9, "qwen35moe": 10, "mistral3": 11, "gemma4": 12}
 GGUF_ARCH = {"mixtral": "llama"}  # Mixtral files say llama, with llama.expert_count
 GPT_OSS_YARN = dict(factor=32.0, original=64, beta_fast=32.0, beta_slow=1.0)
 
@@ -178,6 +196,20 @@ def check_mistral3(model, cfg, head_dim):
     assert abs(float(rot.attention_scaling) - 1.0) < 1e-6, rot.attention_scaling
     src = inspect.getsource(type(model.model.layers[0].self_attn))
     assert "llama_4" in src or "attn_scale" in src, "Ministral3 attention without the query temperature?"
+
+
+def gemma4_rope_freqs(model, global_dim):
+    """The global layers' proportional RoPE as llama.cpp's converter writes it (rope_freqs: 1 for
+    the pairs that turn, 1e30 for the rest), checked against the model's own table."""
+    turning = int(GEMMA4_ROPE["partial"] * global_dim // 2)
+    want = 1.0 / GEMMA4_ROPE["global"] ** (np.arange(0, global_dim, 2, dtype=np.float64) / global_dim)
+    want[turning:] = 0
+    got = [b.double().numpy() for n, b in model.model.named_buffers() if "full_attention_inv_freq" in n and "original" not in n]
+    assert got and np.allclose(got[0], want, rtol=1e-6), (got, want)
+    local = 1.0 / GEMMA4_ROPE["local"] ** (np.arange(0, 32, 2, dtype=np.float64) / 32)
+    got = [b.double().numpy() for n, b in model.model.named_buffers() if "sliding_attention_inv_freq" in n and "original" not in n]
+    assert got and np.allclose(got[0], local, rtol=1e-6), (got, local)
+    return np.where(np.arange(global_dim // 2) < turning, 1.0, 1e30).astype(np.float32)
 
 
 def ensure_gemma3_rope(cfg):
@@ -339,9 +371,12 @@ def write_experts(w, sd, p, b, cfg):
 def write_gguf(name, cfg, model, path):
     arch = GGUF_ARCH.get(name, name)
     sd = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    if arch == "gemma4":  # per-layer heads: the sliding layers' from their layer config, the global layers' ours
+        head_dim, swa = GEMMA4_GLOBAL["head_dim"], cfg.per_layer_config[0]
+    else:
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     gpt_oss, gemma3, qwen35 = arch == "gpt-oss", arch == "gemma3", arch in ("qwen35", "qwen35moe")
-    mistral3 = arch == "mistral3"
+    mistral3, gemma4 = arch == "mistral3", arch == "gemma4"
     # Gemma's and Qwen3.5's RMSNorms multiply by 1 + w; llama.cpp's converter stores 1 + w.
     norm = (lambda v: v + 1) if gemma3 or qwen35 else (lambda v: v)
     w = GGUFWriter()
@@ -353,7 +388,19 @@ def write_gguf(name, cfg, model, path):
     if getattr(cfg, "intermediate_size", None):  # a MoE config may have none
         w.u32(f"{arch}.feed_forward_length", cfg.intermediate_size)
     w.u32(f"{arch}.attention.head_count", cfg.num_attention_heads)
-    w.u32(f"{arch}.attention.head_count_kv", cfg.num_key_value_heads)
+    if gemma4:  # llama.cpp's converter: the global layers' head size, the KV heads per layer
+        sliding = [t == "sliding_attention" for t in cfg.layer_types]
+        w.bools(f"{arch}.attention.sliding_window_pattern", sliding)
+        w.i32s(f"{arch}.attention.head_count_kv", [swa.num_key_value_heads if s else GEMMA4_GLOBAL["kv_heads"] for s in sliding])
+        w.u32(f"{arch}.attention.key_length_swa", swa.head_dim)
+        w.u32(f"{arch}.attention.value_length_swa", swa.head_dim)
+        w.u32(f"{arch}.rope.dimension_count", head_dim)
+        w.u32(f"{arch}.rope.dimension_count_swa", swa.head_dim)
+        w.f32(f"{arch}.rope.freq_base_swa", GEMMA4_ROPE["local"])
+        w.u32(f"{arch}.attention.sliding_window", cfg.sliding_window)
+        w.f32(f"{arch}.final_logit_softcapping", cfg.final_logit_softcapping)
+    else:
+        w.u32(f"{arch}.attention.head_count_kv", cfg.num_key_value_heads)
     w.u32(f"{arch}.attention.key_length", head_dim)
     w.u32(f"{arch}.attention.value_length", head_dim)
     w.f32(f"{arch}.rope.freq_base", rope_theta_of(cfg))
@@ -403,6 +450,8 @@ def write_gguf(name, cfg, model, path):
     w.bool("tokenizer.ggml.add_bos_token", False)
 
     w.tensor("token_embd.weight", sd["model.embed_tokens.weight"])
+    if gemma4:
+        w.tensor("rope_freqs.weight", gemma4_rope_freqs(model, head_dim))
     for i in range(cfg.num_hidden_layers):
         p, b = f"model.layers.{i}.", f"blk.{i}."
         if qwen35:
@@ -428,11 +477,12 @@ def write_gguf(name, cfg, model, path):
         w.tensor(b + "attn_norm.weight", norm(sd[p + "input_layernorm.weight"]))
         w.tensor(b + "attn_q.weight", q)
         w.tensor(b + "attn_k.weight", k)
-        w.tensor(b + "attn_v.weight", sd[p + "self_attn.v_proj.weight"])
+        if p + "self_attn.v_proj.weight" in sd:  # gemma4's global layers have none: V is K's projection
+            w.tensor(b + "attn_v.weight", sd[p + "self_attn.v_proj.weight"])
         if arch in ("qwen2", "qwen2moe", "gpt-oss"):
             for n in "qkv":
                 w.tensor(b + f"attn_{n}.bias", sd[p + f"self_attn.{n}_proj.bias"])
-        if arch in ("qwen3", "qwen3moe", "gemma3"):
+        if arch in ("qwen3", "qwen3moe", "gemma3", "gemma4"):
             w.tensor(b + "attn_q_norm.weight", norm(sd[p + "self_attn.q_norm.weight"]))
             w.tensor(b + "attn_k_norm.weight", norm(sd[p + "self_attn.k_norm.weight"]))
         w.tensor(b + "attn_output.weight", sd[p + "self_attn.o_proj.weight"])
@@ -447,10 +497,12 @@ def write_gguf(name, cfg, model, path):
                 w.tensor(b + f"ffn_{t}_exps.weight", np.ascontiguousarray(m))
                 w.tensor(b + f"ffn_{t}_exps.bias", np.ascontiguousarray(bias))
             continue
-        if gemma3:
+        if gemma3 or gemma4:
             w.tensor(b + "post_attention_norm.weight", norm(sd[p + "post_attention_layernorm.weight"]))
             w.tensor(b + "ffn_norm.weight", norm(sd[p + "pre_feedforward_layernorm.weight"]))
             w.tensor(b + "post_ffw_norm.weight", norm(sd[p + "post_feedforward_layernorm.weight"]))
+            if gemma4:
+                w.tensor(b + "layer_output_scale.weight", sd[p + "layer_scalar"].reshape(1))
         else:
             w.tensor(b + "ffn_norm.weight", sd[p + "post_attention_layernorm.weight"])
         if n_experts_of(cfg):
@@ -467,10 +519,18 @@ def write_gguf(name, cfg, model, path):
 
 def randomise(model, gen, norm_mean=1.0):
     # Norm weights and biases away from their 1/0 initialisation, so a forgotten one shows
-    # (Gemma's norms multiply by 1 + w: mean 0 there).
+    # (Gemma's norms multiply by 1 + w: mean 0 there); gemma4's layer scalars (buffers) too.
     with torch.no_grad():
+        for name, b in model.named_buffers():
+            if name.endswith("layer_scalar"):
+                b.copy_(0.8 + 0.1 * torch.randn(b.shape, generator=gen))
         for name, p in model.named_parameters():
-            if name.endswith("linear_attn.norm.weight"):  # Qwen3.5's gated norm multiplies by w (around 1)
+            if model.config.model_type == "gemma4_text" and name.endswith(("q_norm.weight", "k_norm.weight")):
+                # Gemma 4 does not scale its scores: trained q/k norms set the softmax's temperature.
+                # Around dim^-1/4 each, q.k is on the scale of a 1/sqrt(dim) model's scores (with 1,
+                # the random heads' scores run to the head size and every rounding of K shows).
+                p.copy_(p.shape[-1] ** -0.25 * (1.0 + 0.2 * torch.randn(p.shape, generator=gen)))
+            elif name.endswith("linear_attn.norm.weight"):  # Qwen3.5's gated norm multiplies by w (around 1)
                 p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen))
             elif "norm" in name:
                 p.copy_(norm_mean + 0.2 * torch.randn(p.shape, generator=gen))
