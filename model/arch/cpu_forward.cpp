@@ -47,7 +47,8 @@ cpu_forward::cpu_forward(const llm& m, std::int64_t max_tokens, std::pmr::memory
     : m_(m), ids_(arena), positions_(arena), slots_(arena), window_slots_(arena), x_(arena), h_(arena), q_(arena),
       k_(arena), v_(arena), attn_(arena), o_(arena), gate_(arena), up_(arena), router_(arena), chosen_w_(arena),
       xe_(arena), ye_(arena), pair_out_(arena), chosen_(arena), routed_(arena), seqs_(arena), window_seqs_(arena),
-      rseqs_(arena), mix_(arena), z_(arena), beta_(arena), alpha_(arena), qgate_(arena), logit_rows_(arena) {
+      rseqs_(arena), mix_(arena), z_(arena), beta_(arena), alpha_(arena), qgate_(arena), dense_out_(arena),
+      logit_rows_(arena) {
   const auto t = static_cast<std::size_t>(std::max<std::int64_t>(max_tokens, 1));
   const hparams& hp = m.hp;
   ids_.reserve(t);
@@ -86,6 +87,7 @@ cpu_forward::cpu_forward(const llm& m, std::int64_t max_tokens, std::pmr::memory
     for (auto* v : {&chosen_, &routed_}) v->reserve(t * std::size_t(hp.n_expert_used));
     pair_out_.reserve(t * std::size_t(hp.n_expert_used * hp.n_embd));
     for (auto* v : {&xe_, &ye_}) v->reserve(t * std::size_t(hp.n_embd));
+    if (hp.architecture == arch::gemma4) dense_out_.reserve(t * std::size_t(hp.n_embd));
   }
 }
 
@@ -117,7 +119,12 @@ kv_cache_storage::kv_cache_storage(const hparams& hp, std::int64_t n_blocks, std
   }
   for (pool* p : {&main_, &window_}) {
     p->rows_at.assign(1, 0);
-    for (std::size_t i = 0; i < p->heads.size(); ++i) p->rows_at.push_back(p->rows_at.back() + p->n_blocks * block_size * p->heads[i]);
+    p->elems_at.assign(1, 0);
+    for (std::size_t i = 0; i < p->heads.size(); ++i) {
+      const std::int64_t rows = p->n_blocks * block_size * p->heads[i];
+      p->rows_at.push_back(p->rows_at.back() + rows);
+      p->elems_at.push_back(p->elems_at.back() + rows * p->dims[i]);
+    }
   }
   allocate(main_);
   allocate(window_);
@@ -154,15 +161,9 @@ std::size_t kv_cache_storage::bytes_per_state_slot(const hparams& hp) {
          sizeof(float);
 }
 
-std::int64_t kv_cache_storage::elems_at(const pool& p, std::int64_t i) const {
-  std::int64_t e = 0;
-  for (std::int64_t j = 0; j < i; ++j) e += (p.rows_at[std::size_t(j) + 1] - p.rows_at[std::size_t(j)]) * p.dims[std::size_t(j)];
-  return e;
-}
-
 void kv_cache_storage::allocate(pool& p) const {
   const auto rows = static_cast<std::size_t>(p.rows_at.back());
-  const auto n = static_cast<std::size_t>(elems_at(p, p.n_layers));
+  const auto n = static_cast<std::size_t>(p.elems_at.back());
   if (!kernels::kv_is_8bit(dtype_)) {
     p.k.assign(n, 0.f);
     p.v.assign(n, 0.f);
@@ -203,7 +204,7 @@ void kv_cache_storage::copy_block(std::int64_t src, std::int64_t dst, bool windo
   pool& p = window ? window_ : main_;
   for (std::int64_t i = 0; i < p.n_layers; ++i) {
     const std::int64_t rows = block_size_ * p.heads[std::size_t(i)], width = rows * p.dims[std::size_t(i)];
-    const std::int64_t row0 = p.rows_at[std::size_t(i)], elem0 = elems_at(p, i);
+    const std::int64_t row0 = p.rows_at[std::size_t(i)], elem0 = p.elems_at[std::size_t(i)];
     const auto copy = [&](auto& data, std::int64_t at, std::int64_t n) {
       if (!data.empty()) std::copy_n(data.begin() + at + src * n, n, data.begin() + at + dst * n);
     };
@@ -219,7 +220,7 @@ void kv_cache_storage::copy_block(std::int64_t src, std::int64_t dst, bool windo
 kernels::paged_kv_view kv_cache_storage::layer(std::int64_t l) {
   pool& p = layers_.windowed(l) ? window_ : main_;
   const std::int64_t i = layers_.index[std::size_t(l)];
-  const std::int64_t row0 = p.rows_at[std::size_t(i)], elem0 = elems_at(p, i);
+  const std::int64_t row0 = p.rows_at[std::size_t(i)], elem0 = p.elems_at[std::size_t(i)];
   const bool q8 = kernels::kv_is_8bit(dtype_);
   return {.k = q8 ? nullptr : p.k.data() + elem0,
           .v = q8 ? nullptr : p.v.data() + elem0,
@@ -379,7 +380,9 @@ void cpu_forward::layer(std::int64_t l, kv_cache_storage& cache) {
 
   // Feed-forward block.
   rms_norm(x_.data(), w.ffn_norm, h_.data(), n, hp.n_embd, hp.rms_eps);
-  if (w.moe()) {
+  if (w.moe() && w.gate.data) {
+    dense_beside_experts(w);
+  } else if (w.moe()) {
     experts(w);
   } else {
     swiglu_ffn({.gate = w.gate, .up = w.up, .down = w.down}, h_, n, o_.data());
@@ -543,8 +546,13 @@ void cpu_forward::swiglu_ffn(const ffn& f, const std::pmr::vector<float>& x, std
 }
 
 void cpu_forward::experts(const layer_weights& w) {
+  route_experts(w);
+  run_experts(w);
+}
+
+void cpu_forward::route_experts(const layer_weights& w) {
   const hparams& hp = m_.hp;
-  const std::int64_t n = std::int64_t(ids_.size()), n_expert = hp.n_expert, k = hp.n_expert_used, d = hp.n_embd;
+  const std::int64_t n = std::int64_t(ids_.size()), n_expert = hp.n_expert, k = hp.n_expert_used;
   router_.resize(std::size_t(n * n_expert));
   matmul(w.router, w.router_b, h_, n, router_.data());
   chosen_.resize(std::size_t(n * k));
@@ -556,6 +564,11 @@ void cpu_forward::experts(const layer_weights& w) {
                           .normalize = hp.expert_weights_norm,
                           .ids = chosen_.data(),
                           .weights = chosen_w_.data()});
+}
+
+void cpu_forward::run_experts(const layer_weights& w) {
+  const hparams& hp = m_.hp;
+  const std::int64_t n = std::int64_t(ids_.size()), n_expert = hp.n_expert, k = hp.n_expert_used, d = hp.n_embd;
   // Expert by expert: its pairs' token rows gathered, its SwiGLU feed-forward, each result put in
   // its pair's row (pair t * k + j: token t's j-th choice), as the GPU's grouped matmul does.
   pair_out_.resize(std::size_t(n * k * d));
@@ -598,6 +611,26 @@ void cpu_forward::experts(const layer_weights& w) {
                             .shared_gate = shared && !w.shexp_gate.empty() ? w.shexp_gate.data() : nullptr,
                             .x = h_.data(),
                             .out = o_.data()});
+}
+
+// gemma4 with experts (26B-A4B): the dense feed-forward and the experts side by side, each normed,
+// summed (layer_weights says which input each reads). h_ holds the pre-normed residual on entry.
+void cpu_forward::dense_beside_experts(const layer_weights& w) {
+  const hparams& hp = m_.hp;
+  const std::int64_t n = std::int64_t(ids_.size()), d = hp.n_embd;
+  o_.resize(std::size_t(n * d));
+  swiglu_ffn({.gate = w.gate, .up = w.up, .down = w.down}, h_, n, o_.data());
+  rms_norm(o_.data(), w.post_ffn_norm_1, o_.data(), n, d, hp.rms_eps);
+  dense_out_.assign(o_.begin(), o_.end());
+  rms_norm(x_.data(), w.router_scale, h_.data(), n, d, hp.rms_eps);  // the router's input
+  const float root = 1.f / std::sqrt(float(d));
+  for (float& v : h_) v *= root;
+  route_experts(w);
+  for (std::size_t i = 0; i < chosen_.size(); ++i) chosen_w_[i] *= w.expert_scale[std::size_t(chosen_[i])];
+  rms_norm(x_.data(), w.pre_ffn_norm_2, h_.data(), n, d, hp.rms_eps);  // the experts' input
+  run_experts(w);
+  rms_norm(o_.data(), w.post_ffn_norm_2, o_.data(), n, d, hp.rms_eps);
+  for (std::size_t i = 0; i < o_.size(); ++i) o_[i] += dense_out_[i];
 }
 
 }  // namespace anvil::model

@@ -68,16 +68,14 @@ class kv_cache_storage {
   struct pool {
     std::int64_t n_layers = 0, n_blocks = 0;
     std::vector<std::int64_t> heads, dims;   // per pool layer: KV heads, head size
-    std::vector<std::int64_t> rows_at;       // per pool layer (and the end): its first row (block 0)
+    // Per pool layer (and the end): its first row (block 0), and its first element in the data.
+    std::vector<std::int64_t> rows_at, elems_at;
     std::pmr::vector<float> k, v;               // f16
     std::pmr::vector<std::uint8_t> k8, v8;      // 8-bit codes
     std::pmr::vector<float> k_scales, v_scales;  // 8-bit row scales
     explicit pool(std::pmr::memory_resource* arena) : k(arena), v(arena), k8(arena), v8(arena), k_scales(arena), v_scales(arena) {}
   };
   void allocate(pool& p) const;
-
-  // Layer i of pool p: its rows [rows_at[i], rows_at[i + 1]), each of dims[i] elements in the data.
-  std::int64_t elems_at(const pool& p, std::int64_t i) const;
 
   std::int64_t block_size_;
   kernels::kv_dtype dtype_;
@@ -131,6 +129,9 @@ class cpu_forward {
   void delta_net(std::int64_t l, kv_cache_storage& cache);
   // A mixture-of-experts feed-forward on the normed rows in h_, its output into o_.
   void experts(const layer_weights& w);
+  void route_experts(const layer_weights& w);  // router_ from h_: chosen_ and chosen_w_
+  void run_experts(const layer_weights& w);    // the chosen experts on h_, combined into o_
+  void dense_beside_experts(const layer_weights& w);
   void add_block_output(const std::vector<float>& post_norm);
   // A feed-forward's matrices and their biases (null: none).
   struct ffn {
@@ -155,6 +156,7 @@ class cpu_forward {
   // place), the output gate, beta's and alpha's logits; the attention's output gate (attn_out_gate).
   std::pmr::vector<kernels::recurrent_seq> rseqs_;
   std::pmr::vector<float> mix_, z_, beta_, alpha_, qgate_;
+  std::pmr::vector<float> dense_out_;  // gemma4: the dense feed-forward's output beside the experts
   std::vector<float> v_norm_ones_;  // gemma4's V norm has no weight: a gain of ones, made at start-up
   std::pmr::vector<std::int64_t> logit_rows_;
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "kernels/delta_net.h"
 
@@ -38,6 +39,19 @@ class loader {
   weight matrix(const std::string& name, std::int64_t in, std::int64_t out) const {
     const gguf_tensor* t = find(name, {in, out}, true);
     return {t->data, t->type, in, out};
+  }
+
+  // Two halves of each stacked matrix: rows [0, out) and [out, 2 out) of every one of `count`
+  // matrices of 2 out rows (gemma4's ffn_gate_up_exps: each expert's gate rows, then its up rows).
+  std::pair<stacked_weight, stacked_weight> stacked_halves(const std::string& name, std::int64_t in, std::int64_t out,
+                                                           std::int64_t count) const {
+    const stacked_weight both = stacked(name, in, 2 * out, count);
+    const std::size_t half = both.stride / 2;  // out rows of whole blocks
+    stacked_weight first = both;
+    first.out = out;
+    stacked_weight second = first;
+    second.data = both.data + half;
+    return {first, second};
   }
 
   stacked_weight stacked(const std::string& name, std::int64_t in, std::int64_t out, std::int64_t count) const {
@@ -107,8 +121,8 @@ void read_delta_net(const gguf_file& f, const std::string& a, hparams& hp) {
 }
 
 // gemma4's attention.head_count_kv: one count per layer, the sliding layers' alike and the global
-// layers' alike (HF's num_key_value_heads and num_global_key_value_heads). Read before the layer
-// pattern: it sets n_head_kv and n_head_kv_global from the first layer of each kind.
+// layers' alike (HF's num_key_value_heads and num_global_key_value_heads), told apart by the
+// layer pattern: n_head_kv is the sliding layers' count, n_head_kv_global the global layers'.
 void read_gemma4_kv_heads(const gguf_file& f, const std::string& a, hparams& hp) {
   const auto counts = f.get_i32_array(a + "attention.head_count_kv");
   const auto pattern = f.get_bool_array(a + "attention.sliding_window_pattern");
@@ -353,9 +367,8 @@ hparams read_hparams(const gguf_file& f) {
   }
 
   // Mixture of experts: qwen2moe and qwen3moe always, llama when the file counts experts (Mixtral).
-  if ((gemma3 || gemma4) && f.find(a + "expert_count")) {
-    throw model_error("metadata '" + a + "expert_count': " + hp.arch_name + " with experts is not supported" +
-                      (gemma4 ? " yet (Gemma 4 26B-A4B)" : ""));
+  if (gemma3 && f.find(a + "expert_count")) {
+    throw model_error("metadata '" + a + "expert_count': gemma3 with experts is not supported");
   }
   if (hp.architecture == arch::qwen3moe || hp.architecture == arch::qwen2moe || hp.architecture == arch::qwen35moe ||
       gpt_oss || f.find(a + "expert_count")) {
@@ -500,8 +513,12 @@ llm load_llm(gguf_file file) {
     // without a router is one.
     if (hp.n_expert > 0 && m.file.find_tensor(b + "ffn_gate_inp.weight")) {
       l.router = ld.matrix(b + "ffn_gate_inp.weight", hp.n_embd, hp.n_expert);
-      l.gate_exps = ld.stacked(b + "ffn_gate_exps.weight", hp.n_embd, hp.n_ff_exp, hp.n_expert);
-      l.up_exps = ld.stacked(b + "ffn_up_exps.weight", hp.n_embd, hp.n_ff_exp, hp.n_expert);
+      if (ld.has(b + "ffn_gate_up_exps.weight")) {  // gemma4's converter: gate and up in one tensor
+        std::tie(l.gate_exps, l.up_exps) = ld.stacked_halves(b + "ffn_gate_up_exps.weight", hp.n_embd, hp.n_ff_exp, hp.n_expert);
+      } else {
+        l.gate_exps = ld.stacked(b + "ffn_gate_exps.weight", hp.n_embd, hp.n_ff_exp, hp.n_expert);
+        l.up_exps = ld.stacked(b + "ffn_up_exps.weight", hp.n_embd, hp.n_ff_exp, hp.n_expert);
+      }
       l.down_exps = ld.stacked(b + "ffn_down_exps.weight", hp.n_ff_exp, hp.n_embd, hp.n_expert);
       if (hp.expert_bias) {
         l.router_b = ld.vec(b + "ffn_gate_inp.bias", hp.n_expert);
@@ -514,6 +531,16 @@ llm load_llm(gguf_file file) {
         l.up_shexp = ld.matrix(b + "ffn_up_shexp.weight", hp.n_embd, hp.n_ff_shexp);
         l.down_shexp = ld.matrix(b + "ffn_down_shexp.weight", hp.n_ff_shexp, hp.n_embd);
         l.shexp_gate = ld.vec(b + "ffn_gate_inp_shexp.weight", hp.n_embd, false);
+      }
+      if (hp.architecture == arch::gemma4) {  // the dense feed-forward beside the experts, and their norms
+        l.router_scale = ld.vec(b + "ffn_gate_inp.scale", hp.n_embd);
+        l.expert_scale = ld.vec(b + "ffn_down_exps.scale", hp.n_expert);
+        l.pre_ffn_norm_2 = ld.vec(b + "pre_ffw_norm_2.weight", hp.n_embd);
+        l.post_ffn_norm_1 = ld.vec(b + "post_ffw_norm_1.weight", hp.n_embd);
+        l.post_ffn_norm_2 = ld.vec(b + "post_ffw_norm_2.weight", hp.n_embd);
+        l.gate = ld.matrix(b + "ffn_gate.weight", hp.n_embd, hp.n_ff);
+        l.up = ld.matrix(b + "ffn_up.weight", hp.n_embd, hp.n_ff);
+        l.down = ld.matrix(b + "ffn_down.weight", hp.n_ff, hp.n_embd);
       }
     } else {
       if (hp.n_expert > 0 && m.file.find_tensor(b + "ffn_gate.0.weight")) {
@@ -540,7 +567,10 @@ std::size_t llm::token_weight_bytes() const {
   std::size_t n = weight_bytes();
   for (const layer_weights& l : layers) {
     for (const stacked_weight* w : {&l.gate_exps, &l.up_exps, &l.down_exps}) {
-      n -= w->stride * std::size_t(w->count - hp.n_expert_used);  // the experts a token skips
+      if (w->count == 0) continue;
+      // The experts a token skips: each one's matrix (stride would count gemma4's fused gate and
+      // up twice, as they share it).
+      n -= *row_bytes(w->type, w->in) * std::size_t(w->out) * std::size_t(w->count - hp.n_expert_used);
     }
     for (const std::vector<float>* b : {&l.gate_exps_b, &l.up_exps_b, &l.down_exps_b}) {  // and their biases (F32)
       if (!b->empty()) n -= b->size() / std::size_t(hp.n_expert) * std::size_t(hp.n_expert - hp.n_expert_used) * sizeof(float);

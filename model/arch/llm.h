@@ -197,6 +197,11 @@ struct layer_weights {
   weight gate_shexp, up_shexp, down_shexp;  // the shared expert (Qwen2-MoE), absent elsewhere
   std::vector<float> shexp_gate;            // [n_embd]: its output scaled by sigmoid(x . shexp_gate)
   float out_scale = 1.f;                    // gemma4: the layer's output (the whole residual) times this
+  // gemma4 with experts (26B-A4B): the dense feed-forward (gate/up/down) runs beside them. The
+  // router reads the residual normed without a weight, times router_scale / sqrt(n_embd); each
+  // chosen expert's weight is times its expert_scale; the experts read the residual normed by
+  // pre_ffn_norm_2; the two outputs are normed (post_ffn_norm_1, post_ffn_norm_2) and summed.
+  std::vector<float> router_scale, expert_scale, pre_ffn_norm_2, post_ffn_norm_1, post_ffn_norm_2;
   bool moe() const { return router.data != nullptr; }
   bool recurrent() const { return ssm_qkv.data != nullptr; }
 };

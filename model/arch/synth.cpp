@@ -170,6 +170,16 @@ const std::vector<synth_shape>& synth_shapes() {
        .n_head = 32, .n_head_kv = 16, .head_dim = 512, .n_ff = 21504, .n_ctx = 262144, .rope_base = 1000000.f,
        .rms_eps = 1e-6f, .tied_output = true, .sliding_window = 1024, .head_dim_swa = 256, .n_head_kv_global = 4,
        .final_softcap = 30.f},
+      // Gemma 4 26B-A4B: 128 experts of 704, eight used, beside a dense feed-forward of 2112; and a
+      // tiny one of the same make.
+      {.name = "tiny-gemma4moe", .architecture = arch::gemma4, .n_vocab = 512, .n_embd = 256, .n_layer = 6,
+       .n_head = 4, .n_head_kv = 2, .head_dim = 128, .n_ff = 256, .n_ctx = 4096, .rope_base = 1000000.f,
+       .rms_eps = 1e-6f, .tied_output = true, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 128, .sliding_window = 16,
+       .head_dim_swa = 64, .n_head_kv_global = 1, .final_softcap = 30.f},
+      {.name = "gemma4-26b-a4b", .architecture = arch::gemma4, .n_vocab = 262144, .n_embd = 2816, .n_layer = 30,
+       .n_head = 16, .n_head_kv = 8, .head_dim = 512, .n_ff = 2112, .n_ctx = 262144, .rope_base = 1000000.f,
+       .rms_eps = 1e-6f, .tied_output = true, .n_expert = 128, .n_expert_used = 8, .n_ff_exp = 704,
+       .sliding_window = 1024, .head_dim_swa = 256, .n_head_kv_global = 2, .final_softcap = 30.f},
       {.name = "mixtral-8x7b", .architecture = arch::llama, .n_vocab = 32000, .n_embd = 4096, .n_layer = 32, .n_head = 32,
        .n_head_kv = 8, .head_dim = 128, .n_ff = 14336, .n_ctx = 32768, .rope_base = 1000000.f, .rms_eps = 1e-5f,
        .tied_output = false, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 14336},
@@ -421,7 +431,19 @@ void write_synth_model(const synth_options& opt, const std::string& path,
   const auto add_ffn = [&](const std::string& b, std::int64_t l) {
     const float s_embd = 1.f / std::sqrt(float(sh.n_embd));
     const bool gpt_oss = sh.architecture == arch::gpt_oss;
-    if (sh.n_expert > 0) {
+    if (sh.n_expert > 0 && sh.architecture == arch::gemma4) {  // the 26B-A4B's: a dense one beside the experts
+      add(b + "ffn_gate.weight", sh.n_embd, sh.n_ff, 0.f, s_embd, l);
+      add(b + "ffn_up.weight", sh.n_embd, sh.n_ff, 0.f, s_embd, l);
+      add(b + "ffn_down.weight", sh.n_ff, sh.n_embd, 0.f, 1.f / std::sqrt(float(sh.n_ff)), l);
+      add(b + "post_ffw_norm_1.weight", sh.n_embd, 1, 1.f, 0.1f, l);
+      add(b + "ffn_gate_inp.weight", sh.n_embd, sh.n_expert, 0.f, s_embd, l);
+      add(b + "ffn_gate_inp.scale", sh.n_embd, 1, 1.f, 0.1f, l);
+      add(b + "pre_ffw_norm_2.weight", sh.n_embd, 1, 1.f, 0.1f, l);
+      add(b + "ffn_gate_up_exps.weight", sh.n_embd, 2 * sh.n_ff_exp, 0.f, s_embd, l, sh.n_expert);
+      add(b + "ffn_down_exps.weight", sh.n_ff_exp, sh.n_embd, 0.f, 1.f / std::sqrt(float(sh.n_ff_exp)), l, sh.n_expert);
+      add(b + "ffn_down_exps.scale", sh.n_expert, 1, 1.f, 0.1f, l);
+      add(b + "post_ffw_norm_2.weight", sh.n_embd, 1, 1.f, 0.1f, l);
+    } else if (sh.n_expert > 0) {
       add(b + "ffn_gate_inp.weight", sh.n_embd, sh.n_expert, 0.f, s_embd, l);
       add(b + "ffn_gate_exps.weight", sh.n_embd, sh.n_ff_exp, 0.f, s_embd, l, sh.n_expert);
       add(b + "ffn_up_exps.weight", sh.n_embd, sh.n_ff_exp, 0.f, s_embd, l, sh.n_expert);

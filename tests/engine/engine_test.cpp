@@ -262,6 +262,7 @@ TEST(Engine, Gemma3ServesConcurrentRequestsWithTheReferenceTokens) {
 // 16; sliding and global layers keep K and V of different shapes in one pool.
 TEST(Engine, Gemma4ServesConcurrentRequestsWithTheReferenceTokens) {
   expect_concurrent_greedy_matches_reference("tiny-gemma4");
+  expect_concurrent_greedy_matches_reference("tiny-gemma4moe");  // the 26B-A4B's experts beside a dense feed-forward
 }
 
 // Ministral 3 through the engine: prompts of up to 33 tokens and 10 more generated pass its

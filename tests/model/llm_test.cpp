@@ -179,6 +179,33 @@ TEST(LoadLlm, Gemma4LayersTakeTheirOwnHeadsAndTheGlobalLayersVIsTheirK) {
   EXPECT_EQ(cache.layer(5).k, cache.layer(4).k + 3 * 16 * sliding_row) << "layer 5's rows follow layer 4's";
 }
 
+// Gemma 4 26B-A4B's make: a dense feed-forward beside the experts in every layer, gate and up of
+// each expert read as the two halves of one stacked tensor.
+TEST(LoadLlm, Gemma4ExpertsSitBesideADenseFeedForward) {
+  const synth_shape& s = *find_synth_shape("tiny-gemma4moe");
+  const llm m = load_llm(gguf_file::open(synth_fixture("tiny-gemma4moe", synth_mix::q8_0)));
+  ASSERT_EQ(m.hp.n_expert, s.n_expert);
+  for (const layer_weights& l : m.layers) {
+    ASSERT_TRUE(l.moe());
+    EXPECT_EQ(l.gate.out, s.n_ff);
+    EXPECT_EQ(l.router_scale.size(), std::size_t(s.n_embd));
+    EXPECT_EQ(l.expert_scale.size(), std::size_t(s.n_expert));
+    EXPECT_EQ(l.post_ffn_norm_2.size(), std::size_t(s.n_embd));
+    const std::size_t row = *row_bytes(l.gate_exps.type, s.n_embd);
+    EXPECT_EQ(l.up_exps.data, l.gate_exps.data + std::size_t(s.n_ff_exp) * row) << "up follows gate within an expert";
+    EXPECT_EQ(l.gate_exps.stride, 2 * std::size_t(s.n_ff_exp) * row);
+    EXPECT_EQ(l.gate_exps.at(1).data, l.gate_exps.data + l.gate_exps.stride);
+  }
+  // What a token reads: every tensor but the experts it is not routed to, gate and up counted once.
+  std::size_t skipped = 0;
+  for (const layer_weights& l : m.layers) {
+    for (const stacked_weight* w : {&l.gate_exps, &l.up_exps, &l.down_exps}) {
+      skipped += *row_bytes(w->type, w->in) * std::size_t(w->out) * std::size_t(s.n_expert - s.n_expert_used);
+    }
+  }
+  EXPECT_EQ(m.token_weight_bytes(), m.weight_bytes() - skipped);
+}
+
 TEST(LoadLlm, Gemma3LayersSlideFiveInSixWithTheirOwnRope) {
   const synth_shape& s = *find_synth_shape("tiny-gemma3");
   const llm m = load_llm(gguf_file::open(synth_fixture("tiny-gemma3", synth_mix::f32)));
@@ -281,7 +308,7 @@ TEST(LoadLlm, RefusesWhatGemma3DoesNotHave) {
 }
 
 // Gemma 4's E2B/E4B (per-layer embeddings, layers sharing another's KV, double-wide feed-forwards)
-// and its mixture of experts (26B-A4B) are refused by name; its layer pattern must cover every block.
+// are refused by name; its layer pattern must cover every block.
 TEST(LoadLlm, RefusesWhatGemma4DoesNotRunYet) {
   const auto gemma4 = [](gguf_writer& w) {
     put_llama_hparams(w, "gemma4");
@@ -305,10 +332,6 @@ TEST(LoadLlm, RefusesWhatGemma4DoesNotRunYet) {
   wide.set_u32("gemma4.attention.head_count", 4);
   wide.set_i32s("gemma4.feed_forward_length", {64});
   EXPECT_NE(load_error(wide).find("double-wide"), std::string::npos) << load_error(wide);
-  gguf_writer moe;
-  gemma4(moe);
-  moe.set_u32("gemma4.expert_count", 128);
-  EXPECT_NE(load_error(moe).find("gemma4 with experts is not supported yet"), std::string::npos) << load_error(moe);
   gguf_writer pattern;
   put_llama_hparams(pattern, "gemma4");
   pattern.set_u32("gemma4.attention.sliding_window", 512);
@@ -453,7 +476,7 @@ std::vector<std::int32_t> some_tokens(std::size_t n, std::int32_t seed) {
 TEST(CpuForward, LogitsAreFiniteAndVariedForEveryShapeAndMix) {
   for (const char* shape :
        {"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-qwen2moe", "tiny-qwen3moe", "tiny-mixtral", "tiny-gpt-oss", "tiny-gemma3",
-        "tiny-qwen35", "tiny-qwen35moe", "tiny-mistral3", "tiny-gemma4"}) {
+        "tiny-qwen35", "tiny-qwen35moe", "tiny-mistral3", "tiny-gemma4", "tiny-gemma4moe"}) {
     for (synth_mix mix : {synth_mix::f32, synth_mix::f16, synth_mix::bf16, synth_mix::q8_0, synth_mix::q4_0,
                           synth_mix::q6_k, synth_mix::q4_k_m, synth_mix::iq4_xs, synth_mix::mxfp4}) {
       const llm m = load_llm(gguf_file::open(synth_fixture(shape, mix)));
@@ -480,7 +503,7 @@ TEST(CpuForward, ChunkedPrefillAndDecodeMatchOneShotPrefill) {
   // tiny-mistral3: its queries' temperature from position 32 on.
   for (const char* shape : {"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-qwen2moe", "tiny-qwen3moe", "tiny-mixtral",
                             "tiny-gpt-oss", "tiny-gemma3", "tiny-qwen35", "tiny-qwen35moe", "tiny-mistral3",
-                            "tiny-gemma4"}) {
+                            "tiny-gemma4", "tiny-gemma4moe"}) {
     const llm m = load_llm(gguf_file::open(synth_fixture(shape, synth_mix::f32)));
     const auto tokens = some_tokens(37, 2);
     const std::vector<std::int32_t> table = {0, 1, 2, 3, 4};

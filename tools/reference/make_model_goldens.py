@@ -85,6 +85,19 @@ CONFIGS = {
                     rope_parameters={"sliding_attention": dict(rope_type="default", rope_theta=GEMMA4_ROPE["local"]),
                                      "full_attention": dict(rope_type="proportional", rope_theta=GEMMA4_ROPE["global"],
                                                             partial_rotary_factor=GEMMA4_ROPE["partial"])})),
+    # gemma4moe (Gemma 4 26B-A4B's make): the same layers, each feed-forward a dense one (96 wide)
+    # beside eight experts of 48, two used, routed on the residual.
+    "gemma4moe": (getattr(transformers, "Gemma4TextConfig", None), getattr(transformers, "Gemma4ForCausalLM", None),
+                  dict(COMMON, intermediate_size=96, num_hidden_layers=6, head_dim=32,
+                       global_head_dim=GEMMA4_GLOBAL["head_dim"], num_global_key_value_heads=GEMMA4_GLOBAL["kv_heads"],
+                       attention_k_eq_v=True, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                       hidden_activation="gelu_pytorch_tanh", sliding_window=8,
+                       layer_types=["sliding_attention"] * 5 + ["full_attention"], final_logit_softcapping=5.0,
+                       hidden_size_per_layer_input=0, num_kv_shared_layers=0, enable_moe_block=True,
+                       num_experts=8, top_k_experts=2, moe_intermediate_size=48, use_double_wide_mlp=False,
+                       rope_parameters={"sliding_attention": dict(rope_type="default", rope_theta=GEMMA4_ROPE["local"]),
+                                        "full_attention": dict(rope_type="proportional", rope_theta=GEMMA4_ROPE["global"],
+                                                               partial_rotary_factor=GEMMA4_ROPE["partial"])})),
     # qwen35 (Qwen3.5, dense): three gated DeltaNet layers then a gated full-attention layer, twice
     # the value heads of key heads (the head order the converter rewrites), RoPE on a quarter of
     # each head (8 of 32 dims; the multimodal sections all see the text position).
@@ -121,8 +134,8 @@ CONFIGS = {
                                            llama_4_scaling_beta=MISTRAL3_ROPE["temp"]))),
 }
 SEEDS = {"llama": 1, "qwen2": 2, "qwen3": 3, "qwen3moe": 4, "mixtral": 5, "qwen2moe": 6, "gpt-oss": 7, "gemma3": 8,
-         "qwen35": 9, "qwen35moe": 10, "mistral3": 11, "gemma4": 12}
-GGUF_ARCH = {"mixtral": "llama"}  # Mixtral files say llama, with llama.expert_count
+         "qwen35": 9, "qwen35moe": 10, "mistral3": 11, "gemma4": 12, "gemma4moe": 13}
+GGUF_ARCH = {"mixtral": "llama", "gemma4moe": "gemma4"}  # Mixtral files say llama, with llama.expert_count
 GPT_OSS_YARN = dict(factor=32.0, original=64, beta_fast=32.0, beta_slow=1.0)
 
 
@@ -368,6 +381,20 @@ def write_experts(w, sd, p, b, cfg):
         w.tensor(b + "ffn_down_shexp.weight", sd[s + "down_proj.weight"])
 
 
+def write_gemma4_experts(w, sd, p, b):
+    """Gemma 4's experts as llama.cpp's converter writes them: the router (its weight, the scale on
+    its input, the per-expert scale as ffn_down_exps.scale), gate and up in one stacked tensor, the
+    norms around the two branches."""
+    w.tensor(b + "ffn_gate_inp.weight", sd[p + "router.proj.weight"])
+    w.tensor(b + "ffn_gate_inp.scale", sd[p + "router.scale"])
+    w.tensor(b + "ffn_down_exps.scale", sd[p + "router.per_expert_scale"])
+    w.tensor(b + "ffn_gate_up_exps.weight", np.ascontiguousarray(sd[p + "experts.gate_up_proj"]))
+    w.tensor(b + "ffn_down_exps.weight", np.ascontiguousarray(sd[p + "experts.down_proj"]))
+    w.tensor(b + "post_ffw_norm_1.weight", sd[p + "post_feedforward_layernorm_1.weight"])
+    w.tensor(b + "pre_ffw_norm_2.weight", sd[p + "pre_feedforward_layernorm_2.weight"])
+    w.tensor(b + "post_ffw_norm_2.weight", sd[p + "post_feedforward_layernorm_2.weight"])
+
+
 def write_gguf(name, cfg, model, path):
     arch = GGUF_ARCH.get(name, name)
     sd = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
@@ -407,7 +434,7 @@ def write_gguf(name, cfg, model, path):
     w.f32(f"{arch}.attention.layer_norm_rms_epsilon", cfg.rms_norm_eps)
     if n_experts_of(cfg):
         w.u32(f"{arch}.expert_count", n_experts_of(cfg))
-        w.u32(f"{arch}.expert_used_count", cfg.num_experts_per_tok)
+        w.u32(f"{arch}.expert_used_count", cfg.top_k_experts if gemma4 else cfg.num_experts_per_tok)
         if arch != "llama":
             w.u32(f"{arch}.expert_feed_forward_length", expert_ff_of(cfg))
         if getattr(cfg, "shared_expert_intermediate_size", 0):
@@ -505,7 +532,9 @@ def write_gguf(name, cfg, model, path):
                 w.tensor(b + "layer_output_scale.weight", sd[p + "layer_scalar"].reshape(1))
         else:
             w.tensor(b + "ffn_norm.weight", sd[p + "post_attention_layernorm.weight"])
-        if n_experts_of(cfg):
+        if gemma4 and n_experts_of(cfg):  # the 26B-A4B's experts beside the dense feed-forward
+            write_gemma4_experts(w, sd, p, b)
+        if n_experts_of(cfg) and not gemma4:
             write_experts(w, sd, p, b, cfg)
         else:
             w.tensor(b + "ffn_gate.weight", sd[p + "mlp.gate_proj.weight"])
@@ -525,7 +554,9 @@ def randomise(model, gen, norm_mean=1.0):
             if name.endswith("layer_scalar"):
                 b.copy_(0.8 + 0.1 * torch.randn(b.shape, generator=gen))
         for name, p in model.named_parameters():
-            if model.config.model_type == "gemma4_text" and name.endswith(("q_norm.weight", "k_norm.weight")):
+            if name.endswith(("router.scale", "router.per_expert_scale")):  # gemma4's: gains around 1
+                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen))
+            elif model.config.model_type == "gemma4_text" and name.endswith(("q_norm.weight", "k_norm.weight")):
                 # Gemma 4 does not scale its scores: trained q/k norms set the softmax's temperature.
                 # Around dim^-1/4 each, q.k is on the scale of a 1/sqrt(dim) model's scores (with 1,
                 # the random heads' scores run to the head size and every rounding of K shows).
