@@ -513,7 +513,9 @@ llm load_llm(gguf_file file) {
     // without a router is one.
     if (hp.n_expert > 0 && m.file.find_tensor(b + "ffn_gate_inp.weight")) {
       l.router = ld.matrix(b + "ffn_gate_inp.weight", hp.n_embd, hp.n_expert);
-      if (ld.has(b + "ffn_gate_up_exps.weight")) {  // gemma4's converter: gate and up in one tensor
+      // gemma4's converter writes gate and up in one tensor (the CPU reads it in place; the GPU
+      // worker does not run gemma4).
+      if (hp.architecture == arch::gemma4 && ld.has(b + "ffn_gate_up_exps.weight")) {
         std::tie(l.gate_exps, l.up_exps) = ld.stacked_halves(b + "ffn_gate_up_exps.weight", hp.n_embd, hp.n_ff_exp, hp.n_expert);
       } else {
         l.gate_exps = ld.stacked(b + "ffn_gate_exps.weight", hp.n_embd, hp.n_ff_exp, hp.n_expert);
