@@ -189,10 +189,10 @@ std::size_t kv_cache_storage::bytes_per_block(const hparams& hp, std::int64_t bl
 
 std::size_t kv_cache_storage::bytes_per_block(const hparams& hp, std::int64_t block_size, kernels::kv_dtype dtype,
                                               bool window_pool, bool window) {
-  const kv_layer_map map = map_kv_layers(hp, window_pool);
+  using pool = kv_layer_map::pool;
   std::size_t bytes = 0;
   for (std::int64_t l = 0; l < hp.n_layer; ++l) {
-    if (map.stateful(l) || map.windowed(l) != window) continue;
+    if (kv_home(hp, window_pool, l) != (window ? pool::window : pool::main)) continue;
     const auto rows = std::size_t(block_size * hp.layer_kv_heads(l)) * 2;  // K and V
     const auto hd = std::size_t(hp.layer_head_dim(l));
     bytes += rows * (kernels::kv_is_8bit(dtype) ? hd + sizeof(float) : hd * sizeof(float));

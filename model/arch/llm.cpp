@@ -588,13 +588,18 @@ kv_layer_map classify_kv_layers(const hparams& hp, bool window_pool, Each each) 
   kv_layer_map m;
   using pool = kv_layer_map::pool;
   for (std::int64_t l = 0; l < hp.n_layer; ++l) {
-    const pool p = hp.recurrent(l) ? pool::state : window_pool && hp.layer_window(l) > 0 ? pool::window : pool::main;
+    const pool p = kv_home(hp, window_pool, l);
     each(m, p, p == pool::state ? m.state_layers++ : p == pool::window ? m.window_layers++ : m.main_layers++);
   }
   return m;
 }
 
 }  // namespace
+
+kv_layer_map::pool kv_home(const hparams& hp, bool window_pool, std::int64_t l) {
+  using pool = kv_layer_map::pool;
+  return hp.recurrent(l) ? pool::state : window_pool && hp.layer_window(l) > 0 ? pool::window : pool::main;
+}
 
 kv_layer_map map_kv_layers(const hparams& hp, bool window_pool) {
   return classify_kv_layers(hp, window_pool, [](kv_layer_map& m, kv_layer_map::pool p, std::int64_t index) {

@@ -236,6 +236,9 @@ struct kv_layer_map {
   bool stateful(std::int64_t l) const { return home[std::size_t(l)] == pool::state; }
 };
 kv_layer_map map_kv_layers(const hparams& hp, bool window_pool);
+// Layer l's pool in map_kv_layers, without building the map (bytes_per_block: a file's hparams may
+// name millions of layers before the loader finds their tensors missing).
+kv_layer_map::pool kv_home(const hparams& hp, bool window_pool, std::int64_t l);
 // Only the counts of map_kv_layers (main_layers, window_layers, state_layers; no per-layer
 // vectors): what sizing from the hyper-parameters alone needs, before the file's tensors vouch
 // for its block count.
