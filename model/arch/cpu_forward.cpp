@@ -618,10 +618,9 @@ void cpu_forward::run_experts(const layer_weights& w) {
 void cpu_forward::dense_beside_experts(const layer_weights& w) {
   const hparams& hp = m_.hp;
   const std::int64_t n = std::int64_t(ids_.size()), d = hp.n_embd;
-  o_.resize(std::size_t(n * d));
-  swiglu_ffn({.gate = w.gate, .up = w.up, .down = w.down}, h_, n, o_.data());
-  rms_norm(o_.data(), w.post_ffn_norm_1, o_.data(), n, d, hp.rms_eps);
-  dense_out_.assign(o_.begin(), o_.end());
+  dense_out_.resize(std::size_t(n * d));
+  swiglu_ffn({.gate = w.gate, .up = w.up, .down = w.down}, h_, n, dense_out_.data());
+  rms_norm(dense_out_.data(), w.post_ffn_norm_1, dense_out_.data(), n, d, hp.rms_eps);
   rms_norm(x_.data(), w.router_scale, h_.data(), n, d, hp.rms_eps);  // the router's input
   const float root = 1.f / std::sqrt(float(d));
   for (float& v : h_) v *= root;

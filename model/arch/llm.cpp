@@ -125,12 +125,11 @@ void read_delta_net(const gguf_file& f, const std::string& a, hparams& hp) {
 // layer pattern: n_head_kv is the sliding layers' count, n_head_kv_global the global layers'.
 void read_gemma4_kv_heads(const gguf_file& f, const std::string& a, hparams& hp) {
   const auto counts = f.get_i32_array(a + "attention.head_count_kv");
-  const auto pattern = f.get_bool_array(a + "attention.sliding_window_pattern");
-  if (!pattern || pattern->size() != std::size_t(hp.n_layer) || counts->size() != std::size_t(hp.n_layer)) {
-    throw model_error("gemma4: attention.head_count_kv and attention.sliding_window_pattern need one entry per block");
+  if (counts->size() != std::size_t(hp.n_layer)) {
+    throw model_error("gemma4: metadata '" + a + "attention.head_count_kv' as an array needs one count per block");
   }
   for (std::size_t l = 0; l < counts->size(); ++l) {
-    std::int64_t& n = (*pattern)[l] ? hp.n_head_kv : hp.n_head_kv_global;
+    std::int64_t& n = hp.swa_layers[l] ? hp.n_head_kv : hp.n_head_kv_global;
     if ((*counts)[l] < 1 || (n != 0 && n != (*counts)[l])) {
       throw model_error("gemma4: attention.head_count_kv differs between layers of one kind (or is not positive)");
     }
@@ -157,11 +156,6 @@ void read_gemma4(const gguf_file& f, const std::string& a, hparams& hp) {
     throw model_error("metadata '" + a + "attention.shared_kv_layers': Gemma 4's layers that share another layer's KV "
                       "(E2B, E4B) are not supported yet");
   }
-  const auto pattern = f.get_bool_array(a + "attention.sliding_window_pattern");
-  if (!pattern || pattern->size() != std::size_t(hp.n_layer)) {
-    throw model_error("gemma4: metadata '" + a + "attention.sliding_window_pattern' needs one bool per block");
-  }
-  hp.swa_layers = *pattern;
   hp.sliding_window = required_int(f, a + "attention.sliding_window");
   if (hp.sliding_window < 1) throw model_error("attention.sliding_window must be positive");
   hp.head_dim_swa = required_int(f, a + "attention.key_length_swa");
@@ -257,8 +251,15 @@ hparams read_hparams(const gguf_file& f) {
   hp.n_ff = hp.architecture == arch::qwen35moe && !f.find(a + "feed_forward_length") ? 0
                                                                                        : required_int(f, a + "feed_forward_length");
   hp.n_head = required_int(f, a + "attention.head_count");
+  if (hp.architecture == arch::gemma4) {  // which layers slide: the KV heads per layer and read_gemma4 need it
+    const auto pattern = f.get_bool_array(a + "attention.sliding_window_pattern");
+    if (!pattern || pattern->size() != std::size_t(hp.n_layer)) {
+      throw model_error("gemma4: metadata '" + a + "attention.sliding_window_pattern' needs one bool per block");
+    }
+    hp.swa_layers = *pattern;
+  }
   const gguf_value* kv_heads = f.find(a + "attention.head_count_kv");
-  if (kv_heads && kv_heads->type == gguf_type::array && hp.arch_name == "gemma4") {
+  if (kv_heads && kv_heads->type == gguf_type::array && hp.architecture == arch::gemma4) {
     read_gemma4_kv_heads(f, a, hp);  // a count per layer: the sliding layers' and the global layers'
   } else {
     hp.n_head_kv = kv_heads ? required_int(f, a + "attention.head_count_kv") : hp.n_head;

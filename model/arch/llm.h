@@ -140,8 +140,6 @@ struct hparams {
     return n_head_kv_global > 0 && layer_window(l) == 0 ? n_head_kv_global : n_head_kv;
   }
   std::int64_t layer_rope_dim(std::int64_t l) const { return rope_dim_swa > 0 && layer_window(l) > 0 ? rope_dim_swa : rope_dim; }
-  // Whether some layer's attention shape differs from another's (gemma4).
-  bool mixed_heads() const { return head_dim_swa > 0 || n_head_kv_global > 0; }
   // RoPE of layer l: the sliding layers' own where the model has one.
   struct rope_of_layer {
     float base, freq_scale;
