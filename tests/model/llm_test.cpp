@@ -1,6 +1,7 @@
 // Loading architectures from GGUF and the CPU forward pass: shapes, clear load errors, and the
 // invariants a paged, batched forward pass must keep (chunking, batching and block placement
 // never change a sequence's logits).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -473,46 +474,54 @@ std::vector<std::int32_t> some_tokens(std::size_t n, std::int32_t seed) {
   return t;
 }
 
-TEST(CpuForward, LogitsAreFiniteAndVariedForEveryShapeAndMix) {
-  for (const char* shape :
-       {"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-qwen2moe", "tiny-qwen3moe", "tiny-mixtral", "tiny-gpt-oss", "tiny-gemma3",
-        "tiny-qwen35", "tiny-qwen35moe", "tiny-mistral3", "tiny-gemma4", "tiny-gemma4moe"}) {
-    for (synth_mix mix : {synth_mix::f32, synth_mix::f16, synth_mix::bf16, synth_mix::q8_0, synth_mix::q4_0,
-                          synth_mix::q6_k, synth_mix::q4_k_m, synth_mix::iq4_xs, synth_mix::mxfp4}) {
-      const llm m = load_llm(gguf_file::open(synth_fixture(shape, mix)));
-      kv_cache_storage cache = cache_of(m, 4, 16);
-      const std::vector<std::int32_t> table = {0, 1, 2, 3};
-      const auto logits = run_all(m, some_tokens(20, 1), 20, table, cache);
-      ASSERT_EQ(logits.size(), std::size_t(20 * m.hp.n_vocab));
-      double sum = 0, sq = 0;
-      for (float x : logits) {
-        ASSERT_TRUE(std::isfinite(x)) << shape << " " << synth_mix_name(mix);
-        sum += x;
-        sq += double(x) * x;
-      }
-      const double stddev = std::sqrt(sq / logits.size() - (sum / logits.size()) * (sum / logits.size()));
-      EXPECT_GT(stddev, 0.1) << shape << " " << synth_mix_name(mix);
-      EXPECT_LT(stddev, 100.0) << shape << " " << synth_mix_name(mix);
+// One test per synth shape (each its own process under ctest: the thirteen shapes' nine mixes
+// together passed the 120 s timeout on CI's two cores).
+class CpuForwardShape : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(CpuForwardShape, LogitsAreFiniteAndVariedForEveryMix) {
+  const char* shape = GetParam();
+  for (synth_mix mix : {synth_mix::f32, synth_mix::f16, synth_mix::bf16, synth_mix::q8_0, synth_mix::q4_0,
+                        synth_mix::q6_k, synth_mix::q4_k_m, synth_mix::iq4_xs, synth_mix::mxfp4}) {
+    const llm m = load_llm(gguf_file::open(synth_fixture(shape, mix)));
+    kv_cache_storage cache = cache_of(m, 4, 16);
+    const std::vector<std::int32_t> table = {0, 1, 2, 3};
+    const auto logits = run_all(m, some_tokens(20, 1), 20, table, cache);
+    ASSERT_EQ(logits.size(), std::size_t(20 * m.hp.n_vocab));
+    double sum = 0, sq = 0;
+    for (float x : logits) {
+      ASSERT_TRUE(std::isfinite(x)) << shape << " " << synth_mix_name(mix);
+      sum += x;
+      sq += double(x) * x;
     }
+    const double stddev = std::sqrt(sq / logits.size() - (sum / logits.size()) * (sum / logits.size()));
+    EXPECT_GT(stddev, 0.1) << shape << " " << synth_mix_name(mix);
+    EXPECT_LT(stddev, 100.0) << shape << " " << synth_mix_name(mix);
   }
 }
 
-TEST(CpuForward, ChunkedPrefillAndDecodeMatchOneShotPrefill) {
-  // tiny-gpt-oss: 37 tokens pass its window of 16 on layer 0, with sinks on both layers.
-  // tiny-qwen35: its recurrent layers' state carried from step to step.
-  // tiny-mistral3: its queries' temperature from position 32 on.
-  for (const char* shape : {"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-qwen2moe", "tiny-qwen3moe", "tiny-mixtral",
-                            "tiny-gpt-oss", "tiny-gemma3", "tiny-qwen35", "tiny-qwen35moe", "tiny-mistral3",
-                            "tiny-gemma4", "tiny-gemma4moe"}) {
-    const llm m = load_llm(gguf_file::open(synth_fixture(shape, synth_mix::f32)));
-    const auto tokens = some_tokens(37, 2);
-    const std::vector<std::int32_t> table = {0, 1, 2, 3, 4};
-    kv_cache_storage a = cache_of(m, 5, 8), b = cache_of(m, 5, 8), c = cache_of(m, 5, 8);
-    const auto one_shot = run_all(m, tokens, 37, table, a);
-    EXPECT_LT(max_rel_diff(run_all(m, tokens, 5, table, b), one_shot), 1e-5) << shape;   // chunks of 5
-    EXPECT_LT(max_rel_diff(run_all(m, tokens, 1, table, c), one_shot), 1e-5) << shape;   // decode steps
-  }
+// tiny-gpt-oss: 37 tokens pass its window of 16 on layer 0, with sinks on both layers.
+// tiny-qwen35: its recurrent layers' state carried from step to step.
+// tiny-mistral3: its queries' temperature from position 32 on.
+TEST_P(CpuForwardShape, ChunkedPrefillAndDecodeMatchOneShotPrefill) {
+  const char* shape = GetParam();
+  const llm m = load_llm(gguf_file::open(synth_fixture(shape, synth_mix::f32)));
+  const auto tokens = some_tokens(37, 2);
+  const std::vector<std::int32_t> table = {0, 1, 2, 3, 4};
+  kv_cache_storage a = cache_of(m, 5, 8), b = cache_of(m, 5, 8), c = cache_of(m, 5, 8);
+  const auto one_shot = run_all(m, tokens, 37, table, a);
+  EXPECT_LT(max_rel_diff(run_all(m, tokens, 5, table, b), one_shot), 1e-5) << shape;  // chunks of 5
+  EXPECT_LT(max_rel_diff(run_all(m, tokens, 1, table, c), one_shot), 1e-5) << shape;  // decode steps
 }
+
+INSTANTIATE_TEST_SUITE_P(Synth, CpuForwardShape,
+                         ::testing::Values("tiny", "tiny-qwen2", "tiny-qwen3", "tiny-qwen2moe", "tiny-qwen3moe",
+                                           "tiny-mixtral", "tiny-gpt-oss", "tiny-gemma3", "tiny-qwen35",
+                                           "tiny-qwen35moe", "tiny-mistral3", "tiny-gemma4", "tiny-gemma4moe"),
+                         [](const ::testing::TestParamInfo<const char*>& param_info) {
+                           std::string name = param_info.param;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
 
 TEST(CpuForward, Mistral3QueriesTemperatureActsFromTheOriginalContextOn) {
   const std::string path = synth_fixture("tiny-mistral3", synth_mix::f32);
