@@ -82,9 +82,10 @@ class gpu_device {
   struct layer {
     const float *attn_norm = nullptr, *ffn_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
     const float *post_attn_norm = nullptr, *post_ffn_norm = nullptr;  // gemma3: on each block's output
+    float out_scale = 1.f;  // gemma4: the residual stream times this after the layer
     const float *bq = nullptr, *bk = nullptr, *bv = nullptr;
     const float *bo = nullptr, *sinks = nullptr;  // gpt-oss
-    matrix wq, wk, wv, wo, gate, up, down;
+    matrix wq, wk, wv, wo, gate, up, down;  // wv null: V is K's projection (gemma4's global layers)
     // gemm_dtype fp8: q, k and v stacked into one FP8 copy (one GEMM per layer where there were
     // three; wq/wk/wv then have none), and their biases, if any, into one vector.
     kernels::fp8_matrix qkv_fp8{};
@@ -103,6 +104,12 @@ class gpu_device {
     const float *router_b = nullptr, *gate_exps_b = nullptr, *up_exps_b = nullptr, *down_exps_b = nullptr;
     matrix gate_shexp, up_shexp, down_shexp;
     const float* shexp_gate = nullptr;
+    // gemma4's experts beside a dense feed-forward (gate.w and router.w both set): the router reads
+    // the residual normed by router_in_scale (its router_scale over sqrt(n_embd)), each chosen
+    // weight times expert_scale, the experts read the residual normed by pre_ffn_norm_2, and the
+    // two outputs are normed by post_ffn_norm_1 (dense) and post_ffn_norm_2 (experts) and summed.
+    const float *router_in_scale = nullptr, *expert_scale = nullptr, *pre_ffn_norm_2 = nullptr;
+    const float *post_ffn_norm_1 = nullptr, *post_ffn_norm_2 = nullptr;
     // A gated DeltaNet layer (qwen35; ssm_qkv.w not null, wq..wo then null): its projections, the
     // convolution's taps, a and the dt bias per value head, the gated norm's weight.
     matrix ssm_qkv, ssm_z, ssm_beta, ssm_alpha, ssm_out;
@@ -135,6 +142,9 @@ class gpu_device {
   void run_body();  // embedding, the layers, the final norm: step_ says the shape
   void run_layer(std::int64_t l);
   void run_attention(std::int64_t l, bool x8_out);  // x8_out: also the o projection's 8-bit input
+  // Decode attention's split length for layers with heads of head_dim (heads past the tensor-core
+  // kernel's take the CUDA-core kernel's length).
+  std::int64_t attn_split(std::int64_t head_dim) const;
   // The attention block from h_: q/k/v, RoPE + KV write, attention, (Qwen3.5) the output gate, o
   // into o_. A gated DeltaNet layer's block instead: its projections, the convolution and the
   // delta rule over the sequences' state slots, the output projection into o_.
@@ -144,13 +154,18 @@ class gpu_device {
   // SwiGLU and down by pair, the shared expert, the weighted sum into o_. x8_embd as run_layer's.
   // Without a shared expert the sum is left to the residual norm that follows (returns false:
   // the pairs' rows are in pair_out_, their weights in moe_weights_); true: o_ holds it.
-  bool run_experts(const layer& w, bool x8_embd);
+  // pre_norm (gemma4): the experts read x_ normed by it, not h_ (routed from h_ first).
+  bool run_experts(const layer& w, bool x8_embd, const float* pre_norm = nullptr);
+  // gemma4's dense feed-forward beside its experts (layer::router_in_scale), from h_ and x_; the
+  // block's output in dense_out_.
+  void run_dense_and_experts(const layer& w, bool x8_embd);
   void run_dense_ffn(const layer& w, bool x8_embd);  // gate/up, SwiGLU, down: h_ into o_
   // Enqueues the scores and their copy back, and the head; then (run_candidates) the candidates
   // op and the copy of the records back.
   void run_head();
   void run_candidates(const step_plan& plan);
   void run_scores();
+  void softcap(std::int64_t rows);  // gemma4: the first rows of logits_ soft-capped in place
   // The feed_from tokens of the step being laid out, on the device (after the upload).
   void feed();
   void collect_scores(const step_plan& plan, const float* scores, step_result& result) const;
@@ -222,8 +237,10 @@ class gpu_device {
   // ANVIL_OP_PROFILE: per-op device times of steps run eagerly (op_profile.h).
   op_profile prof_;
 
-  // Weights: one allocation; host tensor address -> device address.
+  // Weights: one allocation; host tensor address -> device address. derived_: vectors made from
+  // the model's at start-up and uploaded with them (gemma4's router input scales).
   unsigned char* weights_ = nullptr;
+  std::vector<std::vector<float>> derived_;
   std::unordered_map<const void*, const void*> dev_of_;
   const void* tok_embd_ = nullptr;
   matrix output_;
@@ -245,13 +262,14 @@ class gpu_device {
   // [tokens * k, n_embd] and the shared expert's [tokens, n_embd]. gate_ and up_ hold the pairs'
   // gate/up rows (sized for the widest use).
   float *router_logits_ = nullptr, *moe_weights_ = nullptr, *pair_out_ = nullptr, *shared_out_ = nullptr;
+  float* dense_out_ = nullptr;  // gemma4: the dense feed-forward's output beside the experts' [max_tokens, n_embd]
   std::int32_t *moe_ids_ = nullptr, *moe_offsets_ = nullptr, *moe_sorted_ = nullptr, *moe_active_ = nullptr;
   void* records_dev_ = nullptr;
   void* attn_ws_ = nullptr;
   std::size_t attn_ws_bytes_ = 0;
   void* cand_ws_ = nullptr;  // the candidates op's workspace, for max_seqs sequences
   std::size_t cand_ws_bytes_ = 0;
-  std::int64_t attn_split_ = 0;  // decode attention's split length, fixed by max_context()
+  std::int64_t attn_split_ = 0, attn_split_wide_ = 0;  // attn_split(): heads of up to / past attention_tc_max_head_dim
   void* gemv_ws_ = nullptr;          // the quantized GEMVs' activation scratch (x in int8 blocks)
   std::size_t gemv_ws_bytes_ = 0;
   // The experts' 8-bit activations (null: float experts): the layer input's rows, the pairs' rows.
@@ -270,12 +288,13 @@ class gpu_device {
   float* scores_host_ = nullptr;     // [max_tokens], in the records' pinned allocation
 
   // KV pools (one allocation): the main pool's layers, then the window pool's (the sliding-window
-  // layers', when the memory plan has one: gpu_worker/kv_plan.h), layer after layer: K's elements,
-  // V's, then for 8 bits K's row scales and V's (kernels/kv_quant.h).
+  // layers', when the memory plan has one: gpu_worker/kv_plan.h), layer after layer, each of its
+  // own KV heads and head size (gemma4's sliding and global layers differ): K's elements, V's,
+  // then for 8 bits K's row scales and V's (kernels/kv_quant.h).
   struct kv_pool {
     unsigned char* base = nullptr;
     std::int64_t n_blocks = 0;
-    std::size_t layer_bytes = 0, data_bytes = 0, rows = 0;  // per layer: all, K's elements, rows
+    std::vector<std::size_t> at;  // per pool layer: its first byte from base
   };
   unsigned char* kv_ = nullptr;
   kernels::kv_dtype kv_dtype_ = kernels::kv_dtype::f16;

@@ -43,6 +43,12 @@ class carver {
   std::size_t off_ = 0;
 };
 
+// gemma4's fused experts: gate and up the two halves of each expert's matrix in one tensor
+// (model/arch/llm.cpp, stacked_halves).
+bool halves(const model::layer_weights& l) {
+  return l.up_exps.data == l.gate_exps.data + l.gate_exps.stride / 2 && l.up_exps.stride == l.gate_exps.stride;
+}
+
 std::size_t matrix_bytes(const model::weight& w) {
   const auto row = model::row_bytes(w.type, w.in);
   if (!row) throw std::runtime_error("gpu worker: a weight's rows do not divide into blocks of its type");
@@ -102,7 +108,9 @@ gpu_device::gpu_device(const model::llm& m, const gpu_worker_config& cfg, memory
   gpu::dependent_launch_enabled.store(cfg.overlap_kernels, std::memory_order_relaxed);
   try {
     ok(hipSetDevice(device_), "select the device");
-    attn_split_ = kernels::attention_decode_split_for(max_context(), kernels::attention_decode_tensor_cores());
+    attn_split_ = kernels::attention_decode_split_for(
+        max_context(), kernels::attention_decode_tensor_cores(kernels::attention_tc_max_head_dim));
+    attn_split_wide_ = kernels::attention_decode_split_for(max_context(), false);
     hipDeviceProp_t prop{};
     ok(hipGetDeviceProperties(&prop, device_), "read the device's properties");
     mem.device = prop.name;
@@ -149,7 +157,7 @@ gpu_device::gpu_device(const model::llm& m, const gpu_worker_config& cfg, memory
   }
   mem.decode_graphs = graphs();
   if (op_profile::requested()) {
-    prof_.create(n_slots, std::size_t(16 * hp.n_layer + 32));  // the marks of gpu_device_step.cpp
+    prof_.create(n_slots, std::size_t(24 * hp.n_layer + 32));  // the marks of gpu_device_step.cpp (up to 17 a layer)
     log::get("gpu")->warn("ANVIL_OP_PROFILE: steps run eagerly, each op timed on its own (slower steps)");
   }
 }
@@ -203,7 +211,9 @@ void gpu_device::upload_weights(const gpu_worker_config& cfg, memory_plan& mem) 
   add_matrix(m_.output);
   add_vec(m_.output_norm);
   add_vec(m_.rope_freqs);
-  for (const model::layer_weights& l : m_.layers) {
+  derived_.assign(m_.layers.size(), {});  // sized once: add() keeps their addresses
+  for (std::size_t li = 0; li < m_.layers.size(); ++li) {
+    const model::layer_weights& l = m_.layers[li];
     for (const auto* v : {&l.attn_norm, &l.ffn_norm, &l.post_attn_norm, &l.post_ffn_norm, &l.q_norm, &l.k_norm, &l.bq,
                           &l.bk, &l.bv, &l.bo, &l.sinks, &l.router_b, &l.gate_exps_b, &l.up_exps_b, &l.down_exps_b}) {
       add_vec(*v);
@@ -212,6 +222,12 @@ void gpu_device::upload_weights(const gpu_worker_config& cfg, memory_plan& mem) 
     for (const auto* w : {&l.ssm_qkv, &l.ssm_z, &l.ssm_beta, &l.ssm_alpha, &l.ssm_out}) add_matrix(*w);
     for (const auto* v : {&l.ssm_conv, &l.ssm_a, &l.ssm_dt_bias, &l.ssm_norm}) add_vec(*v);
     if (!l.moe()) continue;
+    if (!l.router_scale.empty()) {  // gemma4: the router's input norm weight over sqrt(n_embd), in one vector
+      const float root = 1.f / std::sqrt(float(hp.n_embd));
+      for (const float s : l.router_scale) derived_[li].push_back(s * root);
+      add_vec(derived_[li]);
+    }
+    for (const auto* v : {&l.expert_scale, &l.pre_ffn_norm_2, &l.post_ffn_norm_1, &l.post_ffn_norm_2}) add_vec(*v);
     if (l.router.type != model::ggml_type::F32 || l.router.in % 4 != 0) {
       throw std::runtime_error("gpu worker: the experts' router is " + std::string(model::info(l.router.type).name) +
                                " with rows of " + std::to_string(l.router.in) +
@@ -224,6 +240,9 @@ void gpu_device::upload_weights(const gpu_worker_config& cfg, memory_plan& mem) 
         throw std::runtime_error("gpu worker: stacked experts of type " + std::string(model::info(w->type).name) + " (" +
                                  std::to_string(w->stride) + " bytes apart) are not supported by the GPU kernels");
       }
+      // gemma4's gate and up are the halves of one tensor (each expert's gate rows, then its up
+      // rows): gate's piece is the whole tensor, and up lies inside it (upload() maps it there).
+      if (w == &l.up_exps && halves(l)) continue;
       add(w->data, w->stride * std::size_t(w->count));
     }
     for (const auto* w : {&l.gate_shexp, &l.up_shexp, &l.down_shexp}) add_matrix(*w);
@@ -249,6 +268,12 @@ void gpu_device::upload_weights(const gpu_worker_config& cfg, memory_plan& mem) 
       }
       dev_of_[p.host] = weights_ + p.offset;
     }
+    for (const model::layer_weights& l : m_.layers) {
+      if (l.moe() && halves(l)) {
+        const auto* gate = static_cast<const unsigned char*>(dev_of_.at(l.gate_exps.data));
+        dev_of_[l.up_exps.data] = gate + (l.up_exps.data - l.gate_exps.data);
+      }
+    }
   } catch (const device_failure& e) {
     throw std::runtime_error(std::string("gpu worker: ") + e.what());
   }
@@ -272,6 +297,7 @@ void gpu_device::upload_weights(const gpu_worker_config& cfg, memory_plan& mem) 
     d.ffn_norm = dev_vec(l.ffn_norm);
     d.post_attn_norm = dev_vec(l.post_attn_norm);
     d.post_ffn_norm = dev_vec(l.post_ffn_norm);
+    d.out_scale = l.out_scale;
     d.q_norm = hp.qk_norm ? dev_vec(l.q_norm) : nullptr;
     d.k_norm = hp.qk_norm ? dev_vec(l.k_norm) : nullptr;
     d.bq = dev_vec(l.bq);
@@ -308,6 +334,11 @@ void gpu_device::upload_weights(const gpu_worker_config& cfg, memory_plan& mem) 
       d.up_shexp = dev_matrix(l.up_shexp);
       d.down_shexp = dev_matrix(l.down_shexp);
       d.shexp_gate = dev_vec(l.shexp_gate);
+      d.router_in_scale = derived_[layers_.size()].empty() ? nullptr : dev_vec(derived_[layers_.size()]);
+      d.expert_scale = dev_vec(l.expert_scale);
+      d.pre_ffn_norm_2 = dev_vec(l.pre_ffn_norm_2);
+      d.post_ffn_norm_1 = dev_vec(l.post_ffn_norm_1);
+      d.post_ffn_norm_2 = dev_vec(l.post_ffn_norm_2);
     }
     layers_.push_back(d);
   }
@@ -319,7 +350,12 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   const model::hparams& hp = m_.hp;
   const auto T = std::size_t(max_tokens_), S = std::size_t(max_seqs_), P = std::size_t(max_pairs_);
   const std::size_t f = sizeof(float);
-  const std::size_t q_w = std::size_t(hp.n_head * hp.head_dim), kv_w = std::size_t(hp.n_head_kv * hp.head_dim);
+  // The widest layer's q and k/v rows (gemma4's sliding and global layers differ).
+  std::size_t q_w = 0, kv_w = 0;
+  for (std::int64_t l = 0; l < hp.n_layer; ++l) {
+    q_w = std::max(q_w, std::size_t(hp.n_head * hp.layer_head_dim(l)));
+    kv_w = std::max(kv_w, std::size_t(hp.layer_kv_heads(l) * hp.layer_head_dim(l)));
+  }
 
   carver u;  // the upload sections
   up_off_.ids = u.take(T * 4, 16);
@@ -383,13 +419,17 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   // write them for every layer input, whatever its weight's type: room for the three widths.
   if (gemv_ws > 0) {
     const std::int64_t t8 = std::min(max_tokens_, kernels::gemv_max_tokens);
-    for (const std::int64_t in : {hp.n_embd, hp.n_ff, hp.n_head * hp.head_dim}) {
+    for (const std::int64_t in : {hp.n_embd, hp.n_ff, std::int64_t(q_w)}) {
       gemv_ws = std::max(gemv_ws, kernels::gemv_workspace_bytes(model::ggml_type::Q8_0, in, t8));
     }
   }
   const std::size_t blas_ws = have_blas_ ? blas::recommended_workspace_bytes : 0;
-  attn_ws_bytes_ = kernels::attention_decode_workspace_bytes(max_seqs_, hp.n_head, hp.head_dim, max_context(),
-                                                             attn_split_);
+  attn_ws_bytes_ = 0;  // the largest layer's (heads of their own size: their own split length)
+  for (std::int64_t l = 0; l < hp.n_layer; ++l) {
+    const std::int64_t hd = hp.layer_head_dim(l);
+    attn_ws_bytes_ = std::max(attn_ws_bytes_, kernels::attention_decode_workspace_bytes(max_seqs_, hp.n_head, hd,
+                                                                                        max_context(), attn_split(hd)));
+  }
   const std::size_t record_bytes = kernels::candidates_record_bytes(kernels::candidates_max_k);
   cand_ws_bytes_ = kernels::candidates_workspace(max_seqs_, hp.n_vocab, kernels::candidates_max_k).bytes;
 
@@ -413,6 +453,10 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   const std::size_t moe_active = c.take((experts + 1) * 4);
   const std::size_t pair_out = c.take(pairs * std::size_t(hp.n_embd) * f);
   const std::size_t shared_out = c.take(hp.n_ff_shexp > 0 ? T * std::size_t(hp.n_embd) * f : 0);
+  const bool dense_beside = std::any_of(m_.layers.begin(), m_.layers.end(), [](const model::layer_weights& l) {
+    return l.moe() && l.gate.data != nullptr;
+  });
+  const std::size_t dense_out = c.take(dense_beside ? T * std::size_t(hp.n_embd) * f : 0);
   // The experts on 8-bit activations (kernels/moe.h, every step size): the layer input's rows
   // and each pair's SwiGLU rows. Not with f32 activations (conformance runs).
   const bool moe_x8 = moe && gemv_activations_ == kernels::gemv_activations::int8 && hp.n_embd % 32 == 0 &&
@@ -424,7 +468,8 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   const std::size_t gemm_at = c.take(gemm_ws), blas_at = c.take(blas_ws), upload = c.take(up_off_.total);
   const std::size_t gemv_at = c.take(gemv_ws), scores = c.take(T * f), cand_ws = c.take(cand_ws_bytes_);
   const std::size_t angles = c.take(kernels::rope_angles_bytes(max_tokens_, hp.rope_dim));
-  const std::size_t angles_swa = c.take(hp.split_rope() ? kernels::rope_angles_bytes(max_tokens_, hp.rope_dim) : 0);
+  const std::size_t angles_swa =
+      c.take(hp.split_rope() ? kernels::rope_angles_bytes(max_tokens_, hp.sliding_rope_dim()) : 0);
   const std::size_t q_temps = c.take(hp.attn_temp_scale > 0 ? T * f : 0);
   const std::size_t qkv_w = q_w + 2 * kv_w;
   const bool own_qkv = gemm_dtype_ == kernels::gemm_dtype::fp8 && qkv_w > ff_w;
@@ -440,6 +485,7 @@ void gpu_device::plan_scratch(memory_plan& mem) {
     const auto ip = [base](std::size_t off) { return reinterpret_cast<std::int32_t*>(base + off); };
     router_logits_ = fp(router), moe_weights_ = fp(moe_weights), pair_out_ = fp(pair_out);
     shared_out_ = hp.n_ff_shexp > 0 ? fp(shared_out) : nullptr;
+    dense_out_ = dense_beside ? fp(dense_out) : nullptr;
     moe_ids_ = ip(moe_ids), moe_offsets_ = ip(moe_offsets), moe_sorted_ = ip(moe_sorted), moe_active_ = ip(moe_active);
     moe_x8_h_ = moe_x8 ? base + moe_x8_h : nullptr;
     moe_x8_pairs_ = moe_x8 ? base + moe_x8_pairs : nullptr;
@@ -503,8 +549,8 @@ void gpu_device::make_fp8_copies(memory_plan& mem) {
   for (layer& l : layers_) {
     const std::int64_t in = l.wq.in, out = l.wq.out + l.wk.out + l.wv.out;
     // Not with Qwen3.5's gated q (its rows hold each head's gate too): run_attention_block reads q per head.
-    const bool stack = fp8_stack_qkv_ && !m_.hp.attn_out_gate && l.wq.w != nullptr && l.wk.in == in && l.wv.in == in &&
-                       kernels::gemm_fp8_shape_ok(in, out);
+    const bool stack = fp8_stack_qkv_ && !m_.hp.attn_out_gate && l.wq.w != nullptr && l.wv.w != nullptr &&
+                       l.wk.in == in && l.wv.in == in && kernels::gemm_fp8_shape_ok(in, out);
     if (stack) {
       const std::size_t codes = c.take(kernels::fp8_matrix_bytes(in, out));
       const bool biased = l.bq || l.bk || l.bv;
@@ -572,27 +618,38 @@ void gpu_device::plan_kv(const gpu_worker_config& cfg, memory_plan& mem) {
   }
   const std::size_t state_bytes = std::size_t(n_state_slots_) * per_slot;
   budget -= state_bytes;
-  const std::size_t block_rows = std::size_t(block_size_ * hp.n_head_kv);
-  const std::size_t row_bytes = std::size_t(kernels::kv_row_bytes_device(kv_dtype_, hp.head_dim));
-  const std::size_t per_layer_block = block_rows * row_bytes * 2; /* K, V */
-  const std::int64_t main_layers = kv_layers_.main_layers;
-  const kv_pools pools = plan_kv_pools(budget, per_layer_block * std::size_t(main_layers),
-                                       per_layer_block * std::size_t(kv_layers_.window_layers),
+  // One block of layer l: its rows (KV heads) of K and V, each row its head's elements (and, in 8
+  // bits, its scale).
+  const auto layer_block_bytes = [&](std::int64_t l) {
+    return std::size_t(block_size_ * hp.layer_kv_heads(l)) *
+           std::size_t(kernels::kv_row_bytes_device(kv_dtype_, hp.layer_head_dim(l))) * 2;
+  };
+  std::size_t per_block = 0, per_window_block = 0;
+  for (std::int64_t l = 0; l < hp.n_layer; ++l) {
+    if (kv_layers_.stateful(l)) continue;
+    (kv_layers_.windowed(l) ? per_window_block : per_block) += layer_block_bytes(l);
+  }
+  const kv_pools pools = plan_kv_pools(budget, per_block, per_window_block,
                                        kv_layers_.window_layers > 0 ? hp.sliding_window : 0, block_size_, max_seqs_, max_tokens_);
   if (pools.n_blocks < 1 || (kv_layers_.window_layers > 0 && pools.n_window_blocks < 1)) {
     throw std::runtime_error("gpu worker: no room for one KV block (" + std::to_string(free_b >> 20) +
                              " MiB free after weights and scratch)");
   }
-  const auto shape = [&](kv_pool& p, std::int64_t n_blocks) {
-    p.n_blocks = n_blocks;
-    p.rows = block_rows * std::size_t(n_blocks);
-    p.data_bytes = p.rows * std::size_t(hp.head_dim * kernels::kv_elem_bytes_device(kv_dtype_));
-    p.layer_bytes = p.rows * row_bytes * 2;
-  };
-  shape(main_kv_, pools.n_blocks);
-  shape(window_kv_, pools.n_window_blocks);
-  const std::size_t main_bytes = main_kv_.layer_bytes * std::size_t(main_layers);
-  const std::size_t bytes = main_bytes + window_kv_.layer_bytes * std::size_t(kv_layers_.window_layers);
+  // Each pool's layers one after the other, at 16-byte aligned offsets (the kernels' loads).
+  main_kv_.n_blocks = pools.n_blocks;
+  window_kv_.n_blocks = pools.n_window_blocks;
+  main_kv_.at.assign(std::size_t(kv_layers_.main_layers), 0);
+  window_kv_.at.assign(std::size_t(kv_layers_.window_layers), 0);
+  std::size_t main_bytes = 0, window_bytes = 0;
+  for (std::int64_t l = 0; l < hp.n_layer; ++l) {
+    if (kv_layers_.stateful(l)) continue;
+    const bool windowed = kv_layers_.windowed(l);
+    kv_pool& p = windowed ? window_kv_ : main_kv_;
+    std::size_t& end = windowed ? window_bytes : main_bytes;
+    p.at[std::size_t(kv_layers_.index[std::size_t(l)])] = end;
+    end = align_up(end + layer_block_bytes(l) * std::size_t(p.n_blocks), 16);
+  }
+  const std::size_t bytes = main_bytes + window_bytes;
   kv_ = static_cast<unsigned char*>(alloc_device(bytes + state_bytes, "the KV pool"));
   main_kv_.base = kv_;
   window_kv_.base = kv_ + main_bytes;

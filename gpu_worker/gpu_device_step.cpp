@@ -18,8 +18,10 @@
 #include "kernels/gemm_quant.h"
 #include "kernels/moe.h"
 #include "kernels/output_gate.h"
+#include "kernels/rms_norm.h"
 #include "kernels/rms_norm_residual.h"
 #include "kernels/rope_kv_write.h"
+#include "kernels/softcap.h"
 #include "kernels/swiglu.h"
 #include "kernels/token_logprob.h"
 
@@ -28,17 +30,24 @@ namespace anvil::gpu_worker {
 kernels::paged_kv_device gpu_device::kv_layer(std::int64_t l) const {
   const model::hparams& hp = m_.hp;
   const kv_pool& p = kv_layers_.windowed(l) ? window_kv_ : main_kv_;
-  unsigned char* k = p.base + std::size_t(kv_layers_.index[std::size_t(l)]) * p.layer_bytes;
-  float* scales = kernels::kv_is_8bit(kv_dtype_) ? reinterpret_cast<float*>(k + 2 * p.data_bytes) : nullptr;
+  unsigned char* k = p.base + p.at[std::size_t(kv_layers_.index[std::size_t(l)])];
+  const std::int64_t heads = hp.layer_kv_heads(l), dim = hp.layer_head_dim(l);
+  const std::size_t rows = std::size_t(p.n_blocks * block_size_ * heads);
+  const std::size_t data_bytes = rows * std::size_t(dim * kernels::kv_elem_bytes_device(kv_dtype_));
+  float* scales = kernels::kv_is_8bit(kv_dtype_) ? reinterpret_cast<float*>(k + 2 * data_bytes) : nullptr;
   return {.k = k,
-          .v = k + p.data_bytes,
+          .v = k + data_bytes,
           .n_blocks = p.n_blocks,
           .block_size = block_size_,
-          .n_kv_heads = hp.n_head_kv,
-          .head_dim = hp.head_dim,
+          .n_kv_heads = heads,
+          .head_dim = dim,
           .dtype = kv_dtype_,
           .k_scales = scales,
-          .v_scales = scales ? scales + p.rows : nullptr};
+          .v_scales = scales ? scales + rows : nullptr};
+}
+
+std::int64_t gpu_device::attn_split(std::int64_t head_dim) const {
+  return head_dim > kernels::attention_tc_max_head_dim ? attn_split_wide_ : attn_split_;
 }
 
 void gpu_device::matmul(const matrix& w, const float* bias, const float* x, float* y, std::int64_t n_tokens, bool x8_ready) {
@@ -287,14 +296,16 @@ void gpu_device::run_body() {
      "embedding");
   prof_.mark("rope angles", stream_);
   // The step's angles once for every layer (and the queries' temperatures, mistral3); a model whose
-  // sliding layers have their own RoPE (gemma3) gets a second table for those.
-  const auto angles = [&](double* out, float base, float freq_scale, float* q_temps) {
+  // sliding layers have their own RoPE (gemma3, gemma4) gets a second table for those, of their
+  // own rotated dimensions and without the frequency factors (the main RoPE's: cpu_forward.cpp).
+  const auto angles = [&](double* out, std::int64_t rot_dim, float base, float freq_scale, const float* factors,
+                          float* q_temps) {
     ok(kernels::launch_rope_angles({.positions = dev_at<std::int32_t>(up_off_.positions),
                                     .n_tokens = T,
-                                    .rot_dim = hp.rope_dim,
+                                    .rot_dim = rot_dim,
                                     .freq_base = base,
                                     .freq_scale = freq_scale,
-                                    .freq_factors = rope_freqs_,
+                                    .freq_factors = factors,
                                     .out = out,
                                     .q_scales = q_temps,
                                     .attn_temp_scale = hp.attn_temp_scale,
@@ -302,8 +313,10 @@ void gpu_device::run_body() {
                                    stream_),
        "rope angles");
   };
-  angles(rope_angles_, hp.rope_base, hp.rope_freq_scale, q_temps_);
-  if (rope_angles_swa_ != nullptr) angles(rope_angles_swa_, hp.rope_base_swa, hp.rope_freq_scale_swa, nullptr);
+  angles(rope_angles_, hp.rope_dim, hp.rope_base, hp.rope_freq_scale, rope_freqs_, q_temps_);
+  if (rope_angles_swa_ != nullptr) {
+    angles(rope_angles_swa_, hp.sliding_rope_dim(), hp.rope_base_swa, hp.rope_freq_scale_swa, nullptr, nullptr);
+  }
   prof_.mark("norm", stream_);
   ok(kernels::launch_rms_norm_residual(norm_params(nullptr, layers_[0].attn_norm), stream_), "attention norm");
   for (std::int64_t l = 0; l < hp.n_layer; ++l) run_layer(l);
@@ -312,9 +325,6 @@ void gpu_device::run_body() {
 // Copy-on-write, before anything reads the cache: block src -> dst in every layer of its pool, K
 // and V.
 void gpu_device::copy_blocks(const step_plan& plan) {
-  const std::size_t block_rows = std::size_t(block_size_ * m_.hp.n_head_kv);
-  const std::size_t data_bytes = block_rows * std::size_t(m_.hp.head_dim * kernels::kv_elem_bytes_device(kv_dtype_));
-  const std::size_t scale_bytes = block_rows * sizeof(float);
   const auto copy = [&](void* base, std::size_t bytes, const block_copy& c) {
     auto* b = static_cast<unsigned char*>(base);
     ok(hipMemcpyAsync(b + std::size_t(c.dst) * bytes, b + std::size_t(c.src) * bytes, bytes, hipMemcpyDeviceToDevice,
@@ -325,6 +335,9 @@ void gpu_device::copy_blocks(const step_plan& plan) {
     for (std::int64_t l = 0; l < m_.hp.n_layer; ++l) {
       if (kv_layers_.stateful(l) || kv_layers_.windowed(l) != c.window) continue;  // a recurrent layer has no KV
       const kernels::paged_kv_device kv = kv_layer(l);
+      const std::size_t block_rows = std::size_t(block_size_ * kv.n_kv_heads);
+      const std::size_t data_bytes = block_rows * std::size_t(kv.head_dim * kernels::kv_elem_bytes_device(kv_dtype_));
+      const std::size_t scale_bytes = block_rows * sizeof(float);
       copy(kv.k, data_bytes, c);
       copy(kv.v, data_bytes, c);
       if (kv.k_scales != nullptr) {
@@ -469,7 +482,11 @@ void gpu_device::run_layer(std::int64_t l) {
   ffn_norm.delta_weight = w.post_attn_norm;  // gemma3: the attention's output normed before the add
   ok(kernels::launch_rms_norm_residual(ffn_norm, stream_), "ffn norm");
   bool summed = true;  // o_ holds the feed-forward's output; else the experts' pairs, summed below
-  if (w.router.w != nullptr) {
+  const float* ffn_out = o_;
+  if (w.router_in_scale != nullptr) {
+    run_dense_and_experts(w, x8_embd);
+    ffn_out = dense_out_;
+  } else if (w.router.w != nullptr) {
     summed = run_experts(w, x8_embd);
   } else {
     run_dense_ffn(w, x8_embd);
@@ -479,10 +496,16 @@ void gpu_device::run_layer(std::int64_t l) {
   // (whose output the head gathers and quantizes itself).
   kernels::rms_norm_residual_params p =
       l + 1 < hp.n_layer
-          ? norm_params(o_, layers_[std::size_t(l + 1)].attn_norm)
-          : kernels::rms_norm_residual_params{
-                .h = x_, .delta = o_, .weight = output_norm_, .y = h_, .rows = T, .cols = hp.n_embd, .eps = hp.rms_eps};
+          ? norm_params(ffn_out, layers_[std::size_t(l + 1)].attn_norm)
+          : kernels::rms_norm_residual_params{.h = x_,
+                                              .delta = ffn_out,
+                                              .weight = output_norm_,
+                                              .y = h_,
+                                              .rows = T,
+                                              .cols = hp.n_embd,
+                                              .eps = hp.rms_eps};
   p.delta_weight = w.post_ffn_norm;  // gemma3: the feed-forward's output normed before the add
+  p.h_scale = w.out_scale;           // gemma4: the residual stream scaled after the layer
   if (!summed) {
     if (p.delta_weight != nullptr) throw std::logic_error("gpu_device: a norm on the experts' output needs their sum first");
     p.delta = pair_out_;
@@ -500,7 +523,8 @@ void gpu_device::run_attention_block(std::int64_t l, bool x8_embd) {
   // RoPE (with the Q/K norms) reads in place (strides); the rotated q goes to q_ as usual.
   const bool stacked = w.qkv_fp8.codes != nullptr && fp8_step(T);  // never with a gated q (make_fp8_copies)
   const bool gated = hp.attn_out_gate;
-  const std::int64_t q_w = hp.n_head * hp.head_dim, kv_w = hp.n_head_kv * hp.head_dim;
+  // This layer's attention shape (gemma4's sliding and global layers differ).
+  const std::int64_t hd = hp.layer_head_dim(l), q_w = hp.n_head * hd, kv_w = hp.layer_kv_heads(l) * hd;
   const std::int64_t stride = stacked ? q_w + 2 * kv_w : 0;
   float* q_in = stacked ? qkv_ : q_;
   float* k_in = stacked ? qkv_ + q_w : k_;
@@ -511,8 +535,10 @@ void gpu_device::run_attention_block(std::int64_t l, bool x8_embd) {
     ok(kernels::launch_gemm_fp8_group(std::span(&p, 1), h_, T, fp8_context(), stream_), "fp8 gemm");
   } else {
     // Qwen3.5: each head's query then its gate, read by the RoPE from qg_ (2 head_dim apart).
+    // Without wv (gemma4's global layers) V is K's projection: the RoPE reads k_ for both.
     const projection qkv[] = {{&w.wq, w.bq, gated ? qg_ : q_}, {&w.wk, w.bk, k_}, {&w.wv, w.bv, v_}};
-    project(qkv, h_, T, x8_embd);
+    project(std::span(qkv, w.wv.w != nullptr ? 3 : 2), h_, T, x8_embd);
+    if (w.wv.w == nullptr) v_in = k_;
   }
   kernels::rope_kv_write_params rp{.q = q_,
                                    .k = k_in,
@@ -521,11 +547,11 @@ void gpu_device::run_attention_block(std::int64_t l, bool x8_embd) {
                                    .q_in_stride = gated ? 2 * q_w : stride,
                                    .k_stride = stride,
                                    .v_stride = stride,
-                                   .q_in_head_stride = gated ? 2 * hp.head_dim : 0,
+                                   .q_in_head_stride = gated ? 2 * hd : 0,
                                    .cache = kv_layer(l),
                                    .n_tokens = T,
                                    .n_heads = hp.n_head,
-                                   .rot_dim = hp.rope_dim,
+                                   .rot_dim = hp.layer_rope_dim(l),
                                    .angles = hp.own_rope(l) ? rope_angles_swa_ : rope_angles_,
                                    .slots = dev_at<std::int64_t>(kv_layers_.windowed(l) ? up_off_.window_slots
                                                                                             : up_off_.slots),
@@ -533,23 +559,24 @@ void gpu_device::run_attention_block(std::int64_t l, bool x8_embd) {
                                    // Q/K norms (qwen3, gemma3): per head, before the rotation, in the same launch.
                                    .q_norm = hp.qk_norm ? w.q_norm : nullptr,
                                    .k_norm = hp.qk_norm ? w.k_norm : nullptr,
+                                   .v_norm = hp.v_norm,  // gemma4
                                    .norm_eps = hp.rms_eps,
                                    .q_scales = q_temps_};
   prof_.mark(hp.qk_norm ? "q/k norm + rope + kv write" : "rope + kv write", stream_);
   ok(kernels::launch_rope_kv_write(rp, stream_), "rope + kv write");
   // Decode-only steps: attention writes the o projection's 8-bit input itself (not when the gate
   // comes between them).
-  const bool x8_attn = !gated && step_.n_pre == 0 && x8_fused(hp.n_head * hp.head_dim);
+  const bool x8_attn = !gated && step_.n_pre == 0 && x8_fused(q_w);
   run_attention(l, x8_attn);
   if (gated) {
     prof_.mark("output gate", stream_);
     ok(kernels::launch_output_gate({.x = attn_,
-                                    .gate = qg_ + hp.head_dim,
+                                    .gate = qg_ + hd,
                                     .rows = T,
                                     .heads = hp.n_head,
-                                    .head_dim = hp.head_dim,
+                                    .head_dim = hd,
                                     .gate_row_stride = 2 * q_w,
-                                    .gate_head_stride = 2 * hp.head_dim},
+                                    .gate_head_stride = 2 * hd},
                                    stream_),
        "output gate");
   }
@@ -631,7 +658,44 @@ void gpu_device::run_dense_ffn(const layer& w, bool x8_embd) {
   matmul(w.down, nullptr, gate_, o_, T, x8_ff);
 }
 
-bool gpu_device::run_experts(const layer& w, bool x8_embd) {
+void gpu_device::run_dense_and_experts(const layer& w, bool x8_embd) {
+  const model::hparams& hp = m_.hp;
+  const std::int64_t T = step_.tokens;
+  const auto norm = [&](const float* x, const float* weight, float* y, const char* what) {
+    ok(kernels::launch_rms_norm({.x = x, .weight = weight, .y = y, .rows = T, .cols = hp.n_embd, .eps = hp.rms_eps},
+                                stream_),
+       what);
+  };
+  run_dense_ffn(w, x8_embd);
+  prof_.mark("norm", stream_);
+  norm(o_, w.post_ffn_norm_1, dense_out_, "dense feed-forward's norm");
+  norm(x_, w.router_in_scale, h_, "router's input norm");
+  run_experts(w, false, w.pre_ffn_norm_2);
+  prof_.mark("experts sum", stream_);
+  ok(kernels::launch_moe_combine({.y = pair_out_,
+                                  .weights = moe_weights_,
+                                  .n_tokens = T,
+                                  .k = hp.n_expert_used,
+                                  .cols = hp.n_embd,
+                                  .out = o_},
+                                 stream_),
+     "experts sum");
+  // dense_out_ += the experts' sum normed by post_ffn_norm_2 (the norm's y, into h_, is not used:
+  // the residual norm after the block rewrites h_).
+  prof_.mark("norm", stream_);
+  ok(kernels::launch_rms_norm_residual({.h = dense_out_,
+                                        .delta = o_,
+                                        .weight = w.post_ffn_norm_2,
+                                        .y = h_,
+                                        .rows = T,
+                                        .cols = hp.n_embd,
+                                        .eps = hp.rms_eps,
+                                        .delta_weight = w.post_ffn_norm_2},
+                                       stream_),
+     "experts' norm and the dense output");
+}
+
+bool gpu_device::run_experts(const layer& w, bool x8_embd, const float* pre_norm) {
   const model::hparams& hp = m_.hp;
   const std::int64_t T = step_.tokens, k = hp.n_expert_used, pairs = T * k;
   prof_.mark("router", stream_);
@@ -649,6 +713,7 @@ bool gpu_device::run_experts(const layer& w, bool x8_embd) {
                                 .n_expert = hp.n_expert,
                                 .k = k,
                                 .normalize = hp.expert_weights_norm,
+                                .expert_scale = w.expert_scale,
                                 .ids = moe_ids_,
                                 .weights = moe_weights_,
                                 .offsets = moe_offsets_,
@@ -656,6 +721,11 @@ bool gpu_device::run_experts(const layer& w, bool x8_embd) {
                                 .active = moe_active_},
                                stream_),
      "expert routing");
+  if (pre_norm != nullptr) {  // gemma4: the experts read the residual normed apart from the router's input
+    ok(kernels::launch_rms_norm({.x = x_, .weight = pre_norm, .y = h_, .rows = T, .cols = hp.n_embd, .eps = hp.rms_eps},
+                                stream_),
+       "experts' input norm");
+  }
   // Each pair's gate and up rows (gate_, up_: [pairs, n_ff_exp]), in one launch when the two
   // stacks share a type. Where the experts' type has the integer path they read 8-bit rows: h_'s
   // as the norm left them in the GEMV workspace (decode-sized steps) or rounded here, and the
@@ -727,6 +797,7 @@ bool gpu_device::run_experts(const layer& w, bool x8_embd) {
                                .out_stride = cols,
                                .limit = hp.swiglu_limit,
                                .alpha = hp.swiglu_alpha,
+                               .act = hp.ffn_act,  // gemma4's experts: GeGLU
                                .yq = x8.q,
                                .yq_scales = x8.ds},
                               stream_),
@@ -766,10 +837,11 @@ void gpu_device::run_attention(std::int64_t l, bool x8_out) {
   const std::int64_t window = hp.layer_window(l);
   const float* sinks = layers_[std::size_t(l)].sinks;
   const auto* tables = dev_at<std::int32_t>(kv_layers_.windowed(l) ? up_off_.window_tables : up_off_.tables);
+  const kernels::paged_kv_device cache = kv_layer(l);
   if (step_.n_dec > 0) {
     kernels::attention_decode_params p{.q = q_,
                                        .out = attn_,
-                                       .cache = kv_layer(l),
+                                       .cache = cache,
                                        .n_heads = hp.n_head,
                                        .block_tables = tables,
                                        .block_table_stride = step_.stride,
@@ -779,11 +851,11 @@ void gpu_device::run_attention(std::int64_t l, bool x8_out) {
                                        .scale = scale,
                                        .window = window,
                                        .sinks = sinks,
-                                       .split = attn_split_,
+                                       .split = attn_split(cache.head_dim),
                                        .workspace = attn_ws_,
                                        .workspace_bytes = attn_ws_bytes_};
     if (x8_out) {
-      const kernels::gemv_x8_rows x8 = kernels::gemv_x8_view(gemv_ws_, hp.n_head * hp.head_dim, step_.tokens);
+      const kernels::gemv_x8_rows x8 = kernels::gemv_x8_view(gemv_ws_, hp.n_head * cache.head_dim, step_.tokens);
       p.yq = x8.q;
       p.yq_scales = x8.ds;
     }
@@ -793,7 +865,7 @@ void gpu_device::run_attention(std::int64_t l, bool x8_out) {
   if (step_.n_pre > 0) {
     const kernels::attention_prefill_params p{.q = q_,
                                               .out = attn_,
-                                              .cache = kv_layer(l),
+                                              .cache = cache,
                                               .n_heads = hp.n_head,
                                               .seqs = dev_at<kernels::attention_prefill_seq>(up_off_.prefill_seqs),
                                               .n_seqs = step_.n_pre,
@@ -831,6 +903,14 @@ void gpu_device::run_head() {
                                stream_),
      "gather the logit rows");
   matmul(output_, nullptr, rows_, logits_, rows);
+  softcap(rows);
+}
+
+void gpu_device::softcap(std::int64_t rows) {
+  const float cap = m_.hp.final_softcap;
+  if (cap <= 0) return;
+  prof_.mark("softcap", stream_);
+  ok(kernels::launch_softcap({.x = logits_, .n = rows * m_.hp.n_vocab, .cap = cap}, stream_), "softcap");
 }
 
 // The candidates reduction of the logits run_head() left, in as many launches as the logit-bias /
@@ -920,6 +1000,7 @@ void gpu_device::run_scores() {
                                  stream_),
        "gather the scored rows");
     matmul(output_, nullptr, rows_, logits_, rows);
+    softcap(rows);
     ok(kernels::launch_token_logprob({.logits = logits_,
                                       .vocab = hp.n_vocab,
                                       .rows = rows,

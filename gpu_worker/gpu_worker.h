@@ -67,12 +67,12 @@ struct gpu_worker_config {
 // Why the GPU kernels cannot run a model of these hyper-parameters (empty: they can). The worker
 // refuses such a model at start-up; the engine's automatic backend takes the CPU for it.
 inline std::string gpu_unsupported(const model::hparams& hp) {
-  if (hp.architecture == model::arch::gemma4) {
-    return "gemma4 (Gemma 4: global heads of " + std::to_string(hp.head_dim) + " dims beside sliding ones of " +
-           std::to_string(hp.head_dim_swa) + ", V normalised, soft-capped logits) runs on the CPU backend only so far";
-  }
-  if (hp.head_dim != 64 && hp.head_dim != 128 && hp.head_dim != 256) {
-    return "attention kernels need head_dim 64, 128 or 256, the model has " + std::to_string(hp.head_dim);
+  for (std::int64_t l = 0; l < hp.n_layer; ++l) {
+    const std::int64_t hd = hp.layer_head_dim(l);
+    if (hd != 64 && hd != 128 && hd != 256 && hd != 512) {
+      return "attention kernels need heads of 64, 128, 256 or 512 dims, layer " + std::to_string(l) + " has " +
+             std::to_string(hd);
+    }
   }
   return {};
 }

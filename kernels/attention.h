@@ -55,6 +55,11 @@ struct paged_kv_device {
   float* v_scales = nullptr;
 };
 
+// The fused GPU attention kernels (attention_decode.h, attention_prefill.h) take heads of 64, 128,
+// 256 or 512 dims; their tensor-core forms heads of up to 256 (heads of 512, Gemma 4's global
+// layers, run on the CUDA-core forms everywhere).
+inline constexpr std::int64_t attention_tc_max_head_dim = 256;
+
 struct kv_write_params {
   paged_kv_view cache;
   const float* k = nullptr;              // [n_tokens, n_kv_heads, head_dim]

@@ -7,16 +7,17 @@
 // Design (flash-decoding): a block takes one sequence, one kv head — and all query heads that share
 // it (GQA), so each K/V row is read from memory once — and one split of the context of `split`
 // positions (64, 256, 1024 or, on tensor cores, 2048). On NVIDIA sm_80+
-// (attention_decode_tensor_cores()) the products run on tensor cores with the query heads as rows,
-// K and V read straight from the cache into registers, an online softmax per warp
-// (attention_decode.hip has the details); elsewhere, on the CUDA cores, scores go to shared memory,
-// softmax in f32. With one split the block writes the output; with several it writes its partial
-// output and (max, sum) to the workspace and a second kernel merges them. Splits have a fixed
-// length, so a sequence's result does not depend on the rest of the batch, and a single long
-// sequence still fills the GPU. The worker picks the length once, from the longest context it
-// serves (attention_decode_split_for): short splits give a short context more blocks (a decode step
-// at a context of 300 runs 5 splits of 64 per kv head instead of 2 of 256), long ones keep the
-// workspace and the merge small when contexts are long.
+// (attention_decode_tensor_cores(head_dim): heads of up to 256) the products run on tensor cores
+// with the query heads as rows, K and V read straight from the cache into registers, an online
+// softmax per warp (attention_decode.hip has the details); elsewhere, and for heads of 512, on the
+// CUDA cores, scores go to shared memory, softmax in f32 (heads of 512 in chunks of 4 query heads).
+// With one split the block writes the output; with several it writes its partial output and (max,
+// sum) to the workspace and a second kernel merges them. Splits have a fixed length, so a
+// sequence's result does not depend on the rest of the batch, and a single long sequence still
+// fills the GPU. The worker picks the length once per head size, from the longest context it serves
+// (attention_decode_split_for): short splits give a short context more blocks (a decode step at a
+// context of 300 runs 5 splits of 64 per kv head instead of 2 of 256), long ones keep the workspace
+// and the merge small when contexts are long.
 //
 // A window leaves the splits wholly before it out: the grid has only as many splits per sequence
 // as W positions can touch (they start at the window's first split), and the first of them starts
@@ -53,7 +54,7 @@ inline std::int64_t attention_decode_split_for(std::int64_t max_context, bool te
 struct attention_decode_params {
   const float* q = nullptr;                  // [n_seqs, n_heads, head_dim]
   float* out = nullptr;                      // [n_seqs, n_heads, head_dim]; must not alias q
-  paged_kv_device cache;                        // one layer, read only; head_dim 64, 128 or 256
+  paged_kv_device cache;                     // one layer, read only; head_dim 64, 128, 256 or 512
   std::int64_t n_heads = 0;                  // a multiple of cache.n_kv_heads
   // block_tables and context_lens are read before the kernel waits on the one ahead of it
   // (gpu_runtime.h): no kernel launched just before may write them.
@@ -102,8 +103,9 @@ inline std::size_t attention_decode_workspace_bytes(std::int64_t n_seqs, std::in
 namespace anvil::kernels {
 // Rejects (hipErrorInvalidValue) unsupported shapes, a short workspace or misaligned pointers.
 hipError_t launch_attention_decode(const attention_decode_params& p, hipStream_t stream);
-// Whether launch_attention_decode runs on tensor cores here (NVIDIA, compute capability 8.0 and
-// up) unless told cuda_cores_only.
-bool attention_decode_tensor_cores();
+// Whether launch_attention_decode runs on tensor cores here for heads of head_dim (NVIDIA,
+// compute capability 8.0 and up, heads of up to attention_tc_max_head_dim) unless told
+// cuda_cores_only.
+bool attention_decode_tensor_cores(std::int64_t head_dim);
 }  // namespace anvil::kernels
 #endif

@@ -7,7 +7,9 @@
 //      of the split's positions, from the block table, to shared memory.
 //   1. Scores: threads form groups of HeadDim/8, one group per key; each thread owns 8 f16 of
 //      its keys (16 bytes), multiplies them with the MaxG query heads held in shared memory, and
-//      the group reduces by shuffles. Scores for the split's positions go to shared memory.
+//      the group reduces by shuffles (heads of 512 on 32-wide warps: each warp's half of the group
+//      by shuffles, the two halves added in shared memory). Scores for the split's positions go
+//      to shared memory.
 //   2. Softmax statistics per head: one warp per head (max, exp, sum), f32.
 //   3. P·V: each thread owns the same 8 dims of V for the same positions, accumulating for every
 //      head in registers; the rows are summed in shared memory in a fixed order (deterministic).
@@ -105,9 +107,9 @@ template <int HeadDim, int MaxG, int Split>
 struct decode_smem {
   static constexpr int tpk = HeadDim / 8;         // threads per key (scores) and per V row (P·V)
   static constexpr int rows = threads / tpk;      // keys (V rows) per pass of the block
-  // Positions whose K and V loads are in flight together: 64, or 32 for head_dim 256, so that a
-  // thread holds at most 8 keys' loads (and its registers do not spill).
-  static constexpr int tile = HeadDim > 128 ? 32 : 64;
+  // Positions whose K and V loads are in flight together: 64, 32 for head_dim 256, 16 for 512, so
+  // that a thread holds at most 8 keys' loads (and its registers do not spill).
+  static constexpr int tile = HeadDim > 256 ? 16 : HeadDim > 128 ? 32 : 64;
   static constexpr int per_thread = tile / rows;  // keys (V rows) each thread loads per tile
   static_assert(Split % tile == 0 && tile % rows == 0, "a split is whole tiles, a tile whole passes");
   float q[MaxG][HeadDim];
@@ -175,6 +177,12 @@ __global__ void __launch_bounds__(threads) decode_kernel(attention_decode_params
     const int g = e / HeadDim, d = e % HeadDim;
     sm.q[g][d] = g < ng ? p.q[(std::int64_t(seq) * p.n_heads + head0 + g) * HeadDim + d] * p.scale : 0.f;
   }
+  // Heads of 512 on 32-wide warps: a key's 64 threads span two warps, whose halves of each score
+  // are added into shared memory (two addends on a zero: the same sum whichever comes first).
+  constexpr bool key_spans_warps = tpk > gpu::warp_size;
+  if constexpr (key_spans_warps) {
+    for (int e = tid; e < MaxG * Split; e += threads) sm.u.p[e / Split][e % Split] = 0.f;
+  }
   __syncthreads();
 
   // 1. Scores, to shared memory. The thread's 8 dims of each head's q stay in registers.
@@ -197,8 +205,12 @@ __global__ void __launch_bounds__(threads) decode_kernel(attention_decode_params
 #pragma unroll
         for (int e = 0; e < 8; ++e) s += qr[g][e] * kf[e];
 #pragma unroll
-        for (int m = tpk / 2; m > 0; m /= 2) s += gpu::shfl_xor(s, m);
-        if (kl == 0 && j < n) sm.u.p[g][j] = s * ks[i];
+        for (int m = (key_spans_warps ? gpu::warp_size : tpk) / 2; m > 0; m /= 2) s += gpu::shfl_xor(s, m);
+        if constexpr (key_spans_warps) {
+          if (kl % gpu::warp_size == 0 && j < n) atomicAdd(&sm.u.p[g][j], s * ks[i]);
+        } else {
+          if (kl == 0 && j < n) sm.u.p[g][j] = s * ks[i];
+        }
       }
     }
   }
@@ -746,14 +758,16 @@ void launch(const attention_decode_params& p, int group, hipStream_t stream) {
 template <kv_dtype T, int HeadDim>
 void launch_for_group(const attention_decode_params& p, int group, hipStream_t stream) {
 #if defined(ANVIL_GPU_CUDA)
-  if (!p.cuda_cores_only && tc::device_has_mma()) {
-    with_split<true>(p.split, [&](auto split) { launch_tc<T, HeadDim, decltype(split)::value>(p, group, stream); });
-    return;
+  if constexpr (HeadDim <= attention_tc_max_head_dim) {
+    if (!p.cuda_cores_only && tc::device_has_mma()) {
+      with_split<true>(p.split, [&](auto split) { launch_tc<T, HeadDim, decltype(split)::value>(p, group, stream); });
+      return;
+    }
   }
 #endif
   if (group == 1) {
     launch<T, HeadDim, 1>(p, group, stream);
-  } else if (group <= 4) {
+  } else if (group <= 4 || HeadDim > 256) {  // heads of 512: chunks of 4 (8 would pass 48 KB of shared memory)
     launch<T, HeadDim, 4>(p, group, stream);
   } else {
     launch<T, HeadDim, 8>(p, group, stream);
@@ -766,8 +780,10 @@ void launch_for_dims(const attention_decode_params& p, int group, hipStream_t st
     launch_for_group<T, 64>(p, group, stream);
   } else if (p.cache.head_dim == 128) {
     launch_for_group<T, 128>(p, group, stream);
-  } else {
+  } else if (p.cache.head_dim == 256) {
     launch_for_group<T, 256>(p, group, stream);
+  } else {
+    launch_for_group<T, 512>(p, group, stream);
   }
 }
 
@@ -778,11 +794,12 @@ using gpu::aligned16;
 hipError_t launch_attention_decode(const attention_decode_params& p, hipStream_t stream) {
   if (p.n_seqs == 0) return hipSuccess;
   const std::int64_t hd = p.cache.head_dim, n_kv = p.cache.n_kv_heads;
-  if (p.n_seqs < 0 || p.n_seqs > 65535 || (hd != 64 && hd != 128 && hd != 256) || n_kv <= 0 || p.n_heads <= 0 ||
+  if (p.n_seqs < 0 || p.n_seqs > 65535 || (hd != 64 && hd != 128 && hd != 256 && hd != 512) || n_kv <= 0 ||
+      p.n_heads <= 0 ||
       p.n_heads % n_kv != 0 || p.n_heads > 65535 || p.max_context < 1 || p.max_context > 0x7fffffff || p.window < 0 ||
       (p.split != attention_decode_split && p.split != attention_decode_short_split &&
        p.split != attention_decode_long_split &&
-       (p.split != attention_decode_longest_split || p.cuda_cores_only || !attention_decode_tensor_cores())) ||
+       (p.split != attention_decode_longest_split || p.cuda_cores_only || !attention_decode_tensor_cores(hd))) ||
       attention_decode_splits(p.max_context, p.split) > 65535 || p.cache.block_size <= 0 ||
       p.cache.n_blocks * p.cache.block_size > 0x7fffffff ||  // cache rows as 32-bit slots
       p.block_table_stride * p.cache.block_size < p.max_context) {
@@ -808,9 +825,9 @@ hipError_t launch_attention_decode(const attention_decode_params& p, hipStream_t
   return hipGetLastError();
 }
 
-bool attention_decode_tensor_cores() {
+bool attention_decode_tensor_cores(std::int64_t head_dim) {
 #if defined(ANVIL_GPU_CUDA)
-  return tc::device_has_mma();
+  return head_dim <= attention_tc_max_head_dim && tc::device_has_mma();
 #else
   return false;
 #endif

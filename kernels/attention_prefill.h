@@ -5,13 +5,14 @@
 // rope_kv_write stored first — or with a window of W positions the last W up to their own; a sink
 // logit per query head, when given, takes its share of the softmax.
 //
-// Design, on NVIDIA sm_80+ (attention_prefill_tensor_cores()): FlashAttention-2 on mma.sync
+// Design, on NVIDIA sm_80+ (attention_prefill_tensor_cores(head_dim)): FlashAttention-2 on mma.sync
 // tensor-core instructions, 64 query rows per block (attention_prefill.hip has the details).
-// Elsewhere (FlashAttention-style, f32 on the CUDA cores): a block takes 32 query rows (16 at head
-// size 256) of one sequence and one kv head, a row being (token, query head) over the heads that
-// share the kv head (GQA: K/V tiles are loaded once for all of them). It walks the context in tiles of one
-// warp's width of keys, staged in shared memory as f16; each warp keeps its rows' running max,
-// sum and output in registers (online softmax) and updates them per tile.
+// Elsewhere, and for heads of 512 (FlashAttention-style, f32 on the CUDA cores): a block takes 32
+// query rows (16 at head size 256, 8 at 512) of one sequence and one kv head, a row being (token,
+// query head) over the heads that share the kv head (GQA: K/V tiles are loaded once for all of
+// them). It walks the context in tiles of one warp's width of keys, staged in shared memory as
+// f16; each warp keeps its rows' running max, sum and output in registers (online softmax) and
+// updates them per tile.
 //
 // With a window, both kernels start the key loop at the tile holding the first key the block's
 // earliest query sees (a long prompt does not pay for the whole context), never read a key before
@@ -37,7 +38,7 @@ struct attention_prefill_seq {
 struct attention_prefill_params {
   const float* q = nullptr;                    // [total tokens, n_heads, head_dim]
   float* out = nullptr;                        // [total tokens, n_heads, head_dim]; must not alias q
-  paged_kv_device cache;                          // one layer, read only; head_dim 64, 128 or 256
+  paged_kv_device cache;                       // one layer, read only; head_dim 64, 128, 256 or 512
   std::int64_t n_heads = 0;                    // a multiple of cache.n_kv_heads
   const attention_prefill_seq* seqs = nullptr;  // [n_seqs], device memory
   std::int64_t n_seqs = 0;                     // <= 65535
@@ -60,8 +61,10 @@ struct attention_prefill_params {
 namespace anvil::kernels {
 // Needs no workspace. Rejects (hipErrorInvalidValue) unsupported shapes or a misaligned cache.
 hipError_t launch_attention_prefill(const attention_prefill_params& p, hipStream_t stream);
-// Whether launch_attention_prefill runs on tensor cores here (NVIDIA, compute capability 8.0 and
-// up) unless told cuda_cores_only: Q and the softmax weights then enter the products as f16, not f32 (nmse ~1e-7).
-bool attention_prefill_tensor_cores();
+// Whether launch_attention_prefill runs on tensor cores here for heads of head_dim (NVIDIA,
+// compute capability 8.0 and up, heads of up to attention_tc_max_head_dim: attention_decode.h)
+// unless told cuda_cores_only: Q and the softmax weights then enter the products as f16, not f32
+// (nmse ~1e-7).
+bool attention_prefill_tensor_cores(std::int64_t head_dim);
 }  // namespace anvil::kernels
 #endif

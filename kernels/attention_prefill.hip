@@ -22,10 +22,12 @@ namespace {
 
 // Fixed on the host side (the host pass does not know the device's warp size under HIP):
 // 256 threads and 32 rows per block; 8 warps of 4 rows with 32-wide warps, 4 of 8 with 64. Head
-// size 256 takes 16 rows, so that q (f32) and a key tile, staged 128 dims at a time, fit 48 KB of
-// shared memory (64 KB with 64-wide warps).
+// size 256 takes 16 rows and 512 takes 8 (a row per warp), so that q (f32) and a key tile, staged
+// 128 dims at a time, fit 48 KB of shared memory (64 KB with 64-wide warps).
 constexpr int threads = 256;
-ANVIL_HOST_DEVICE constexpr int tile_rows_for(std::int64_t head_dim) { return head_dim > 128 ? 16 : 32; }
+ANVIL_HOST_DEVICE constexpr int tile_rows_for(std::int64_t head_dim) {
+  return head_dim > 256 ? 8 : head_dim > 128 ? 16 : 32;
+}
 
 // The first key a query at position qpos sees under a window of W positions (0: none).
 __device__ __forceinline__ int window_first_key(std::int64_t window, int qpos) {
@@ -525,7 +527,7 @@ void launch_tc(const attention_prefill_params& p, dim3 grid, hipStream_t stream)
 template <kv_dtype T>
 void launch(const attention_prefill_params& p, dim3 grid, hipStream_t stream) {
 #if defined(ANVIL_GPU_CUDA)
-  if (!p.cuda_cores_only && attention_prefill_tensor_cores()) {
+  if (!p.cuda_cores_only && attention_prefill_tensor_cores(p.cache.head_dim)) {
     grid.x = static_cast<unsigned>((p.max_seq_tokens * (p.n_heads / p.cache.n_kv_heads) + prefill_tc::rows - 1) / prefill_tc::rows);
     if (p.cache.head_dim == 64) {
       launch_tc<T, 64>(p, grid, stream);
@@ -541,8 +543,10 @@ void launch(const attention_prefill_params& p, dim3 grid, hipStream_t stream) {
     prefill_kernel<T, 64><<<grid, threads, 0, stream>>>(p);
   } else if (p.cache.head_dim == 128) {
     prefill_kernel<T, 128><<<grid, threads, 0, stream>>>(p);
-  } else {
+  } else if (p.cache.head_dim == 256) {
     prefill_kernel<T, 256><<<grid, threads, 0, stream>>>(p);
+  } else {
+    prefill_kernel<T, 512><<<grid, threads, 0, stream>>>(p);
   }
 }
 
@@ -550,9 +554,9 @@ using gpu::aligned16;
 
 }  // namespace
 
-bool attention_prefill_tensor_cores() {
+bool attention_prefill_tensor_cores(std::int64_t head_dim) {
 #if defined(ANVIL_GPU_CUDA)
-  return tc::device_has_mma();
+  return head_dim <= attention_tc_max_head_dim && tc::device_has_mma();
 #else
   return false;
 #endif
@@ -561,7 +565,8 @@ bool attention_prefill_tensor_cores() {
 hipError_t launch_attention_prefill(const attention_prefill_params& p, hipStream_t stream) {
   if (p.n_seqs == 0 || p.max_seq_tokens == 0) return hipSuccess;
   const std::int64_t hd = p.cache.head_dim, n_kv = p.cache.n_kv_heads;
-  if (p.n_seqs < 0 || p.n_seqs > 65535 || p.max_seq_tokens < 0 || (hd != 64 && hd != 128 && hd != 256) || n_kv <= 0 ||
+  if (p.n_seqs < 0 || p.n_seqs > 65535 || p.max_seq_tokens < 0 || (hd != 64 && hd != 128 && hd != 256 && hd != 512) ||
+      n_kv <= 0 ||
       n_kv > 65535 || p.n_heads <= 0 || p.n_heads % n_kv != 0 || p.cache.block_size <= 0 || p.window < 0) {
     return hipErrorInvalidValue;
   }

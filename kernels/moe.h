@@ -34,6 +34,8 @@ struct moe_route_params {
   std::int64_t n_expert = 0;        // 1..moe_max_experts
   std::int64_t k = 0;               // experts per token, 1..min(n_expert, moe_max_used)
   bool normalize = true;            // the k weights divided by their sum
+  const float* expert_scale = nullptr;  // [n_expert] or null (gemma4): each chosen weight, after the
+                                        // division, times its expert's scale
   std::int32_t* ids = nullptr;      // [n_tokens, k] out: chosen experts, most probable first
   float* weights = nullptr;         // [n_tokens, k] out: their probabilities (renormalised)
   std::int32_t* offsets = nullptr;  // [n_expert + 1] out (GPU): where each expert's pairs start in sorted

@@ -81,8 +81,11 @@ __device__ __forceinline__ void route_token(const moe_route_params& p, std::int6
     }
     total += best_p;
   }
-  if (p.normalize && lane == 0) {
-    for (int j = 0; j < k; ++j) wt[j] /= total;  // what this thread wrote above
+  if (lane == 0) {  // what this thread wrote above
+    for (int j = 0; j < k; ++j) {
+      if (p.normalize) wt[j] /= total;
+      if (p.expert_scale != nullptr) wt[j] *= p.expert_scale[ids[j]];
+    }
   }
 }
 
@@ -122,7 +125,8 @@ __device__ __forceinline__ void route_token_block(const moe_route_params& p, std
   if (mine) {
     float total = 0.f;  // in rank order, as route_token adds them
     for (int j = 0; j < k; ++j) total += picked[j];
-    p.weights[t * p.k + rank] = p.normalize ? pe / total : pe;
+    const float w = p.normalize ? pe / total : pe;
+    p.weights[t * p.k + rank] = p.expert_scale != nullptr ? w * p.expert_scale[e] : w;
   }
 }
 

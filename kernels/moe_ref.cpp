@@ -33,6 +33,9 @@ void moe_route_ref(const moe_route_params& p) {
       for (std::int64_t j = 0; j < k; ++j) chosen += wt[j];
       for (std::int64_t j = 0; j < k; ++j) wt[j] /= chosen;
     }
+    if (p.expert_scale != nullptr) {
+      for (std::int64_t j = 0; j < k; ++j) wt[j] *= p.expert_scale[ids[j]];
+    }
   }
 }
 

@@ -1,7 +1,7 @@
 // The residual add fused with the next RMSNorm, as every transformer layer chains them:
 //   h[r, :] += delta[r, :];  y[r, :] = rms_norm(h[r, :]) * weight
 // (Gemma 3 norms each block's output before the add: with delta_weight, h[r, :] +=
-// rms_norm(delta[r, :]) * delta_weight, the same eps.)
+// rms_norm(delta[r, :]) * delta_weight, the same eps. Gemma 4 then scales the sum: h_scale.)
 // One pass writes both the updated residual stream h and the normalised y (the input of the next
 // projection). With delta null it is the plain RMSNorm of h (h left alone). After a mixture of
 // experts without a shared expert, delta[r] is the weighted sum of row r's k experts' outputs,
@@ -31,6 +31,9 @@ struct rms_norm_residual_params {
   // Optional: delta normed before the add, with this per-channel gain [cols] (not with
   // pair_weights); a constant, like weight.
   const float* delta_weight = nullptr;
+  // Optional (gemma4's layer_output_scale): with delta, the updated h multiplied by this after the
+  // add, h[r, :] = (h[r, :] + delta[r, :]) * h_scale, before it is stored and normed.
+  float h_scale = 1.f;
   // Optional (GPU only): y also rounded to 8 bits in the form the quantized GEMV reads
   // (kernels/gemv.h, gemv_x8_rows), so the projections that follow need not quantize it
   // themselves: yq [rows, cols], yq_scales [rows, cols / 16] pairs. Needs cols % 32 == 0 and the

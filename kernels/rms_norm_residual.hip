@@ -10,7 +10,8 @@
 // bits for the quantized GEMV (gpu_quant_dot.h quantize_x8).
 //
 // With delta_weight, both paths first reduce delta's squares (a pass of their own over delta in
-// the strided kernel; the registers' values in the register one) and add the normed delta.
+// the strided kernel; the registers' values in the register one) and add the normed delta. The
+// sum is multiplied by h_scale (1: exactly the sum) before it is stored and normed.
 #include "kernels/rms_norm_residual.h"
 
 #include "kernels/gpu_quant_dot.h"
@@ -75,6 +76,7 @@ __global__ void __launch_bounds__(block_size) rms_norm_residual_kernel(rms_norm_
           e = make_float4(e.x * dscale * g.x, e.y * dscale * g.y, e.z * dscale * g.z, e.w * dscale * g.w);
         }
         v = make_float4(v.x + e.x, v.y + e.y, v.z + e.z, v.w + e.w);
+        v = make_float4(v.x * p.h_scale, v.y * p.h_scale, v.z * p.h_scale, v.w * p.h_scale);
         h4[i] = v;
       }
       sum_sq += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
@@ -85,6 +87,7 @@ __global__ void __launch_bounds__(block_size) rms_norm_residual_kernel(rms_norm_
       if constexpr (HasDelta) {
         const float e = delta_at<float>(p, row, i);
         v += p.delta_weight != nullptr ? e * dscale * p.delta_weight[i] : e;
+        v *= p.h_scale;
         h[i] = v;
       }
       sum_sq += v * v;
@@ -147,6 +150,7 @@ __global__ void __launch_bounds__(Block) rms_norm_residual_reg_kernel(rms_norm_r
         e[k] = make_float4(e[k].x * dscale * dg.x, e[k].y * dscale * dg.y, e[k].z * dscale * dg.z, e[k].w * dscale * dg.w);
       }
       v[k] = make_float4(v[k].x + e[k].x, v[k].y + e[k].y, v[k].z + e[k].z, v[k].w + e[k].w);
+      v[k] = make_float4(v[k].x * p.h_scale, v[k].y * p.h_scale, v[k].z * p.h_scale, v[k].w * p.h_scale);
     }
   } else {
 #pragma unroll

@@ -26,6 +26,9 @@ void rms_norm_residual_ref(const rms_norm_residual_params& p) {
   } else if (p.delta) {
     for (std::int64_t i = 0; i < p.rows * p.cols; ++i) p.h[i] += p.delta[i];
   }
+  if (p.delta && p.h_scale != 1.f) {
+    for (std::int64_t i = 0; i < p.rows * p.cols; ++i) p.h[i] *= p.h_scale;
+  }
   rms_norm_ref({.x = p.h, .weight = p.weight, .y = p.y, .rows = p.rows, .cols = p.cols, .eps = p.eps});
 }
 

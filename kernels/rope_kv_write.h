@@ -47,6 +47,9 @@ struct rope_kv_write_params {
   // q_norm, q's dimensions past rot_dim are written normalised too); norm_eps their epsilon.
   const float* q_norm = nullptr;
   const float* k_norm = nullptr;
+  // Optional (gemma4): each v head normalised by RMSNorm without a weight (a gain of ones) before
+  // it is stored, in the arithmetic of the Q/K norms; v itself is left unchanged.
+  bool v_norm = false;
   float norm_eps = 1e-6f;
   // Optional: each token's query temperature [n_tokens] (launch_rope_angles writes it): the rotated
   // q is multiplied by it, as rope_ref followed by a multiplication by kernels::attn_temperature.

@@ -7,7 +7,8 @@
 // holding kv heads also stores their dimensions past rot_dim and copies their v into the cache.
 // With an 8-bit cache a kv head takes a block of its own, which needs the whole rotated row
 // before it can scale it. Given the Q/K norm weights, a block first finds its heads' RMSNorm
-// scales (a warp per head) and rotates the normalised values.
+// scales (a warp per head) and rotates the normalised values; with v_norm it finds the v heads'
+// scales the same way and stores the normalised v.
 #include "kernels/rope_kv_write.h"
 
 namespace anvil::kernels {
@@ -71,15 +72,21 @@ __device__ __forceinline__ std::int64_t q_head_stride(const rope_kv_write_params
   return p.q_in && p.q_in_head_stride ? p.q_in_head_stride : p.cache.head_dim;
 }
 
-// head_scale of each head in [h0, h1) of one token (q heads, then kv heads) into sc, a warp per
-// head in turn. Ends with a barrier: every thread of the block must call it.
-__device__ void head_scales(const rope_kv_write_params& p, const float* qi, const float* k, int h0, int h1, float* sc) {
+// head_scale of each head in [h0, h1) of one token (q heads, then kv heads) into sc, and with
+// v_norm of each kv head's v into vsc, a warp per head in turn. Ends with a barrier: every thread
+// of the block must call it.
+__device__ void head_scales(const rope_kv_write_params& p, const float* qi, const float* k, const float* v, int h0,
+                            int h1, float* sc, float* vsc) {
   constexpr int warps = block_size / gpu::warp_size;
   const int lane = int(threadIdx.x) % gpu::warp_size, hd = int(p.cache.head_dim), n_q = int(p.n_heads);
   for (int h = h0 + int(threadIdx.x) / gpu::warp_size; h < h1; h += warps) {
     const float* x = h < n_q ? qi + std::int64_t(h) * q_head_stride(p) : k + std::int64_t(h - n_q) * hd;
     const float scale = head_scale(x, hd, p.norm_eps, lane);
     if (lane == 0) sc[h - h0] = scale;
+    if (p.v_norm && h >= n_q) {
+      const float v_scale = head_scale(v + std::int64_t(h - n_q) * hd, hd, p.norm_eps, lane);
+      if (lane == 0) vsc[h - h0] = v_scale;
+    }
   }
   __syncthreads();
 }
@@ -103,8 +110,8 @@ __device__ void rope_heads(const rope_kv_write_params& p, std::int64_t t, int h0
   const float* v = p.v + t * (p.v_stride ? p.v_stride : row);
   gpu::half_bits* kc = static_cast<gpu::half_bits*>(p.cache.k) + (slot < 0 ? 0 : slot) * row;
   gpu::half_bits* vc = static_cast<gpu::half_bits*>(p.cache.v) + (slot < 0 ? 0 : slot) * row;
-  __shared__ float sc[block_size];  // the heads' norm scales: at most a head per thread
-  if (p.q_norm || p.k_norm) head_scales(p, qi, k, h0, h1, sc);
+  __shared__ float sc[block_size], vsc[block_size];  // the heads' norm scales: at most a head per thread
+  if (p.q_norm || p.k_norm || p.v_norm) head_scales(p, qi, k, v, h0, h1, sc, vsc);
 
   for (int e = threadIdx.x; e < (h1 - h0) * half; e += block_size) {
     const int h = h0 + e / half, i = e % half;
@@ -143,7 +150,8 @@ __device__ void rope_heads(const rope_kv_write_params& p, std::int64_t t, int h0
     for (int e = int(p.rot_dim) + threadIdx.x; e < hd; e += block_size) {
       kc[base + e] = gpu::float_to_half(normed(k + base, e, sc[h - h0], p.k_norm));
     }
-    for (int e = threadIdx.x; e < hd; e += block_size) vc[base + e] = gpu::float_to_half(v[base + e]);
+    const float v_scale = p.v_norm ? vsc[h - h0] : 1.f;  // the norm's x * scale * 1 (a weight of ones)
+    for (int e = threadIdx.x; e < hd; e += block_size) vc[base + e] = gpu::float_to_half(v[base + e] * v_scale);
   }
 }
 
@@ -187,11 +195,12 @@ __global__ void __launch_bounds__(block_size) rope_kv_write8_kernel(rope_kv_writ
   const std::int64_t row_len = p.cache.n_kv_heads * hd;
   const float* k = p.k + t * (p.k_stride ? p.k_stride : row_len) + std::int64_t(kvh) * hd;
   const float* v = p.v + t * (p.v_stride ? p.v_stride : row_len) + std::int64_t(kvh) * hd;
-  __shared__ float k_sc;  // this head's norm scale, where the op has k_norm
-  if (p.k_norm) {
+  __shared__ float k_sc, v_sc;  // this head's norm scales, where the op has k_norm (v_norm)
+  if (p.k_norm || p.v_norm) {
     if (threadIdx.x < gpu::warp_size) {
-      const float scale = head_scale(k, hd, p.norm_eps, int(threadIdx.x));
-      if (threadIdx.x == 0) k_sc = scale;
+      const float scale = p.k_norm ? head_scale(k, hd, p.norm_eps, int(threadIdx.x)) : 1.f;
+      const float v_scale = p.v_norm ? head_scale(v, hd, p.norm_eps, int(threadIdx.x)) : 1.f;
+      if (threadIdx.x == 0) k_sc = scale, v_sc = v_scale;
     }
     __syncthreads();
   }
@@ -205,7 +214,7 @@ __global__ void __launch_bounds__(block_size) rope_kv_write8_kernel(rope_kv_writ
   float ka = 0.f, va = 0.f;
   for (int e = threadIdx.x; e < hd; e += block_size) {
     if (e >= p.rot_dim) kr[e] = normed(k, e, k_sc, p.k_norm);
-    vr[e] = v[e];
+    vr[e] = p.v_norm ? v[e] * v_sc : v[e];
     va = kv_amax_step(va, vr[e]);
   }
   __syncthreads();  // kr complete

@@ -608,8 +608,8 @@ int main(int argc, char** argv) {
         // The tensor-core kernel where the device has one, and the portable CUDA-core kernel beside
         // it, each at the split length a worker gives it.
         for (const bool cuda_cores : {false, true}) {
-          if (cuda_cores && !kernels::attention_decode_tensor_cores()) continue;
-          const bool tensor_cores = !cuda_cores && kernels::attention_decode_tensor_cores();
+          if (cuda_cores && !kernels::attention_decode_tensor_cores(hd)) continue;
+          const bool tensor_cores = !cuda_cores && kernels::attention_decode_tensor_cores(hd);
           const std::int64_t given = kernels::attention_decode_split_for(ld.ctx, tensor_cores);
           std::vector<std::int64_t> splits{given};
           if (decode_only && tensor_cores) {

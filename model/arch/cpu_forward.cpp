@@ -10,6 +10,7 @@
 #include "kernels/moe.h"
 #include "kernels/output_gate.h"
 #include "kernels/rms_norm.h"
+#include "kernels/softcap.h"
 #include "kernels/swiglu.h"
 #include "messages/step.h"
 
@@ -358,7 +359,7 @@ void cpu_forward::head(float* logits) {
   }
   matmul(m_.output, {}, h_, rows, logits);
   if (hp.final_softcap > 0) {  // gemma4: cap * tanh(logit / cap)
-    for (float* y = logits; y != logits + rows * hp.n_vocab; ++y) *y = hp.final_softcap * std::tanh(*y / hp.final_softcap);
+    kernels::softcap_ref({.x = logits, .n = std::int64_t(rows) * hp.n_vocab, .cap = hp.final_softcap});
   }
 }
 
@@ -562,6 +563,7 @@ void cpu_forward::route_experts(const layer_weights& w) {
                           .n_expert = n_expert,
                           .k = k,
                           .normalize = hp.expert_weights_norm,
+                          .expert_scale = w.expert_scale.empty() ? nullptr : w.expert_scale.data(),
                           .ids = chosen_.data(),
                           .weights = chosen_w_.data()});
 }
@@ -624,8 +626,7 @@ void cpu_forward::dense_beside_experts(const layer_weights& w) {
   rms_norm(x_.data(), w.router_scale, h_.data(), n, d, hp.rms_eps);  // the router's input
   const float root = 1.f / std::sqrt(float(d));
   for (float& v : h_) v *= root;
-  route_experts(w);
-  for (std::size_t i = 0; i < chosen_.size(); ++i) chosen_w_[i] *= w.expert_scale[std::size_t(chosen_[i])];
+  route_experts(w);  // each chosen weight times its expert's scale
   rms_norm(x_.data(), w.pre_ffn_norm_2, h_.data(), n, d, hp.rms_eps);  // the experts' input
   run_experts(w);
   rms_norm(o_.data(), w.post_ffn_norm_2, o_.data(), n, d, hp.rms_eps);

@@ -140,6 +140,7 @@ struct hparams {
     return n_head_kv_global > 0 && layer_window(l) == 0 ? n_head_kv_global : n_head_kv;
   }
   std::int64_t layer_rope_dim(std::int64_t l) const { return rope_dim_swa > 0 && layer_window(l) > 0 ? rope_dim_swa : rope_dim; }
+  std::int64_t sliding_rope_dim() const { return rope_dim_swa > 0 ? rope_dim_swa : rope_dim; }  // a sliding layer's
   // RoPE of layer l: the sliding layers' own where the model has one.
   struct rope_of_layer {
     float base, freq_scale;

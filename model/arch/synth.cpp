@@ -436,7 +436,10 @@ void write_synth_model(const synth_options& opt, const std::string& path,
       add(b + "ffn_up.weight", sh.n_embd, sh.n_ff, 0.f, s_embd, l);
       add(b + "ffn_down.weight", sh.n_ff, sh.n_embd, 0.f, 1.f / std::sqrt(float(sh.n_ff)), l);
       add(b + "post_ffw_norm_1.weight", sh.n_embd, 1, 1.f, 0.1f, l);
-      add(b + "ffn_gate_inp.weight", sh.n_embd, sh.n_expert, 0.f, s_embd, l);
+      // The router reads the residual normed and divided by sqrt(n_embd): weights of unit scale give
+      // its logits the spread the others' get (at 1 / sqrt(n_embd) every token's experts would be
+      // near ties, which any rounding flips).
+      add(b + "ffn_gate_inp.weight", sh.n_embd, sh.n_expert, 0.f, 1.f, l);
       add(b + "ffn_gate_inp.scale", sh.n_embd, 1, 1.f, 0.1f, l);
       add(b + "pre_ffw_norm_2.weight", sh.n_embd, 1, 1.f, 0.1f, l);
       add(b + "ffn_gate_up_exps.weight", sh.n_embd, 2 * sh.n_ff_exp, 0.f, s_embd, l, sh.n_expert);
@@ -510,8 +513,12 @@ void write_synth_model(const synth_options& opt, const std::string& path,
     }
     const bool gemma3 = sh.architecture == arch::gemma3 || gemma4;  // gemma4: the same norms around each block
     if (sh.architecture == arch::qwen3 || sh.architecture == arch::qwen3moe || gemma3 || qwen35) {
-      add(b + "attn_q_norm.weight", hd, 1, 1.f, 0.1f, l);
-      add(b + "attn_k_norm.weight", hd, 1, 1.f, 0.1f, l);
+      // gemma4 leaves the softmax's temperature to these (its scores are unscaled): gains around
+      // head_dim^-1/4 on q and on k give the 1 / sqrt(head_dim) of the others (as its goldens:
+      // tools/reference/make_model_goldens.py).
+      const float qk_gain = gemma4 ? 1.f / std::sqrt(std::sqrt(float(hd))) : 1.f;
+      add(b + "attn_q_norm.weight", hd, 1, qk_gain, 0.1f * qk_gain, l);
+      add(b + "attn_k_norm.weight", hd, 1, qk_gain, 0.1f * qk_gain, l);
     }
     add(b + "attn_output.weight", q_dim, sh.n_embd, 0.f, 1.f / std::sqrt(float(q_dim)), l);
     if (gpt_oss) {

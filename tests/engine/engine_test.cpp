@@ -257,9 +257,9 @@ TEST(Engine, Gemma3ServesConcurrentRequestsWithTheReferenceTokens) {
   expect_concurrent_greedy_matches_reference("tiny-gemma3");
 }
 
-// Gemma 4 through the engine (the CPU backend: --backend auto takes it on a GPU machine too, as the
-// GPU kernels do not run gemma4 yet): prompts of up to 33 tokens pass its sliding layers' window of
-// 16; sliding and global layers keep K and V of different shapes in one pool.
+// Gemma 4 through the engine: prompts of up to 33 tokens pass its sliding layers' window of 16;
+// sliding and global layers keep K and V of different shapes in one pool, and the global layers'
+// V is their K projection, normed.
 TEST(Engine, Gemma4ServesConcurrentRequestsWithTheReferenceTokens) {
   expect_concurrent_greedy_matches_reference("tiny-gemma4");
   expect_concurrent_greedy_matches_reference("tiny-gemma4moe");  // the 26B-A4B's experts beside a dense feed-forward

@@ -72,11 +72,13 @@ struct model_case {
   const char* shape;
   synth_mix mix;
   kernels::kv_dtype kv = kernels::kv_dtype::f16;  // both workers' KV cache elements
+  bool float_activations = false;  // the GPU's GEMVs on f32 activations (always with an 8-bit cache)
 };
 
 std::string case_name(const model_case& c) {
   std::string n = std::string(c.shape) + "_" + std::string(model::synth_mix_name(c.mix));
   if (c.kv != kernels::kv_dtype::f16) n += "_kv_" + std::string(kernels::kv_dtype_name(c.kv));
+  if (c.float_activations) n += "_f32_activations";
   std::replace(n.begin(), n.end(), '-', '_');
   return n;
 }
@@ -131,7 +133,7 @@ TEST_P(GpuWorkerStep, CandidatesMatchTheCpuWorkerThroughPrefillForkAndDecode) {
   // An 8-bit cache rounds K and V to steps of up to 1/16 of a value (fp8): the GEMVs' 8-bit
   // activations, whose rounding moves K by ~1e-3, would move some codes by a whole step, so the
   // comparison of the caches runs on the f32 activations the CPU worker uses.
-  gc.float_activations = mc.kv != kernels::kv_dtype::f16;
+  gc.float_activations = mc.kv != kernels::kv_dtype::f16 || mc.float_activations;
   gpu_worker::gpu_worker gpu(m, gc);
   ASSERT_GE(gpu.plan().n_blocks, 64);
   const std::uint64_t allocs = gpu.device_allocations();
@@ -222,7 +224,21 @@ INSTANTIATE_TEST_SUITE_P(
                       model_case{"tiny-gemma3", synth_mix::q8_0, kernels::kv_dtype::fp8},
                       // mistral3: YaRN, and the queries' temperature from position 32 on (the second
                       // prompt's last tokens and the decode steps).
-                      model_case{"tiny-mistral3", synth_mix::q4_k_m}),
+                      model_case{"tiny-mistral3", synth_mix::q4_k_m},
+                      // gemma4: sliding layers of 64-dim heads over two KV heads beside a global one of
+                      // 128 on one KV head (each layer's K/V of its own shape in the pool), the global
+                      // layer's V its K projection, V normed, the layer's output scale, the
+                      // proportional RoPE's factors on the global layer only, soft-capped logits.
+                      model_case{"tiny-gemma4", synth_mix::f16}, model_case{"tiny-gemma4", synth_mix::q4_k_m},
+                      model_case{"tiny-gemma4", synth_mix::q8_0, kernels::kv_dtype::int8},
+                      // gemma4 with experts (the 26B-A4B's make): routed from the residual normed by its
+                      // scale, each weight times its expert's scale, beside the dense feed-forward, gate
+                      // and up the halves of one tensor. Q8_0 on f32 activations: on 8-bit ones two of
+                      // five sequences took other experts from decode step 6 on (F16 and the first five
+                      // steps matched), measured while synth's gemma4 router gave near-uniform logits,
+                      // as the engine suites note for mixtures of experts.
+                      model_case{"tiny-gemma4moe", synth_mix::f16},
+                      model_case{"tiny-gemma4moe", synth_mix::q8_0, kernels::kv_dtype::f16, true}),
     [](const auto& param_info) { return case_name(param_info.param); });
 
 // Models with recurrent layers (Qwen3.5's gated DeltaNet): each sequence's state in its slot, a
@@ -568,7 +584,8 @@ TEST_P(GpuWorkerScores, LogprobsAndPerplexityMatchTheCpuWorker) {
 
 INSTANTIATE_TEST_SUITE_P(Models, GpuWorkerScores,
                          ::testing::Values(model_case{"tiny", synth_mix::f16}, model_case{"tiny", synth_mix::q8_0},
-                                           model_case{"tiny-qwen3", synth_mix::q4_k_m}),
+                                           model_case{"tiny-qwen3", synth_mix::q4_k_m},
+                                           model_case{"tiny-gemma4", synth_mix::f16}),  // soft-capped logits
                          [](const auto& param_info) {
                            std::string n = std::string(param_info.param.shape) + "_" +
                                            std::string(model::synth_mix_name(param_info.param.mix));
@@ -707,7 +724,9 @@ INSTANTIATE_TEST_SUITE_P(Models, GpuEngine,
                                            model_case{"tiny-gemma3", synth_mix::q8_0},
                                            model_case{"tiny-qwen35", synth_mix::q8_0},
                                            model_case{"tiny-qwen35moe", synth_mix::f16},
-                                           model_case{"tiny-mistral3", synth_mix::q8_0}),
+                                           model_case{"tiny-mistral3", synth_mix::q8_0},
+                                           model_case{"tiny-gemma4", synth_mix::q8_0},
+                                           model_case{"tiny-gemma4moe", synth_mix::f16}),
                          [](const auto& param_info) { return case_name(param_info.param); });
 
 // The window pool on the GPU (engine_config::window_pool, gpu_worker/kv_plan.h): the sliding
@@ -720,7 +739,8 @@ INSTANTIATE_TEST_SUITE_P(Models, GpuEngine,
 TEST(GpuEngineWindowPool, TheSlidingLayersWindowGivesTheTokensOfTheWholeCache) {
   REQUIRE_GPU();
   for (const model_case mc : {model_case{"tiny-gemma3", synth_mix::q8_0}, model_case{"tiny-gpt-oss", synth_mix::mxfp4},
-                              model_case{"tiny-gemma3", synth_mix::f16, kernels::kv_dtype::fp8}}) {
+                              model_case{"tiny-gemma3", synth_mix::f16, kernels::kv_dtype::fp8},
+                              model_case{"tiny-gemma4", synth_mix::q8_0}}) {  // layers of two KV shapes, each pool
     SCOPED_TRACE(case_name(mc));
     const std::string path = synth_fixture(mc.shape, mc.mix);
     std::vector<std::vector<std::int32_t>> prompts;

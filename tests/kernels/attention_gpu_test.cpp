@@ -402,10 +402,11 @@ TEST_P(RopeKvWriteGpu, ReadsQkvFromOneFusedRowAsFromPackedRows) {
   EXPECT_EQ(launch_rope_kv_write(short_stride, nullptr), hipErrorInvalidValue);
 }
 
-// Q/K norms in the op (qwen3): the rotated q, the cache bytes and the scales are bit for bit what
-// launch_rms_norm in place over the q and k heads, then the op without norms, give (the worker's
-// two launches before), for packed rows and for one fused q/k/v row per token, f16 and fp8 caches;
-// q against rms_norm_ref then rope_ref on the CPU.
+// Q/K norms in the op (qwen3), and V's norm without a weight (gemma4): the rotated q, the cache
+// bytes and the scales are bit for bit what launch_rms_norm in place over the q, k and v heads (v
+// with a weight of ones), then the op without norms, give (the worker's launches before), for
+// packed rows and for one fused q/k/v row per token, f16 and fp8 caches; q against rms_norm_ref
+// then rope_ref on the CPU.
 TEST_P(RopeKvWriteGpu, NormsEachHeadFirstAsRmsNormInPlaceThenRopeDo) {
   require_device();
   const rope_case c = GetParam();
@@ -416,7 +417,7 @@ TEST_P(RopeKvWriteGpu, NormsEachHeadFirstAsRmsNormInPlaceThenRopeDo) {
   const std::vector<float> kw = random_vector(std::size_t(c.head_dim), rng, 0.5f, 1.5f);
   const std::int64_t q_w = c.n_heads * c.head_dim, stride = q_w + 2 * in.kv_row + 4;  // padded rows
   const std::vector<float> fused = fused_qkv_rows(in, c, stride, rng);
-  guarded_array<float> dqw(qw), dkw(kw);
+  guarded_array<float> dqw(qw), dkw(kw), dones(std::vector<float>(std::size_t(c.head_dim), 1.f));
   for (const bool from_fused : {false, true}) {
     for (const kv_dtype t : {kv_dtype::f16, kv_dtype::fp8}) {
       SCOPED_TRACE(std::string(kv_dtype_name(t)) + (from_fused ? ", fused rows" : ", packed rows"));
@@ -427,6 +428,7 @@ TEST_P(RopeKvWriteGpu, NormsEachHeadFirstAsRmsNormInPlaceThenRopeDo) {
         if (in_op) {
           p.q_norm = dqw.data();
           p.k_norm = dkw.data();
+          p.v_norm = true;
           p.norm_eps = 1e-6f;
         } else {
           const auto norm = [&](float* x, const float* w, std::int64_t heads) {  // the op's input, in place
@@ -442,11 +444,13 @@ TEST_P(RopeKvWriteGpu, NormsEachHeadFirstAsRmsNormInPlaceThenRopeDo) {
           };
           norm(from_fused ? l.dfused.data() : l.d.q.data(), dqw.data(), c.n_heads);
           norm(from_fused ? l.dfused.data() + q_w : l.d.k.data(), dkw.data(), c.n_kv_heads);
+          norm(from_fused ? l.dfused.data() + q_w + in.kv_row : l.d.v.data(), dones.data(), c.n_kv_heads);
         }
         ANVIL_GPU_CHECK(launch_rope_kv_write(p, nullptr));
         ANVIL_GPU_CHECK(hipDeviceSynchronize());
         if (in_op) {
           EXPECT_EQ(l.d.k.download(), in.k) << "k is read only";
+          EXPECT_EQ(l.d.v.download(), in.v) << "v is read only";
           l.results(from_fused, q_out, cache, scales);
         } else {  // the inputs were normalised in place: the outputs and the guards only
           q_out = from_fused ? l.dq.download() : l.d.q.download();
@@ -471,7 +475,7 @@ TEST_P(RopeKvWriteGpu, NormsEachHeadFirstAsRmsNormInPlaceThenRopeDo) {
                   std::string(kv_dtype_name(t)).c_str(), from_fused ? "fused" : "packed", q_err);
     }
   }
-  EXPECT_TRUE(dqw.guards_intact() && dkw.guards_intact());
+  EXPECT_TRUE(dqw.guards_intact() && dkw.guards_intact() && dones.guards_intact());
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, RopeKvWriteGpu,
@@ -482,7 +486,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, RopeKvWriteGpu,
                                            rope_case{5, 8, 1, 128, 64, rope_style::neox, true},       // partial rotation
                                            rope_case{9, 4, 4, 64, 32, rope_style::normal, false},
                                            rope_case{19, 4, 1, 256, 256, rope_style::neox, false},    // gemma3 1B
-                                           rope_case{23, 32, 8, 128, 128, rope_style::normal, false, 0.1f}));  // mistral3
+                                           rope_case{23, 32, 8, 128, 128, rope_style::normal, false, 0.1f},  // mistral3
+                                           rope_case{11, 32, 16, 256, 256, rope_style::neox, false},  // gemma4, sliding
+                                           rope_case{7, 32, 4, 512, 512, rope_style::neox, true}));  // gemma4, global
 
 // ---------------------------------------------------------------------------------------------
 // Attention: shared set-up. Sequences with shuffled block tables over one random f16 cache.
@@ -688,8 +694,8 @@ TEST_P(AttentionDecodeGpu, MatchesReferenceOnItsCache) {
     for (const auto& sq : c.seqs) lens.push_back(std::int32_t(sq.start_pos + 1));
     // Both kernels where the tensor-core one runs: the CUDA-core one is what other devices run.
     for (const bool cuda_cores : {false, true}) {
-      if (cuda_cores && !attention_decode_tensor_cores()) continue;
-      const bool tensor_cores = !cuda_cores && attention_decode_tensor_cores();
+      if (cuda_cores && !attention_decode_tensor_cores(c.head_dim)) continue;
+      const bool tensor_cores = !cuda_cores && attention_decode_tensor_cores(c.head_dim);
       SCOPED_TRACE(tensor_cores ? "tensor cores" : "CUDA cores");
       std::vector<std::int64_t> splits{attention_decode_split, attention_decode_short_split, attention_decode_long_split};
       if (tensor_cores) splits.push_back(attention_decode_longest_split);  // the tensor-core kernel's own
@@ -798,6 +804,10 @@ std::vector<attn_case> decode_cases() {
   }
   cases.push_back({128, 2, 7, {{300, 1}, {5000, 1}}});  // qwen2.5-7B's ratio
   cases.push_back({64, 1, 14, {{700, 1}}});             // a group over 8 (two head chunks)
+  // Heads of 512 (Gemma 4's global layers: 8 query heads per kv head), on the CUDA cores in
+  // chunks of 4 heads; a group of 2 in one chunk.
+  for (const auto& ctx : contexts) cases.push_back({512, 2, 8, ctx});
+  cases.push_back({512, 1, 2, {{4096, 1}, {0, 1}, {299, 1}}});
   return cases;
 }
 
@@ -851,8 +861,8 @@ TEST_P(AttentionPrefillGpu, MatchesReferenceOnItsCache) {
 
     // Both kernels where the tensor-core one runs: the CUDA-core one is what other devices run.
     for (const bool cuda_cores : {false, true}) {
-      if (cuda_cores && !attention_prefill_tensor_cores()) continue;
-      const bool tensor_cores = !cuda_cores && attention_prefill_tensor_cores();
+      if (cuda_cores && !attention_prefill_tensor_cores(c.head_dim)) continue;
+      const bool tensor_cores = !cuda_cores && attention_prefill_tensor_cores(c.head_dim);
       SCOPED_TRACE(tensor_cores ? "tensor cores" : "CUDA cores");
       guarded_array<float> dq(s.q), dout(s.q.size());
       const device_cache dc(s, c);
@@ -935,6 +945,8 @@ std::vector<attn_case> prefill_cases() {
     }
   }
   cases.push_back({128, 2, 7, {{0, 45}, {123, 20}}});  // a group that does not divide the tile
+  for (const auto& b : batches) cases.push_back({512, 2, 8, b});  // Gemma 4's global heads
+  cases.push_back({512, 1, 3, {{0, 45}, {123, 20}}});
   return cases;
 }
 

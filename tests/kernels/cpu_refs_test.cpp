@@ -12,6 +12,7 @@
 #include "kernels/matmul.h"
 #include "kernels/rope.h"
 #include "kernels/rms_norm_residual.h"
+#include "kernels/softcap.h"
 #include "kernels/swiglu.h"
 #include "tests/random_data.h"
 
@@ -245,6 +246,36 @@ TEST(RmsNormResidualRef, DeltaWeightNormsTheDeltaBeforeTheAdd) {
   for (float v : want_h) sq += double(v) * v;
   const double rms = std::sqrt(sq / 4);
   for (std::size_t i = 0; i < 4; ++i) EXPECT_NEAR(y[i], want_h[i] / rms * w[i], 1e-5) << i;
+}
+
+TEST(RmsNormResidualRef, HScaleMultipliesTheSumBeforeTheNorm) {
+  // Gemma 4: h = (h + delta) * h_scale, then y = rms_norm(h) * weight.
+  std::vector<float> h = {1.f, -2.f, 0.5f, 3.f}, y(4);
+  const std::vector<float> delta = {2.f, 0.f, -4.f, 2.f}, w = {1.f, 1.f, 1.f, 2.f};
+  rms_norm_residual_ref({.h = h.data(),
+                         .delta = delta.data(),
+                         .weight = w.data(),
+                         .y = y.data(),
+                         .rows = 1,
+                         .cols = 4,
+                         .eps = 0.f,
+                         .h_scale = 0.5f});
+  const std::vector<float> want_h = {1.5f, -1.f, -1.75f, 2.5f};
+  EXPECT_EQ(h, want_h);
+  double sq = 0;
+  for (float v : want_h) sq += double(v) * v;
+  const double rms = std::sqrt(sq / 4);
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_NEAR(y[i], want_h[i] / rms * w[i], 1e-6) << i;
+}
+
+TEST(SoftcapRef, SquashesIntoPlusMinusTheCap) {
+  std::vector<float> x = {0.f, 1.f, -30.f, 1e6f, -1e6f};
+  softcap_ref({.x = x.data(), .n = 5, .cap = 30.f});
+  EXPECT_EQ(x[0], 0.f);
+  EXPECT_NEAR(x[1], 30.0 * std::tanh(1.0 / 30.0), 1e-6);
+  EXPECT_NEAR(x[2], 30.0 * std::tanh(-1.0), 1e-5);
+  EXPECT_EQ(x[3], 30.f);
+  EXPECT_EQ(x[4], -30.f);
 }
 
 TEST(SwigluRef, GegluIsTanhGeluOfTheGateTimesUp) {

@@ -38,6 +38,7 @@ using namespace anvil::kernels::testing;
 struct route_case {
   std::int64_t tokens, n_expert, k;
   bool normalize;
+  bool scaled = false;  // gemma4: each chosen weight times its expert's scale
 };
 
 // Routes `logits` on the device; returns ids, weights, offsets and sorted.
@@ -47,8 +48,8 @@ struct routed {
 };
 
 routed route_on_device(const std::vector<float>& logits, std::int64_t tokens, std::int64_t n_expert, std::int64_t k,
-                       bool normalize) {
-  guarded_array<float> dl(logits);
+                       bool normalize, const std::vector<float>& expert_scale = {}) {
+  guarded_array<float> dl(logits), dscale(expert_scale.empty() ? std::vector<float>{0.f} : expert_scale);
   guarded_array<std::int32_t> ids(std::size_t(tokens * k)), offsets(std::size_t(n_expert + 1)),
       sorted(std::size_t(tokens * k)), active(std::size_t(n_expert + 1));
   guarded_array<float> w(std::size_t(tokens * k));
@@ -59,6 +60,7 @@ routed route_on_device(const std::vector<float>& logits, std::int64_t tokens, st
                               .n_expert = n_expert,
                               .k = k,
                               .normalize = normalize,
+                              .expert_scale = expert_scale.empty() ? nullptr : dscale.data(),
                               .ids = ids.data(),
                               .weights = w.data(),
                               .offsets = offsets.data(),
@@ -110,14 +112,17 @@ TEST_P(MoeRouteGpu, MatchesTheReferenceAndGroupsThePairs) {
   }
   std::vector<std::int32_t> ids(std::size_t(c.tokens * c.k));
   std::vector<float> w(ids.size());
+  const std::vector<float> scale =
+      c.scaled ? random_vector(std::size_t(c.n_expert), rng, 0.5f, 2.f) : std::vector<float>{};
   moe_route_ref({.logits = logits.data(),
                  .n_tokens = c.tokens,
                  .n_expert = c.n_expert,
                  .k = c.k,
                  .normalize = c.normalize,
+                 .expert_scale = c.scaled ? scale.data() : nullptr,
                  .ids = ids.data(),
                  .weights = w.data()});
-  const routed r = route_on_device(logits, c.tokens, c.n_expert, c.k, c.normalize);
+  const routed r = route_on_device(logits, c.tokens, c.n_expert, c.k, c.normalize, scale);
   EXPECT_EQ(r.ids, ids);
   for (std::size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(r.weights[i], w[i], 1e-6f) << i;
   expect_grouping(r, c.n_expert);
@@ -133,7 +138,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MoeRouteGpu,
                                            // per token (512 and 1,024 threads)
                                            route_case{1, 128, 8, true}, route_case{8, 60, 4, true},
                                            route_case{3, 1000, 16, false}, route_case{12, 128, 8, false},
-                                           route_case{32, 256, 8, true}));
+                                           route_case{32, 256, 8, true},
+                                           // gemma4's per-expert scales, by both ways of routing
+                                           route_case{37, 128, 8, true, true}, route_case{4, 128, 8, true, true}));
 
 // A NaN logit makes every probability of its token NaN (the softmax's sum): the k experts chosen
 // are then the lowest ids, in order, never an id out of range, by either way of routing.

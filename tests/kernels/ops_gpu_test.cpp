@@ -19,6 +19,7 @@
 #include "kernels/output_gate.h"
 #include "kernels/rms_norm.h"
 #include "kernels/rms_norm_residual.h"
+#include "kernels/softcap.h"
 #include "kernels/swiglu.h"
 #include "sampler/sampler_core.h"
 #include "tests/kernels/gpu_array.h"
@@ -40,10 +41,11 @@ struct norm_case {
   bool delta;
   std::int64_t skew;        // element offset inside the buffers (breaks 16-byte alignment)
   bool delta_norm = false;  // gemma3: delta normed first (delta_weight)
+  float h_scale = 1.f;      // gemma4: the sum scaled (layer_output_scale)
   std::string str() const {
     std::ostringstream s;
     s << "rms_norm_residual(rows=" << rows << ", cols=" << cols << ", delta=" << delta << ", skew=" << skew
-      << ", delta_norm=" << delta_norm << ")";
+      << ", delta_norm=" << delta_norm << ", h_scale=" << h_scale << ")";
     return s.str();
   }
 };
@@ -67,7 +69,8 @@ TEST_P(RmsNormResidualGpu, MatchesCpuReference) {
                          .rows = c.rows,
                          .cols = c.cols,
                          .eps = 1e-6f,
-                         .delta_weight = c.delta_norm ? dw_host.data() : nullptr});
+                         .delta_weight = c.delta_norm ? dw_host.data() : nullptr,
+                         .h_scale = c.h_scale});
 
   guarded_array<float> dh(h), dd(d), dw(w), dy(n), ddw(dw_host);
   dy.poison();
@@ -78,7 +81,8 @@ TEST_P(RmsNormResidualGpu, MatchesCpuReference) {
                                             .rows = c.rows,
                                             .cols = c.cols,
                                             .eps = 1e-6f,
-                                            .delta_weight = c.delta_norm ? ddw.data() : nullptr},
+                                            .delta_weight = c.delta_norm ? ddw.data() : nullptr,
+                                            .h_scale = c.h_scale},
                                            nullptr));
   ANVIL_GPU_CHECK(hipDeviceSynchronize());
   std::vector<float> h_out = dh.download(), y_out = dy.download();
@@ -119,7 +123,8 @@ TEST_P(RmsNormResidualX8Gpu, AlsoWritesYInEightBitsForTheGemv) {
                          .rows = c.rows,
                          .cols = c.cols,
                          .eps = 1e-6f,
-                         .delta_weight = c.delta_norm ? dw_host.data() : nullptr});
+                         .delta_weight = c.delta_norm ? dw_host.data() : nullptr,
+                         .h_scale = c.h_scale});
 
   guarded_array<float> dh(h), dd(d), dw(w), dy(n), dds(n / 8), ddw(dw_host);
   guarded_array<std::int8_t> dq(n);
@@ -133,7 +138,8 @@ TEST_P(RmsNormResidualX8Gpu, AlsoWritesYInEightBitsForTheGemv) {
                              .rows = c.rows,
                              .cols = c.cols,
                              .eps = 1e-6f,
-                             .delta_weight = c.delta_norm ? ddw.data() : nullptr};
+                             .delta_weight = c.delta_norm ? ddw.data() : nullptr,
+                             .h_scale = c.h_scale};
   p.yq = dq.data();
   p.yq_scales = dds.data();
   ANVIL_GPU_CHECK(launch_rms_norm_residual(p, nullptr));
@@ -163,14 +169,20 @@ INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormResidualGpu,
                                            // float4s a thread), the strided vector and scalar paths
                                            norm_case{1, 5376, true, 0, true}, norm_case{3, 3840, true, 0, true},
                                            norm_case{2, 896, true, 0, true}, norm_case{2, 16416, true, 0, true},
-                                           norm_case{5, 1001, true, 0, true}, norm_case{4, 4096, true, 1, true}));
+                                           norm_case{5, 1001, true, 0, true}, norm_case{4, 4096, true, 1, true},
+                                           // gemma4's scaled sum, on the same paths
+                                           norm_case{1, 5376, true, 0, true, 0.25f},
+                                           norm_case{2, 16416, true, 0, true, 0.5f},
+                                           norm_case{5, 1001, true, 0, true, 0.125f},
+                                           norm_case{3, 64, true, 0, false, 2.f}));
 
 INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormResidualX8Gpu,
                          ::testing::Values(norm_case{3, 64, true, 0}, norm_case{5, 896, true, 0},
                                            norm_case{17, 4096, true, 0}, norm_case{7, 2048, false, 0},
                                            norm_case{300, 5120, true, 0}, norm_case{2, 14336, true, 0},
                                            norm_case{1, 16384, false, 0}, norm_case{1, 5376, true, 0, true},
-                                           norm_case{7, 2560, true, 0, true}));
+                                           norm_case{7, 2560, true, 0, true},
+                                           norm_case{1, 5376, true, 0, true, 0.25f}));
 
 TEST(RmsNormResidualGpuLaunch, RefusesAnEightBitOutputItCannotWrite) {
   require_device();
@@ -368,6 +380,30 @@ TEST(OutputGateGpu, MatchesCpuReference) {
     p.gate_head_stride = hd - 1;
     EXPECT_EQ(launch_output_gate(p, nullptr), hipErrorInvalidValue);
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// softcap (Gemma 4's logits): cap * tanh(x / cap) in place, past the grid's stride too
+
+TEST(SoftcapGpu, MatchesCpuReference) {
+  require_device();
+  for (const std::int64_t n :
+       {std::int64_t(1), std::int64_t(1000), std::int64_t(3) * 262144 + 5, std::int64_t(20000000)}) {
+    SCOPED_TRACE(std::to_string(n) + " logits");
+    std::mt19937 rng(static_cast<unsigned>(n));
+    const std::vector<float> x = random_vector(std::size_t(n), rng, -100.f, 100.f);
+    std::vector<float> ref = x;
+    softcap_ref({.x = ref.data(), .n = n, .cap = 30.f});
+    guarded_array<float> dx(x);
+    ANVIL_GPU_CHECK(launch_softcap({.x = dx.data(), .n = n, .cap = 30.f}, nullptr));
+    ANVIL_GPU_CHECK(hipDeviceSynchronize());
+    const std::vector<float> got = dx.download();
+    EXPECT_LT(nmse(got, ref), 1e-12);
+    EXPECT_TRUE(std::all_of(got.begin(), got.end(), [](float v) { return std::abs(v) <= 30.f; }));
+    EXPECT_TRUE(dx.guards_intact());
+  }
+  EXPECT_EQ(launch_softcap({.x = nullptr, .n = 4, .cap = 0.f}, nullptr), hipErrorInvalidValue);
+  EXPECT_EQ(launch_softcap({.x = nullptr, .n = -1, .cap = 30.f}, nullptr), hipErrorInvalidValue);
 }
 
 // ---------------------------------------------------------------------------------------------
