@@ -159,6 +159,7 @@ class gpu_device {
   // gemma4's dense feed-forward beside its experts (layer::router_in_scale), from h_ and x_; the
   // block's output in dense_out_.
   void run_dense_and_experts(const layer& w, bool x8_embd);
+  void norm_rows(const float* x, const float* weight, float* y, const char* what);  // the step's rows of n_embd
   void run_dense_ffn(const layer& w, bool x8_embd);  // gate/up, SwiGLU, down: h_ into o_
   // Enqueues the scores and their copy back, and the head; then (run_candidates) the candidates
   // op and the copy of the records back.

@@ -658,18 +658,20 @@ void gpu_device::run_dense_ffn(const layer& w, bool x8_embd) {
   matmul(w.down, nullptr, gate_, o_, T, x8_ff);
 }
 
+void gpu_device::norm_rows(const float* x, const float* weight, float* y, const char* what) {
+  const model::hparams& hp = m_.hp;
+  ok(kernels::launch_rms_norm(
+         {.x = x, .weight = weight, .y = y, .rows = step_.tokens, .cols = hp.n_embd, .eps = hp.rms_eps}, stream_),
+     what);
+}
+
 void gpu_device::run_dense_and_experts(const layer& w, bool x8_embd) {
   const model::hparams& hp = m_.hp;
   const std::int64_t T = step_.tokens;
-  const auto norm = [&](const float* x, const float* weight, float* y, const char* what) {
-    ok(kernels::launch_rms_norm({.x = x, .weight = weight, .y = y, .rows = T, .cols = hp.n_embd, .eps = hp.rms_eps},
-                                stream_),
-       what);
-  };
   run_dense_ffn(w, x8_embd);
   prof_.mark("norm", stream_);
-  norm(o_, w.post_ffn_norm_1, dense_out_, "dense feed-forward's norm");
-  norm(x_, w.router_in_scale, h_, "router's input norm");
+  norm_rows(o_, w.post_ffn_norm_1, dense_out_, "dense feed-forward's norm");
+  norm_rows(x_, w.router_in_scale, h_, "router's input norm");
   run_experts(w, false, w.pre_ffn_norm_2);
   prof_.mark("experts sum", stream_);
   ok(kernels::launch_moe_combine({.y = pair_out_,
@@ -721,11 +723,8 @@ bool gpu_device::run_experts(const layer& w, bool x8_embd, const float* pre_norm
                                 .active = moe_active_},
                                stream_),
      "expert routing");
-  if (pre_norm != nullptr) {  // gemma4: the experts read the residual normed apart from the router's input
-    ok(kernels::launch_rms_norm({.x = x_, .weight = pre_norm, .y = h_, .rows = T, .cols = hp.n_embd, .eps = hp.rms_eps},
-                                stream_),
-       "experts' input norm");
-  }
+  // gemma4: the experts read the residual normed apart from the router's input.
+  if (pre_norm != nullptr) norm_rows(x_, pre_norm, h_, "experts' input norm");
   // Each pair's gate and up rows (gate_, up_: [pairs, n_ff_exp]), in one launch when the two
   // stacks share a type. Where the experts' type has the integer path they read 8-bit rows: h_'s
   // as the norm left them in the GEMV workspace (decode-sized steps) or rounded here, and the
