@@ -795,8 +795,8 @@ hipError_t launch_attention_decode(const attention_decode_params& p, hipStream_t
   if (p.n_seqs == 0) return hipSuccess;
   const std::int64_t hd = p.cache.head_dim, n_kv = p.cache.n_kv_heads;
   if (p.n_seqs < 0 || p.n_seqs > 65535 || (hd != 64 && hd != 128 && hd != 256 && hd != 512) || n_kv <= 0 ||
-      p.n_heads <= 0 ||
-      p.n_heads % n_kv != 0 || p.n_heads > 65535 || p.max_context < 1 || p.max_context > 0x7fffffff || p.window < 0 ||
+      p.n_heads <= 0 || p.n_heads % n_kv != 0 || p.n_heads > 65535 || p.max_context < 1 ||
+      p.max_context > 0x7fffffff || p.window < 0 ||
       (p.split != attention_decode_split && p.split != attention_decode_short_split &&
        p.split != attention_decode_long_split &&
        (p.split != attention_decode_longest_split || p.cuda_cores_only || !attention_decode_tensor_cores(hd))) ||
