@@ -26,7 +26,15 @@ struct backend_args {
   std::string kv_cache_dtype = "f16"; // engine_config::kv_cache_dtype: f16, int8 or fp8
   std::string gemm_dtype = "f16";     // engine_config::gemm_dtype: f16 or fp8
   bool no_window_pool = false;        // engine_config::window_pool off
+  int tensor_parallel = 1;            // engine_config::tensor_parallel
 };
+
+inline void add_tensor_parallel_option(CLI::App* cmd, int& n) {
+  cmd->add_option("--tensor-parallel", n,
+                  "ranks to split the model over (attention heads, feed-forward width and vocabulary; CPU backend: "
+                  "one thread each)")
+      ->capture_default_str()->check(CLI::Range(1, 64));
+}
 
 inline void add_kv_cache_dtype_option(CLI::App* cmd, std::string& dtype) {
   cmd->add_option("--kv-cache-dtype", dtype,
@@ -76,6 +84,7 @@ inline void add_backend_options(CLI::App* cmd, backend_args& a) {
       ->capture_default_str()->check(CLI::Range(std::int64_t(-1), std::int64_t(1000000)));
   add_kv_cache_dtype_option(cmd, a.kv_cache_dtype);
   add_gemm_dtype_option(cmd, a.gemm_dtype);
+  add_tensor_parallel_option(cmd, a.tensor_parallel);
   cmd->add_flag("--no-window-pool", a.no_window_pool,
                 "models with sliding-window layers beside global ones (Gemma 3, gpt-oss): every layer keeps the whole "
                 "context, and prefix caching stays on, instead of the sliding layers keeping only their window");
@@ -92,6 +101,7 @@ inline void apply_backend_args(const backend_args& a, engine_config& cfg) {
   cfg.kv_cache_dtype = kv_cache_dtype_of(a.kv_cache_dtype);
   cfg.gemm_dtype = gemm_dtype_of(a.gemm_dtype);
   cfg.window_pool = !a.no_window_pool;
+  cfg.tensor_parallel = a.tensor_parallel;
 }
 
 }  // namespace anvil::cli

@@ -36,17 +36,22 @@ struct perplexity_args {
   bool gpu_float_activations = false;
   std::string kv_cache_dtype = "f16";
   std::string gemm_dtype = "f16";
+  int tensor_parallel = 1;
 };
 
 // A worker for one window of `ctx` tokens fed `batch` at a time: a KV pool of one context.
 std::unique_ptr<gpu_worker::worker> make_worker(const model::llm& m, const model::perplexity_options& o,
                                                 worker_backend backend, bool float_activations,
-                                                kernels::gemm_dtype gemm_dtype) {
+                                                kernels::gemm_dtype gemm_dtype, int tensor_parallel) {
   constexpr std::int64_t block_size = 16;
   const std::size_t kv_bytes =
       model::kv_cache_storage::bytes_per_block(m.hp, block_size, o.kv_cache_dtype) * std::size_t(o.ctx / block_size + 2);
   constexpr std::int64_t score_rows = 64;  // logit rows per head launch on the GPU
   if (backend == worker_backend::gpu) {
+    if (tensor_parallel > 1) {
+      throw std::invalid_argument("--tensor-parallel " + std::to_string(tensor_parallel) +
+                                  ": the GPU worker runs on one device so far; split the model on the CPU backend (--backend cpu)");
+    }
     gpu_worker::gpu_worker_config wc;
     wc.block_size = block_size;
     wc.kv_budget_bytes = kv_bytes;
@@ -61,7 +66,7 @@ std::unique_ptr<gpu_worker::worker> make_worker(const model::llm& m, const model
   if (gemm_dtype != kernels::gemm_dtype::f16) throw std::invalid_argument("--gemm-dtype fp8 needs the GPU backend");
   return std::make_unique<gpu_worker::cpu_worker>(m, gpu_worker::cpu_worker_config{
       .block_size = block_size, .kv_budget_bytes = kv_bytes, .max_batch_tokens = o.batch, .max_seqs = 1,
-      .kv_cache_dtype = o.kv_cache_dtype});
+      .kv_cache_dtype = o.kv_cache_dtype, .tensor_parallel = tensor_parallel});
 }
 
 std::string read_text(const std::string& path) {
@@ -89,7 +94,7 @@ int run_perplexity(const perplexity_args& a) {
     backend = gpu_worker::gpu_worker::available() ? worker_backend::gpu : worker_backend::cpu;
   }
   const kernels::gemm_dtype gemm_dtype = gemm_dtype_of(a.gemm_dtype);
-  const std::unique_ptr<gpu_worker::worker> w = make_worker(m, opt, backend, a.gpu_float_activations, gemm_dtype);
+  const std::unique_ptr<gpu_worker::worker> w = make_worker(m, opt, backend, a.gpu_float_activations, gemm_dtype, a.tensor_parallel);
 
   progress_bar bar("perplexity", "windows");
   const auto t0 = std::chrono::steady_clock::now();
@@ -133,6 +138,7 @@ void add_perplexity_command(CLI::App& app, int& exit_code) {
                 "GPU: f32 activations in the quantized GEMVs (as the CPU computes) instead of 8-bit");
   add_kv_cache_dtype_option(cmd, a->kv_cache_dtype);
   add_gemm_dtype_option(cmd, a->gemm_dtype);
+  add_tensor_parallel_option(cmd, a->tensor_parallel);
   cmd->callback([&exit_code, a] { exit_code = run_perplexity(*a); });
 }
 

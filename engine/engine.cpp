@@ -152,6 +152,11 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
     throw std::invalid_argument(
         "gemm_dtype fp8 (--gemm-dtype fp8) needs the GPU backend; the CPU backend multiplies in f32");
   }
+  if (cfg.tensor_parallel < 1) throw std::invalid_argument("tensor_parallel must be >= 1");
+  if (backend == worker_backend::gpu && cfg.tensor_parallel > 1) {
+    throw std::invalid_argument("--tensor-parallel " + std::to_string(cfg.tensor_parallel) +
+                                ": the GPU worker runs on one device so far; split the model on the CPU backend (--backend cpu)");
+  }
   const std::int64_t max_seqs = cfg.max_seqs > 0 ? cfg.max_seqs : default_max_seqs(backend);
   const std::chrono::microseconds idle_spin(cfg.idle_spin_us >= 0 ? cfg.idle_spin_us
                                             : backend == worker_backend::gpu && !cfg.overlap_steps ? 5000 : 0);
@@ -205,7 +210,8 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
                                            .max_seqs = max_seqs,
                                            .kv_cache_dtype = cfg.kv_cache_dtype,
                                            .arena_upstream = cfg.cpu_arena_upstream,
-                                           .window_pool = cfg.window_pool};
+                                           .window_pool = cfg.window_pool,
+                                           .tensor_parallel = cfg.tensor_parallel};
     p->worker = std::make_unique<gpu_worker::cpu_worker>(p->model, wc);
   }
   if (cfg.test_faults.any()) {

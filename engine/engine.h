@@ -80,6 +80,10 @@ struct engine_config {
   // keep only their window in a pool of their own (gpu_worker/kv_plan.h), which needs prefix
   // caching off. Off: every layer keeps the whole context, and prefix caching stays as asked.
   bool window_pool = true;
+  // Ranks the model is split over, Megatron-style (model/arch/tensor_parallel.h): on the CPU
+  // backend, N ranks of the reference pass in N threads joined by in-process collectives. The GPU
+  // worker runs one device so far and refuses more than 1.
+  int tensor_parallel = 1;
   std::size_t threads = 2;                   // threads for the CPU-side actors
   // Plan each step while the one before runs on the worker, feeding the tokens the worker drew
   // there (sched/scheduler.h): the worker has the next step queued when one ends. Off: a step is

@@ -27,6 +27,9 @@ struct cpu_worker_config {
   // The sliding-window layers' KV in a pool of their own where the model has them beside global
   // layers (kv_plan.h): the memory plan says so with n_window_blocks > 0.
   bool window_pool = false;
+  // Ranks the model is split over (model/arch/tensor_parallel.h), each with its shard, its slice of
+  // the KV budget and a thread of its own; 1: the whole model on the worker's thread.
+  int tensor_parallel = 1;
 };
 
 class cpu_worker final : public worker {

@@ -44,8 +44,8 @@ void rms_norm(const float* x, const std::vector<float>& w, float* y, std::int64_
 
 }  // namespace
 
-cpu_forward::cpu_forward(const llm& m, std::int64_t max_tokens, std::pmr::memory_resource* arena)
-    : m_(m), ids_(arena), positions_(arena), slots_(arena), window_slots_(arena), x_(arena), h_(arena), q_(arena),
+cpu_forward::cpu_forward(const llm& m, std::int64_t max_tokens, std::pmr::memory_resource* arena, tp_link tp)
+    : m_(m), tp_(tp), tp_send_(arena), tp_all_(arena), ids_(arena), positions_(arena), slots_(arena), window_slots_(arena), x_(arena), h_(arena), q_(arena),
       k_(arena), v_(arena), attn_(arena), o_(arena), gate_(arena), up_(arena), router_(arena), chosen_w_(arena),
       xe_(arena), ye_(arena), pair_out_(arena), chosen_(arena), routed_(arena), seqs_(arena), window_seqs_(arena),
       rseqs_(arena), mix_(arena), z_(arena), beta_(arena), alpha_(arena), qgate_(arena), dense_out_(arena),
@@ -61,6 +61,11 @@ cpu_forward::cpu_forward(const llm& m, std::int64_t max_tokens, std::pmr::memory
     window_seqs_.reserve(t);
   }
   logit_rows_.reserve(t);
+  if (tp_.comm) {
+    const auto rows = std::size_t(std::max<std::int64_t>(tp_.max_logit_rows, 1)), stride = std::size_t(tp_.vocab.stride);
+    tp_send_.reserve(rows * stride);
+    tp_all_.reserve(rows * stride * std::size_t(tp_.comm->size()));
+  }
   for (auto* v : {&x_, &h_, &o_}) v->reserve(t * std::size_t(hp.n_embd));
   std::int64_t q_width = 0, kv_width = 0;  // the widest layer's (gemma4's differ)
   for (std::int64_t l = 0; l < hp.n_layer; ++l) {
@@ -334,14 +339,18 @@ std::size_t cpu_forward::layers(std::span<const forward_seq> batch, kv_cache_sto
   }
 
   x_.resize(n_tokens * std::size_t(hp.n_embd));
-  kernels::embedding_ref({.table = m_.tok_embd.data,
-                          .type = m_.tok_embd.type,
-                          .n_embd = hp.n_embd,
-                          .n_vocab = hp.n_vocab,
-                          .ids = ids_.data(),
-                          .n_tokens = std::int64_t(n_tokens),
-                          .out = x_.data(),
-                          .scale = hp.embd_scale});
+  if (tp_.comm) {
+    embed_slice(std::int64_t(n_tokens));
+  } else {
+    kernels::embedding_ref({.table = m_.tok_embd.data,
+                            .type = m_.tok_embd.type,
+                            .n_embd = hp.n_embd,
+                            .n_vocab = hp.n_vocab,
+                            .ids = ids_.data(),
+                            .n_tokens = std::int64_t(n_tokens),
+                            .out = x_.data(),
+                            .scale = hp.embd_scale});
+  }
   for (std::int64_t l = 0; l < hp.n_layer; ++l) layer(l, cache);
   for (const forward_seq& s : batch) {
     if (recurrent) cache.state_pos(s.state_slot) = s.start_pos + std::int64_t(s.tokens.size());
@@ -357,9 +366,60 @@ void cpu_forward::head(float* logits) {
   for (std::int64_t r = 0; r < rows; ++r) {
     rms_norm(x_.data() + logit_rows_[std::size_t(r)] * hp.n_embd, m_.output_norm, h_.data() + r * hp.n_embd, 1, hp.n_embd, hp.rms_eps);
   }
+  if (tp_.comm) {
+    gather_logits(rows, logits);
+    return;
+  }
   matmul(m_.output, {}, h_, rows, logits);
   if (hp.final_softcap > 0) {  // gemma4: cap * tanh(logit / cap)
     kernels::softcap_ref({.x = logits, .n = std::int64_t(rows) * hp.n_vocab, .cap = hp.final_softcap});
+  }
+}
+
+void cpu_forward::reduce(std::pmr::vector<float>& v) {
+  if (tp_.comm) tp_.comm->all_reduce_sum(std::span(v.data(), std::size_t(std::int64_t(ids_.size()) * m_.hp.n_embd)));
+}
+
+// Each rank writes the rows of the tokens in its vocabulary slice, zeros for the others', and the
+// sum over the ranks is the embedding (each element one rank's value plus zeros: exact).
+void cpu_forward::embed_slice(std::int64_t n_tokens) {
+  const hparams& hp = m_.hp;
+  std::fill(x_.begin(), x_.end(), 0.f);
+  for (std::int64_t t = 0; t < n_tokens; ++t) {
+    const std::int32_t id = ids_[std::size_t(t)];
+    if (id < tp_.vocab.begin || id >= tp_.vocab.end) continue;
+    const auto local = std::int32_t(id - tp_.vocab.begin);
+    kernels::embedding_ref({.table = m_.tok_embd.data,
+                            .type = m_.tok_embd.type,
+                            .n_embd = hp.n_embd,
+                            .n_vocab = tp_.vocab.end - tp_.vocab.begin,
+                            .ids = &local,
+                            .n_tokens = 1,
+                            .out = x_.data() + t * hp.n_embd,
+                            .scale = hp.embd_scale});
+  }
+  reduce(x_);
+}
+
+// The head's rows of this rank's vocabulary slice, gathered from every rank into whole rows.
+void cpu_forward::gather_logits(std::int64_t rows, float* logits) {
+  const hparams& hp = m_.hp;
+  const std::int64_t mine = tp_.vocab.end - tp_.vocab.begin, stride = tp_.vocab.stride, n = tp_.comm->size();
+  tp_send_.assign(std::size_t(rows * stride), 0.f);
+  if (mine > 0) {
+    std::pmr::vector<float>& local = tp_all_;  // its space until the gather
+    local.resize(std::size_t(rows * mine));
+    matmul(m_.output, {}, h_, rows, local.data());
+    if (hp.final_softcap > 0) kernels::softcap_ref({.x = local.data(), .n = rows * mine, .cap = hp.final_softcap});
+    for (std::int64_t r = 0; r < rows; ++r) std::copy_n(local.data() + r * mine, mine, tp_send_.data() + r * stride);
+  }
+  tp_all_.resize(std::size_t(rows * stride * n));
+  tp_.comm->all_gather(tp_send_, tp_all_);
+  for (std::int64_t q = 0; q < n; ++q) {
+    const vocab_slice v = vocab_slice_of(hp.n_vocab, int(q), int(n));
+    for (std::int64_t r = 0; r < rows; ++r) {
+      std::copy_n(tp_all_.data() + (q * rows + r) * stride, v.end - v.begin, logits + r * hp.n_vocab + v.begin);
+    }
   }
 }
 
@@ -388,6 +448,7 @@ void cpu_forward::layer(std::int64_t l, kv_cache_storage& cache) {
   } else {
     swiglu_ffn({.gate = w.gate, .up = w.up, .down = w.down}, h_, n, o_.data());
   }
+  if (!(w.moe() && w.gate.data)) reduce(o_);  // dense_beside_experts sums its two parts itself
   add_block_output(w.post_ffn_norm);
   if (w.out_scale != 1.f) {  // gemma4: the whole residual stream scaled after the layer
     for (float& x : x_) x *= w.out_scale;
@@ -432,6 +493,7 @@ void cpu_forward::delta_net(std::int64_t l, kv_cache_storage& cache) {
                            .head_v = hp.ssm_head_v,
                            .seqs = rseqs_});
   matmul(w.ssm_out, nullptr, attn_, n, o_.data());
+  reduce(o_);
 }
 
 void cpu_forward::attention(std::int64_t l, kv_cache_storage& cache) {
@@ -517,6 +579,7 @@ void cpu_forward::attention(std::int64_t l, kv_cache_storage& cache) {
                               .gate_head_stride = hd});
   }
   matmul(w.wo, w.bo, attn_, n, o_.data());
+  reduce(o_);
 }
 
 // x += o, o normed first where the model norms each block's output (post_norm non-empty).
@@ -622,6 +685,7 @@ void cpu_forward::dense_beside_experts(const layer_weights& w) {
   const std::int64_t n = std::int64_t(ids_.size()), d = hp.n_embd;
   dense_out_.resize(std::size_t(n * d));
   swiglu_ffn({.gate = w.gate, .up = w.up, .down = w.down}, h_, n, dense_out_.data());
+  reduce(dense_out_);
   rms_norm(dense_out_.data(), w.post_ffn_norm_1, dense_out_.data(), n, d, hp.rms_eps);
   rms_norm(x_.data(), w.router_scale, h_.data(), n, d, hp.rms_eps);  // the router's input
   const float root = 1.f / std::sqrt(float(d));
@@ -629,6 +693,7 @@ void cpu_forward::dense_beside_experts(const layer_weights& w) {
   route_experts(w);  // each chosen weight times its expert's scale
   rms_norm(x_.data(), w.pre_ffn_norm_2, h_.data(), n, d, hp.rms_eps);  // the experts' input
   run_experts(w);
+  reduce(o_);
   rms_norm(o_.data(), w.post_ffn_norm_2, o_.data(), n, d, hp.rms_eps);
   for (std::size_t i = 0; i < o_.size(); ++i) o_[i] += dense_out_[i];
 }

@@ -12,6 +12,7 @@
 #include "kernels/attention.h"
 #include "kernels/delta_net.h"
 #include "model/arch/llm.h"
+#include "model/arch/tensor_parallel.h"
 
 namespace anvil::model {
 
@@ -100,12 +101,21 @@ struct forward_seq {
   std::int32_t state_slot = -1;
 };
 
+// A rank's pass of a model split over ranks (tensor_parallel.h): the pass runs on the rank's
+// shard, sums its partial outputs with the other ranks' through `comm`, and gathers every rank's
+// slice of the logits, so that each rank's run() gives the whole model's logits.
+struct tp_link {
+  collectives* comm = nullptr;      // null: the whole model, alone
+  vocab_slice vocab{};              // the shard's (llm_shard::vocab)
+  std::int64_t max_logit_rows = 0;  // the gather's scratch is sized for this many logit rows
+};
+
 class cpu_forward {
  public:
   // Sizes the scratch, allocated from `arena`, for steps of up to `max_tokens` tokens (and as many
   // logit rows) at once, so such steps never allocate; a larger step grows it (from `arena`).
   explicit cpu_forward(const llm& m, std::int64_t max_tokens = 0,
-                       std::pmr::memory_resource* arena = std::pmr::get_default_resource());
+                       std::pmr::memory_resource* arena = std::pmr::get_default_resource(), tp_link tp = {});
 
   // Runs one step and writes logits [rows, n_vocab], rows in batch order (all fed tokens of a
   // sequence with all_logits, else its last), into `logits` (a heap or an arena vector). Throws
@@ -133,6 +143,11 @@ class cpu_forward {
   void run_experts(const layer_weights& w);    // the chosen experts on h_, combined into o_
   void dense_beside_experts(const layer_weights& w);
   void add_block_output(const std::vector<float>& post_norm);
+  // Tensor parallelism: the first n floats of v summed over the ranks (nothing alone); the
+  // embedding of the shard's vocabulary slice, summed; the head's slice of the logits, gathered.
+  void reduce(std::pmr::vector<float>& v);
+  void embed_slice(std::int64_t n_tokens);
+  void gather_logits(std::int64_t rows, float* logits);
   // A feed-forward's matrices and their biases (null: none).
   struct ffn {
     weight gate, up, down;
@@ -143,6 +158,8 @@ class cpu_forward {
   void swiglu_ffn(const ffn& f, const std::pmr::vector<float>& x, std::int64_t n, float* y);
 
   const llm& m_;
+  tp_link tp_;
+  std::pmr::vector<float> tp_send_, tp_all_;  // the head's slice [rows][stride], and every rank's
   // Scratch, reused across steps: [T, ...] activations of the current step.
   std::pmr::vector<std::int32_t> ids_, positions_;
   std::pmr::vector<std::int64_t> slots_, window_slots_;  // each token's cache row in the main / window pool
