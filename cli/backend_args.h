@@ -6,6 +6,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -27,6 +28,7 @@ struct backend_args {
   std::string gemm_dtype = "f16";     // engine_config::gemm_dtype: f16 or fp8
   bool no_window_pool = false;        // engine_config::window_pool off
   int tensor_parallel = 1;            // engine_config::tensor_parallel
+  std::vector<int> devices;           // engine_config::devices
 };
 
 inline void add_tensor_parallel_option(CLI::App* cmd, int& n) {
@@ -85,6 +87,8 @@ inline void add_backend_options(CLI::App* cmd, backend_args& a) {
   add_kv_cache_dtype_option(cmd, a.kv_cache_dtype);
   add_gemm_dtype_option(cmd, a.gemm_dtype);
   add_tensor_parallel_option(cmd, a.tensor_parallel);
+  cmd->add_option("--devices", a.devices, "GPU: the devices to run on, by ordinal (anvil info lists them; default 0)")
+      ->delimiter(',')->check(CLI::NonNegativeNumber);
   cmd->add_flag("--no-window-pool", a.no_window_pool,
                 "models with sliding-window layers beside global ones (Gemma 3, gpt-oss): every layer keeps the whole "
                 "context, and prefix caching stays on, instead of the sliding layers keeping only their window");
@@ -102,6 +106,7 @@ inline void apply_backend_args(const backend_args& a, engine_config& cfg) {
   cfg.gemm_dtype = gemm_dtype_of(a.gemm_dtype);
   cfg.window_pool = !a.no_window_pool;
   cfg.tensor_parallel = a.tensor_parallel;
+  cfg.devices = a.devices;
 }
 
 }  // namespace anvil::cli

@@ -157,6 +157,13 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
     throw std::invalid_argument("--tensor-parallel " + std::to_string(cfg.tensor_parallel) +
                                 ": the GPU worker runs on one device so far; split the model on the CPU backend (--backend cpu)");
   }
+  if (backend == worker_backend::cpu && !cfg.devices.empty()) {
+    throw std::invalid_argument("--devices names GPUs; the CPU backend runs on none");
+  }
+  if (cfg.devices.size() > 1) {
+    throw std::invalid_argument("--devices names " + std::to_string(cfg.devices.size()) +
+                                " GPUs; the GPU worker runs on one device so far");
+  }
   const std::int64_t max_seqs = cfg.max_seqs > 0 ? cfg.max_seqs : default_max_seqs(backend);
   const std::chrono::microseconds idle_spin(cfg.idle_spin_us >= 0 ? cfg.idle_spin_us
                                             : backend == worker_backend::gpu && !cfg.overlap_steps ? 5000 : 0);
@@ -202,6 +209,7 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
     wc.overlap_kernels = cfg.gpu_overlap_kernels;
     wc.idle_spin = idle_spin;
     wc.window_pool = cfg.window_pool;
+    if (!cfg.devices.empty()) wc.device = cfg.devices[0];
     p->worker = std::make_unique<gpu_worker::gpu_worker>(p->model, wc);
   } else {
     const gpu_worker::cpu_worker_config wc{.block_size = cfg.block_size,

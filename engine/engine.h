@@ -84,6 +84,9 @@ struct engine_config {
   // backend, N ranks of the reference pass in N threads joined by in-process collectives. The GPU
   // worker runs one device so far and refuses more than 1.
   int tensor_parallel = 1;
+  // GPU backend: the devices to run on, by ordinal (`anvil info` lists them); empty: device 0.
+  // One per rank, so one while the GPU worker runs on one device.
+  std::vector<int> devices;
   std::size_t threads = 2;                   // threads for the CPU-side actors
   // Plan each step while the one before runs on the worker, feeding the tokens the worker drew
   // there (sched/scheduler.h): the worker has the next step queued when one ends. Off: a step is

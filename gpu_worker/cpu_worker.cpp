@@ -39,7 +39,8 @@ namespace {
 // The calling thread's OpenMP team as one of n ranks: the cores shared among the ranks.
 void set_rank_threads(int n) {
 #ifdef _OPENMP
-  if (n > 1) omp_set_num_threads(std::max(1, omp_get_num_procs() / n));
+  // Never more than the thread's team already is (OMP_NUM_THREADS=1 under TSan stays 1).
+  if (n > 1) omp_set_num_threads(std::max(1, std::min(omp_get_max_threads(), omp_get_num_procs() / n)));
 #else
   (void)n;
 #endif

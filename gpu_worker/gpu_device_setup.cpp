@@ -107,6 +107,12 @@ gpu_device::gpu_device(const model::llm& m, const gpu_worker_config& cfg, memory
   kv_layers_ = model::map_kv_layers(hp, window_pool);
   gpu::dependent_launch_enabled.store(cfg.overlap_kernels, std::memory_order_relaxed);
   try {
+    int n_devices = 0;
+    ok(hipGetDeviceCount(&n_devices), "count the devices");
+    if (device_ < 0 || device_ >= n_devices) {
+      throw std::runtime_error("gpu worker: there is no device " + std::to_string(device_) + "; this machine has " +
+                               std::to_string(n_devices) + " (anvil info lists them)");
+    }
     ok(hipSetDevice(device_), "select the device");
     attn_split_ = kernels::attention_decode_split_for(
         max_context(), kernels::attention_decode_tensor_cores(kernels::attention_tc_max_head_dim));

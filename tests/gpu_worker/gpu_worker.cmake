@@ -23,3 +23,8 @@ anvil_add_test(shipped_model_gpu_test LABELS "gpu;conformance"
   LIBS anvil_engine anvil_gpu_worker anvil_model Boost::json
   TIMEOUT 600)
 target_compile_definitions(shipped_model_gpu_test PRIVATE ANVIL_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+
+# The GPU ranks' collectives (gpu_worker/communicator.h) on every device the runtime sees.
+anvil_add_test(communicator_gpu_test LABELS "gpu"
+  SOURCES gpu_worker/communicator_gpu_test.cpp
+  LIBS anvil_gpu_worker anvil_gpu_runtime)
