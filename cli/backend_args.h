@@ -28,14 +28,18 @@ struct backend_args {
   std::string gemm_dtype = "f16";     // engine_config::gemm_dtype: f16 or fp8
   bool no_window_pool = false;        // engine_config::window_pool off
   int tensor_parallel = 1;            // engine_config::tensor_parallel
+  CLI::Option* tensor_parallel_opt = nullptr;  // given explicitly: engine_config::tensor_parallel_path
   std::vector<int> devices;           // engine_config::devices
 };
 
-inline void add_tensor_parallel_option(CLI::App* cmd, int& n) {
-  cmd->add_option("--tensor-parallel", n,
-                  "ranks to split the model over (attention heads, feed-forward width and vocabulary; CPU backend: "
-                  "one thread each)")
-      ->capture_default_str()->check(CLI::Range(1, 64));
+inline CLI::Option* add_tensor_parallel_option(CLI::App* cmd, int& n) {
+  return cmd
+      ->add_option("--tensor-parallel", n,
+                   "ranks to split the model over (attention heads, feed-forward width and vocabulary): one GPU each "
+                   "(NCCL), or on the CPU backend one thread each; 1 given on the GPU runs one rank through the split's "
+                   "path (to compare)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
 }
 
 inline void add_kv_cache_dtype_option(CLI::App* cmd, std::string& dtype) {
@@ -86,8 +90,10 @@ inline void add_backend_options(CLI::App* cmd, backend_args& a) {
       ->capture_default_str()->check(CLI::Range(std::int64_t(-1), std::int64_t(1000000)));
   add_kv_cache_dtype_option(cmd, a.kv_cache_dtype);
   add_gemm_dtype_option(cmd, a.gemm_dtype);
-  add_tensor_parallel_option(cmd, a.tensor_parallel);
-  cmd->add_option("--devices", a.devices, "GPU: the devices to run on, by ordinal (anvil info lists them; default 0)")
+  a.tensor_parallel_opt = add_tensor_parallel_option(cmd, a.tensor_parallel);
+  cmd->add_option("--devices", a.devices,
+                  "GPU: the devices to run on, by ordinal, one per --tensor-parallel rank (anvil info lists them; default "
+                  "0, 1, ...)")
       ->delimiter(',')->check(CLI::NonNegativeNumber);
   cmd->add_flag("--no-window-pool", a.no_window_pool,
                 "models with sliding-window layers beside global ones (Gemma 3, gpt-oss): every layer keeps the whole "
@@ -106,6 +112,7 @@ inline void apply_backend_args(const backend_args& a, engine_config& cfg) {
   cfg.gemm_dtype = gemm_dtype_of(a.gemm_dtype);
   cfg.window_pool = !a.no_window_pool;
   cfg.tensor_parallel = a.tensor_parallel;
+  cfg.tensor_parallel_path = a.tensor_parallel_opt != nullptr && a.tensor_parallel_opt->count() > 0;
   cfg.devices = a.devices;
 }
 

@@ -48,10 +48,6 @@ std::unique_ptr<gpu_worker::worker> make_worker(const model::llm& m, const model
       model::kv_cache_storage::bytes_per_block(m.hp, block_size, o.kv_cache_dtype) * std::size_t(o.ctx / block_size + 2);
   constexpr std::int64_t score_rows = 64;  // logit rows per head launch on the GPU
   if (backend == worker_backend::gpu) {
-    if (tensor_parallel > 1) {
-      throw std::invalid_argument("--tensor-parallel " + std::to_string(tensor_parallel) +
-                                  ": the GPU worker runs on one device so far; split the model on the CPU backend (--backend cpu)");
-    }
     gpu_worker::gpu_worker_config wc;
     wc.block_size = block_size;
     wc.kv_budget_bytes = kv_bytes;
@@ -61,6 +57,7 @@ std::unique_ptr<gpu_worker::worker> make_worker(const model::llm& m, const model
     wc.float_activations = float_activations;
     wc.kv_cache_dtype = o.kv_cache_dtype;
     wc.gemm_dtype = gemm_dtype;
+    wc.tensor_parallel = tensor_parallel;
     return std::make_unique<gpu_worker::gpu_worker>(m, wc);
   }
   if (gemm_dtype != kernels::gemm_dtype::f16) throw std::invalid_argument("--gemm-dtype fp8 needs the GPU backend");

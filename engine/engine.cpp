@@ -153,16 +153,12 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
         "gemm_dtype fp8 (--gemm-dtype fp8) needs the GPU backend; the CPU backend multiplies in f32");
   }
   if (cfg.tensor_parallel < 1) throw std::invalid_argument("tensor_parallel must be >= 1");
-  if (backend == worker_backend::gpu && cfg.tensor_parallel > 1) {
-    throw std::invalid_argument("--tensor-parallel " + std::to_string(cfg.tensor_parallel) +
-                                ": the GPU worker runs on one device so far; split the model on the CPU backend (--backend cpu)");
-  }
   if (backend == worker_backend::cpu && !cfg.devices.empty()) {
     throw std::invalid_argument("--devices names GPUs; the CPU backend runs on none");
   }
-  if (cfg.devices.size() > 1) {
-    throw std::invalid_argument("--devices names " + std::to_string(cfg.devices.size()) +
-                                " GPUs; the GPU worker runs on one device so far");
+  if (!cfg.devices.empty() && cfg.devices.size() != std::size_t(cfg.tensor_parallel)) {
+    throw std::invalid_argument("--devices names " + std::to_string(cfg.devices.size()) + " GPUs for --tensor-parallel " +
+                                std::to_string(cfg.tensor_parallel) + ": one per rank");
   }
   const std::int64_t max_seqs = cfg.max_seqs > 0 ? cfg.max_seqs : default_max_seqs(backend);
   const std::chrono::microseconds idle_spin(cfg.idle_spin_us >= 0 ? cfg.idle_spin_us
@@ -210,6 +206,9 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
     wc.idle_spin = idle_spin;
     wc.window_pool = cfg.window_pool;
     if (!cfg.devices.empty()) wc.device = cfg.devices[0];
+    wc.tensor_parallel = cfg.tensor_parallel;
+    wc.through_communicator = cfg.tensor_parallel_path;
+    if (cfg.tensor_parallel > 1) wc.devices = cfg.devices;
     p->worker = std::make_unique<gpu_worker::gpu_worker>(p->model, wc);
   } else {
     const gpu_worker::cpu_worker_config wc{.block_size = cfg.block_size,

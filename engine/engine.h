@@ -80,12 +80,15 @@ struct engine_config {
   // keep only their window in a pool of their own (gpu_worker/kv_plan.h), which needs prefix
   // caching off. Off: every layer keeps the whole context, and prefix caching stays as asked.
   bool window_pool = true;
-  // Ranks the model is split over, Megatron-style (model/arch/tensor_parallel.h): on the CPU
-  // backend, N ranks of the reference pass in N threads joined by in-process collectives. The GPU
-  // worker runs one device so far and refuses more than 1.
+  // Ranks the model is split over, Megatron-style (model/arch/tensor_parallel.h): on the GPU
+  // backend one GPU each, joined by NCCL (gpu_worker/communicator.h); on the CPU backend N ranks of
+  // the reference pass in N threads joined by in-process collectives.
   int tensor_parallel = 1;
-  // GPU backend: the devices to run on, by ordinal (`anvil info` lists them); empty: device 0.
-  // One per rank, so one while the GPU worker runs on one device.
+  // GPU backend, tensor_parallel 1: run the one rank through the split's path (shard,
+  // collectives, gathered logits) all the same, to compare with the plain worker.
+  bool tensor_parallel_path = false;
+  // GPU backend: the devices to run on, by ordinal (`anvil info` lists them), one per rank; empty:
+  // 0 .. tensor_parallel - 1.
   std::vector<int> devices;
   std::size_t threads = 2;                   // threads for the CPU-side actors
   // Plan each step while the one before runs on the worker, feeding the tokens the worker drew

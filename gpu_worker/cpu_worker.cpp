@@ -2,19 +2,15 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <condition_variable>
-#include <exception>
-#include <functional>
-#include <mutex>
-#include <optional>
-#include <thread>
 
 #include <boost/asio/use_future.hpp>
 #include <spdlog/fmt/fmt.h>
@@ -23,6 +19,7 @@
 #include "gpu_worker/counting_resource.h"
 #include "gpu_worker/host_group.h"
 #include "gpu_worker/kv_plan.h"
+#include "gpu_worker/rank_threads.h"
 #include "gpu_worker/worker_shell.h"
 #include "kernels/candidates.h"
 #include "kernels/token_logprob.h"
@@ -45,67 +42,6 @@ void set_rank_threads(int n) {
   (void)n;
 #endif
 }
-
-// Threads for ranks 1..N-1 of a tensor-parallel step (rank 0 runs on the worker's own thread):
-// run(fn) calls fn(r) for every rank at once and returns when every call has.
-class rank_threads {
- public:
-  explicit rank_threads(int n) {
-    for (int r = 1; r < n; ++r) threads_.emplace_back([this, r, n] { loop(r, n); });
-  }
-  rank_threads(const rank_threads&) = delete;
-  rank_threads& operator=(const rank_threads&) = delete;
-  ~rank_threads() {
-    {
-      const std::lock_guard lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    for (std::thread& t : threads_) t.join();
-  }
-
-  // fn must not throw (each rank catches its own failure).
-  void run(const std::function<void(int)>& fn) {
-    {
-      const std::lock_guard lock(mu_);
-      job_ = &fn;
-      pending_ = int(threads_.size());
-      ++epoch_;
-    }
-    cv_.notify_all();
-    fn(0);
-    std::unique_lock lock(mu_);
-    done_.wait(lock, [&] { return pending_ == 0; });
-    job_ = nullptr;
-  }
-
- private:
-  void loop(int r, int n) {
-    set_rank_threads(n);
-    std::uint64_t seen = 0;
-    for (;;) {
-      const std::function<void(int)>* job = nullptr;
-      {
-        std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || epoch_ != seen; });
-        if (stop_) return;
-        seen = epoch_;
-        job = job_;
-      }
-      (*job)(r);
-      const std::lock_guard lock(mu_);
-      if (--pending_ == 0) done_.notify_one();
-    }
-  }
-
-  std::vector<std::thread> threads_;
-  std::mutex mu_;
-  std::condition_variable cv_, done_;
-  const std::function<void(int)>* job_ = nullptr;
-  std::uint64_t epoch_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
-};
 
 // The device of the CPU worker: the reference forward pass, its KV arena and logits buffer. With
 // tensor_parallel N > 1, N ranks (model/arch/tensor_parallel.h), each with its shard of the
@@ -262,6 +198,7 @@ class cpu_device final : public worker_device {
     group_->reset();
     std::vector<std::exception_ptr> errors(ranks_.size());
     const std::function<void(int)> job = [&](int r) {
+      set_rank_threads(int(ranks_.size()));  // each rank's thread: its share of the cores
       try {
         ranks_[std::size_t(r)]->run(plan, batch_);
       } catch (...) {
@@ -269,7 +206,6 @@ class cpu_device final : public worker_device {
         group_->abort();
       }
     };
-    set_rank_threads(int(ranks_.size()));
     threads_->run(job);
     std::exception_ptr first;
     for (const std::exception_ptr& e : errors) {

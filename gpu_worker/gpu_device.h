@@ -166,7 +166,9 @@ class gpu_device {
   void run_head();
   void run_candidates(const step_plan& plan);
   void run_scores();
-  void softcap(std::int64_t rows);  // gemma4: the first rows of logits_ soft-capped in place
+  void softcap(std::int64_t rows);
+  void reduce(float* x);                               // tensor parallel: T rows summed over the ranks
+  void head_logits(std::int64_t rows, float* out);     // rows_ through the head (gathered over the ranks)  // gemma4: the first rows of logits_ soft-capped in place
   // The feed_from tokens of the step being laid out, on the device (after the upload).
   void feed();
   void collect_scores(const step_plan& plan, const float* scores, step_result& result) const;
@@ -199,6 +201,11 @@ class gpu_device {
 
   const model::llm& m_;
   int device_ = 0;
+  // Tensor parallelism (gpu_worker_config::comm): this rank's collectives and vocabulary slice, and
+  // the head's slice of the logits and every rank's, gathered (null without).
+  communicator* comm_ = nullptr;
+  model::vocab_slice vocab_{};
+  float *tp_local_ = nullptr, *tp_all_ = nullptr;
   std::int64_t block_size_ = 0, max_tokens_ = 0, max_seqs_ = 0, max_blocks_per_seq_ = 0, max_pairs_ = 0;
   std::uint64_t allocations_ = 0;
 

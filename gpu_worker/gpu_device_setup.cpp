@@ -11,6 +11,7 @@
 #include <spdlog/logger.h>
 
 #include "actors/log.h"
+#include "gpu_worker/communicator.h"
 #include "gpu_worker/kv_plan.h"
 #include "kernels/attention_decode.h"
 #include "kernels/delta_net.h"
@@ -81,7 +82,7 @@ void* gpu_device::alloc_pinned(std::size_t bytes, const char* what) {
 }
 
 gpu_device::gpu_device(const model::llm& m, const gpu_worker_config& cfg, memory_plan& mem)
-    : m_(m), device_(cfg.device), block_size_(cfg.block_size), max_tokens_(cfg.max_batch_tokens),
+    : m_(m), device_(cfg.device), comm_(cfg.comm), vocab_(cfg.vocab), block_size_(cfg.block_size), max_tokens_(cfg.max_batch_tokens),
       max_seqs_(cfg.max_seqs), max_pairs_(std::max<std::int64_t>(cfg.max_logit_pairs, 2 * m.hp.n_vocab)),
       gemv_activations_(cfg.float_activations ? kernels::gemv_activations::f32 : kernels::gemv_activations::int8) {
   const model::hparams& hp = m.hp;
@@ -169,6 +170,7 @@ gpu_device::gpu_device(const model::llm& m, const gpu_worker_config& cfg, memory
 }
 
 gpu_device::~gpu_device() {
+  (void)hipSetDevice(device_);  // a tensor-parallel rank's device may not be the thread's
   if (stream_) (void)hipStreamSynchronize(stream_);
   for (hipGraphExec_t g : graphs_) {
     if (g) (void)hipGraphExecDestroy(g);
@@ -470,6 +472,9 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   const std::size_t moe_x8_h = c.take(moe_x8 ? kernels::gemv_x8_bytes(hp.n_embd, max_tokens_) : 0);
   const std::size_t moe_x8_pairs = c.take(moe_x8 ? kernels::gemv_x8_bytes(hp.n_ff_exp, std::int64_t(pairs)) : 0);
   const std::size_t rows = c.take(S * std::size_t(hp.n_embd) * f), logits = c.take(S * std::size_t(hp.n_vocab) * f);
+  // Tensor parallel: the head's slice of max_seqs rows, and every rank's gathered.
+  const std::size_t tp_slice = comm_ ? S * std::size_t(vocab_.stride) : 0;
+  const std::size_t tp_local = c.take(tp_slice * f), tp_all = c.take(tp_slice * std::size_t(comm_ ? comm_->size() : 0) * f);
   const std::size_t records = c.take(S * record_bytes), attn_ws = c.take(attn_ws_bytes_);
   const std::size_t gemm_at = c.take(gemm_ws), blas_at = c.take(blas_ws), upload = c.take(up_off_.total);
   const std::size_t gemv_at = c.take(gemv_ws), scores = c.take(T * f), cand_ws = c.take(cand_ws_bytes_);
@@ -485,6 +490,7 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   const auto fp = [base](std::size_t off) { return reinterpret_cast<float*>(base + off); };
   x_ = fp(x), h_ = fp(h), q_ = fp(q), k_ = fp(k), v_ = fp(v), attn_ = fp(attn), o_ = fp(o);
   gate_ = fp(gate), up_ = fp(up), rows_ = fp(rows), logits_ = fp(logits);
+  if (comm_) tp_local_ = fp(tp_local), tp_all_ = fp(tp_all);
   if (hp.attn_out_gate) qg_ = fp(qg);
   if (hp.has_recurrent()) mix_ = fp(mix), z_ = fp(z), beta_ = fp(beta), alpha_ = fp(alpha);
   if (moe) {
@@ -613,6 +619,7 @@ void gpu_device::plan_kv(const gpu_worker_config& cfg, memory_plan& mem) {
   ok(hipMemGetInfo(&free_b, &total_b), "read free device memory");
   std::size_t budget = std::size_t(double(free_b) * cfg.memory_fraction);
   if (cfg.kv_budget_bytes > 0) budget = std::min(budget, cfg.kv_budget_bytes);
+  if (cfg.agree_kv_budget) budget = cfg.agree_kv_budget(budget);  // tensor parallel: every rank the same blocks
   kv_dtype_ = cfg.kv_cache_dtype;
   // The recurrent layers' state slots first (kv_plan.h): one per sequence a step may hold, and
   // spares for the prefix cache's snapshots.

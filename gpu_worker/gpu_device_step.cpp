@@ -19,6 +19,7 @@
 #include "kernels/moe.h"
 #include "kernels/output_gate.h"
 #include "kernels/rms_norm.h"
+#include "gpu_worker/communicator.h"
 #include "kernels/rms_norm_residual.h"
 #include "kernels/rope_kv_write.h"
 #include "kernels/softcap.h"
@@ -287,13 +288,15 @@ void gpu_device::run_body() {
   ok(kernels::launch_embedding({.table = tok_embd_,
                                 .type = m_.tok_embd.type,
                                 .n_embd = hp.n_embd,
-                                .n_vocab = hp.n_vocab,
+                                .n_vocab = comm_ ? vocab_.end - vocab_.begin : hp.n_vocab,
                                 .ids = dev_at<std::int32_t>(up_off_.ids),
                                 .n_tokens = T,
                                 .out = x_,
-                                .scale = hp.embd_scale},
+                                .scale = hp.embd_scale,
+                                .vocab_begin = std::int32_t(vocab_.begin)},
                                stream_),
      "embedding");
+  reduce(x_);  // tensor parallel: each rank looked up its slice of the vocabulary
   prof_.mark("rope angles", stream_);
   // The step's angles once for every layer (and the queries' temperatures, mistral3); a model whose
   // sliding layers have their own RoPE (gemma3, gemma4) gets a second table for those, of their
@@ -582,6 +585,7 @@ void gpu_device::run_attention_block(std::int64_t l, bool x8_embd) {
   }
   prof_.mark("o projection", stream_);
   matmul(w.wo, w.bo, attn_, o_, T, x8_attn);
+  reduce(o_);
 }
 
 void gpu_device::run_delta_net(std::int64_t l, bool x8_embd) {
@@ -627,6 +631,7 @@ void gpu_device::run_delta_net(std::int64_t l, bool x8_embd) {
      "delta rule");
   prof_.mark("ssm out projection", stream_);
   matmul(w.ssm_out, nullptr, attn_, o_, T);
+  reduce(o_);
 }
 
 void gpu_device::run_dense_ffn(const layer& w, bool x8_embd) {
@@ -656,6 +661,36 @@ void gpu_device::run_dense_ffn(const layer& w, bool x8_embd) {
   ok(kernels::launch_swiglu(sw, stream_), "swiglu");
   prof_.mark("down projection", stream_);
   matmul(w.down, nullptr, gate_, o_, T, x8_ff);
+  reduce(o_);
+}
+
+// Tensor parallelism: the first T rows of x (T x n_embd floats) summed over the ranks, in place.
+void gpu_device::reduce(float* x) {
+  if (comm_ == nullptr) return;
+  prof_.mark("all-reduce", stream_);
+  comm_->all_reduce_sum(x, std::size_t(step_.tokens * m_.hp.n_embd), stream_);
+}
+
+// The head's logits of `rows` rows of rows_ into `out` [rows, n_vocab]. Tensor parallel: each rank
+// multiplies its slice of the vocabulary into tp_local_, the slices are gathered into tp_all_
+// (rank after rank, each rows x stride floats), and laid out as whole rows.
+void gpu_device::head_logits(std::int64_t rows, float* out) {
+  if (comm_ == nullptr) {
+    matmul(output_, nullptr, rows_, out, rows);
+    return;
+  }
+  const std::int64_t V = m_.hp.n_vocab, stride = vocab_.stride;
+  matmul(output_, nullptr, rows_, tp_local_, rows);
+  prof_.mark("all-gather", stream_);
+  comm_->all_gather(tp_local_, std::size_t(rows * stride), tp_all_, stream_);
+  for (int q = 0; q < comm_->size(); ++q) {
+    const model::vocab_slice v = model::vocab_slice_of(V, q, comm_->size());
+    const std::size_t width = std::size_t(v.end - v.begin) * sizeof(float);
+    if (width == 0) continue;
+    ok(hipMemcpy2DAsync(out + v.begin, std::size_t(V) * sizeof(float), tp_all_ + std::size_t(q * rows * stride), width, width,
+                        std::size_t(rows), hipMemcpyDeviceToDevice, stream_),
+       "lay out the gathered logits");
+  }
 }
 
 void gpu_device::norm_rows(const float* x, const float* weight, float* y, const char* what) {
@@ -672,16 +707,17 @@ void gpu_device::run_dense_and_experts(const layer& w, bool x8_embd) {
   prof_.mark("norm", stream_);
   norm_rows(o_, w.post_ffn_norm_1, dense_out_, "dense feed-forward's norm");
   norm_rows(x_, w.router_in_scale, h_, "router's input norm");
-  run_experts(w, false, w.pre_ffn_norm_2);
-  prof_.mark("experts sum", stream_);
-  ok(kernels::launch_moe_combine({.y = pair_out_,
-                                  .weights = moe_weights_,
-                                  .n_tokens = T,
-                                  .k = hp.n_expert_used,
-                                  .cols = hp.n_embd,
-                                  .out = o_},
-                                 stream_),
-     "experts sum");
+  if (!run_experts(w, false, w.pre_ffn_norm_2)) {  // tensor parallel: summed (and over the ranks) already
+    prof_.mark("experts sum", stream_);
+    ok(kernels::launch_moe_combine({.y = pair_out_,
+                                    .weights = moe_weights_,
+                                    .n_tokens = T,
+                                    .k = hp.n_expert_used,
+                                    .cols = hp.n_embd,
+                                    .out = o_},
+                                   stream_),
+       "experts sum");
+  }
   // dense_out_ += the experts' sum normed by post_ffn_norm_2 (the norm's y, into h_, is not used:
   // the residual norm after the block rewrites h_).
   prof_.mark("norm", stream_);
@@ -808,25 +844,30 @@ bool gpu_device::run_experts(const layer& w, bool x8_embd, const float* pre_norm
   matmul_experts(experts(w.down_exps, w.down_exps_b, pair_out_, gate_, 1, x8_pairs), "experts down");
   // The shared expert (Qwen2-MoE) as a dense feed-forward of its own width, into shared_out_.
   // Without one, the residual norm sums the pairs itself (run_layer).
+  // Tensor parallel: each rank's pairs hold its slice of the experts' width, so the ranks sum the
+  // combined rows (k times fewer floats than the pairs).
   const bool shared = w.gate_shexp.w != nullptr;
-  if (!shared) return false;
-  const projection gate_up[] = {{&w.gate_shexp, nullptr, gate_}, {&w.up_shexp, nullptr, up_}};
-  prof_.mark("shared expert", stream_);
-  project(gate_up, h_, T, x8_embd);
-  swiglu(T, hp.n_ff_shexp, "shared expert swiglu", {});
-  matmul(w.down_shexp, nullptr, gate_, shared_out_, T);
+  if (!shared && comm_ == nullptr) return false;
+  if (shared) {
+    const projection gate_up[] = {{&w.gate_shexp, nullptr, gate_}, {&w.up_shexp, nullptr, up_}};
+    prof_.mark("shared expert", stream_);
+    project(gate_up, h_, T, x8_embd);
+    swiglu(T, hp.n_ff_shexp, "shared expert swiglu", {});
+    matmul(w.down_shexp, nullptr, gate_, shared_out_, T);
+  }
   prof_.mark("experts sum", stream_);
   ok(kernels::launch_moe_combine({.y = pair_out_,
                                   .weights = moe_weights_,
                                   .n_tokens = T,
                                   .k = k,
                                   .cols = hp.n_embd,
-                                  .shared = shared_out_,
-                                  .shared_gate = w.shexp_gate,
+                                  .shared = shared ? shared_out_ : nullptr,
+                                  .shared_gate = shared ? w.shexp_gate : nullptr,
                                   .x = h_,
                                   .out = o_},
                                  stream_),
      "experts sum");
+  reduce(o_);
   return true;
 }
 
@@ -901,7 +942,7 @@ void gpu_device::run_head() {
                                 .out = rows_},
                                stream_),
      "gather the logit rows");
-  matmul(output_, nullptr, rows_, logits_, rows);
+  head_logits(rows, logits_);
   softcap(rows);
 }
 
@@ -998,7 +1039,7 @@ void gpu_device::run_scores() {
                                   .out = rows_},
                                  stream_),
        "gather the scored rows");
-    matmul(output_, nullptr, rows_, logits_, rows);
+    head_logits(rows, logits_);
     softcap(rows);
     ok(kernels::launch_token_logprob({.logits = logits_,
                                       .vocab = hp.n_vocab,

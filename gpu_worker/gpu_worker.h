@@ -17,13 +17,17 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "gpu_worker/worker.h"
 #include "kernels/gemm_dtype.h"
 #include "kernels/kv_quant.h"
 #include "model/arch/llm.h"
+#include "model/arch/tensor_parallel.h"
 
 namespace anvil::gpu_worker {
+
+class communicator;  // communicator.h (device types)
 
 struct gpu_worker_config {
   std::int64_t block_size = 16;             // tokens per KV block
@@ -62,6 +66,19 @@ struct gpu_worker_config {
   // The sliding-window layers' KV in a pool of their own where the model has them beside global
   // layers (kv_plan.h): the memory plan says so with n_window_blocks > 0.
   bool window_pool = false;
+  // Tensor parallelism (model/arch/tensor_parallel.h): the model split over this many GPUs, one
+  // rank each, on `devices` (empty: 0 .. N-1; else N ordinals); `device` is then unused. Each rank
+  // plans its own device's memory (the KV pool from the least any rank has free) and runs every
+  // step; the candidates come from rank 0. 1: the whole model on `device`.
+  int tensor_parallel = 1;
+  std::vector<int> devices;
+  // Tests: one rank through the tensor-parallel path (communicator and all) with tensor_parallel 1.
+  bool through_communicator = false;
+  // Set by the worker for each rank's device: its collectives, its vocabulary slice, and the
+  // agreement on the KV budget (each rank's in, the ranks' least out).
+  communicator* comm = nullptr;
+  model::vocab_slice vocab{};
+  std::function<std::size_t(std::size_t)> agree_kv_budget;
 };
 
 // Why the GPU kernels cannot run a model of these hyper-parameters (empty: they can). The worker

@@ -17,6 +17,10 @@ struct embedding_params {
   std::int64_t n_tokens = 0;
   float* out = nullptr;               // [n_tokens, n_embd]
   float scale = 1.f;                  // each element times this (Gemma: sqrt(n_embd))
+  // A tensor-parallel rank's slice of the vocabulary (model/arch/tensor_parallel.h): `table` holds
+  // tokens [vocab_begin, vocab_begin + n_vocab), ids are taken relative to it, and on the GPU an id
+  // outside the slice gives a row of zeros (the ranks' rows summed are the embedding).
+  std::int32_t vocab_begin = 0;
 };
 
 void embedding_ref(const embedding_params& p);

@@ -21,7 +21,7 @@ __global__ void __launch_bounds__(embedding_threads) embedding_kernel(embedding_
   const int c = int(blockIdx.x) * embedding_threads + int(threadIdx.x);
   if (c >= chunks) return;
   const int blk = c / F::chunks, sub = c % F::chunks;
-  const std::int32_t id = p.ids[t];
+  const std::int32_t id = p.ids[t] - p.vocab_begin;
   float v[n];
   if (id >= 0 && id < p.n_vocab) {
     F::decode(static_cast<const u8*>(p.table) + std::size_t(id) * row_bytes + std::size_t(blk) * F::block_bytes, sub, v);

@@ -28,3 +28,10 @@ target_compile_definitions(shipped_model_gpu_test PRIVATE ANVIL_SOURCE_DIR="${PR
 anvil_add_test(communicator_gpu_test LABELS "gpu"
   SOURCES gpu_worker/communicator_gpu_test.cpp
   LIBS anvil_gpu_worker anvil_gpu_runtime)
+
+# Tensor parallelism on the GPU: one rank through the whole path against the plain worker; the
+# split over the machine's GPUs against one GPU (skips below two).
+anvil_add_test(tensor_parallel_gpu_test LABELS "gpu"
+  SOURCES gpu_worker/tensor_parallel_gpu_test.cpp
+  LIBS anvil_engine anvil_gpu_worker anvil_model anvil_gpu_runtime
+  TIMEOUT 600)

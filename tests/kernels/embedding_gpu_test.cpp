@@ -75,6 +75,41 @@ TEST_P(EmbeddingGpu, MatchesCpuReference) {
 INSTANTIATE_TEST_SUITE_P(Types, EmbeddingGpu, ::testing::ValuesIn(gpu_weight_types()),
                          [](const ::testing::TestParamInfo<ggml_type>& i) { return type_name(i.param); });
 
+// A tensor-parallel rank's slice: rows [3, 7) of an 8-token table given as its own table with
+// vocab_begin 3; ids outside the slice give zeros, those inside the rows the whole table gives.
+TEST(EmbeddingGpuLaunch, AVocabularySliceGivesItsRowsAndZerosElsewhere) {
+  require_device();
+  if (HasFatalFailure()) return;  // no GPU: require_device has said so
+  std::mt19937 rng(11);
+  const host_weight table(ggml_type::Q8_0, 8, 64, rng);
+  const std::size_t row = table.bytes.size() / 8;
+  device_bytes dt(4 * row);
+  dt.upload(table.bytes.data() + 3 * row, 4 * row);
+  const std::vector<std::int32_t> ids = {0, 3, 6, 7, 4, 2};
+  device_bytes did(ids.size() * sizeof(std::int32_t));
+  did.upload(ids.data(), ids.size() * sizeof(std::int32_t));
+  guarded_buffer dout(ids.size() * 64);
+  dout.poison();
+  ANVIL_GPU_CHECK(launch_embedding({.table = dt.data(),
+                                    .type = ggml_type::Q8_0,
+                                    .n_embd = 64,
+                                    .n_vocab = 4,
+                                    .ids = did.as<std::int32_t>(),
+                                    .n_tokens = std::int64_t(ids.size()),
+                                    .out = dout.data(),
+                                    .vocab_begin = 3},
+                                   nullptr));
+  ANVIL_GPU_CHECK(hipDeviceSynchronize());
+  const std::vector<float> out = dout.download();
+  for (std::size_t t = 0; t < ids.size(); ++t) {
+    const bool mine = ids[t] >= 3 && ids[t] < 7;
+    for (std::size_t i = 0; i < 64; ++i) {
+      EXPECT_EQ(out[t * 64 + i], mine ? table.values[std::size_t(ids[t]) * 64 + i] : 0.f) << "id " << ids[t] << ", element " << i;
+    }
+  }
+  EXPECT_TRUE(dout.guards_intact());
+}
+
 TEST(EmbeddingGpuLaunch, OutOfVocabularyIdGivesZerosAndBadShapesAreRejected) {
   require_device();
   if (HasFatalFailure()) return;  // no GPU: require_device has said so
