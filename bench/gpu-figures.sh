@@ -20,6 +20,8 @@
 #   FIGURES_SERVE:  those that also get prefill and serving figures (default: llama3-8b:Q4_K_M);
 #   FIGURES_SERVE_ARGS: more `anvil serve` options (step limits, say), appended to the ones below.
 #   FIGURES_CONCURRENCY: the serving concurrencies (default "1 8 32 64 128 256").
+#   COPY_GBS, GEMM_TFLOPS: the limits, measured before on this kind of device (both set: no
+#               gpu_roofline run, and none needed in the bundle).
 set -uo pipefail
 dir=${1:-.device/bundle}
 models_dir=${2:-/tmp/anvil-figures}
@@ -51,9 +53,13 @@ gflop_per_token() {
 
 echo "== limits"
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem,driver_version --format=csv,noheader || true
-roofline=$("$dir/gpu_roofline" --quick) || status=1
-copy_gbs=$(sed -n 's/^limit: device copy bandwidth \([0-9.]*\) GB\/s.*/\1/p' <<<"$roofline")
-gemm_tflops=$(sed -n 's/^limit: dense f16 GEMM \([0-9.]*\) TFLOP\/s.*/\1/p' <<<"$roofline")
+if [ -n "${COPY_GBS:-}" ] && [ -n "${GEMM_TFLOPS:-}" ]; then  # limits measured before, on this kind of device
+  copy_gbs=$COPY_GBS gemm_tflops=$GEMM_TFLOPS
+else
+  roofline=$("$dir/gpu_roofline" --quick) || status=1
+  copy_gbs=$(sed -n 's/^limit: device copy bandwidth \([0-9.]*\) GB\/s.*/\1/p' <<<"$roofline")
+  gemm_tflops=$(sed -n 's/^limit: dense f16 GEMM \([0-9.]*\) TFLOP\/s.*/\1/p' <<<"$roofline")
+fi
 echo "copy bandwidth ${copy_gbs:-?} GB/s, dense f16 GEMM ${gemm_tflops:-?} TFLOP/s"
 [ -n "$copy_gbs" ] && [ -n "$gemm_tflops" ] || { echo "gpu_roofline gave no limits"; exit 1; }
 
