@@ -30,6 +30,7 @@ int run_info() {
     std::printf("  runtime:     %s %s, driver %s\n", r.backend.c_str(), r.runtime_version.c_str(),
                 r.driver_version.empty() ? "none" : r.driver_version.c_str());
   }
+  if (!r.collectives.empty()) std::printf("  collectives: %s (--tensor-parallel)\n", r.collectives.c_str());
   if (r.devices.empty()) std::printf("  devices:     none: %s\n", r.error.c_str());
   for (const auto& d : r.devices) {
     std::printf("  device %d:    %s (%s), %d multiprocessors, %s total, %s free\n", d.index, d.name.c_str(),

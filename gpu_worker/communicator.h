@@ -26,6 +26,10 @@ class communicator {
   virtual void all_reduce_sum(float* x, std::size_t n, hipStream_t stream) = 0;
   // all[r * n, (r + 1) * n) = rank r's mine[0, n), enqueued on `stream`.
   virtual void all_gather(const float* mine, std::size_t n, float* all, hipStream_t stream) = 0;
+  // Ends this rank's collectives under way (and every later one) with an error instead of waiting
+  // for ranks that will not come: what a rank's failure calls on every rank. The group is unusable
+  // afterwards. Callable from any thread, while another waits on the stream.
+  virtual void abort() = 0;
 };
 
 // Whether this build has device collectives (NCCL), and which library version ("" without).

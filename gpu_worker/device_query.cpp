@@ -1,6 +1,7 @@
 #include "gpu_worker/device_query.h"
 
 #if defined(ANVIL_GPU_CUDA) || defined(ANVIL_GPU_HIP)
+#include "gpu_worker/communicator.h"
 #include "kernels/gpu_runtime.h"
 #endif
 
@@ -31,6 +32,9 @@ device_report query_devices() {
   int v = 0;
   if (hipRuntimeGetVersion(&v) == hipSuccess) r.runtime_version = version_string(v);
   if (hipDriverGetVersion(&v) == hipSuccess && v > 0) r.driver_version = version_string(v);
+  r.collectives = !device_collectives_built()          ? "none in this build (one GPU per process)"
+                  : device_collectives_version().empty() ? "NCCL not found (libnccl.so.2; ANVIL_NCCL_LIBRARY names another)"
+                                                         : device_collectives_version();
 
   int count = 0;
   if (const hipError_t e = hipGetDeviceCount(&count); e != hipSuccess) {

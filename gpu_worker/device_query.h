@@ -21,6 +21,7 @@ struct device_report {
   std::string backend;            // "none", "cuda" or "hip": what this build was compiled with
   std::string runtime_version;    // runtime library version, empty without a backend
   std::string driver_version;     // driver version, empty when no driver answered
+  std::string collectives;        // the GPUs' collectives for --tensor-parallel ("NCCL 2.28.3"), or why there are none
   std::vector<device_info> devices;
   std::string error;              // why `devices` is empty, when it is
 };

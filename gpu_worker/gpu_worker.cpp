@@ -5,6 +5,7 @@
 #include "gpu_worker/gpu_worker.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -194,8 +195,12 @@ class tp_gpu_backend final : public worker_device {
 
  private:
   // f(rank's device, rank) on every rank at once, each on its own thread; then the first rank's
-  // failure, if any, is the step's.
+  // failure, if any, is the step's. A rank that fails aborts every rank's collectives at once, so
+  // that the others, whose steps wait on the device for its part, end with an error instead of
+  // hanging; the group is broken from then on and every later call fails at once (the engine
+  // fails the requests in flight, as after any device fault).
   void on_ranks(const std::function<void(gpu_device&, std::size_t)>& f) {
+    if (broken_) throw device_failure("a rank of the tensor-parallel group failed before; the group is down");
     std::vector<std::exception_ptr> errors(devs_.size());
     threads_->run([&](int r) {
       const auto i = std::size_t(r);
@@ -203,6 +208,9 @@ class tp_gpu_backend final : public worker_device {
         f(*devs_[i], i);
       } catch (...) {
         errors[i] = std::current_exception();
+        if (!broken_.exchange(true)) {
+          for (const auto& c : comms_) c->abort();
+        }
       }
     });
     for (const std::exception_ptr& e : errors) {
@@ -214,6 +222,7 @@ class tp_gpu_backend final : public worker_device {
   std::vector<std::unique_ptr<communicator>> comms_;
   std::vector<std::unique_ptr<gpu_device>> devs_;
   std::unique_ptr<rank_threads> threads_;
+  std::atomic<bool> broken_{false};
 };
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 #include <nccl.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <stdexcept>
@@ -23,6 +24,7 @@ struct nccl_api {
   decltype(&ncclGetErrorString) error_string = nullptr;
   decltype(&ncclCommInitAll) init_all = nullptr;
   decltype(&ncclCommDestroy) destroy = nullptr;
+  decltype(&ncclCommAbort) abort = nullptr;
   decltype(&ncclAllReduce) all_reduce = nullptr;
   decltype(&ncclAllGather) all_gather = nullptr;
   decltype(&ncclGroupStart) group_start = nullptr;
@@ -52,6 +54,7 @@ const nccl_api& api() {
     bind(lib, "ncclGetErrorString", r.error_string, r.error);
     bind(lib, "ncclCommInitAll", r.init_all, r.error);
     bind(lib, "ncclCommDestroy", r.destroy, r.error);
+    bind(lib, "ncclCommAbort", r.abort, r.error);
     bind(lib, "ncclAllReduce", r.all_reduce, r.error);
     bind(lib, "ncclAllGather", r.all_gather, r.error);
     bind(lib, "ncclGroupStart", r.group_start, r.error);
@@ -68,7 +71,9 @@ void check(ncclResult_t r, const char* what) {
 class nccl_communicator final : public communicator {
  public:
   nccl_communicator(ncclComm_t comm, int rank, int size, int device) : comm_(comm), rank_(rank), size_(size), device_(device) {}
-  ~nccl_communicator() override { api().destroy(comm_); }
+  ~nccl_communicator() override {
+    if (!aborted_.exchange(true)) api().destroy(comm_);
+  }
   nccl_communicator(const nccl_communicator&) = delete;
   nccl_communicator& operator=(const nccl_communicator&) = delete;
 
@@ -82,9 +87,13 @@ class nccl_communicator final : public communicator {
   void all_gather(const float* mine, std::size_t n, float* all, hipStream_t stream) override {
     check(api().all_gather(mine, all, n, ncclFloat32, comm_, stream), "all-gather");
   }
+  void abort() override {
+    if (!aborted_.exchange(true)) api().abort(comm_);  // frees the communicator too
+  }
 
  private:
   ncclComm_t comm_;
+  std::atomic<bool> aborted_{false};
   int rank_, size_, device_;
 };
 
