@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "gpu_worker/communicator.h"
 #include "kernels/attention_decode.h"
 #include "kernels/delta_net.h"
 #include "kernels/embedding.h"
@@ -19,7 +20,6 @@
 #include "kernels/moe.h"
 #include "kernels/output_gate.h"
 #include "kernels/rms_norm.h"
-#include "gpu_worker/communicator.h"
 #include "kernels/rms_norm_residual.h"
 #include "kernels/rope_kv_write.h"
 #include "kernels/softcap.h"
