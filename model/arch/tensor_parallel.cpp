@@ -294,11 +294,17 @@ llm_shard::llm_shard(const llm& m, int rank, int n) : rank_(rank), size_(n) {
       o.wo = s.cols(w.wo, range{hs.q0 * hd, hs.nq * hd});
       if (!first) o.bo.clear();
     }
+    // A dense feed-forward's rank slice of its width: gate and up by rows, down by columns.
+    const auto split_ffn = [&](const weight* from[3], weight* to[3], std::int64_t width) {
+      const range ff{width / n * rank, width / n};
+      *to[0] = s.rows(*from[0], ff);
+      *to[1] = s.rows(*from[1], ff);
+      *to[2] = s.cols(*from[2], ff);
+    };
     if (w.gate.data) {
-      const range ff{hp.n_ff / n * rank, hp.n_ff / n};
-      o.gate = s.rows(w.gate, ff);
-      o.up = s.rows(w.up, ff);
-      o.down = s.cols(w.down, ff);
+      const weight* from[3] = {&w.gate, &w.up, &w.down};
+      weight* to[3] = {&o.gate, &o.up, &o.down};
+      split_ffn(from, to, hp.n_ff);
     }
     if (w.moe()) {
       const range ff{hp.n_ff_exp / n * rank, hp.n_ff_exp / n};
@@ -310,10 +316,9 @@ llm_shard::llm_shard(const llm& m, int rank, int n) : rank_(rank), size_(n) {
       if (!first) o.down_exps_b.clear();
     }
     if (w.gate_shexp.data) {
-      const range ff{hp.n_ff_shexp / n * rank, hp.n_ff_shexp / n};
-      o.gate_shexp = s.rows(w.gate_shexp, ff);
-      o.up_shexp = s.rows(w.up_shexp, ff);
-      o.down_shexp = s.cols(w.down_shexp, ff);
+      const weight* from[3] = {&w.gate_shexp, &w.up_shexp, &w.down_shexp};
+      weight* to[3] = {&o.gate_shexp, &o.up_shexp, &o.down_shexp};
+      split_ffn(from, to, hp.n_ff_shexp);
     }
     m_.layers.push_back(std::move(o));
   }

@@ -3,18 +3,13 @@
 // whole model (logits of both golden prompts in one batch) and against PyTorch's 64 greedy tokens
 // through the engine; sampled requests and the arena through the engine; the refusals.
 #include <algorithm>
-#include <cmath>
-#include <cstring>
-#include <fstream>
 #include <future>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <boost/asio/use_future.hpp>
-#include <boost/json.hpp>
 #include <gtest/gtest.h>
 
 #include "engine/engine.h"
@@ -23,39 +18,21 @@
 #include "model/arch/tensor_parallel.h"
 #include "tests/engine/requests.h"
 #include "tests/model/fixtures.h"
+#include "tests/model/reference_golden.h"
 
 namespace {
 
 using namespace anvil;
-namespace json = boost::json;
 namespace asio = boost::asio;
 
 const std::string dir = std::string(ANVIL_TEST_DATA_DIR) + "/reference/";
 
-struct golden {
-  std::vector<std::vector<std::int32_t>> prompts;
-  std::vector<std::int32_t> greedy;
-};
+using model::testing::golden;
 
-golden read_golden(const std::string& arch) {
-  std::ifstream js(dir + "ref-" + arch + ".json");
-  if (!js) throw std::runtime_error("missing golden " + dir + "ref-" + arch + ".json");
-  std::stringstream ss;
-  ss << js.rdbuf();
-  const json::object o = json::parse(ss.str()).as_object();
-  golden g;
-  for (const auto& p : o.at("prompts").as_array()) g.prompts.push_back(json::value_to<std::vector<std::int32_t>>(p));
-  g.greedy = json::value_to<std::vector<std::int32_t>>(o.at("greedy"));
-  return g;
-}
+golden read_golden(const std::string& arch) { return model::testing::read_golden(dir, arch); }
 
 double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / den);
+  return model::testing::rel_l2(a.data(), b.data(), a.size());
 }
 
 // Each rank calls fn(r) in a thread of its own; returns when all have.

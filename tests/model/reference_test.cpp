@@ -4,55 +4,24 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
-#include <boost/json.hpp>
 #include <gtest/gtest.h>
 
 #include "model/arch/cpu_forward.h"
 #include "model/arch/perplexity.h"
+#include "tests/model/reference_golden.h"
 
 namespace {
 
 using namespace anvil::model;
-namespace json = boost::json;
+using anvil::model::testing::golden;
+using anvil::model::testing::rel_l2;
 
 const std::string dir = std::string(ANVIL_TEST_DATA_DIR) + "/reference/";
 
-struct golden {
-  std::vector<std::vector<std::int32_t>> prompts;
-  std::vector<std::int32_t> greedy;
-  std::vector<float> logits;  // every position of every prompt, prompt after prompt
-};
-
-golden read_golden(const std::string& arch) {
-  std::ifstream js(dir + "ref-" + arch + ".json");
-  if (!js) throw std::runtime_error("missing golden " + dir + "ref-" + arch + ".json");
-  std::stringstream ss;
-  ss << js.rdbuf();
-  const json::object o = json::parse(ss.str()).as_object();
-  golden g;
-  for (const auto& p : o.at("prompts").as_array()) g.prompts.push_back(json::value_to<std::vector<std::int32_t>>(p));
-  g.greedy = json::value_to<std::vector<std::int32_t>>(o.at("greedy"));
-  std::ifstream bin(dir + "ref-" + arch + ".logits.f32", std::ios::binary);
-  std::vector<char> raw((std::istreambuf_iterator<char>(bin)), std::istreambuf_iterator<char>());
-  g.logits.resize(raw.size() / sizeof(float));
-  std::memcpy(g.logits.data(), raw.data(), raw.size());
-  return g;
-}
-
-double rel_l2(const float* a, const float* b, std::size_t n) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / den);
-}
+golden read_golden(const std::string& arch) { return anvil::model::testing::read_golden(dir, arch); }
 
 class ReferenceModel : public ::testing::TestWithParam<std::string> {};
 
