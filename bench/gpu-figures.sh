@@ -19,6 +19,8 @@
 #   FIGURES_MODELS: the models, "shape:type ..." (default: the four below);
 #   FIGURES_SERVE:  those that also get prefill and serving figures (default: llama3-8b:Q4_K_M);
 #   FIGURES_SERVE_ARGS: more `anvil serve` options (step limits, say), appended to the ones below.
+#   FIGURES_DECODE_ARGS: more `anvil generate` options for the decode figures (--tensor-parallel 2,
+#               say: the limit is then the GPUs' copy bandwidth together over the weights).
 #   FIGURES_CONCURRENCY: the serving concurrencies (default "1 8 32 64 128 256").
 #   COPY_GBS, GEMM_TFLOPS: the limits, measured before on this kind of device (both set: no
 #               gpu_roofline run, and none needed in the bundle).
@@ -28,6 +30,7 @@ models_dir=${2:-/tmp/anvil-figures}
 models=${FIGURES_MODELS:-llama3-8b:Q4_K_M llama3-8b:Q8_0 llama3-8b:F16 qwen2.5-0.5b:Q8_0}
 serve_models=${FIGURES_SERVE:-llama3-8b:Q4_K_M}
 read -r -a serve_args <<<"${FIGURES_SERVE_ARGS:-}"
+read -r -a decode_args <<<"${FIGURES_DECODE_ARGS:-}"
 concurrencies=${FIGURES_CONCURRENCY:-1 8 32 64 128 256}
 export LD_LIBRARY_PATH="$dir/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 mkdir -p "$models_dir"
@@ -71,7 +74,7 @@ done
 wait
 
 echo
-echo "== decode, batch 1: anvil generate -n 256 --ignore-eos (two runs); limit = copy bandwidth / weight bytes"
+echo "== decode, batch 1: anvil generate -n 256 --ignore-eos ${decode_args[*]} (two runs); limit = copy bandwidth (x GPUs) / weight bytes"
 printf '%-22s %12s %10s %10s %8s\n' model "weights MB" "limit t/s" "tok/s" "% limit"
 loop_lines=()  # each run's host CPU per token and device busy / idle per step (anvil generate)
 for m in $models; do
@@ -79,15 +82,16 @@ for m in $models; do
   best=0 weights=""
   for run in 1 2; do
     out=$("$dir/anvil" --log-level info generate -m "$f" -p "hello world, this is a test" -n 256 --ignore-eos \
-          --backend gpu 2>&1 >/dev/null) || status=1
+          --backend gpu "${decode_args[@]}" 2>&1 >/dev/null) || status=1
+    gpus=$(grep -oE 'split over [0-9]+ GPUs' <<<"$out" | awk '{print $3}' | head -1)
     tok=$(grep -oE '\(([0-9.]+) tok/s\)' <<<"$out" | tr -d '()' | awk '{print $1}' | tail -1)
     [ -z "$weights" ] && weights=$(grep -oE '\([0-9.]+ MB per token\)' <<<"$out" | tr -d '(' | awk '{print $1}' | head -1)
     [ -z "$weights" ] && weights=$(grep -oE 'weights [0-9.]+ MB' <<<"$out" | awk '{print $2}' | head -1)
     best=$(awk -v a="$best" -v b="${tok:-0}" 'BEGIN { print (b > a ? b : a) }')
     loop_lines+=("$m run $run: $(grep -E '^(host|device):' <<<"$out" | tr '\n' ' ')")
   done
-  awk -v m="$m" -v w="${weights:-0}" -v c="$copy_gbs" -v t="$best" 'BEGIN {
-    lim = w > 0 ? c * 1000 / w : 0
+  awk -v m="$m" -v w="${weights:-0}" -v c="$copy_gbs" -v t="$best" -v g="${gpus:-1}" 'BEGIN {
+    lim = w > 0 ? g * c * 1000 / w : 0
     printf "%-22s %12.1f %10.0f %10.1f %7.1f%%\n", m, w, lim, t, (lim > 0 ? 100 * t / lim : 0) }'
 done
 
