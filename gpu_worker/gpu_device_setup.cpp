@@ -155,6 +155,10 @@ gpu_device::gpu_device(const model::llm& m, const gpu_worker_config& cfg, memory
   if (gemm_dtype_ == kernels::gemm_dtype::fp8) make_fp8_copies(mem);
   mem.gemm_dtype = gemm_dtype_;
   plan_kv(cfg, mem);
+  // Tensor parallel: no rank starts its warm-up's collectives before every rank has allocated
+  // everything (with peer access on, an allocation waits for the peers' devices, and a peer's
+  // collective waits for this rank: measured on 2 H200s as a hang at start-up).
+  if (cfg.ranks_allocated) cfg.ranks_allocated();
   try {
     warm_up();
     capture_graphs(std::min(cfg.graph_max_batch, max_seqs_));

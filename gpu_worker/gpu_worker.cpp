@@ -70,18 +70,21 @@ class gpu_backend final : public worker_device {
   gpu_device dev_;
 };
 
-// Every rank's KV budget in, the least of them out to each: the ranks plan the same blocks. A rank
-// that fails to start calls abort(), and the others' agree() throws instead of waiting for it.
-class budget_agreement {
+// The ranks' start-up meeting points: every rank's KV budget in, the least of them out to each (so
+// the ranks plan the same blocks), and later the wait for every rank to have allocated. A rank
+// that fails to start calls abort(), and the others' calls throw instead of waiting for it.
+class rank_meeting {
  public:
-  explicit budget_agreement(int n) : n_(n) {}
+  explicit rank_meeting(int n) : n_(n) {}
   std::size_t agree(std::size_t budget) {
     std::unique_lock lock(mu_);
     least_ = std::min(least_, budget);
-    if (++arrived_ == n_) cv_.notify_all();
-    cv_.wait(lock, [&] { return arrived_ == n_ || aborted_; });
-    if (arrived_ != n_) throw std::runtime_error("gpu worker: another rank failed to start");
+    wait(lock);
     return least_;
+  }
+  void arrive() {
+    std::unique_lock lock(mu_);
+    wait(lock);
   }
   void abort() {
     const std::lock_guard lock(mu_);
@@ -90,10 +93,22 @@ class budget_agreement {
   }
 
  private:
+  void wait(std::unique_lock<std::mutex>& lock) {
+    const std::uint64_t phase = phase_;
+    if (++arrived_ == n_) {
+      arrived_ = 0;
+      ++phase_;
+      cv_.notify_all();
+    }
+    cv_.wait(lock, [&] { return phase_ != phase || aborted_; });
+    if (phase_ == phase) throw std::runtime_error("gpu worker: another rank failed to start");
+  }
+
   const int n_;
   std::mutex mu_;
   std::condition_variable cv_;
   int arrived_ = 0;
+  std::uint64_t phase_ = 0;
   bool aborted_ = false;
   std::size_t least_ = SIZE_MAX;
 };
@@ -125,7 +140,7 @@ class tp_gpu_backend final : public worker_device {
     }
     for (int r = 0; r < n; ++r) shards_.emplace_back(m, r, n);
     comms_ = make_device_group(devices);
-    budget_agreement budgets(n);
+    rank_meeting meeting(n);
     std::vector<memory_plan> plans(static_cast<std::size_t>(n));
     std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
     devs_.resize(static_cast<std::size_t>(n));
@@ -139,12 +154,13 @@ class tp_gpu_backend final : public worker_device {
             c.device = devices[i];
             c.comm = comms_[i].get();
             c.vocab = shards_[i].vocab();
-            c.agree_kv_budget = [&budgets](std::size_t b) { return budgets.agree(b); };
+            c.agree_kv_budget = [&meeting](std::size_t b) { return meeting.agree(b); };
+            c.ranks_allocated = [&meeting] { meeting.arrive(); };
             if (r != 0) c.progress = {};
             devs_[i] = std::make_unique<gpu_device>(shards_[i].model(), c, plans[i]);
           } catch (...) {
             errors[i] = std::current_exception();
-            budgets.abort();
+            meeting.abort();
           }
         });
       }

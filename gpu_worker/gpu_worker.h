@@ -74,11 +74,13 @@ struct gpu_worker_config {
   std::vector<int> devices;
   // Tests: one rank through the tensor-parallel path (communicator and all) with tensor_parallel 1.
   bool through_communicator = false;
-  // Set by the worker for each rank's device: its collectives, its vocabulary slice, and the
-  // agreement on the KV budget (each rank's in, the ranks' least out).
+  // Set by the worker for each rank's device: its collectives, its vocabulary slice, the
+  // agreement on the KV budget (each rank's in, the ranks' least out), and the wait for every
+  // rank to have allocated all it needs (before the first collective).
   communicator* comm = nullptr;
   model::vocab_slice vocab{};
   std::function<std::size_t(std::size_t)> agree_kv_budget;
+  std::function<void()> ranks_allocated;
 };
 
 // Why the GPU kernels cannot run a model of these hyper-parameters (empty: they can). The worker
