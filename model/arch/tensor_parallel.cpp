@@ -208,7 +208,10 @@ std::string tp_refusal(const llm& m, int n) {
   const hparams& hp = m.hp;
   if (n < 1) return "tensor parallelism needs at least one rank, not " + std::to_string(n);
   if (n == 1) return {};
-  if (hp.n_vocab < n) return "the vocabulary of " + std::to_string(hp.n_vocab) + " tokens is smaller than " + std::to_string(n) + " ranks";
+  if (vocab_slice_of(hp.n_vocab, n - 1, n).begin >= hp.n_vocab) {
+    return "the vocabulary of " + std::to_string(hp.n_vocab) + " tokens leaves the last of " + std::to_string(n) +
+           " ranks no slice";
+  }
   for (std::int64_t l = 0; l < hp.n_layer; ++l) {
     const layer_weights& w = m.layers[std::size_t(l)];
     const std::string at = "layer " + std::to_string(l) + ": ";

@@ -209,6 +209,10 @@ TEST(TensorParallelRefusal, NamesWhatDoesNotDivide) {
   EXPECT_EQ(model::tp_refusal(m, 4), "");
   EXPECT_EQ(model::tp_refusal(m, 3), "layer 0: the 4 attention heads do not divide over 3 ranks");
   EXPECT_EQ(model::tp_refusal(m, 0), "tensor parallelism needs at least one rank, not 0");
+  // Slices of ceil(V / N): 5 tokens over 4 ranks would be 2, 2, 1 and none.
+  EXPECT_EQ(model::vocab_slice_of(5, 2, 4).end - model::vocab_slice_of(5, 2, 4).begin, 1);
+  EXPECT_GE(model::vocab_slice_of(5, 3, 4).begin, 5);
+  EXPECT_EQ(model::vocab_slice_of(272, 3, 4).end, 272);
   EXPECT_THROW(model::llm_shard(m, 3, 3), std::invalid_argument);
   EXPECT_THROW(model::llm_shard(m, 2, 2), std::invalid_argument);  // no rank 2 of 2
 
