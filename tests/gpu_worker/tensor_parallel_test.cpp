@@ -96,6 +96,20 @@ TEST(HostGroup, AFailedRankMakesTheOthersCollectivesThrowUntilReset) {
 
 class TensorParallelReference : public ::testing::TestWithParam<std::string> {};
 
+// Both golden prompts in one batch on `m` (a whole model, or a rank's shard joined by `tp`): every
+// position's logits.
+std::vector<float> both_prompts_logits(const model::llm& m, const golden& g, model::tp_link tp = {}) {
+  const std::int32_t slots = m.hp.has_recurrent() ? 2 : 0;
+  model::kv_cache_storage cache(m.hp, 16, 8, kernels::kv_dtype::f16, std::pmr::get_default_resource(), 0, slots);
+  const std::vector<std::int32_t> t0{0, 1, 2, 3, 4, 5, 6, 7}, t1{8, 9, 10, 11, 12, 13, 14, 15};
+  const std::vector<model::forward_seq> batch{
+      {.tokens = g.prompts[0], .start_pos = 0, .block_table = t0, .all_logits = true, .state_slot = slots ? 0 : -1},
+      {.tokens = g.prompts[1], .start_pos = 0, .block_table = t1, .all_logits = true, .state_slot = slots ? 1 : -1}};
+  std::vector<float> logits;
+  model::cpu_forward(m, 0, std::pmr::get_default_resource(), tp).run(batch, cache, logits);
+  return logits;
+}
+
 // Both golden prompts in one batch, every position's logits, on n ranks of the model's shards.
 std::vector<float> sharded_logits(const model::llm& m, const golden& g, int n) {
   gpu_worker::host_group group(n);
@@ -105,16 +119,8 @@ std::vector<float> sharded_logits(const model::llm& m, const golden& g, int n) {
   std::vector<std::string> errors(static_cast<std::size_t>(n));
   on_ranks(n, [&](int r) {
     try {
-      const model::llm& s = shards[std::size_t(r)].model();
-      const std::int32_t slots = s.hp.has_recurrent() ? 2 : 0;
-      model::kv_cache_storage cache(s.hp, 16, 8, kernels::kv_dtype::f16, std::pmr::get_default_resource(), 0, slots);
-      std::vector<std::int32_t> t0{0, 1, 2, 3, 4, 5, 6, 7}, t1{8, 9, 10, 11, 12, 13, 14, 15};
-      const std::vector<model::forward_seq> batch{
-          {.tokens = g.prompts[0], .start_pos = 0, .block_table = t0, .all_logits = true, .state_slot = slots ? 0 : -1},
-          {.tokens = g.prompts[1], .start_pos = 0, .block_table = t1, .all_logits = true, .state_slot = slots ? 1 : -1}};
-      model::cpu_forward fwd(s, 0, std::pmr::get_default_resource(),
-                             {.comm = n > 1 || r == 0 ? &group.rank(r) : nullptr, .vocab = shards[std::size_t(r)].vocab()});
-      fwd.run(batch, cache, logits[std::size_t(r)]);
+      const model::llm_shard& s = shards[std::size_t(r)];
+      logits[std::size_t(r)] = both_prompts_logits(s.model(), g, {.comm = &group.rank(r), .vocab = s.vocab()});
     } catch (const std::exception& e) {
       errors[std::size_t(r)] = e.what();
       group.abort();
@@ -128,16 +134,7 @@ std::vector<float> sharded_logits(const model::llm& m, const golden& g, int n) {
 TEST_P(TensorParallelReference, ShardsGiveTheWholeModelsLogits) {
   const golden g = read_golden(GetParam());
   const model::llm m = model::load_llm(model::gguf_file::open(dir + "ref-" + GetParam() + ".gguf"));
-  std::vector<float> whole;
-  {
-    const std::int32_t slots = m.hp.has_recurrent() ? 2 : 0;
-    model::kv_cache_storage cache(m.hp, 16, 8, kernels::kv_dtype::f16, std::pmr::get_default_resource(), 0, slots);
-    std::vector<std::int32_t> t0{0, 1, 2, 3, 4, 5, 6, 7}, t1{8, 9, 10, 11, 12, 13, 14, 15};
-    const std::vector<model::forward_seq> batch{
-        {.tokens = g.prompts[0], .start_pos = 0, .block_table = t0, .all_logits = true, .state_slot = slots ? 0 : -1},
-        {.tokens = g.prompts[1], .start_pos = 0, .block_table = t1, .all_logits = true, .state_slot = slots ? 1 : -1}};
-    model::cpu_forward(m).run(batch, cache, whole);
-  }
+  const std::vector<float> whole = both_prompts_logits(m, g);
   // One rank through the collectives: the same arithmetic as the whole model, bit for bit.
   EXPECT_EQ(sharded_logits(m, g, 1), whole);
   for (int n : {2, 4}) {
