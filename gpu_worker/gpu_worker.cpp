@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -24,6 +23,7 @@
 #include <spdlog/fmt/ranges.h>
 
 #include "actors/executor_pool.h"
+#include "gpu_worker/abortable_barrier.h"
 #include "gpu_worker/communicator.h"
 #include "gpu_worker/device_query.h"
 #include "gpu_worker/gpu_device.h"
@@ -75,41 +75,24 @@ class gpu_backend final : public worker_device {
 // that fails to start calls abort(), and the others' calls throw instead of waiting for it.
 class rank_meeting {
  public:
-  explicit rank_meeting(int n) : n_(n) {}
+  explicit rank_meeting(int n) : barrier_(n) {}
   std::size_t agree(std::size_t budget) {
-    std::unique_lock lock(mu_);
-    least_ = std::min(least_, budget);
-    wait(lock);
+    {
+      const std::lock_guard lock(mu_);
+      least_ = std::min(least_, budget);
+    }
+    arrive();
+    const std::lock_guard lock(mu_);
     return least_;
   }
   void arrive() {
-    std::unique_lock lock(mu_);
-    wait(lock);
+    if (!barrier_.arrive_and_wait()) throw std::runtime_error("gpu worker: another rank failed to start");
   }
-  void abort() {
-    const std::lock_guard lock(mu_);
-    aborted_ = true;
-    cv_.notify_all();
-  }
+  void abort() { barrier_.abort(); }
 
  private:
-  void wait(std::unique_lock<std::mutex>& lock) {
-    const std::uint64_t phase = phase_;
-    if (++arrived_ == n_) {
-      arrived_ = 0;
-      ++phase_;
-      cv_.notify_all();
-    }
-    cv_.wait(lock, [&] { return phase_ != phase || aborted_; });
-    if (phase_ == phase) throw std::runtime_error("gpu worker: another rank failed to start");
-  }
-
-  const int n_;
+  abortable_barrier barrier_;
   std::mutex mu_;
-  std::condition_variable cv_;
-  int arrived_ = 0;
-  std::uint64_t phase_ = 0;
-  bool aborted_ = false;
   std::size_t least_ = SIZE_MAX;
 };
 

@@ -43,35 +43,18 @@ class host_group::member final : public model::collectives {
 };
 
 host_group::host_group(int size)
-    : size_(size), reduce_at_(std::size_t(std::max(size, 1))), gather_at_(std::size_t(std::max(size, 1))) {
+    : size_(size), reduce_at_(std::size_t(std::max(size, 1))), gather_at_(std::size_t(std::max(size, 1))),
+      barrier_(size) {
   if (size < 1) throw std::invalid_argument("host_group: " + std::to_string(size) + " ranks");
   for (int r = 0; r < size; ++r) ranks_.push_back(std::make_unique<member>(*this, r));
 }
 
 void host_group::arrive_and_wait() {
-  std::unique_lock lock(mu_);
-  if (aborted_) throw collective_aborted();
-  const std::uint64_t phase = phase_;
-  if (++arrived_ == size_) {
-    arrived_ = 0;
-    ++phase_;
-    cv_.notify_all();
-    return;
-  }
-  cv_.wait(lock, [&] { return phase_ != phase || aborted_; });
-  if (phase_ == phase) throw collective_aborted();
+  if (!barrier_.arrive_and_wait()) throw collective_aborted();
 }
 
-void host_group::abort() {
-  const std::lock_guard lock(mu_);
-  aborted_ = true;
-  cv_.notify_all();
-}
+void host_group::abort() { barrier_.abort(); }
 
-void host_group::reset() {
-  const std::lock_guard lock(mu_);
-  aborted_ = false;
-  arrived_ = 0;
-}
+void host_group::reset() { barrier_.reset(); }
 
 }  // namespace anvil::gpu_worker

@@ -6,14 +6,12 @@
 // collective throws collective_aborted instead of waiting for it, until reset().
 #pragma once
 
-#include <condition_variable>
-#include <cstdint>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <stdexcept>
 #include <vector>
 
+#include "gpu_worker/abortable_barrier.h"
 #include "model/arch/tensor_parallel.h"
 
 namespace anvil::gpu_worker {
@@ -43,11 +41,7 @@ class host_group {
   std::vector<std::unique_ptr<model::collectives>> ranks_;
   std::vector<float*> reduce_at_;        // each rank's vector in the all-reduce under way
   std::vector<const float*> gather_at_;  // each rank's part in the all-gather under way
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int arrived_ = 0;
-  std::uint64_t phase_ = 0;
-  bool aborted_ = false;
+  abortable_barrier barrier_;
 };
 
 }  // namespace anvil::gpu_worker
