@@ -126,6 +126,7 @@ class tp_gpu_backend final : public worker_device {
     rank_meeting meeting(n);
     std::vector<memory_plan> plans(static_cast<std::size_t>(n));
     std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
+    std::atomic<int> first_failed{-1};  // the others' failures follow from its
     devs_.resize(static_cast<std::size_t>(n));
     {
       std::vector<std::thread> start;
@@ -142,16 +143,19 @@ class tp_gpu_backend final : public worker_device {
             if (r != 0) c.progress = {};
             devs_[i] = std::make_unique<gpu_device>(shards_[i].model(), c, plans[i]);
           } catch (...) {
+            // The others may wait at a meeting, or on their devices in the warm-up's collectives
+            // for this rank's part: both end with an error instead of hanging.
             errors[i] = std::current_exception();
-            meeting.abort();
+            if (int none = -1; first_failed.compare_exchange_strong(none, r)) {
+              meeting.abort();
+              for (const auto& comm : comms_) comm->abort();
+            }
           }
         });
       }
       for (std::thread& t : start) t.join();
     }
-    for (const std::exception_ptr& e : errors) {
-      if (e) std::rethrow_exception(e);  // rank order: the first rank's failure names the cause
-    }
+    if (first_failed >= 0) std::rethrow_exception(errors[std::size_t(first_failed.load())]);
     mem = plans[0];
     for (std::size_t r = 1; r < plans.size(); ++r) {
       mem.weight_bytes += plans[r].weight_bytes;

@@ -671,13 +671,12 @@ __global__ void __launch_bounds__(32 * W) gemm_kq_kernel(gemm_quant_args a) {
 }
 
 int sm_count() {
-  static const int n = [] {
-    int dev = 0;
+  static std::atomic<int> known[gpu::max_devices] = {};
+  return gpu::once_per_device(known, [](int dev) {
     hipDeviceProp_t prop{};
-    if (hipGetDevice(&dev) != hipSuccess || hipGetDeviceProperties(&prop, dev) != hipSuccess) return 1;
+    if (dev < 0 || hipGetDeviceProperties(&prop, dev) != hipSuccess) return 1;
     return std::max(prop.multiProcessorCount, 1);
-  }();
-  return n;
+  });
 }
 
 // One launch's shape: warps, m-tiles and n-tiles per block, the grid, and the reduction split.

@@ -423,9 +423,36 @@ inline bool aligned16(const void* ptr) { return reinterpret_cast<std::uintptr_t>
 // ordinary launch everywhere, for measuring what the overlap brings and as a way around a driver
 // that mishandles it.
 inline std::atomic<bool> dependent_launch_enabled{true};
+
+// What is learnt about a device once and kept (properties, raised kernel limits) is kept per
+// device: a process may drive several (tensor parallelism, one thread per GPU), and a value learnt
+// on one device is wrong on another (a kernel attribute is per device; GPUs of a host may differ).
+inline constexpr int max_devices = 64;
+
+// The calling thread's device (hipGetDevice), or -1 where it cannot be read or is past max_devices.
+inline int current_device() {
+  int d = -1;
+  if (hipGetDevice(&d) != hipSuccess || d < 0 || d >= max_devices) return -1;
+  return d;
+}
+
+// compute(device) for the calling thread's device, once per device: a non-negative value kept in
+// `cache` (threads that race compute the same value). Computed each call where the device is unknown.
+template <class F>
+int once_per_device(std::atomic<int> (&cache)[max_devices], F&& compute) {
+  const int d = current_device();
+  if (d < 0) return compute(d);
+  int v = cache[d].load(std::memory_order_relaxed);
+  if (v == 0) {
+    v = compute(d) + 1;
+    cache[d].store(v, std::memory_order_relaxed);
+  }
+  return v - 1;
+}
 }  // namespace anvil::gpu
 
 #if defined(__CUDACC__) || defined(__HIPCC__)
+#include <mutex>
 #include <utility>
 
 namespace anvil::gpu {
@@ -459,13 +486,22 @@ void launch_dependent(void (*kernel)(P...), dim3 grid, dim3 block, hipStream_t s
   launch_dependent_smem(kernel, grid, block, 0, stream, std::forward<A>(args)...);
 }
 
-// Raises Kernel's dynamic shared-memory limit to `bytes` (a launch above 48 KB needs it), once per
-// process and kernel; a failure shows as the launch's error.
+// Raises Kernel's dynamic shared-memory limit to at least `bytes` (a launch above 48 KB needs it)
+// on the calling thread's device, once per device, kernel and higher limit: the attribute is per
+// device. A failure shows as the launch's error.
 template <auto Kernel>
 void allow_dynamic_smem(int bytes) {
-  static const bool raised = hipFuncSetAttribute(reinterpret_cast<const void*>(Kernel),
-                                                 hipFuncAttributeMaxDynamicSharedMemorySize, bytes) == hipSuccess;
-  (void)raised;
+  static std::atomic<int> raised[max_devices] = {};  // the limit set on each device, 0 none yet
+  static std::mutex mu;
+  const int d = current_device();
+  if (d >= 0 && raised[d].load(std::memory_order_acquire) >= bytes) return;
+  const std::lock_guard lock(mu);  // one setter at a time, so that a lower limit never follows a higher
+  if (d >= 0 && raised[d].load(std::memory_order_relaxed) >= bytes) return;
+  if (hipFuncSetAttribute(reinterpret_cast<const void*>(Kernel), hipFuncAttributeMaxDynamicSharedMemorySize, bytes) ==
+          hipSuccess &&
+      d >= 0) {
+    raised[d].store(bytes, std::memory_order_release);
+  }
 }
 
 }  // namespace anvil::gpu

@@ -66,14 +66,13 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 
 // Whether the device in use has these instructions (compute capability 8.0 and up); asked once
-// per process.
+// per device.
 inline bool device_has_mma() {
-  static const bool yes = [] {
-    int dev = 0;
-    hipDeviceProp_t prop{};
-    return hipGetDevice(&dev) == hipSuccess && hipGetDeviceProperties(&prop, dev) == hipSuccess && prop.major >= 8;
-  }();
-  return yes;
+  static std::atomic<int> known[gpu::max_devices] = {};
+  return gpu::once_per_device(known, [](int dev) {
+           hipDeviceProp_t prop{};
+           return int(dev >= 0 && hipGetDeviceProperties(&prop, dev) == hipSuccess && prop.major >= 8);
+         }) != 0;
 }
 
 }  // namespace anvil::kernels::tc
