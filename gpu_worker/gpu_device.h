@@ -123,6 +123,7 @@ class gpu_device {
     std::size_t feed_rows, feed_from;  // the rows fed from the step before, and their outputs there
     std::size_t rseqs;  // recurrent layers: each sequence's rows and state slot, in row order
     std::size_t bias_ids, bias_values, count_ids, count_values, mask_words, fixed_end, total;
+    std::size_t merge_seqs;  // split_vocab: the whole vocabulary's candidates_seq of each sequence
   };
 
   void* alloc_device(std::size_t bytes, const char* what);
@@ -165,10 +166,14 @@ class gpu_device {
   // op and the copy of the records back.
   void run_head();
   void run_candidates(const step_plan& plan);
+  void merge_candidates(std::size_t record_bytes, std::int32_t max_k);  // tensor parallel: the ranks' records into one
   void run_scores();
-  void softcap(std::int64_t rows);
+  void softcap(std::int64_t rows, std::int64_t width);  // gemma4: the first rows of logits_ (of width) soft-capped in place
   void reduce(float* x);                               // tensor parallel: T rows summed over the ranks
-  void head_logits(std::int64_t rows, float* out);     // rows_ through the head (gathered over the ranks)  // gemma4: the first rows of logits_ soft-capped in place
+  void head_logits(std::int64_t rows, float* out);     // rows_ through the head (gathered over the ranks)
+  // Whether the head's vocabulary is split over several ranks: candidates from each rank's slice,
+  // merged (a rank's logits are never gathered for them; the scores still gather theirs).
+  bool split_vocab() const;
   // The feed_from tokens of the step being laid out, on the device (after the upload).
   void feed();
   void collect_scores(const step_plan& plan, const float* scores, step_result& result) const;
@@ -206,6 +211,7 @@ class gpu_device {
   communicator* comm_ = nullptr;
   model::vocab_slice vocab_{};
   float *tp_local_ = nullptr, *tp_all_ = nullptr;
+  void* tp_records_ = nullptr;  // every rank's candidate records of a step, gathered (split_vocab)
   std::int64_t block_size_ = 0, max_tokens_ = 0, max_seqs_ = 0, max_blocks_per_seq_ = 0, max_pairs_ = 0;
   std::uint64_t allocations_ = 0;
 
@@ -324,6 +330,7 @@ class gpu_device {
   std::vector<std::size_t> order_;          // plan index of each row: decode sequences first
   std::vector<std::int64_t> first_token_;   // per plan index: its first row of the activations
   std::vector<logit_params> lp_;
+  std::vector<logit_params> slice_lp_;  // split_vocab: lp_ for this rank's slice (slice_logit_params)
   std::vector<std::int64_t> lp_positions_;
   std::vector<std::uint64_t> lp_seq_ids_;
   std::int32_t lp_max_k_ = 1;  // the records' max_k

@@ -14,6 +14,7 @@
 #include "gpu_worker/communicator.h"
 #include "gpu_worker/kv_plan.h"
 #include "kernels/attention_decode.h"
+#include "kernels/candidates_merge.h"
 #include "kernels/delta_net.h"
 #include "kernels/gemm_quant.h"
 #include "kernels/moe.h"
@@ -98,6 +99,11 @@ gpu_device::gpu_device(const model::llm& m, const gpu_worker_config& cfg, memory
                              "; the kernels take key heads of 16, 32, 64 or 128 and value heads of up to 128");
   }
   if (const std::string why = gpu_unsupported(hp); !why.empty()) throw std::runtime_error("gpu worker: " + why);
+  if (comm_ != nullptr && comm_->size() > kernels::candidates_merge_max_ranks) {
+    throw std::runtime_error("gpu worker: tensor parallelism over " + std::to_string(comm_->size()) +
+                             " GPUs; the candidates merge takes at most " +
+                             std::to_string(kernels::candidates_merge_max_ranks));
+  }
   if (hp.n_vocab > kernels::candidates_max_vocab) {
     throw std::runtime_error("gpu worker: the model's vocabulary has " + std::to_string(hp.n_vocab) +
                              " tokens; the candidates kernels take at most " +
@@ -172,6 +178,8 @@ gpu_device::gpu_device(const model::llm& m, const gpu_worker_config& cfg, memory
     log::get("gpu")->warn("ANVIL_OP_PROFILE: steps run eagerly, each op timed on its own (slower steps)");
   }
 }
+
+bool gpu_device::split_vocab() const { return comm_ != nullptr && comm_->size() > 1; }
 
 gpu_device::~gpu_device() {
   (void)hipSetDevice(device_);  // a tensor-parallel rank's device may not be the thread's
@@ -392,6 +400,7 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   up_off_.count_ids = u.take(P * 4, 16);
   up_off_.count_values = u.take(P * 4, 16);
   up_off_.mask_words = u.take(S * std::size_t((hp.n_vocab + 31) / 32) * 4, 16);  // constrained decoding
+  up_off_.merge_seqs = u.take(split_vocab() ? S * sizeof(kernels::candidates_seq) : 0, 16);
   up_off_.total = u.size();
 
   std::size_t gemm_ws = 0, gemv_ws = 0;
@@ -480,6 +489,7 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   const std::size_t tp_slice = comm_ ? S * std::size_t(vocab_.stride) : 0;
   const std::size_t tp_local = c.take(tp_slice * f), tp_all = c.take(tp_slice * std::size_t(comm_ ? comm_->size() : 0) * f);
   const std::size_t records = c.take(S * record_bytes), attn_ws = c.take(attn_ws_bytes_);
+  const std::size_t tp_records = c.take(split_vocab() ? std::size_t(comm_->size()) * S * record_bytes : 0);
   const std::size_t gemm_at = c.take(gemm_ws), blas_at = c.take(blas_ws), upload = c.take(up_off_.total);
   const std::size_t gemv_at = c.take(gemv_ws), scores = c.take(T * f), cand_ws = c.take(cand_ws_bytes_);
   const std::size_t angles = c.take(kernels::rope_angles_bytes(max_tokens_, hp.rope_dim));
@@ -507,6 +517,7 @@ void gpu_device::plan_scratch(memory_plan& mem) {
     moe_x8_pairs_ = moe_x8 ? base + moe_x8_pairs : nullptr;
   }
   records_dev_ = base + records;
+  if (split_vocab()) tp_records_ = base + tp_records;
   attn_ws_ = attn_ws_bytes_ ? base + attn_ws : nullptr;
   gemm_.workspace = gemm_ws ? base + gemm_at : nullptr;
   gemm_.workspace_bytes = gemm_ws;

@@ -13,6 +13,7 @@
 
 #include "gpu_worker/communicator.h"
 #include "kernels/attention_decode.h"
+#include "kernels/candidates_merge.h"
 #include "kernels/delta_net.h"
 #include "kernels/embedding.h"
 #include "kernels/feed_tokens.h"
@@ -942,21 +943,31 @@ void gpu_device::run_head() {
                                 .out = rows_},
                                stream_),
      "gather the logit rows");
-  head_logits(rows, logits_);
-  softcap(rows);
+  if (split_vocab()) {
+    matmul(output_, nullptr, rows_, logits_, rows);  // this rank's slice: the candidates op merges the ranks'
+    softcap(rows, vocab_.end - vocab_.begin);
+  } else {
+    head_logits(rows, logits_);
+    softcap(rows, hp.n_vocab);
+  }
 }
 
-void gpu_device::softcap(std::int64_t rows) {
+void gpu_device::softcap(std::int64_t rows, std::int64_t width) {
   const float cap = m_.hp.final_softcap;
   if (cap <= 0) return;
   prof_.mark("softcap", stream_);
-  ok(kernels::launch_softcap({.x = logits_, .n = rows * m_.hp.n_vocab, .cap = cap}, stream_), "softcap");
+  ok(kernels::launch_softcap({.x = logits_, .n = rows * width, .cap = cap}, stream_), "softcap");
 }
 
 // The candidates reduction of the logits run_head() left, in as many launches as the logit-bias /
 // penalty pairs need (one, unless they overflow the upload buffer), and the compact records back.
+// Vocabulary split over ranks: each rank reduces its slice (with its slice of each sequence's
+// parameters), the records are gathered, and every rank merges them into the whole vocabulary's
+// (kernels/candidates_merge.h), the draw included, so the fed tokens agree on every rank.
 void gpu_device::run_candidates(const step_plan& plan) {
   const model::hparams& hp = m_.hp;
+  const bool split = split_vocab();
+  const std::int64_t vocab = split ? vocab_.end - vocab_.begin : hp.n_vocab;
   lp_.clear();
   lp_positions_.clear();
   lp_seq_ids_.clear();
@@ -971,6 +982,12 @@ void gpu_device::run_candidates(const step_plan& plan) {
   }
   std::int32_t max_k = 1;
   for (const auto& p : lp_) max_k = std::max(max_k, p.top_k);
+  const std::vector<logit_params>* reduced = &lp_;
+  if (split) {
+    slice_lp_.clear();
+    for (const logit_params& p : lp_) slice_lp_.push_back(kernels::slice_logit_params(p, vocab_.begin, vocab_.end, comm_->rank()));
+    reduced = &slice_lp_;
+  }
   lp_max_k_ = max_k;
   const std::size_t record_bytes = kernels::candidates_record_bytes(max_k);
 
@@ -981,7 +998,8 @@ void gpu_device::run_candidates(const step_plan& plan) {
     std::size_t r1 = r0;
     std::int64_t bias = 0, counts = 0;
     while (r1 < lp_.size()) {
-      const std::int64_t b = std::int64_t(lp_[r1].logit_bias.size()), c = std::int64_t(lp_[r1].token_counts.size());
+      const logit_params& p = (*reduced)[r1];
+      const std::int64_t b = std::int64_t(p.logit_bias.size()), c = std::int64_t(p.token_counts.size());
       if (b > max_pairs_ || c > max_pairs_) throw std::invalid_argument("a sequence has more logit pairs than max_logit_pairs");
       if (r1 > r0 && (bias + b > max_pairs_ || counts + c > max_pairs_)) break;
       bias += b;
@@ -990,7 +1008,7 @@ void gpu_device::run_candidates(const step_plan& plan) {
     }
     if (r0 > 0) ok(hipStreamSynchronize(stream_), "candidates upload");  // the pinned buffer is reused
     const kernels::candidates_batch batch = kernels::pack_candidates(
-        std::span(lp_).subspan(r0, r1 - r0), std::span(lp_positions_).subspan(r0, r1 - r0), hp.n_vocab, max_k);
+        std::span(*reduced).subspan(r0, r1 - r0), std::span(lp_positions_).subspan(r0, r1 - r0), vocab, max_k);
     const auto put = [&](std::size_t off, const void* src, std::size_t bytes) {
       if (bytes == 0) return;
       std::memcpy(upload_host_ + off, src, bytes);
@@ -1002,8 +1020,8 @@ void gpu_device::run_candidates(const step_plan& plan) {
     put(up_off_.count_ids, batch.count_ids.data(), batch.count_ids.size() * 4);
     put(up_off_.count_values, batch.count_values.data(), batch.count_values.size() * 4);
     put(up_off_.mask_words, batch.mask_words.data(), batch.mask_words.size() * 4);
-    const kernels::candidates_params cp{.logits = logits_ + r0 * std::size_t(hp.n_vocab),
-                                        .vocab = hp.n_vocab,
+    const kernels::candidates_params cp{.logits = logits_ + r0 * std::size_t(vocab),
+                                        .vocab = vocab,
                                         .n_seqs = std::int64_t(r1 - r0),
                                         .seqs = dev_at<kernels::candidates_seq>(up_off_.cand_seqs),
                                         .bias_ids = dev_at<std::int32_t>(up_off_.bias_ids),
@@ -1015,13 +1033,39 @@ void gpu_device::run_candidates(const step_plan& plan) {
                                         .out = static_cast<unsigned char*>(records_dev_) + r0 * record_bytes,
                                         .workspace = cand_ws_,
                                         .workspace_bytes = cand_ws_bytes_,
-                                        .draw = std::any_of(lp_.begin() + std::ptrdiff_t(r0), lp_.begin() + std::ptrdiff_t(r1),
+                                        .draw = std::any_of(reduced->begin() + std::ptrdiff_t(r0),
+                                                            reduced->begin() + std::ptrdiff_t(r1),
                                                             [](const logit_params& l) { return l.draw.on; })};
     ok(kernels::launch_candidates(cp, stream_), "candidates");
     r0 = r1;
   }
+  if (split) merge_candidates(record_bytes, max_k);
   ok(hipMemcpyAsync(records_host_, records_dev_, lp_.size() * record_bytes, hipMemcpyDeviceToHost, stream_),
      "copy the candidates back");
+}
+
+// Tensor parallel: every rank's records of this step gathered (rank after rank), and merged into
+// records_dev_ with the whole vocabulary's parameters (top_k, the tail's uniform, the draw).
+void gpu_device::merge_candidates(std::size_t record_bytes, std::int32_t max_k) {
+  const std::size_t n = lp_.size();
+  prof_.mark("candidates gather and merge", stream_);
+  comm_->all_gather(reinterpret_cast<const float*>(records_dev_), n * record_bytes / sizeof(float), reinterpret_cast<float*>(tp_records_),
+                    stream_);
+  const kernels::candidates_batch whole = kernels::pack_candidates(lp_, lp_positions_, m_.hp.n_vocab, max_k);
+  std::memcpy(upload_host_ + up_off_.merge_seqs, whole.seqs.data(), n * sizeof(kernels::candidates_seq));
+  ok(hipMemcpyAsync(upload_dev_ + up_off_.merge_seqs, upload_host_ + up_off_.merge_seqs, n * sizeof(kernels::candidates_seq),
+                    hipMemcpyHostToDevice, stream_),
+     "candidates merge upload");
+  kernels::candidates_merge_params mp{.parts = tp_records_,
+                                      .n_ranks = comm_->size(),
+                                      .n_seqs = std::int64_t(n),
+                                      .record_bytes = record_bytes,
+                                      .vocab = m_.hp.n_vocab,
+                                      .seqs = dev_at<kernels::candidates_seq>(up_off_.merge_seqs),
+                                      .out = records_dev_,
+                                      .draw = std::any_of(lp_.begin(), lp_.end(), [](const logit_params& l) { return l.draw.on; })};
+  for (int q = 0; q < comm_->size(); ++q) mp.vocab_begin[q] = std::int32_t(model::vocab_slice_of(m_.hp.n_vocab, q, comm_->size()).begin);
+  ok(kernels::launch_candidates_merge(mp, stream_), "candidates merge");
 }
 
 // The score targets, max_seqs rows at a time through the logits buffer: gather the rows, the
@@ -1040,7 +1084,7 @@ void gpu_device::run_scores() {
                                  stream_),
        "gather the scored rows");
     head_logits(rows, logits_);
-    softcap(rows);
+    softcap(rows, hp.n_vocab);
     ok(kernels::launch_token_logprob({.logits = logits_,
                                       .vocab = hp.n_vocab,
                                       .rows = rows,

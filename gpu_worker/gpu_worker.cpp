@@ -99,8 +99,8 @@ class rank_meeting {
 // The model split over N GPUs (model/arch/tensor_parallel.h): a gpu_device per rank on its own
 // device with the rank's shard, joined by the device group's collectives (communicator.h), started
 // together (their warm-up steps run collectives) and stepped together, each rank from a thread of
-// its own (rank 0 the shell's). Every rank computes the same candidates from the gathered logits;
-// the step's answer is rank 0's.
+// its own (rank 0 the shell's). Every rank merges the ranks' gathered candidates of their vocabulary
+// slices into the same records (kernels/candidates_merge.h); the step's answer is rank 0's.
 class tp_gpu_backend final : public worker_device {
  public:
   tp_gpu_backend(const model::llm& m, const gpu_worker_config& cfg, memory_plan& mem) {

@@ -3,6 +3,7 @@
 // logits → candidates reduction (bias, penalties, temperature, top-K with ties, normaliser, tail
 // mass and draw). Sentinels guard every output. Label: gpu.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "kernels/candidates.h"
+#include "kernels/candidates_merge.h"
 #include "kernels/feed_tokens.h"
 #include "kernels/moe.h"
 #include "kernels/output_gate.h"
@@ -805,6 +807,92 @@ TEST(CandidatesGpuLaunch, RejectsBadShapesWithoutLaunching) {
   p.vocab = candidates_max_vocab + 1;
   EXPECT_EQ(launch_candidates(p, nullptr), hipErrorInvalidValue);
   EXPECT_EQ(hipGetLastError(), hipSuccess);
+}
+
+// The candidates merge over vocabulary slices (tensor parallelism): each rank's records from the
+// GPU candidates op on its slice, gathered; the GPU merge equals the host's on the same records
+// (kernels/candidates_merge.h), and its top is the whole vocabulary's reference top.
+TEST(CandidatesMergeGpu, MatchesTheHostMergeAndTheWholeVocabularysTop) {
+  require_device();
+  std::mt19937 rng(20261129);
+  std::normal_distribution<float> normal(0.f, 3.f);
+  const std::size_t rec = candidates_record_bytes(candidates_max_k);
+  for (const int ranks : {2, 3, 4}) {
+    const std::int64_t vocab = 9001;
+    const std::int64_t stride = (vocab + ranks - 1) / ranks;
+    const std::size_t n_seqs = 7;
+    SCOPED_TRACE(std::to_string(ranks) + " ranks");
+    std::vector<float> logits(n_seqs * std::size_t(vocab));
+    for (float& x : logits) x = normal(rng);
+    std::vector<logit_params> params(n_seqs);
+    std::vector<std::int64_t> positions(n_seqs);
+    for (std::size_t s = 0; s < n_seqs; ++s) {
+      logit_params& p = params[s];
+      p.top_k = std::array<std::int32_t, 7>{1, 2, 40, 64, 255, candidates_max_k, 17}[s];
+      p.temperature = s % 2 == 0 ? 0.f : 0.8f;
+      p.seed = 99 + s;
+      p.draw = {.on = s != 6, .top_k = s == 3 ? 10 : 0, .top_p = s == 5 ? 0.9f : 1.f, .min_p = s == 1 ? 0.05f : 0.f};
+      p.logit_bias = {{std::int32_t(stride - 1), 9.f}, {std::int32_t(stride), 8.f}};  // beside a slice boundary
+      if (s == 4) {
+        p.allowed.assign(std::size_t((vocab + 31) / 32), 0u);  // the last rank's slice all masked out
+        for (std::int64_t t = 0; t < stride * (ranks - 1); t += 3) p.allowed[std::size_t(t / 32)] |= 1u << (t % 32);
+      }
+      positions[s] = std::int64_t(5 + 31 * s);
+    }
+    std::vector<unsigned char> gathered;
+    candidates_merge_params mp{.n_ranks = ranks, .n_seqs = std::int64_t(n_seqs), .record_bytes = rec, .vocab = vocab, .draw = true};
+    for (int q = 0; q < ranks; ++q) {
+      const std::int64_t b = std::min(vocab, stride * q), e = std::min(vocab, stride * (q + 1));
+      mp.vocab_begin[q] = std::int32_t(b);
+      std::vector<float> slice;
+      std::vector<logit_params> sp;
+      for (std::size_t s = 0; s < n_seqs; ++s) {
+        slice.insert(slice.end(), logits.begin() + std::ptrdiff_t(s * std::size_t(vocab) + std::size_t(b)),
+                     logits.begin() + std::ptrdiff_t(s * std::size_t(vocab) + std::size_t(e)));
+        sp.push_back(slice_logit_params(params[s], b, e, q));
+      }
+      const std::vector<unsigned char> part = run_candidates_gpu(slice, sp, positions, e - b);
+      gathered.insert(gathered.end(), part.begin(), part.end());
+    }
+    const candidates_batch whole = pack_candidates(params, positions, vocab);
+    std::vector<unsigned char> want(n_seqs * rec);
+    mp.parts = gathered.data();
+    mp.seqs = whole.seqs.data();
+    mp.out = want.data();
+    merge_candidates_host(mp);
+    guarded_array<unsigned char> dparts(gathered), dout(n_seqs * rec);
+    guarded_array<candidates_seq> dseqs(whole.seqs);
+    dout.poison();
+    mp.parts = dparts.data();
+    mp.seqs = dseqs.data();
+    mp.out = dout.data();
+    ANVIL_GPU_CHECK(launch_candidates_merge(mp, nullptr));
+    ANVIL_GPU_CHECK(hipDeviceSynchronize());
+    const std::vector<unsigned char> got = dout.download();
+    EXPECT_TRUE(dparts.guards_intact() && dout.guards_intact() && dseqs.guards_intact());
+    for (std::size_t s = 0; s < n_seqs; ++s) {
+      SCOPED_TRACE("sequence " + std::to_string(s));
+      const seq_output g = unpack_candidates(got.data() + s * rec), w = unpack_candidates(want.data() + s * rec);
+      const seq_output ref = candidates_ref(std::span<const float>(logits.data() + s * std::size_t(vocab), std::size_t(vocab)),
+                                            params[s], positions[s]);
+      ASSERT_EQ(g.top.size(), ref.top.size());
+      for (std::size_t i = 0; i < g.top.size(); ++i) {
+        EXPECT_EQ(g.top[i].token, ref.top[i].token) << i;
+        EXPECT_EQ(g.top[i].logit, ref.top[i].logit) << i;
+      }
+      EXPECT_NEAR(g.log_normalizer, w.log_normalizer, 1e-6 * std::max(1.f, std::abs(w.log_normalizer)));
+      EXPECT_NEAR(g.log_normalizer, ref.log_normalizer, 1e-5 * std::max(1.f, std::abs(ref.log_normalizer)));
+      EXPECT_NEAR(g.tail_mass, w.tail_mass, 1e-6);
+      EXPECT_EQ(g.tail.token, w.tail.token);
+      EXPECT_EQ(g.drawn, w.drawn);
+      if (params[s].draw.on && params[s].temperature == 0.f) {
+        EXPECT_EQ(g.drawn, ref.top[0].token);
+      }
+    }
+  }
+  EXPECT_EQ(launch_candidates_merge({.n_ranks = 0, .record_bytes = rec, .vocab = 1}, nullptr), hipErrorInvalidValue);
+  EXPECT_EQ(launch_candidates_merge({.n_ranks = 1, .n_seqs = 1, .record_bytes = rec, .vocab = 1}, nullptr), hipErrorInvalidValue);
+  EXPECT_EQ(launch_candidates_merge({.n_ranks = 1, .n_seqs = 0, .record_bytes = rec, .vocab = 1}, nullptr), hipSuccess);
 }
 
 // feed_tokens: the draws of one step's records written into the next step's ids, on rows in any
