@@ -48,7 +48,7 @@ rank_result run_rank(communicator& c, bool graph) {
   }
   std::vector<float> host(n_elems);
   for (std::size_t i = 0; i < n_elems; ++i) host[i] = value(c.rank(), i);
-  hipMemcpy(x, host.data(), n_elems * sizeof(float), hipMemcpyHostToDevice);
+  if (hipMemcpy(x, host.data(), n_elems * sizeof(float), hipMemcpyHostToDevice) != hipSuccess) return fail("upload");
   try {
     if (graph) {
       hipGraph_t g{};
@@ -60,9 +60,9 @@ rank_result run_rank(communicator& c, bool graph) {
         return fail("instantiate");
       }
       if (hipGraphLaunch(exec, s) != hipSuccess) return fail("launch");
-      hipStreamSynchronize(s);
-      hipGraphExecDestroy(exec);
-      hipGraphDestroy(g);
+      if (hipStreamSynchronize(s) != hipSuccess) return fail("replay");
+      (void)hipGraphExecDestroy(exec);
+      (void)hipGraphDestroy(g);
     } else {
       c.all_reduce_sum(x, n_elems, s);
       c.all_gather(x, n_elems, all, s);
@@ -74,11 +74,13 @@ rank_result run_rank(communicator& c, bool graph) {
   if (hipStreamSynchronize(s) != hipSuccess) return fail("synchronize");
   out.reduced.resize(n_elems);
   out.gathered.resize(gather);
-  hipMemcpy(out.reduced.data(), x, n_elems * sizeof(float), hipMemcpyDeviceToHost);
-  hipMemcpy(out.gathered.data(), all, gather * sizeof(float), hipMemcpyDeviceToHost);
-  hipFree(x);
-  hipFree(all);
-  hipStreamDestroy(s);
+  if (hipMemcpy(out.reduced.data(), x, n_elems * sizeof(float), hipMemcpyDeviceToHost) != hipSuccess ||
+      hipMemcpy(out.gathered.data(), all, gather * sizeof(float), hipMemcpyDeviceToHost) != hipSuccess) {
+    return fail("download");
+  }
+  (void)hipFree(x);
+  (void)hipFree(all);
+  (void)hipStreamDestroy(s);
   return out;
 }
 

@@ -115,7 +115,9 @@ void expect_same_summary(const std::vector<float>& logits, const logit_params& p
     EXPECT_TRUE(std::isfinite(m.tail.logit));
   }
   EXPECT_EQ(m.drawn, k::draw_token(m, p));
-  if (p.draw.on && anvil::gpu_worker::is_greedy(p.temperature)) EXPECT_EQ(m.drawn, whole.top[0].token);
+  if (p.draw.on && anvil::gpu_worker::is_greedy(p.temperature)) {
+    EXPECT_EQ(m.drawn, whole.top[0].token);
+  }
 }
 
 logit_params params(std::int32_t top_k, float temperature) {
