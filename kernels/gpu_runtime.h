@@ -31,6 +31,9 @@ inline constexpr hipMemcpyKind hipMemcpyDeviceToDevice = cudaMemcpyDeviceToDevic
 inline constexpr hipMemcpyKind hipMemcpyDefault = cudaMemcpyDefault;
 inline constexpr unsigned hipStreamNonBlocking = cudaStreamNonBlocking;
 inline constexpr unsigned hipHostMallocDefault = cudaHostAllocDefault;
+inline constexpr unsigned hipHostMallocMapped = cudaHostAllocMapped;
+inline constexpr unsigned hipHostMallocPortable = cudaHostAllocPortable;
+inline constexpr hipError_t hipErrorPeerAccessAlreadyEnabled = cudaErrorPeerAccessAlreadyEnabled;
 
 inline const char* hipGetErrorString(hipError_t e) { return cudaGetErrorString(e); }
 inline const char* hipGetErrorName(hipError_t e) { return cudaGetErrorName(e); }
@@ -57,6 +60,10 @@ inline hipError_t hipHostMalloc(void** p, std::size_t n, unsigned flags = hipHos
   return cudaHostAlloc(p, n, flags);
 }
 inline hipError_t hipHostFree(void* p) { return cudaFreeHost(p); }
+inline hipError_t hipHostGetDevicePointer(void** d, void* h, unsigned flags) { return cudaHostGetDevicePointer(d, h, flags); }
+// Peer access: a device's kernels reading and writing another device's memory (NVLink, PCIe).
+inline hipError_t hipDeviceCanAccessPeer(int* can, int device, int peer) { return cudaDeviceCanAccessPeer(can, device, peer); }
+inline hipError_t hipDeviceEnablePeerAccess(int peer, unsigned flags) { return cudaDeviceEnablePeerAccess(peer, flags); }
 inline hipError_t hipMemcpy(void* dst, const void* src, std::size_t n, hipMemcpyKind k) {
   return cudaMemcpy(dst, src, n, k);
 }
@@ -74,6 +81,7 @@ inline hipError_t hipStreamCreate(hipStream_t* s) { return cudaStreamCreate(s); 
 inline hipError_t hipStreamCreateWithFlags(hipStream_t* s, unsigned f) { return cudaStreamCreateWithFlags(s, f); }
 inline hipError_t hipStreamDestroy(hipStream_t s) { return cudaStreamDestroy(s); }
 inline hipError_t hipStreamSynchronize(hipStream_t s) { return cudaStreamSynchronize(s); }
+inline hipError_t hipStreamQuery(hipStream_t s) { return cudaStreamQuery(s); }
 
 // Graphs: decode steps captured once at start-up and replayed (gpu_worker/gpu_device_setup.cpp).
 using hipGraph_t = cudaGraph_t;

@@ -4,16 +4,20 @@
 // mass and draw). Sentinels guard every output. Label: gpu.
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <tuple>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "kernels/all_reduce_p2p.h"
 #include "kernels/candidates.h"
 #include "kernels/candidates_merge.h"
 #include "kernels/feed_tokens.h"
@@ -893,6 +897,108 @@ TEST(CandidatesMergeGpu, MatchesTheHostMergeAndTheWholeVocabularysTop) {
   EXPECT_EQ(launch_candidates_merge({.n_ranks = 0, .record_bytes = rec, .vocab = 1}, nullptr), hipErrorInvalidValue);
   EXPECT_EQ(launch_candidates_merge({.n_ranks = 1, .n_seqs = 1, .record_bytes = rec, .vocab = 1}, nullptr), hipErrorInvalidValue);
   EXPECT_EQ(launch_candidates_merge({.n_ranks = 1, .n_seqs = 0, .record_bytes = rec, .vocab = 1}, nullptr), hipSuccess);
+}
+
+// The one-shot all-reduce, its ranks played by streams of one device (the kernel takes any device
+// pointers; on several GPUs they are peers'): every rank's x becomes the sum in rank order, bit for
+// bit, over calls of different sizes in a row (the epochs and the two staging halves), each rank's
+// calls enqueued whole before the next rank's; and an abort ends a rank's wait for a rank that
+// never comes.
+struct p2p_group {
+  static constexpr std::int64_t capacity = 4 * all_reduce_p2p_chunk;
+  int n;
+  std::vector<std::unique_ptr<guarded_array<float>>> staging;
+  std::vector<std::unique_ptr<guarded_array<unsigned>>> flags;  // flags, then epochs
+  int* abort_host = nullptr;
+  explicit p2p_group(int ranks) : n(ranks) {
+    for (int q = 0; q < n; ++q) {
+      staging.push_back(std::make_unique<guarded_array<float>>(all_reduce_p2p_staging_bytes(capacity, n) / 4));
+      flags.push_back(std::make_unique<guarded_array<unsigned>>(
+          std::vector<unsigned>(all_reduce_p2p_flag_bytes(capacity, n) / 4, 0u)));
+    }
+    if (hipHostMalloc(reinterpret_cast<void**>(&abort_host), sizeof(int), hipHostMallocMapped) != hipSuccess) {
+      throw std::runtime_error("hipHostMalloc");
+    }
+    *abort_host = 0;
+  }
+  ~p2p_group() { (void)hipHostFree(abort_host); }
+  all_reduce_p2p_rank rank(int r, float* x, std::int64_t elems) const {
+    all_reduce_p2p_rank p{.x = x, .n = elems, .rank = r, .n_ranks = n, .capacity = capacity};
+    for (int q = 0; q < n; ++q) {
+      p.staging[q] = staging[std::size_t(q)]->data();
+      p.flags[q] = flags[std::size_t(q)]->data();
+    }
+    p.epochs = flags[std::size_t(r)]->data() + std::int64_t(n) * all_reduce_p2p_blocks(capacity);
+    void* dev = nullptr;
+    if (hipHostGetDevicePointer(&dev, abort_host, 0) != hipSuccess) throw std::runtime_error("hipHostGetDevicePointer");
+    p.abort = static_cast<const volatile int*>(dev);
+    return p;
+  }
+};
+
+TEST(AllReduceP2pGpu, EveryRankGetsTheSumInRankOrderCallAfterCall) {
+  require_device();
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  const std::vector<std::int64_t> sizes = {1, 5, all_reduce_p2p_chunk, all_reduce_p2p_chunk + 7, 3000, p2p_group::capacity, 64};
+  for (const int ranks : {1, 2, 3, 4}) {
+    SCOPED_TRACE(std::to_string(ranks) + " ranks");
+    p2p_group g(ranks);
+    std::vector<hipStream_t> streams(static_cast<std::size_t>(ranks));
+    for (auto& s : streams) ANVIL_GPU_CHECK(hipStreamCreateWithFlags(&s, hipStreamNonBlocking));
+    // Each (call, rank) its own x, uploaded before any launch: a copy on a stream whose rank waits
+    // for ranks not yet enqueued would block this thread.
+    std::vector<std::vector<std::vector<float>>> in(sizes.size());
+    std::vector<std::vector<std::unique_ptr<guarded_array<float>>>> xs(sizes.size());
+    for (std::size_t c = 0; c < sizes.size(); ++c) {
+      for (int r = 0; r < ranks; ++r) {
+        std::vector<float> x(std::size_t(sizes[c]));
+        for (float& v : x) v = normal(rng);
+        in[c].push_back(x);
+        xs[c].push_back(std::make_unique<guarded_array<float>>(x));
+      }
+    }
+    for (int r = 0; r < ranks; ++r) {  // rank r's calls, all enqueued before rank r + 1's
+      for (std::size_t c = 0; c < sizes.size(); ++c) {
+        ANVIL_GPU_CHECK(launch_all_reduce_p2p(g.rank(r, xs[c][std::size_t(r)]->data(), sizes[c]), streams[std::size_t(r)]));
+      }
+    }
+    for (auto& s : streams) ANVIL_GPU_CHECK(hipStreamSynchronize(s));
+    for (std::size_t c = 0; c < sizes.size(); ++c) {
+      std::vector<std::vector<float>> want = in[c];
+      all_reduce_p2p_ref(want);
+      for (int r = 0; r < ranks; ++r) {
+        EXPECT_EQ(xs[c][std::size_t(r)]->download(), want[std::size_t(r)]) << "call " << c << ", rank " << r;
+        EXPECT_TRUE(xs[c][std::size_t(r)]->guards_intact());
+      }
+    }
+    for (int r = 0; r < ranks; ++r) {
+      EXPECT_TRUE(g.staging[std::size_t(r)]->guards_intact() && g.flags[std::size_t(r)]->guards_intact());
+    }
+    for (auto& s : streams) ANVIL_GPU_CHECK(hipStreamDestroy(s));
+  }
+}
+
+TEST(AllReduceP2pGpu, AnAbortEndsTheWaitForARankThatNeverComes) {
+  require_device();
+  p2p_group g(2);
+  guarded_array<float> x(std::vector<float>(100, 1.f));
+  hipStream_t s{};
+  ANVIL_GPU_CHECK(hipStreamCreateWithFlags(&s, hipStreamNonBlocking));
+  ANVIL_GPU_CHECK(launch_all_reduce_p2p(g.rank(0, x.data(), 100), s));  // rank 1 never launches
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(hipStreamQuery(s), hipErrorNotReady) << "rank 0 waits for rank 1";
+  *g.abort_host = 1;
+  ANVIL_GPU_CHECK(hipStreamSynchronize(s));
+  ANVIL_GPU_CHECK(hipStreamDestroy(s));
+  float y = 0;
+  all_reduce_p2p_rank p = g.rank(0, &y, p2p_group::capacity + 1);
+  EXPECT_EQ(launch_all_reduce_p2p(p, nullptr), hipErrorInvalidValue);
+  p = g.rank(2 - 1, &y, 1);
+  p.n_ranks = all_reduce_p2p_max_ranks + 1;
+  EXPECT_EQ(launch_all_reduce_p2p(p, nullptr), hipErrorInvalidValue);
+  p = g.rank(0, nullptr, 1);
+  EXPECT_EQ(launch_all_reduce_p2p(p, nullptr), hipErrorInvalidValue);
 }
 
 // feed_tokens: the draws of one step's records written into the next step's ids, on rows in any
