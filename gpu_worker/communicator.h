@@ -30,16 +30,28 @@ class communicator {
   // for ranks that will not come: what a rank's failure calls on every rank. The group is unusable
   // afterwards. Callable from any thread, while another waits on the stream.
   virtual void abort() = 0;
+  // What the group's collectives run on ("NCCL 2.28.3, all-reduces up to 256 KB one-shot over peer
+  // memory"), for the start-up log.
+  virtual std::string describe() const = 0;
 };
 
 // Whether this build has device collectives (NCCL), and which library version ("" without).
 bool device_collectives_built();
 std::string device_collectives_version();
 
+// How a group's collectives run. All-reduces of up to p2p_max_bytes take the one-shot kernel
+// (kernels/all_reduce_p2p.h) where every pair of the group's GPUs has peer access: one hop instead
+// of NCCL's ring latency, for the small messages of decode steps. 0 leaves everything to NCCL.
+struct device_group_options {
+  std::size_t p2p_max_bytes = std::size_t(256) << 10;
+};
+
 // One communicator per device of `devices` (ordinals, distinct), rank r on devices[r], made
 // together from this thread. Throws std::runtime_error naming the failure, or where this build
 // has no device collectives and more than one device is named; one device needs none (its
 // collectives copy nothing and return).
-std::vector<std::unique_ptr<communicator>> make_device_group(std::span<const int> devices);
+std::vector<std::unique_ptr<communicator>> make_device_group(std::span<const int> devices,
+                                                             const device_group_options& options = {});
+
 
 }  // namespace anvil::gpu_worker

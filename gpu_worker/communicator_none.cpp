@@ -16,6 +16,7 @@ class single_device final : public communicator {
   int device() const override { return device_; }
   void all_reduce_sum(float*, std::size_t, hipStream_t) override {}
   void abort() override {}
+  std::string describe() const override { return "one device, no collectives"; }
   void all_gather(const float* mine, std::size_t n, float* all, hipStream_t stream) override {
     if (mine != all && hipMemcpyAsync(all, mine, n * sizeof(float), hipMemcpyDeviceToDevice, stream) != hipSuccess) {
       throw std::runtime_error("all-gather: the copy failed");
@@ -31,7 +32,7 @@ class single_device final : public communicator {
 bool device_collectives_built() { return false; }
 std::string device_collectives_version() { return ""; }
 
-std::vector<std::unique_ptr<communicator>> make_device_group(std::span<const int> devices) {
+std::vector<std::unique_ptr<communicator>> make_device_group(std::span<const int> devices, const device_group_options&) {
   if (devices.size() != 1) {
     throw std::runtime_error("this build has no device collectives (NCCL, in an NVIDIA build): it cannot split a model over " +
                              std::to_string(devices.size()) + " GPUs");

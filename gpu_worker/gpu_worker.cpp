@@ -20,9 +20,11 @@
 
 #include <boost/asio/use_future.hpp>
 #include <spdlog/fmt/fmt.h>
+#include <spdlog/logger.h>
 #include <spdlog/fmt/ranges.h>
 
 #include "actors/executor_pool.h"
+#include "actors/log.h"
 #include "gpu_worker/abortable_barrier.h"
 #include "gpu_worker/communicator.h"
 #include "gpu_worker/device_query.h"
@@ -123,6 +125,7 @@ class tp_gpu_backend final : public worker_device {
     }
     for (int r = 0; r < n; ++r) shards_.emplace_back(m, r, n);
     comms_ = make_device_group(devices);
+    log::get("gpu")->info("tensor parallel over {} GPUs ({}): {}", n, fmt::join(devices, ","), comms_[0]->describe());
     rank_meeting meeting(n);
     std::vector<memory_plan> plans(static_cast<std::size_t>(n));
     std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));

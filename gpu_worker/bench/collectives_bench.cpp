@@ -4,7 +4,9 @@
 // of the same per rank. For each group size from 1 to every device: µs per collective, replayed
 // from a graph of 20 (launch costs out, as the worker's decode graphs run them), and NCCL's bus
 // bandwidth (all-reduce: 2 (n - 1) / n x bytes / time; all-gather: (n - 1) / n x bytes gathered /
-// time) beside it.
+// time) beside it; and the all-reduce by the one-shot kernel over peer memory (kernels/
+// all_reduce_p2p.h, up to 8 MB here), where the devices have peer access, to place the default
+// threshold (device_group_options::p2p_max_bytes).
 //   collectives_bench [--max-devices N]
 #include <algorithm>
 #include <cstdio>
@@ -88,18 +90,22 @@ int main(int argc, char** argv) try {
   for (int n = 1; n <= devices; ++n) {
     std::vector<int> ids(static_cast<std::size_t>(n));
     std::iota(ids.begin(), ids.end(), 0);
-    auto group = anvil::gpu_worker::make_device_group(ids);
-    std::printf("\n%d rank(s)\n| tokens x 4096 floats | MB | all-reduce µs | bus GB/s | all-gather µs | bus GB/s |\n|---|---|---|---|---|---|\n", n);
-    for (std::size_t tokens : {1, 8, 64, 256, 512, 2048}) {
+    auto nccl = anvil::gpu_worker::make_device_group(ids, {.p2p_max_bytes = 0});
+    auto one_shot = anvil::gpu_worker::make_device_group(ids, {.p2p_max_bytes = std::size_t(8) << 20});
+    std::printf("\n%d rank(s): %s\n| tokens x 4096 floats | MB | all-reduce µs | bus GB/s | one-shot all-reduce µs | all-gather µs | bus GB/s |\n"
+                "|---|---|---|---|---|---|---|\n",
+                n, one_shot[0]->describe().c_str());
+    for (std::size_t tokens : {1, 8, 16, 32, 64, 256, 512, 2048}) {
       const std::size_t floats = tokens * n_embd;
-      double us[2] = {0, 0};
-      for (int gather = 0; gather < 2; ++gather) {
+      double us[3] = {0, 0, 0};  // NCCL's all-reduce, the one-shot one, NCCL's all-gather
+      for (int kind = 0; kind < 3; ++kind) {
+        auto& group = kind == 1 ? one_shot : nccl;
         std::vector<double> t(static_cast<std::size_t>(n));
         std::vector<std::thread> threads;
         for (int r = 0; r < n; ++r) {
           threads.emplace_back([&, r] {
             try {
-              t[std::size_t(r)] = time_rank(*group[std::size_t(r)], floats, gather == 1);
+              t[std::size_t(r)] = time_rank(*group[std::size_t(r)], floats, kind == 2);
             } catch (const std::exception& e) {
               std::fprintf(stderr, "rank %d: %s\n", r, e.what());
               std::exit(1);
@@ -107,11 +113,11 @@ int main(int argc, char** argv) try {
           });
         }
         for (auto& th : threads) th.join();
-        us[gather] = *std::max_element(t.begin(), t.end());
+        us[kind] = *std::max_element(t.begin(), t.end());
       }
       const double bytes = double(floats) * sizeof(float), f = double(n - 1) / n;
-      std::printf("| %zu | %.3f | %.1f | %.0f | %.1f | %.0f |\n", tokens, bytes / 1e6, us[0], 2 * f * bytes / us[0] / 1e3,
-                  us[1], f * bytes * n / us[1] / 1e3);
+      std::printf("| %zu | %.3f | %.1f | %.0f | %.1f | %.1f | %.0f |\n", tokens, bytes / 1e6, us[0], 2 * f * bytes / us[0] / 1e3,
+                  us[1], us[2], f * bytes * n / us[2] / 1e3);
     }
   }
   return 0;

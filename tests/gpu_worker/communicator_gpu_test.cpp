@@ -3,6 +3,7 @@
 // drives them; sums and gathers exact on values whose float sums are exact, the same floats on
 // every rank, and the same again when the collectives are replayed from a captured graph.
 // Runs only where the runtime sees a GPU.
+#include <chrono>
 #include <cstdio>
 #include <numeric>
 #include <string>
@@ -94,8 +95,11 @@ TEST(DeviceGroup, SumsAndGathersOnEveryGroupSizeEagerlyAndFromAGraph) {
   for (int n = 1; n <= most; ++n) {
     std::vector<int> ids(static_cast<std::size_t>(n));
     std::iota(ids.begin(), ids.end(), 0);
-    auto group = make_device_group(ids);
+    for (const std::size_t p2p_max_bytes : {device_group_options{}.p2p_max_bytes, std::size_t(0)}) {
+    SCOPED_TRACE(p2p_max_bytes ? "one-shot all-reduce where the devices are peers" : "NCCL only");
+    auto group = make_device_group(ids, {.p2p_max_bytes = p2p_max_bytes});
     ASSERT_EQ(group.size(), std::size_t(n));
+    std::printf("[ %d rank(s): %s ]\n", n, group[0]->describe().c_str());
     for (const bool graph : {true, false}) {  // a graph first: capture before any eager collective
       std::vector<rank_result> got(static_cast<std::size_t>(n));
       std::vector<std::thread> threads;
@@ -117,10 +121,37 @@ TEST(DeviceGroup, SumsAndGathersOnEveryGroupSizeEagerlyAndFromAGraph) {
         }
       }
     }
+    }
   }
   if (!device_collectives_built()) {
     const std::vector<int> two{0, 0};
     EXPECT_THROW(make_device_group(two), std::runtime_error);
+  }
+}
+
+// A rank whose peers never come waits on the device until abort() ends it (what a failed rank's
+// group does), on either path; later collectives of the group fail.
+TEST(DeviceGroup, AnAbortEndsARanksWaitForPeersThatNeverCome) {
+  if (device_count() < 2 || !device_collectives_built()) GTEST_SKIP() << "needs two GPUs and NCCL";
+  for (const std::size_t p2p_max_bytes : {device_group_options{}.p2p_max_bytes, std::size_t(0)}) {
+    SCOPED_TRACE(p2p_max_bytes ? "one-shot all-reduce" : "NCCL only");
+    const std::vector<int> ids{0, 1};
+    auto group = make_device_group(ids, {.p2p_max_bytes = p2p_max_bytes});
+    ASSERT_EQ(hipSetDevice(0), hipSuccess);
+    hipStream_t s{};
+    ASSERT_EQ(hipStreamCreateWithFlags(&s, hipStreamNonBlocking), hipSuccess);
+    float* x = nullptr;
+    ASSERT_EQ(hipMalloc(&x, 1024 * sizeof(float)), hipSuccess);
+    group[0]->all_reduce_sum(x, 1024, s);  // rank 1 never calls
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_EQ(hipStreamQuery(s), hipErrorNotReady) << "rank 0 waits for rank 1";
+    group[0]->abort();
+    group[1]->abort();
+    (void)hipStreamSynchronize(s);  // returns (NCCL may report the abort as an error)
+    (void)hipGetLastError();
+    EXPECT_THROW(group[0]->all_reduce_sum(x, 1024, s), std::runtime_error);
+    (void)hipFree(x);
+    (void)hipStreamDestroy(s);
   }
 }
 
