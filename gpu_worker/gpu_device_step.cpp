@@ -985,7 +985,9 @@ void gpu_device::run_candidates(const step_plan& plan) {
   const std::vector<logit_params>* reduced = &lp_;
   if (split) {
     slice_lp_.clear();
-    for (const logit_params& p : lp_) slice_lp_.push_back(kernels::slice_logit_params(p, vocab_.begin, vocab_.end, comm_->rank()));
+    for (const logit_params& p : lp_) {
+      slice_lp_.push_back(kernels::slice_logit_params(p, vocab_.begin, vocab_.end, comm_->rank()));
+    }
     reduced = &slice_lp_;
   }
   lp_max_k_ = max_k;
@@ -1049,8 +1051,8 @@ void gpu_device::run_candidates(const step_plan& plan) {
 void gpu_device::merge_candidates(std::size_t record_bytes, std::int32_t max_k) {
   const std::size_t n = lp_.size();
   prof_.mark("candidates gather and merge", stream_);
-  comm_->all_gather(reinterpret_cast<const float*>(records_dev_), n * record_bytes / sizeof(float), reinterpret_cast<float*>(tp_records_),
-                    stream_);
+  comm_->all_gather(reinterpret_cast<const float*>(records_dev_), n * record_bytes / sizeof(float),
+                    reinterpret_cast<float*>(tp_records_), stream_);
   const kernels::candidates_batch whole = kernels::pack_candidates(lp_, lp_positions_, m_.hp.n_vocab, max_k);
   std::memcpy(upload_host_ + up_off_.merge_seqs, whole.seqs.data(), n * sizeof(kernels::candidates_seq));
   ok(hipMemcpyAsync(upload_dev_ + up_off_.merge_seqs, upload_host_ + up_off_.merge_seqs, n * sizeof(kernels::candidates_seq),
@@ -1064,7 +1066,9 @@ void gpu_device::merge_candidates(std::size_t record_bytes, std::int32_t max_k) 
                                       .seqs = dev_at<kernels::candidates_seq>(up_off_.merge_seqs),
                                       .out = records_dev_,
                                       .draw = std::any_of(lp_.begin(), lp_.end(), [](const logit_params& l) { return l.draw.on; })};
-  for (int q = 0; q < comm_->size(); ++q) mp.vocab_begin[q] = std::int32_t(model::vocab_slice_of(m_.hp.n_vocab, q, comm_->size()).begin);
+  for (int q = 0; q < comm_->size(); ++q) {
+    mp.vocab_begin[q] = std::int32_t(model::vocab_slice_of(m_.hp.n_vocab, q, comm_->size()).begin);
+  }
   ok(kernels::launch_candidates_merge(mp, stream_), "candidates merge");
 }
 
