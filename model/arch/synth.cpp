@@ -94,6 +94,7 @@ const std::vector<synth_shape>& synth_shapes() {
       {"tiny-qwen3", arch::qwen3, 512, 256, 2, 8, 2, 64, 768, 4096, 1000000.f, 1e-6f, false},
       {"qwen2.5-0.5b", arch::qwen2, 151936, 896, 24, 14, 2, 64, 4864, 32768, 1000000.f, 1e-6f, true},
       {"llama3-8b", arch::llama, 128256, 4096, 32, 32, 8, 128, 14336, 8192, 500000.f, 1e-5f, false},
+      {"llama3-70b", arch::llama, 128256, 8192, 80, 64, 8, 128, 28672, 8192, 500000.f, 1e-5f, false},
       {"qwen3-8b", arch::qwen3, 151936, 4096, 36, 32, 8, 128, 12288, 40960, 1000000.f, 1e-6f, false},
       // Mixtures of experts: Qwen3-MoE (qwen3moe) and Mixtral (llama with experts).
       {.name = "tiny-qwen3moe", .architecture = arch::qwen3moe, .n_vocab = 512, .n_embd = 256, .n_layer = 2, .n_head = 8,
