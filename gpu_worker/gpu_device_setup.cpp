@@ -162,8 +162,9 @@ gpu_device::gpu_device(const model::llm& m, const gpu_worker_config& cfg, memory
   mem.gemm_dtype = gemm_dtype_;
   plan_kv(cfg, mem);
   // Tensor parallel: no rank starts its warm-up's collectives before every rank has allocated
-  // everything (with peer access on, an allocation waits for the peers' devices, and a peer's
-  // collective waits for this rank: measured on 2 H200s as a hang at start-up).
+  // everything (with peer access on, an allocation may wait for the peers' devices, where a peer's
+  // collective waits for this rank). Suspected for session 32's start-up hang, whose cause turned
+  // out to be a per-process kernel limit (bench/GPU_NOTES.md, session 33); kept as the cheap rule.
   if (cfg.ranks_allocated) cfg.ranks_allocated();
   try {
     warm_up();

@@ -151,7 +151,7 @@ class tp_gpu_backend final : public worker_device {
             errors[i] = std::current_exception();
             if (int none = -1; first_failed.compare_exchange_strong(none, r)) {
               meeting.abort();
-              for (const auto& comm : comms_) comm->abort();
+              break_group();
             }
           }
         });
@@ -214,13 +214,19 @@ class tp_gpu_backend final : public worker_device {
         f(*devs_[i], i);
       } catch (...) {
         errors[i] = std::current_exception();
-        if (!broken_.exchange(true)) {
-          for (const auto& c : comms_) c->abort();
-        }
+        break_group();
       }
     });
     for (const std::exception_ptr& e : errors) {
       if (e) std::rethrow_exception(e);
+    }
+  }
+
+  // Every rank's collectives under way and to come end with an error (once): what any rank's
+  // failure, at start-up or in a step, does to the group.
+  void break_group() {
+    if (!broken_.exchange(true)) {
+      for (const auto& c : comms_) c->abort();
     }
   }
 
