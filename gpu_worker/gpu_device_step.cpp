@@ -627,7 +627,9 @@ void gpu_device::run_delta_net(std::int64_t l, bool x8_embd) {
                                  .v_heads = hp.ssm_v_heads,
                                  .head_k = hp.ssm_head_k,
                                  .head_v = hp.ssm_head_v,
-                                 .seqs = seqs},
+                                 .seqs = seqs,
+                                 // Prompt chunks (after the step's decode rows) in the chunked form.
+                                 .chunked_from = std::size_t(step_.n_dec)},
                                 stream_),
      "delta rule");
   prof_.mark("ssm out projection", stream_);

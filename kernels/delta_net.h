@@ -15,11 +15,19 @@
 //   beta   = sigmoid(b[j]),  g = a[j] * softplus(alpha[j] + dt_bias[j])   (a = -exp(A_log) < 0)
 //   S      = exp(g) S;   S += k (beta (v - S^T k))^T;   o = S^T q
 //   y[j]   = o / sqrt(mean(o^2) + eps) * norm * silu(z[j])                 (the gated RMSNorm)
-// The chunked form prefill kernels use is an exact rearrangement of the same recurrence.
+// The chunked form (the GPU's prompt chunks) is an exact rearrangement of the same recurrence: for a
+// chunk of C tokens from state S0, with G_t the chunk's running sum of g up to t and u_t the
+// update d of token t above,
+//   u_t = beta_t (v_t - e^{G_t} S0^T k_t) - sum_{i<t} beta_t e^{G_t - G_i} (k_t . k_i) u_i
+//   o_t = e^{G_t} S0^T q_t + sum_{i<=t} e^{G_t - G_i} (q_t . k_i) u_i
+//   S_C = e^{G_C} S0 + sum_i e^{G_C - G_i} k_i u_i^T
+// (u by forward substitution in the unit lower-triangular system): whole-chunk products in place
+// of one token after another.
 //
 // The *_ref functions are the ops' definitions (CPU, double accumulation; the state in float).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 
@@ -60,6 +68,10 @@ struct delta_rule_params {
   std::int64_t k_heads = 0, v_heads = 0;  // v_heads a multiple of k_heads
   std::int64_t head_k = 0, head_v = 0;
   std::span<const recurrent_seq> seqs;
+  // The GPU: seqs[chunked_from, end) (a step's prompt chunks) take the chunked form, those before
+  // it (decode: a token each) the recurrent one; the default, all recurrent. The CPU reference
+  // ignores it (the same function either way).
+  std::size_t chunked_from = SIZE_MAX;
 };
 
 void conv1d_silu_ref(const conv1d_silu_params& p);
@@ -73,7 +85,8 @@ void delta_rule_ref(const delta_rule_params& p);
 namespace anvil::kernels {
 // The GPU kernels (kernels/delta_net.hip): every pointer, seqs' elements included, in device
 // memory (seqs.size() is read on the host). Reject (hipErrorInvalidValue) a kernel of more than
-// 16 taps, head_k other than 16, 32, 64 or 128, head_v above 128, more than 65535 sequences.
+// 16 taps, head_k other than 16, 32, 64 or 128, head_v above 128, more than 65535 sequences,
+// chunked_from past the end but not SIZE_MAX.
 hipError_t launch_conv1d_silu(const conv1d_silu_params& p, hipStream_t stream);
 hipError_t launch_delta_rule(const delta_rule_params& p, hipStream_t stream);
 }  // namespace anvil::kernels

@@ -1,11 +1,19 @@
-// Gated DeltaNet on the GPU (kernels/delta_net.h): the causal convolution with SiLU, a thread per
-// channel of a sequence, its last inputs in registers; and the delta rule in its recurrent form, a
-// block per (value head, sequence), each thread one column of the head's head_k x head_v state in
-// registers for the whole step (the state is read from its slot once and written back once), q and
-// k of the key head in shared memory, the gated norm's mean by a block reduction.
+// Gated DeltaNet on the GPU (kernels/delta_net.h).
 //
-// The recurrent form takes a sequence's tokens one after another: what a decode step needs, and
-// correct (not fast) for prefill chunks; the chunked form is the prefill kernel's to come.
+// conv1d_silu: a thread per channel of a sequence, its last inputs in registers, the inputs of
+// conv_ahead tokens loaded before any is used (a sequence's tokens are a chain through the window,
+// so the loads, not the arithmetic, set the pace).
+//
+// The delta rule, two forms:
+// - recurrent (decode): a block per (value head, sequence), each thread one column of the head's
+//   head_k x head_v state in registers for the whole step (read from its slot once, written back
+//   once), q and k of the key head in shared memory, the gated norm's mean by a block reduction.
+// - chunked (prompt chunks): a block per (value head, 32 of its columns, sequence) keeps those
+//   columns of the state in shared memory and takes the sequence's tokens 32 at a time
+//   (delta_net.h's rearrangement): the chunk's q . k and k . k products, S0's products with q and k,
+//   the forward substitution for u (one thread per column, u in registers), then the outputs and
+//   the new state as sums over the chunk. The columns of a head are split over blocks, so the
+//   gated norm (a mean over all of them) is a second kernel over the outputs.
 #include "kernels/delta_net.h"
 
 #include <algorithm>
@@ -15,6 +23,7 @@ namespace {
 
 constexpr int conv_block = 128;
 constexpr int max_taps = int(conv1d_max_taps);
+constexpr int conv_ahead = 16;   // conv1d_silu: tokens whose inputs a thread loads before using any
 constexpr int rule_block = 128;  // delta_rule: one thread per value dimension, head_v <= 128
 
 __device__ __forceinline__ float silu(float x) { return x / (1.f + expf(-x)); }
@@ -34,15 +43,22 @@ __global__ void __launch_bounds__(conv_block) conv1d_silu_kernel(conv1d_silu_par
     win[j] = j < hist && !s.fresh ? st[j * p.channels] : 0.f;
     taps[j] = j < kw ? p.taps[c * kw + j] : 0.f;
   }
-  for (std::int64_t t = 0; t < s.n_tokens; ++t) {
-    float* x = p.x + (s.first + t) * p.channels + c;
-    const float cur = *x;
-    float acc = 0.f;
+  float* x0 = p.x + s.first * p.channels + c;
+  for (std::int64_t t0 = 0; t0 < s.n_tokens; t0 += conv_ahead) {
+    float in[conv_ahead];
 #pragma unroll
-    for (int j = 0; j < max_taps; ++j) acc += taps[j] * (j < hist ? win[j] : j == hist ? cur : 0.f);
-    *x = silu(acc);
+    for (int u = 0; u < conv_ahead; ++u) in[u] = t0 + u < s.n_tokens ? x0[(t0 + u) * p.channels] : 0.f;
 #pragma unroll
-    for (int j = 0; j + 1 < max_taps; ++j) win[j] = j + 1 < hist ? win[j + 1] : j + 1 == hist ? cur : win[j];
+    for (int u = 0; u < conv_ahead; ++u) {
+      if (t0 + u >= s.n_tokens) break;
+      const float cur = in[u];
+      float acc = 0.f;
+#pragma unroll
+      for (int j = 0; j < max_taps; ++j) acc += taps[j] * (j < hist ? win[j] : j == hist ? cur : 0.f);
+      x0[(t0 + u) * p.channels] = silu(acc);
+#pragma unroll
+      for (int j = 0; j + 1 < max_taps; ++j) win[j] = j + 1 < hist ? win[j + 1] : j + 1 == hist ? cur : win[j];
+    }
   }
 #pragma unroll
   for (int j = 0; j < max_taps; ++j) {
@@ -111,6 +127,235 @@ __global__ void __launch_bounds__(rule_block) delta_rule_kernel(delta_rule_param
   }
 }
 
+// ---- the chunked form --------------------------------------------------------------------------------
+constexpr int chunk = 32;          // tokens per chunk
+constexpr int chunk_cols = 32;     // value columns per block
+constexpr int chunk_threads = 256;
+constexpr int chunk_groups = chunk_threads / 32;  // groups of 32 threads (a warp, or half of a 64-wide one)
+
+// Sum over an aligned group of 32 lanes (xor masks below 32 stay inside it for warps of 32 and 64).
+__device__ __forceinline__ float sum32(float v) {
+#pragma unroll
+  for (int m = 16; m > 0; m /= 2) v += gpu::shfl_xor(v, m);
+  return v;
+}
+
+// The block's shared memory, in floats: q and k of the chunk's tokens (rows padded to keep float4
+// loads of 8 consecutive rows on distinct banks), the state's columns, the chunk's two triangular
+// matrices, u (v, then the right-hand side, then the solution), and per token G and beta.
+template <int DK>
+struct chunk_layout {
+  static constexpr int pitch = DK + 4;
+  static constexpr int q = 0, k = q + chunk * pitch, s = k + chunk * pitch, akk = s + DK * chunk_cols,
+                       aqk = akk + chunk * (chunk + 1), u = aqk + chunk * (chunk + 1), g = u + chunk * chunk_cols,
+                       beta = g + chunk, floats = beta + chunk;
+  static constexpr int bytes = floats * int(sizeof(float));
+};
+
+template <int DK>
+__global__ void __launch_bounds__(chunk_threads) delta_chunk_kernel(delta_rule_params p, const recurrent_seq* seqs) {
+  using L = chunk_layout<DK>;
+  extern __shared__ float4 smem4[];
+  float* const sm = reinterpret_cast<float*>(smem4);
+  float *const qs = sm + L::q, *const ks = sm + L::k, *const S = sm + L::s, *const akk = sm + L::akk,
+               *const aqk = sm + L::aqk, *const us = sm + L::u, *const G = sm + L::g, *const betas = sm + L::beta;
+  gpu::dependency_wait();  // launched with gpu::launch_dependent
+  gpu::allow_dependents();
+  const int dv = int(p.head_v), hv = int(p.v_heads), hk = int(p.k_heads);
+  const int groups_per_head = (dv + chunk_cols - 1) / chunk_cols;
+  const int j = int(blockIdx.x) / groups_per_head, col0 = (int(blockIdx.x) % groups_per_head) * chunk_cols;
+  const int kh = j % hk, tid = int(threadIdx.x), lane = tid % 32, grp = tid / 32;
+  const int cols = min(chunk_cols, dv - col0);
+  const bool col_ok = lane < cols;
+  const recurrent_seq sq = seqs[std::size_t(p.chunked_from) + blockIdx.y];
+  const std::int64_t width = 2 * std::int64_t(hk) * DK + std::int64_t(hv) * dv;
+  float* const S_slot = p.state + (std::int64_t(sq.slot) * hv + j) * DK * dv + col0;
+  for (int e = tid; e < DK * chunk_cols; e += chunk_threads) {
+    const int a = e / chunk_cols, c = e % chunk_cols;
+    S[e] = !sq.fresh && c < cols ? S_slot[a * dv + c] : 0.f;
+  }
+  const float decay_rate = p.a[j], dt_bias = p.dt_bias[j], q_scale = rsqrtf(float(DK));
+
+  for (std::int64_t t0 = 0; t0 < sq.n_tokens; t0 += chunk) {
+    const int n = sq.n_tokens - t0 < chunk ? int(sq.n_tokens - t0) : chunk;
+    const std::int64_t row0 = sq.first + t0;
+    __syncthreads();  // the chunk before is done with every array but S (and S's own barrier came before)
+    // 1. q and k of the key head, normalised (q also by 1 / sqrt(DK)); v of the block's columns;
+    //    beta, the decay's logarithm g and its running sum G (zeros past the chunk's tokens).
+    for (int t = grp; t < chunk; t += chunk_groups) {
+      const float* r = p.qkv + (row0 + t) * width;
+      float qv[DK / 32 > 0 ? DK / 32 : 1], kv[DK / 32 > 0 ? DK / 32 : 1];
+      float qq = 0.f, kk = 0.f;
+#pragma unroll
+      for (int m = 0; m * 32 < DK; ++m) {
+        const int a = lane + 32 * m;
+        const bool in = t < n && a < DK;
+        qv[m] = in ? r[kh * DK + a] : 0.f;
+        kv[m] = in ? r[(hk + kh) * DK + a] : 0.f;
+        qq += qv[m] * qv[m];
+        kk += kv[m] * kv[m];
+      }
+      qq = sum32(qq);
+      kk = sum32(kk);
+      const float qn = q_scale * rsqrtf(qq + 1e-6f), kn = rsqrtf(kk + 1e-6f);
+#pragma unroll
+      for (int m = 0; m * 32 < DK; ++m) {
+        const int a = lane + 32 * m;
+        if (a < DK) {
+          qs[t * L::pitch + a] = qv[m] * qn;
+          ks[t * L::pitch + a] = kv[m] * kn;
+        }
+      }
+      us[t * chunk_cols + lane] = t < n && col_ok ? r[2 * std::int64_t(hk) * DK + j * dv + col0 + lane] : 0.f;
+    }
+    if (tid < chunk) {
+      float g = 0.f, beta = 0.f;
+      if (tid < n) {
+        const std::int64_t at = (row0 + tid) * hv + j;
+        beta = 1.f / (1.f + expf(-p.b[at]));
+        const float x = p.alpha[at] + dt_bias;
+        g = decay_rate * (x > 20.f ? x : log1pf(expf(x)));
+      }
+      G[tid] = g;
+      betas[tid] = beta;
+    }
+    __syncthreads();
+    if (tid == 0) {
+      for (int t = 1; t < chunk; ++t) G[t] += G[t - 1];
+    }
+    __syncthreads();
+
+    // 2. akk[t][i] = beta_t e^{G_t - G_i} k_t . k_i (i < t), aqk[t][i] = e^{G_t - G_i} q_t . k_i (i <= t).
+    {
+      const int t = tid / 8, i_lo = tid % 8;  // rows i_lo + 8m: eight consecutive rows per float4 quarter
+      float dkk[4] = {}, dqk[4] = {};
+      for (int a = 0; a < DK; a += 4) {
+        const float4 kt = *reinterpret_cast<const float4*>(ks + t * L::pitch + a);
+        const float4 qt = *reinterpret_cast<const float4*>(qs + t * L::pitch + a);
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+          const float4 ki = *reinterpret_cast<const float4*>(ks + (i_lo + 8 * m) * L::pitch + a);
+          dkk[m] += kt.x * ki.x + kt.y * ki.y + kt.z * ki.z + kt.w * ki.w;
+          dqk[m] += qt.x * ki.x + qt.y * ki.y + qt.z * ki.z + qt.w * ki.w;
+        }
+      }
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {
+        const int i = i_lo + 8 * m;
+        const float decay = i <= t ? expf(G[t] - G[i]) : 0.f;
+        akk[t * (chunk + 1) + i] = i < t ? betas[t] * decay * dkk[m] : 0.f;
+        aqk[t * (chunk + 1) + i] = decay * dqk[m];
+      }
+    }
+    // 3. S0's products: the right-hand side beta_t (v_t - e^{G_t} S0^T k_t) into us, and the
+    //    outputs' first term e^{G_t} S0^T q_t kept in registers (step 5 has the same threads).
+    float o[chunk / chunk_groups];
+    {
+      float sk[chunk / chunk_groups] = {}, sq_[chunk / chunk_groups] = {};
+      for (int a = 0; a < DK; ++a) {
+        const float s = S[a * chunk_cols + lane];
+#pragma unroll
+        for (int m = 0; m < chunk / chunk_groups; ++m) {
+          const int t = grp * (chunk / chunk_groups) + m;
+          sk[m] += ks[t * L::pitch + a] * s;
+          sq_[m] += qs[t * L::pitch + a] * s;
+        }
+      }
+#pragma unroll
+      for (int m = 0; m < chunk / chunk_groups; ++m) {
+        const int t = grp * (chunk / chunk_groups) + m;
+        float& v = us[t * chunk_cols + lane];
+        const float e = expf(G[t]);
+        v = betas[t] * (v - e * sk[m]);
+        o[m] = e * sq_[m];
+      }
+    }
+    __syncthreads();
+    // 4. (I + akk) u = rhs, by forward substitution: a thread per column, u in registers.
+    if (tid < chunk_cols) {
+      float u[chunk];
+#pragma unroll
+      for (int t = 0; t < chunk; ++t) {
+        float acc = us[t * chunk_cols + tid];
+#pragma unroll
+        for (int i = 0; i < t; ++i) acc -= akk[t * (chunk + 1) + i] * u[i];
+        u[t] = acc;
+        us[t * chunk_cols + tid] = acc;
+      }
+    }
+    __syncthreads();
+    // 5. The outputs: o_t += sum_{i <= t} aqk[t][i] u_i (their gated norm is the next kernel's).
+#pragma unroll
+    for (int m = 0; m < chunk / chunk_groups; ++m) {
+      const int t = grp * (chunk / chunk_groups) + m;
+      float acc = o[m];
+      for (int i = 0; i <= t; ++i) acc += aqk[t * (chunk + 1) + i] * us[i * chunk_cols + lane];
+      if (t < n && col_ok) p.y[((row0 + t) * hv + j) * dv + col0 + lane] = acc;
+    }
+    // 6. The state: S = e^{G_end} S0 + sum_i e^{G_end - G_i} k_i u_i^T (rows a of this group).
+    {
+      constexpr int rows = DK / chunk_groups;
+      const float keep = expf(G[n - 1]);
+      float acc[rows];
+#pragma unroll
+      for (int m = 0; m < rows; ++m) acc[m] = keep * S[(grp * rows + m) * chunk_cols + lane];
+      for (int i = 0; i < n; ++i) {
+        const float ui = expf(G[n - 1] - G[i]) * us[i * chunk_cols + lane];
+#pragma unroll
+        for (int m = 0; m < rows; ++m) acc[m] += ks[i * L::pitch + grp * rows + m] * ui;
+      }
+#pragma unroll
+      for (int m = 0; m < rows; ++m) S[(grp * rows + m) * chunk_cols + lane] = acc[m];
+    }
+  }
+  __syncthreads();
+  for (int e = tid; e < DK * chunk_cols; e += chunk_threads) {
+    const int a = e / chunk_cols, c = e % chunk_cols;
+    if (c < cols) S_slot[a * dv + c] = S[e];
+  }
+}
+
+// The gated norm of the chunked form's outputs, in place: y = o / sqrt(mean(o^2) + eps) * norm *
+// silu(z) over each (token, value head), a group of 32 threads per pair.
+constexpr int norm_threads = 256, norm_token_blocks = 16;
+__global__ void __launch_bounds__(norm_threads) gated_norm_kernel(delta_rule_params p, const recurrent_seq* seqs) {
+  gpu::dependency_wait();  // launched with gpu::launch_dependent
+  gpu::allow_dependents();
+  const recurrent_seq sq = seqs[std::size_t(p.chunked_from) + blockIdx.y];
+  const int j = int(blockIdx.x), dv = int(p.head_v), hv = int(p.v_heads);
+  const int lane = int(threadIdx.x) % 32, grp = int(threadIdx.x) / 32;
+  constexpr int per_lane = 128 / 32;  // head_v <= 128
+  for (std::int64_t t = std::int64_t(blockIdx.z) * (norm_threads / 32) + grp; t < sq.n_tokens;
+       t += std::int64_t(gridDim.z) * (norm_threads / 32)) {
+    const std::int64_t base = ((sq.first + t) * hv + j) * dv;
+    float o[per_lane];
+    float ss = 0.f;
+#pragma unroll
+    for (int m = 0; m < per_lane; ++m) {
+      const int c = lane + 32 * m;
+      o[m] = c < dv ? p.y[base + c] : 0.f;
+      ss += o[m] * o[m];
+    }
+    const float inv = rsqrtf(sum32(ss) / float(dv) + p.eps);
+#pragma unroll
+    for (int m = 0; m < per_lane; ++m) {
+      const int c = lane + 32 * m;
+      if (c < dv) p.y[base + c] = o[m] * inv * p.norm[c] * silu(p.z[base + c]);
+    }
+  }
+}
+
+template <int DK>
+void launch_chunked(const delta_rule_params& p, unsigned n_seqs, hipStream_t stream) {
+  constexpr int smem = chunk_layout<DK>::bytes;
+  gpu::allow_dynamic_smem<delta_chunk_kernel<DK>>(smem);
+  const unsigned groups = unsigned((p.head_v + chunk_cols - 1) / chunk_cols);
+  gpu::launch_dependent_smem(delta_chunk_kernel<DK>, dim3(unsigned(p.v_heads) * groups, n_seqs), dim3(chunk_threads),
+                             smem, stream, p, p.seqs.data());
+  gpu::launch_dependent(gated_norm_kernel, dim3(unsigned(p.v_heads), n_seqs, norm_token_blocks), dim3(norm_threads),
+                        stream, p, p.seqs.data());
+}
+
 }  // namespace
 
 hipError_t launch_conv1d_silu(const conv1d_silu_params& p, hipStream_t stream) {
@@ -126,15 +371,22 @@ hipError_t launch_conv1d_silu(const conv1d_silu_params& p, hipStream_t stream) {
 hipError_t launch_delta_rule(const delta_rule_params& p, hipStream_t stream) {
   if (p.seqs.empty()) return hipSuccess;
   if (p.k_heads < 1 || p.v_heads < 1 || p.v_heads % p.k_heads != 0 || p.head_v < 1 || p.head_v > rule_block ||
-      p.v_heads > 65535 || p.seqs.size() > 65535 || p.n_slots < 1) {
+      p.v_heads > 65535 || p.seqs.size() > 65535 || p.n_slots < 1 ||
+      (p.chunked_from != SIZE_MAX && p.chunked_from > p.seqs.size())) {
     return hipErrorInvalidValue;
   }
-  const dim3 grid(static_cast<unsigned>(p.v_heads), static_cast<unsigned>(p.seqs.size()));
+  const std::size_t n_rec = std::min(p.chunked_from, p.seqs.size());
+  const auto n_chunked = static_cast<unsigned>(p.seqs.size() - n_rec);
+  const dim3 grid(static_cast<unsigned>(p.v_heads), static_cast<unsigned>(n_rec));
+  const auto run = [&]<int DK>() {
+    if (n_rec > 0) gpu::launch_dependent(delta_rule_kernel<DK>, grid, dim3(rule_block), stream, p, p.seqs.data());
+    if (n_chunked > 0) launch_chunked<DK>(p, n_chunked, stream);
+  };
   switch (p.head_k) {
-    case 16: gpu::launch_dependent(delta_rule_kernel<16>, grid, dim3(rule_block), stream, p, p.seqs.data()); break;
-    case 32: gpu::launch_dependent(delta_rule_kernel<32>, grid, dim3(rule_block), stream, p, p.seqs.data()); break;
-    case 64: gpu::launch_dependent(delta_rule_kernel<64>, grid, dim3(rule_block), stream, p, p.seqs.data()); break;
-    case 128: gpu::launch_dependent(delta_rule_kernel<128>, grid, dim3(rule_block), stream, p, p.seqs.data()); break;
+    case 16: run.template operator()<16>(); break;
+    case 32: run.template operator()<32>(); break;
+    case 64: run.template operator()<64>(); break;
+    case 128: run.template operator()<128>(); break;
     default: return hipErrorInvalidValue;
   }
   return hipGetLastError();

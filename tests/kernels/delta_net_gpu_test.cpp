@@ -1,11 +1,17 @@
 // The gated DeltaNet kernels (kernels/delta_net.hip) against their CPU references: sequences in
 // their own slots, starting afresh or continuing the state a step before left (a prompt in pieces,
 // then decode steps), the outputs, the convolution's and the delta rule's states all compared,
-// nothing written outside its arrays or into a slot no sequence of the step holds.
+// nothing written outside its arrays or into a slot no sequence of the step holds. The delta rule
+// runs in its recurrent form, and in its chunked form (prompts of several chunks of 32 and partial
+// ones, 1-token sequences, column groups of 32 and partial groups) beside the recurrent one in the
+// same launch.
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <random>
 #include <sstream>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -30,12 +36,15 @@ struct delta_case {
   }
 };
 
-class DeltaNetGpu : public ::testing::TestWithParam<delta_case> {};
+enum class form { recurrent, chunked };
+
+class DeltaNetGpu : public ::testing::TestWithParam<std::tuple<delta_case, form>> {};
 
 TEST_P(DeltaNetGpu, MatchesTheCpuReferenceStepAfterStep) {
   require_device();
-  const delta_case c = GetParam();
-  SCOPED_TRACE(c.str());
+  const delta_case c = std::get<0>(GetParam());
+  const bool chunked = std::get<1>(GetParam()) == form::chunked;
+  SCOPED_TRACE(c.str() + (chunked ? " chunked" : " recurrent"));
   std::mt19937 rng(unsigned(c.head_k * 7 + c.head_v + c.lengths.size()));
   const std::int64_t channels = 2 * c.k_heads * c.head_k + c.v_heads * c.head_v, value = c.v_heads * c.head_v;
   const auto n_seqs = std::int64_t(c.lengths.size());
@@ -52,6 +61,10 @@ TEST_P(DeltaNetGpu, MatchesTheCpuReferenceStepAfterStep) {
     // Step 0: each sequence's prompt from position 0 (fresh), in slots n_seqs - 1 .. 0; then one token each.
     std::vector<recurrent_seq> seqs;
     std::int64_t rows = 0;
+    // The chunked form: every prompt but the first (which stays recurrent in the same launch), then
+    // on odd decode steps the second half of the sequences (chunks of one token).
+    std::size_t chunked_from = SIZE_MAX;
+    if (chunked) chunked_from = step == 0 ? std::min<std::size_t>(1, c.lengths.size() - 1) : step % 2 == 1 ? c.lengths.size() / 2 : SIZE_MAX;
     for (std::int64_t i = 0; i < n_seqs; ++i) {
       const std::int64_t n = step == 0 ? c.lengths[std::size_t(i)] : 1;
       seqs.push_back({.first = rows, .n_tokens = n, .slot = std::int32_t(n_seqs - 1 - i), .fresh = step == 0});
@@ -81,7 +94,7 @@ TEST_P(DeltaNetGpu, MatchesTheCpuReferenceStepAfterStep) {
                                        .dt_bias = ddt.data(), .z = dz.data(), .norm = dnorm.data(), .eps = 1e-6f,
                                        .y = dy.data(), .state = dstate.data(), .n_slots = n_slots,
                                        .k_heads = c.k_heads, .v_heads = c.v_heads, .head_k = c.head_k,
-                                       .head_v = c.head_v, .seqs = dev_seqs},
+                                       .head_v = c.head_v, .seqs = dev_seqs, .chunked_from = chunked_from},
                                       nullptr));
     ANVIL_GPU_CHECK(hipDeviceSynchronize());
     const double ex = nmse(dx.download(), x_ref), ey = nmse(dy.download(), y_ref);
@@ -103,13 +116,20 @@ TEST_P(DeltaNetGpu, MatchesTheCpuReferenceStepAfterStep) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, DeltaNetGpu,
-    ::testing::Values(delta_case{.k_heads = 2, .v_heads = 4, .head_k = 16, .head_v = 16, .kernel = 4, .lengths = {5, 1, 9}},
-                      delta_case{.k_heads = 1, .v_heads = 3, .head_k = 32, .head_v = 24, .kernel = 3, .lengths = {7, 2}},
-                      delta_case{.k_heads = 4, .v_heads = 4, .head_k = 64, .head_v = 64, .kernel = 2, .lengths = {3}},
-                      // Qwen3.5's heads: 16 key heads of 128, 32 value heads of 128, 4 taps.
-                      delta_case{.k_heads = 16, .v_heads = 32, .head_k = 128, .head_v = 128, .kernel = 4,
-                                 .lengths = {33, 1, 70, 4}}),
-    [](const ::testing::TestParamInfo<delta_case>& i) { return "case" + std::to_string(i.index); });
+    ::testing::Combine(
+        ::testing::Values(
+            delta_case{.k_heads = 2, .v_heads = 4, .head_k = 16, .head_v = 16, .kernel = 4, .lengths = {5, 1, 9}},
+            delta_case{.k_heads = 1, .v_heads = 3, .head_k = 32, .head_v = 24, .kernel = 3, .lengths = {7, 2}},
+            delta_case{.k_heads = 4, .v_heads = 4, .head_k = 64, .head_v = 64, .kernel = 2, .lengths = {3}},
+            delta_case{.k_heads = 2, .v_heads = 4, .head_k = 64, .head_v = 72, .kernel = 4, .lengths = {1, 64, 95}},
+            // Qwen3.5's heads: 16 key heads of 128, 32 value heads of 128, 4 taps.
+            delta_case{.k_heads = 16, .v_heads = 32, .head_k = 128, .head_v = 128, .kernel = 4,
+                       .lengths = {33, 1, 70, 4}},
+            delta_case{.k_heads = 16, .v_heads = 32, .head_k = 128, .head_v = 128, .kernel = 4, .lengths = {2, 517}}),
+        ::testing::Values(form::recurrent, form::chunked)),
+    [](const ::testing::TestParamInfo<std::tuple<delta_case, form>>& i) {
+      return "case" + std::to_string(i.index / 2) + (std::get<1>(i.param) == form::chunked ? "_chunked" : "_recurrent");
+    });
 
 TEST(DeltaNetGpuLaunch, RefusesShapesItHasNoKernelFor) {
   require_device();
@@ -120,6 +140,10 @@ TEST(DeltaNetGpuLaunch, RefusesShapesItHasNoKernelFor) {
   EXPECT_EQ(launch_delta_rule({.n_slots = 1, .k_heads = 1, .v_heads = 1, .head_k = 16, .head_v = 129, .seqs = seqs}, nullptr),
             hipErrorInvalidValue);
   EXPECT_EQ(launch_delta_rule({.n_slots = 1, .k_heads = 2, .v_heads = 3, .head_k = 16, .head_v = 16, .seqs = seqs}, nullptr),
+            hipErrorInvalidValue);
+  EXPECT_EQ(launch_delta_rule({.n_slots = 1, .k_heads = 1, .v_heads = 1, .head_k = 16, .head_v = 16, .seqs = seqs,
+                               .chunked_from = 2},
+                              nullptr),
             hipErrorInvalidValue);
   EXPECT_EQ(launch_conv1d_silu({.channels = 8, .kernel = 17, .n_slots = 1, .seqs = seqs}, nullptr), hipErrorInvalidValue);
   EXPECT_EQ(launch_conv1d_silu({.channels = 8, .kernel = 1, .n_slots = 1, .seqs = seqs}, nullptr), hipErrorInvalidValue);
