@@ -30,6 +30,7 @@ void op_profile::create(std::size_t n_slots, std::size_t max_marks) {
   slots_.resize(n_slots);
   for (slot_marks& s : slots_) {
     s.events.resize(max_marks);
+    s.host.resize(max_marks);
     s.ops.resize(max_marks);
     for (hipEvent_t& e : s.events) {
       if (hipEventCreate(&e) != hipSuccess) throw std::runtime_error("gpu worker: op profile events could not be created");
@@ -54,13 +55,14 @@ void op_profile::mark(const char* op, hipStream_t stream) {
     return;
   }
   if (hipEventRecord(s.events[s.used], stream) != hipSuccess) return;
+  s.host[s.used] = std::chrono::steady_clock::now();
   s.ops[s.used++] = op;
 }
 
 void op_profile::end(hipStream_t stream) {
   if (current_ == nullptr) return;
   slot_marks& s = *current_;
-  if (hipEventRecord(s.events[s.used], stream) == hipSuccess) ++s.used;
+  if (hipEventRecord(s.events[s.used], stream) == hipSuccess) s.host[s.used++] = std::chrono::steady_clock::now();
   current_ = nullptr;
 }
 
@@ -76,6 +78,7 @@ void op_profile::finish(std::size_t slot) {
     if (hipEventElapsedTime(&ms, s.events[i], s.events[i + 1]) != hipSuccess) continue;
     op_sum& o = k.ops[s.ops[i]];
     o.ms += double(ms);
+    o.host_ms += std::chrono::duration<double, std::milli>(s.host[i + 1] - s.host[i]).count();
     ++o.marks;
     k.ms += double(ms);
   }
@@ -92,10 +95,12 @@ std::string op_profile::report() const {
                        double(k.tokens) / double(k.steps), 1e3 * k.ms / double(k.steps));
     std::vector<std::pair<std::string, op_sum>> rows(k.ops.begin(), k.ops.end());
     std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
-    out += fmt::format("  {:<26} {:>12} {:>14} {:>7}\n", "op", "us per step", "us per launch", "share");
+    out += fmt::format("  {:<26} {:>12} {:>14} {:>7} {:>14}\n", "op", "us per step", "us per launch", "share",
+                       "host us/launch");
     for (const auto& [op, s] : rows) {
-      out += fmt::format("  {:<26} {:>12.1f} {:>14.2f} {:>6.1f}%\n", op, 1e3 * s.ms / double(k.steps),
-                         1e3 * s.ms / double(std::max<std::uint64_t>(s.marks, 1)), 100.0 * s.ms / std::max(k.ms, 1e-9));
+      const double launches = double(std::max<std::uint64_t>(s.marks, 1));
+      out += fmt::format("  {:<26} {:>12.1f} {:>14.2f} {:>6.1f}% {:>14.2f}\n", op, 1e3 * s.ms / double(k.steps),
+                         1e3 * s.ms / launches, 100.0 * s.ms / std::max(k.ms, 1e-9), 1e3 * s.host_ms / launches);
     }
   }
   return out;

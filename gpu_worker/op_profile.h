@@ -2,7 +2,8 @@
 // starts with ANVIL_OP_PROFILE=1 (bench/README.md). Each step records an event on the stream
 // before each op (mark()); when the step is collected, the time from one mark to the next is
 // added to the first mark's op, summed over layers and steps, apart for decode-only steps and
-// steps with prompt tokens. The table goes to the log every report_every steps and when the
+// steps with prompt tokens; beside it, the worker thread's time from one mark to the next (an op
+// whose host time exceeds its device time leaves the device idle: the step is enqueued too slowly). The table goes to the log every report_every steps and when the
 // worker stops.
 //
 // What it costs: steps run eagerly (no decode graphs) and every mark stops the next kernel from
@@ -13,6 +14,7 @@
 // The events are created at start-up (create()); nothing is allocated on the device.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -53,6 +55,7 @@ class op_profile {
  private:
   struct slot_marks {
     std::vector<hipEvent_t> events;
+    std::vector<std::chrono::steady_clock::time_point> host;  // when each mark was enqueued
     std::vector<const char*> ops;  // per mark but the last
     std::size_t used = 0;
     bool decode = false, overflow = false;
@@ -60,6 +63,7 @@ class op_profile {
   };
   struct op_sum {
     double ms = 0;
+    double host_ms = 0;  // the worker's thread, enqueuing the op
     std::uint64_t marks = 0;
   };
   struct kind_sum {
