@@ -221,7 +221,7 @@ class gpu_device {
   bool have_blas_ = false;
   kernels::gemm_dtype gemm_dtype_ = kernels::gemm_dtype::f16;
   bool fp8_stack_qkv_ = true;
-  blas::fp8_gemm fp8_gemm_;  // gemm_dtype fp8: cuBLASLt, created at start-up
+  blas::lt_gemm lt_gemm_;  // cuBLASLt (prompt steps' f16 GEMMs, gemm_dtype fp8), created at start-up
   std::vector<void*> device_allocs_, pinned_allocs_;
   // What a step begun and not yet collected keeps apart from the next one: its pinned upload
   // and result buffers, its timing events on the device's clock (step_result::device_busy_us /

@@ -135,18 +135,18 @@ gpu_device::gpu_device(const model::llm& m, const gpu_worker_config& cfg, memory
     gemm_.algo = kernels::default_gemm_algo();
     gemm_dtype_ = cfg.gemm_dtype;
     fp8_stack_qkv_ = cfg.fp8_stack_qkv;
-    if (gemm_dtype_ == kernels::gemm_dtype::fp8) {
-      if (!kernels::gemm_fp8_supported(device_) || fp8_gemm_.create() != blas::ok) {
+    const bool fp8 = gemm_dtype_ == kernels::gemm_dtype::fp8;
+    if (kernels::gemm_uses_blas(gemm_.algo) || fp8) {
+      // cuBLASLt for every vendor GEMM: f16/bf16 products of prompt steps, and the FP8 ones.
+      if ((fp8 && !kernels::gemm_fp8_supported(device_)) || lt_gemm_.create() != blas::ok) {
+        if (!fp8) throw std::runtime_error("gpu worker: the cuBLASLt handle could not be created");
         throw std::runtime_error("gpu worker: --gemm-dtype fp8 needs FP8 tensor cores (NVIDIA compute capability 8.9+) "
                                  "and cuBLASLt; " + std::string(prop.name) + " has compute capability " +
                                  std::to_string(prop.major) + "." + std::to_string(prop.minor) +
                                  (ANVIL_GPU_HAVE_BLAS ? "" : " and this build has no vendor BLAS"));
       }
-      ++allocations_;  // the cuBLASLt handle, as the cuBLAS one below
-    }
-    if (kernels::gemm_uses_blas(gemm_.algo)) {
-      if (blas::create(&gemm_.blas) != blas::ok) throw std::runtime_error("gpu worker: the BLAS handle could not be created");
       have_blas_ = true;
+      gemm_.lt = &lt_gemm_;
       ++allocations_;  // the handle holds device memory of its own
     }
   } catch (const device_failure& e) {
@@ -192,7 +192,6 @@ gpu_device::~gpu_device() {
     if (sl.begin) (void)hipEventDestroy(sl.begin);
     if (sl.end) (void)hipEventDestroy(sl.end);
   }
-  if (have_blas_) (void)blas::destroy(gemm_.blas);
   for (void* p : device_allocs_) (void)hipFree(p);
   for (void* p : pinned_allocs_) (void)hipHostFree(p);
   if (stream_) (void)hipStreamDestroy(stream_);

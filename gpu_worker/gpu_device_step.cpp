@@ -62,7 +62,7 @@ bool gpu_device::fp8_step(std::int64_t n_tokens) const {
 }
 
 kernels::gemm_fp8_context gpu_device::fp8_context() {
-  return {.blas = &fp8_gemm_,
+  return {.blas = &lt_gemm_,
           .workspace = gemm_.workspace,
           .workspace_bytes = gemm_.workspace_bytes,
           .blas_workspace = gemm_.blas_workspace,

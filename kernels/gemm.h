@@ -42,6 +42,10 @@ struct gemm_context {
   blas::handle_t blas = nullptr;       // gemm_uses_blas: created at start-up by the caller
   void* blas_workspace = nullptr;      // gemm_uses_blas: bound to the handle on every call
   std::size_t blas_workspace_bytes = 0;
+  // gemm_uses_blas: when set, the products run through cuBLASLt with plans kept per shape (a call
+  // costs the host microseconds where cublasGemmEx spends up to milliseconds on every shape it has
+  // not seen lately: bench/GPU_NOTES.md, session 34) and `blas` is not used.
+  blas::lt_gemm* lt = nullptr;
 };
 
 // Scratch bytes launch_gemm needs for this weight and up to max_tokens tokens (0 if it needs none).

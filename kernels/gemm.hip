@@ -163,7 +163,7 @@ hipError_t run_tiled(const matmul_params& p, const gemm_context& ctx, hipStream_
 }
 
 hipError_t run_blas(const matmul_params& p, const gemm_context& ctx, hipStream_t stream) {
-  if (!ANVIL_GPU_HAVE_BLAS || ctx.blas == nullptr) return hipErrorNotSupported;
+  if (!ANVIL_GPU_HAVE_BLAS || (ctx.blas == nullptr && ctx.lt == nullptr)) return hipErrorNotSupported;
   const bool bf16 = p.w_type == model::ggml_type::BF16;
   const std::size_t w_bytes = weight_scratch_bytes(gemm_algo::vendor_blas, p.w_type, p.in, p.out);
   auto* base = static_cast<unsigned char*>(ctx.workspace);
@@ -188,10 +188,16 @@ hipError_t run_blas(const matmul_params& p, const gemm_context& ctx, hipStream_t
   // transposed) times x (column-major [in x n_tokens]).
   const blas::dtype in_type = bf16 ? blas::dtype::bf16 : blas::dtype::f16;
   const int m = int(p.out), n = int(p.n_tokens), k = int(p.in);
-  if (blas::bind(ctx.blas, stream, ctx.blas_workspace, ctx.blas_workspace_bytes) != blas::ok) return hipErrorNotSupported;
-  if (blas::gemm(ctx.blas, true, false, m, n, k, 1.f, w, in_type, k, x16, in_type, k, 0.f, p.y, blas::dtype::f32, m) !=
-      blas::ok) {
-    return hipErrorNotSupported;
+  if (ctx.lt != nullptr) {
+    if (ctx.lt->run_half(in_type, m, n, k, w, x16, p.y, ctx.blas_workspace, ctx.blas_workspace_bytes, stream) != blas::ok) {
+      return hipErrorNotSupported;
+    }
+  } else {
+    if (blas::bind(ctx.blas, stream, ctx.blas_workspace, ctx.blas_workspace_bytes) != blas::ok) return hipErrorNotSupported;
+    if (blas::gemm(ctx.blas, true, false, m, n, k, 1.f, w, in_type, k, x16, in_type, k, 0.f, p.y, blas::dtype::f32, m) !=
+        blas::ok) {
+      return hipErrorNotSupported;
+    }
   }
   if (p.bias) return launch_add_bias(p.y, p.bias, p.out, p.n_tokens, stream);
   return hipGetLastError();

@@ -5,7 +5,7 @@
 // start-up (launch_make_fp8_matrix: the weight dequantized to f16, then quantized), and keeps it
 // beside the original, which the GEMV and the quantized GEMM go on reading for small steps. x is
 // quantized on every call, once per projection group. The products run in the vendor BLAS
-// (cuBLASLt, blas::fp8_gemm), which applies both scales to the f32 sums.
+// (cuBLASLt, blas::lt_gemm), which applies both scales to the f32 sums.
 //
 // Format: FP8 E4M3 codes with ONE f32 scale per matrix (cuBLASLt's only FP8 scaling on Hopper:
 // its per-row "outer vector" mode was measured refused there, bench/GPU_NOTES.md), scale = amax /
@@ -123,7 +123,7 @@ struct gemm_fp8_projection {
 };
 
 struct gemm_fp8_context {
-  blas::fp8_gemm* blas = nullptr;  // created at start-up
+  blas::lt_gemm* blas = nullptr;  // created at start-up
   void* workspace = nullptr;       // >= gemm_fp8_workspace_bytes, 256-byte aligned
   std::size_t workspace_bytes = 0;
   void* blas_workspace = nullptr;  // the BLAS's own scratch

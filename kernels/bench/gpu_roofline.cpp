@@ -279,7 +279,7 @@ void fp8_gemm_table(const fp8_table_args& a) {
   std::printf("%-13s %6s | %8s | %9s | %9s %7s | %9s %9s | %9s %7s | %8s %8s | %7s %8s\n", "out x in", "tokens", "f16 lim",
               "q4k path", "f16 blas", "TFLOP/s", "fp8 blas", "fast acc", "fp8 path", "TFLOP/s", "nmse", "fast",
               "x quant", "x encode");
-  blas::fp8_gemm lt;
+  blas::lt_gemm lt;
   if (lt.create() != blas::ok) {
     std::printf("cuBLASLt handle could not be created\n");
     return;

@@ -172,7 +172,7 @@ std::vector<float> decoded_product(const std::vector<std::uint8_t>& wc, float sw
 TEST(GemmFp8Gpu, GroupMatchesTheDecodedProduct) {
   require_fp8();
   if (HasFatalFailure() || IsSkipped()) return;
-  blas::fp8_gemm lt;
+  blas::lt_gemm lt;
   ASSERT_EQ(lt.create(), blas::ok);
   constexpr std::int64_t in = 1024, max_tokens = 70;
   std::mt19937 rng(1024);

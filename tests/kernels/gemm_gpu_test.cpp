@@ -2,12 +2,15 @@
 // references, for every weight type, at 3 to 512 tokens, with and without bias. Tolerances,
 // relative to each output's |W|.|x| scale: 1e-5 where the inputs stay f32 (tiled_f32), 2e-3 where
 // W and x are rounded to f16/bf16 first (tiled_f16, vendor_blas, quantized: 2^-11 per factor at worst,
-// 4e-3 for BF16 weights under vendor_blas, whose x is rounded to bf16, 2^-9). Outputs poisoned and guarded. Label: gpu.
+// 4e-3 for BF16 weights under vendor_blas, whose x is rounded to bf16, 2^-9). The vendor paths run
+// through cuBLAS and through cuBLASLt's plans (blas::lt_gemm: one object for every token count, so
+// that plans made for a bucket run other counts of it). Outputs poisoned and guarded. Label: gpu.
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <random>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -83,21 +86,36 @@ TEST_P(GemmGpu, MatchesCpuReference) {
   blas::handle_t handle = nullptr;
   const bool have_blas = ANVIL_GPU_HAVE_BLAS && blas::create(&handle) == blas::ok;
   device_bytes blas_ws(std::size_t(4) << 20);
+  blas::lt_gemm lt;
 
+  std::vector<std::pair<gemm_algo, bool>> paths;  // (algorithm, through lt_gemm)
   for (gemm_algo algo : algos()) {
+    paths.emplace_back(algo, false);
+    if (gemm_uses_blas(algo)) paths.emplace_back(algo, true);
+  }
+  for (const auto& [algo, via_lt] : paths) {
     if (gemm_uses_blas(algo)) {
       ASSERT_TRUE(have_blas) << "blas::create failed";
+      if (via_lt) ASSERT_EQ(lt.create(), blas::ok);
     }
     device_bytes ws(gemm_workspace_bytes(algo, c.type, c.in, c.out, max_tokens));
-    const gemm_context ctx{algo, ws.data(), ws.size(), handle, blas_ws.data(), blas_ws.size()};
+    const gemm_context ctx{.algo = algo,
+                           .workspace = ws.data(),
+                           .workspace_bytes = ws.size(),
+                           .blas = handle,
+                           .blas_workspace = blas_ws.data(),
+                           .blas_workspace_bytes = blas_ws.size(),
+                           .lt = via_lt ? &lt : nullptr};
+    const std::string path = std::string(algo_name(algo)) + (via_lt ? "+lt" : "");
     const double tol = algo == gemm_algo::tiled_f32                              ? 1e-5
                        : gemm_uses_blas(algo) && c.type == ggml_type::BF16 ? 4e-3  // x in bf16
                                                                            : 2e-3;
     // Token counts of one 8-token tile, of the quantized GEMM's 16/64-token tiles, several of
-    // them with a ragged last one, and past gemm_quant_max_tokens.
-    for (std::int64_t nt : {3, 9, 64, 200, 512}) {
+    // them with a ragged last one, and past gemm_quant_max_tokens; 300 and 512 share a plan
+    // bucket (lt_gemm::bucket), 300 first.
+    for (std::int64_t nt : {3, 9, 61, 64, 200, 300, 512}) {
       const bool with_bias = nt != 64;
-      SCOPED_TRACE(std::string(algo_name(algo)) + " n_tokens=" + std::to_string(nt));
+      SCOPED_TRACE(path + " n_tokens=" + std::to_string(nt));
       std::vector<float> ref(std::size_t(nt * c.out));
       const float* bp = with_bias ? bias.data() : nullptr;
       matmul_ref({.w = w.bytes.data(),
@@ -121,7 +139,7 @@ TEST_P(GemmGpu, MatchesCpuReference) {
                                   ctx, nullptr));
       ANVIL_GPU_CHECK(hipDeviceSynchronize());
       const double err = max_scaled_error(dy.download(), ref, w, x, bp, nt);
-      std::printf("  %-36s %-11s n_tokens=%-4lld%s max scaled error %.3g\n", c.str().c_str(), algo_name(algo),
+      std::printf("  %-36s %-14s n_tokens=%-4lld%s max scaled error %.3g\n", c.str().c_str(), path.c_str(),
                   static_cast<long long>(nt), with_bias ? " +bias" : "      ", err);
       EXPECT_LT(err, tol);
       EXPECT_TRUE(dy.guards_intact());
