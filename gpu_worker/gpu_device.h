@@ -132,7 +132,7 @@ class gpu_device {
   void plan_scratch(memory_plan& mem);
   void make_fp8_copies(memory_plan& mem);  // gemm_dtype fp8: after plan_scratch (uses the GEMM workspace)
   void plan_kv(const gpu_worker_config& cfg, memory_plan& mem);
-  void warm_up();
+  void warm_up();  // a step of each kind before the graphs, and a prompt step per GEMM plan bucket
   void capture_graphs(std::int64_t max_batch);
 
   // The forward pass, stage by stage (gpu_device_step.cpp).
