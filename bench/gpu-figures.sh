@@ -50,6 +50,9 @@ gflop_per_token() {
     # 25 sliding (q 4096, k/v 2048), 5 global (q 8192, k 1024); a dense 2112 beside 8 experts of 704,
     # the router: (25 × 2816 × 12288 + 5 × 2816 × 17408 + 30 × (3 × 2816 × 2112 + 24 × 2816 × 704 + 2816 × 128)) × 2
     gemma4-26b-a4b) echo 6.17 ;;
+    # Qwen3.5: 24 DeltaNet layers (q/k/v 8192, z 4096, beta and alpha 32, out 4096) and 8 gated
+    # attention ones (q 8192 with its gate, k/v 1024, o 4096), the feed-forward of 12288 on all 32.
+    qwen3.5-9b) echo 13.84 ;;    # (24 × 4096 × 16448 + 8 × 4096 × 14336 + 32 × 3 × 4096 × 12288) × 2
     *) echo 0 ;;
   esac
 }

@@ -12,7 +12,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
-#include <set>
 #include <tuple>
 
 #include "kernels/gpu_runtime.h"
@@ -137,7 +136,7 @@ class lt_gemm {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
     cublasLtMatmulAlgo_t algo{};
     std::uint64_t n = 0;  // the columns b and d are laid out for now
-    std::set<int> checked;  // the n the algorithm was checked to run
+    std::map<int, bool> checked;  // n -> whether the algorithm runs it (cublasLtMatmulAlgoCheck)
     status_t status = not_supported;
   };
   // (input type, m, k, fast_accum, n: the bucket's, or the call's own after a refusal, as -n, workspace)
@@ -156,10 +155,13 @@ class lt_gemm {
   status_t plan_for(const shape& sh, int n, std::size_t ws, plan** out) {
     if (!lt_ || n < 1) return not_supported;
     plan* p = find_or_make(sh, bucket(n), ws);
-    if (p->status == ok && set_cols(*p, n) == ok && (p->checked.contains(n) || check(*p) == ok)) {
-      p->checked.insert(n);
-      *out = p;
-      return ok;
+    if (p->status == ok && set_cols(*p, n) == ok) {
+      const auto [it, first] = p->checked.try_emplace(n, false);
+      if (first) it->second = check(*p) == ok;
+      if (it->second) {
+        *out = p;
+        return ok;
+      }
     }
     p = find_or_make(sh, -n, ws);
     *out = p;

@@ -251,14 +251,14 @@ __global__ void __launch_bounds__(chunk_threads) delta_chunk_kernel(delta_rule_p
     //    outputs' first term e^{G_t} S0^T q_t kept in registers (step 5 has the same threads).
     float o[chunk / chunk_groups];
     {
-      float sk[chunk / chunk_groups] = {}, sq_[chunk / chunk_groups] = {};
+      float ks0[chunk / chunk_groups] = {}, qs0[chunk / chunk_groups] = {};
       for (int a = 0; a < DK; ++a) {
         const float s = S[a * chunk_cols + lane];
 #pragma unroll
         for (int m = 0; m < chunk / chunk_groups; ++m) {
           const int t = grp * (chunk / chunk_groups) + m;
-          sk[m] += ks[t * L::pitch + a] * s;
-          sq_[m] += qs[t * L::pitch + a] * s;
+          ks0[m] += ks[t * L::pitch + a] * s;
+          qs0[m] += qs[t * L::pitch + a] * s;
         }
       }
 #pragma unroll
@@ -266,8 +266,8 @@ __global__ void __launch_bounds__(chunk_threads) delta_chunk_kernel(delta_rule_p
         const int t = grp * (chunk / chunk_groups) + m;
         float& v = us[t * chunk_cols + lane];
         const float e = expf(G[t]);
-        v = betas[t] * (v - e * sk[m]);
-        o[m] = e * sq_[m];
+        v = betas[t] * (v - e * ks0[m]);
+        o[m] = e * qs0[m];
       }
     }
     __syncthreads();

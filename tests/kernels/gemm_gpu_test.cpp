@@ -96,7 +96,9 @@ TEST_P(GemmGpu, MatchesCpuReference) {
   for (const auto& [algo, via_lt] : paths) {
     if (gemm_uses_blas(algo)) {
       ASSERT_TRUE(have_blas) << "blas::create failed";
-      if (via_lt) ASSERT_EQ(lt.create(), blas::ok);
+      if (via_lt) {
+        ASSERT_EQ(lt.create(), blas::ok);
+      }
     }
     device_bytes ws(gemm_workspace_bytes(algo, c.type, c.in, c.out, max_tokens));
     const gemm_context ctx{.algo = algo,
