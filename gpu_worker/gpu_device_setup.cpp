@@ -723,14 +723,14 @@ void gpu_device::warm_up() {
   if (plan.seqs.size() == 2 && n_state_slots_ == 1) plan.seqs.pop_back();  // one slot: the decode sequence alone
   step_result r;
   execute(plan, r);
-  // A prompt step of each size class the vendor GEMMs keep a plan for (blas::lt_gemm::bucket), so
+  // A prompt step of each size class the vendor GEMMs keep a plan for (blas::plan_bucket), so
   // that no request pays for choosing an algorithm and loading its kernels (cuBLAS's first call
   // of a shape took 4-57 ms of the host's time: bench/GPU_NOTES.md, session 34).
   if (gemm_.lt == nullptr) return;
   const std::int64_t longest = std::min<std::int64_t>(max_tokens_, block_size_ * max_blocks_per_seq_);
   std::int64_t done = 0;
   for (std::int64_t n = kernels::gemv_max_tokens + 1; done < longest; n = done + 1) {
-    const std::int64_t len = std::min<std::int64_t>(blas::lt_gemm::bucket(int(n)), longest);
+    const std::int64_t len = std::min<std::int64_t>(blas::plan_bucket(int(n)), longest);
     step_plan pre_plan;
     seq_step pre;
     pre.tokens.assign(std::size_t(len), 0);

@@ -16,6 +16,15 @@
 
 #include "kernels/gpu_runtime.h"
 
+namespace anvil::blas {
+// The bucket of token counts lt_gemm keeps one plan for, named by its largest count: multiples of
+// 16 to 64, of 64 to 256, of 256 beyond.
+inline int plan_bucket(int n) {
+  const int step = n <= 64 ? 16 : n <= 256 ? 64 : 256;
+  return (n + step - 1) / step * step;
+}
+}  // namespace anvil::blas
+
 #if defined(ANVIL_GPU_CUDA)
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -67,12 +76,12 @@ inline status_t gemm_i8(handle_t h, int m, int n, int k, const void* a, int lda,
 }
 
 // The GEMMs through cuBLASLt, each with a plan (descriptors and algorithm) kept per shape, so
-// that a call costs the host a few microseconds: cublasGemmEx chooses its algorithm again for
-// every (m, n, k) it has not seen lately, 0.1-2.4 ms of the host's time each (measured on the H200,
-// bench/GPU_NOTES.md session 34), and a step's token count n changes from step to step. Plans are
-// per bucket of n (multiples of 16 to 64, of 64 to 256, of 256 beyond): the algorithm chosen for
-// the bucket's largest n runs every n in it (a call cuBLASLt refuses that way gets a plan of its
-// own n).
+// that a call costs the host microseconds. A step's token count n changes from step to step, and
+// cublasGemmEx chooses again for shapes it has not seen lately: over calls with n drawn from
+// 9..2048 on the H200 it took 153-443 us of the host's time per call on average (p99 up to 4.5
+// ms), these plans 13-45 us (bench/GPU_NOTES.md, session 34). Plans are per bucket of n
+// (plan_bucket): the algorithm chosen for the bucket's largest n runs every n in it (a count
+// cuBLASLt refuses that way gets a plan of its own n).
 // One object per worker, created at start-up; plans are host objects. Not thread-safe: the
 // worker's thread alone calls it.
 class lt_gemm {
@@ -119,12 +128,6 @@ class lt_gemm {
     return matmul(*p, a, b, d, workspace, workspace_bytes, stream);
   }
 
-  // The bucket of n whose largest n a plan is chosen for.
-  static int bucket(int n) {
-    const int step = n <= 64 ? 16 : n <= 256 ? 64 : 256;
-    return (n + step - 1) / step * step;
-  }
-
  private:
   struct shape {
     cudaDataType_t in = CUDA_R_16F;
@@ -154,7 +157,7 @@ class lt_gemm {
   // this n falls back to a plan of n's own. A shape cuBLASLt refused stays refused.
   status_t plan_for(const shape& sh, int n, std::size_t ws, plan** out) {
     if (!lt_ || n < 1) return not_supported;
-    plan* p = find_or_make(sh, bucket(n), ws);
+    plan* p = find_or_make(sh, plan_bucket(n), ws);
     if (p->status == ok && set_cols(*p, n) == ok) {
       const auto [it, first] = p->checked.try_emplace(n, false);
       if (first) it->second = check(*p) == ok;

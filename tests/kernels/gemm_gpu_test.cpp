@@ -114,7 +114,7 @@ TEST_P(GemmGpu, MatchesCpuReference) {
                                                                            : 2e-3;
     // Token counts of one 8-token tile, of the quantized GEMM's 16/64-token tiles, several of
     // them with a ragged last one, and past gemm_quant_max_tokens; 300 and 512 share a plan
-    // bucket (lt_gemm::bucket), 300 first.
+    // bucket (blas::plan_bucket), 300 first.
     for (std::int64_t nt : {3, 9, 61, 64, 200, 300, 512}) {
       const bool with_bias = nt != 64;
       SCOPED_TRACE(path + " n_tokens=" + std::to_string(nt));
