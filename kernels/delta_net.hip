@@ -28,6 +28,14 @@ constexpr int rule_block = 128;  // delta_rule: one thread per value dimension, 
 
 __device__ __forceinline__ float silu(float x) { return x / (1.f + expf(-x)); }
 
+// A token's gates for value head j (delta_net.h), as both forms take them: beta = sigmoid(b) and
+// the decay's logarithm g = a * softplus(alpha + dt_bias).
+__device__ __forceinline__ float gate_beta(float b) { return 1.f / (1.f + expf(-b)); }
+__device__ __forceinline__ float decay_log(float a, float alpha, float dt_bias) {
+  const float x = alpha + dt_bias;
+  return a * (x > 20.f ? x : log1pf(expf(x)));
+}
+
 __global__ void __launch_bounds__(conv_block) conv1d_silu_kernel(conv1d_silu_params p, const recurrent_seq* seqs) {
   gpu::dependency_wait();  // launched with gpu::launch_dependent
   gpu::allow_dependents();
@@ -97,9 +105,8 @@ __global__ void __launch_bounds__(rule_block) delta_rule_kernel(delta_rule_param
     qq = gpu::block_reduce_sum<rule_block>(qq);  // its barriers publish qs and ks
     kk = gpu::block_reduce_sum<rule_block>(kk);
     const float qn = q_scale * rsqrtf(qq + 1e-6f), kn = rsqrtf(kk + 1e-6f);
-    const float beta = 1.f / (1.f + expf(-p.b[row * hv + j]));
-    const float x = p.alpha[row * hv + j] + dt_bias;
-    const float decay = expf(decay_rate * (x > 20.f ? x : log1pf(expf(x))));
+    const float beta = gate_beta(p.b[row * hv + j]);
+    const float decay = expf(decay_log(decay_rate, p.alpha[row * hv + j], dt_bias));
     float pred = 0.f;
 #pragma unroll
     for (int a = 0; a < DK; ++a) {
@@ -212,9 +219,8 @@ __global__ void __launch_bounds__(chunk_threads) delta_chunk_kernel(delta_rule_p
       float g = 0.f, beta = 0.f;
       if (tid < n) {
         const std::int64_t at = (row0 + tid) * hv + j;
-        beta = 1.f / (1.f + expf(-p.b[at]));
-        const float x = p.alpha[at] + dt_bias;
-        g = decay_rate * (x > 20.f ? x : log1pf(expf(x)));
+        beta = gate_beta(p.b[at]);
+        g = decay_log(decay_rate, p.alpha[at], dt_bias);
       }
       G[tid] = g;
       betas[tid] = beta;
