@@ -3,8 +3,8 @@
 // before each op (mark()); when the step is collected, the time from one mark to the next is
 // added to the first mark's op, summed over layers and steps, apart for decode-only steps and
 // steps with prompt tokens; beside it, the worker thread's time from one mark to the next (an op
-// whose host time exceeds its device time leaves the device idle: the step is enqueued too slowly). The table goes to the log every report_every steps and when the
-// worker stops.
+// whose host time exceeds its device time leaves the device idle: the step is enqueued too
+// slowly). The table goes to the log every report_every steps and when the worker stops.
 //
 // What it costs: steps run eagerly (no decode graphs) and every mark stops the next kernel from
 // starting under the one before (programmatic dependent launch), so a profiled step is slower

@@ -40,7 +40,7 @@ struct gemm_context {
   void* workspace = nullptr;           // >= gemm_workspace_bytes(...) bytes, 256-byte aligned
   std::size_t workspace_bytes = 0;
   blas::handle_t blas = nullptr;       // gemm_uses_blas: created at start-up by the caller
-  void* blas_workspace = nullptr;      // gemm_uses_blas: bound to the handle on every call
+  void* blas_workspace = nullptr;      // gemm_uses_blas: bound to `blas` on every call, or given to `lt`'s
   std::size_t blas_workspace_bytes = 0;
   // gemm_uses_blas: when set, the products run through cuBLASLt with plans kept per shape (a call
   // costs the host microseconds where cublasGemmEx spends up to milliseconds on every shape it has
