@@ -87,6 +87,9 @@ cpu_forward::cpu_forward(const llm& m, std::int64_t max_tokens, std::pmr::memory
     qgate_.reserve(t * std::size_t(hp.n_head * hp.head_dim));
     q_.reserve(2 * qgate_.capacity());
   }
+  if (hp.ple_dim > 0) {
+    for (auto* v : {&ple_, &ple_h_}) v->reserve(t * std::size_t(hp.n_layer * hp.ple_dim));
+  }
   if (m.has_experts()) {
     router_.reserve(t * std::size_t(hp.n_expert));
     chosen_w_.reserve(t * std::size_t(hp.n_expert_used));
@@ -118,7 +121,7 @@ kv_cache_storage::kv_cache_storage(const hparams& hp, std::int64_t n_blocks, std
   main_.n_blocks = n_blocks;
   window_.n_blocks = window_.n_layers > 0 ? n_window_blocks : 0;
   for (std::int64_t l = 0; l < hp.n_layer; ++l) {  // in layer order, which is each pool's index order
-    if (layers_.stateful(l)) continue;
+    if (layers_.stateful(l) || hp.kv_source(l) != l) continue;  // a shared layer's KV is its source's
     pool& p = layers_.windowed(l) ? window_ : main_;
     p.heads.push_back(hp.layer_kv_heads(l));
     p.dims.push_back(hp.layer_head_dim(l));
@@ -198,7 +201,7 @@ std::size_t kv_cache_storage::bytes_per_block(const hparams& hp, std::int64_t bl
   using pool = kv_layer_map::pool;
   std::size_t bytes = 0;
   for (std::int64_t l = 0; l < hp.n_layer; ++l) {
-    if (kv_home(hp, window_pool, l) != (window ? pool::window : pool::main)) continue;
+    if (kv_home(hp, window_pool, l) != (window ? pool::window : pool::main) || hp.kv_source(l) != l) continue;
     const auto rows = std::size_t(block_size * hp.layer_kv_heads(l)) * 2;  // K and V
     const auto hd = std::size_t(hp.layer_head_dim(l));
     bytes += rows * (kernels::kv_is_8bit(dtype) ? hd + sizeof(float) : hd * sizeof(float));
@@ -351,6 +354,7 @@ std::size_t cpu_forward::layers(std::span<const forward_seq> batch, kv_cache_sto
                             .out = x_.data(),
                             .scale = hp.embd_scale});
   }
+  if (hp.ple_dim > 0) per_layer_inputs(std::int64_t(n_tokens));
   for (std::int64_t l = 0; l < hp.n_layer; ++l) layer(l, cache);
   for (const forward_seq& s : batch) {
     if (recurrent) cache.state_pos(s.state_slot) = s.start_pos + std::int64_t(s.tokens.size());
@@ -450,6 +454,7 @@ void cpu_forward::layer(std::int64_t l, kv_cache_storage& cache) {
   }
   if (!(w.moe() && w.gate.data)) reduce(o_);  // dense_beside_experts sums its two parts itself
   add_block_output(w.post_ffn_norm);
+  if (hp.ple_dim > 0) per_layer_block(l);
   if (w.out_scale != 1.f) {  // gemma4: the whole residual stream scaled after the layer
     for (float& x : x_) x *= w.out_scale;
   }
@@ -503,6 +508,9 @@ void cpu_forward::attention(std::int64_t l, kv_cache_storage& cache) {
   const auto rows = [n](std::int64_t width) { return std::size_t(n * width); };
   // This layer's attention shape (gemma4's sliding and global layers differ).
   const std::int64_t hd = hp.layer_head_dim(l), kv_heads = hp.layer_kv_heads(l), q_dim = hp.n_head * hd;
+  // gemma4 E2B / E4B: a shared layer attends over its source layer's KV (cache.layer(l) is the
+  // source's) and writes none.
+  const bool own_kv = hp.kv_source(l) == l;
   q_.resize(rows(w.wq.out));
   k_.resize(rows(w.wk.out));
   v_.resize(rows(w.wk.out));
@@ -519,17 +527,19 @@ void cpu_forward::attention(std::int64_t l, kv_cache_storage& cache) {
     }
     q_.resize(rows(q_dim));
   }
-  matmul(w.wk, w.bk, h_, n, k_.data());
-  if (w.wv.data) {
-    matmul(w.wv, w.bv, h_, n, v_.data());
-  } else {
-    std::copy(k_.begin(), k_.end(), v_.begin());  // gemma4's global layers: V is K's projection
+  if (own_kv) {
+    matmul(w.wk, w.bk, h_, n, k_.data());
+    if (w.wv.data) {
+      matmul(w.wv, w.bv, h_, n, v_.data());
+    } else {
+      std::copy(k_.begin(), k_.end(), v_.begin());  // gemma4's global layers: V is K's projection
+    }
   }
   if (hp.qk_norm) {
     rms_norm(q_.data(), w.q_norm, q_.data(), n * hp.n_head, hd, hp.rms_eps);
-    rms_norm(k_.data(), w.k_norm, k_.data(), n * kv_heads, hd, hp.rms_eps);
+    if (own_kv) rms_norm(k_.data(), w.k_norm, k_.data(), n * kv_heads, hd, hp.rms_eps);
   }
-  if (hp.v_norm) {  // gemma4: each V head normalised, without a weight (a gain of ones)
+  if (hp.v_norm && own_kv) {  // gemma4: each V head normalised, without a weight (a gain of ones)
     rms_norm(v_.data(), v_norm_ones_, v_.data(), n * kv_heads, hd, hp.rms_eps);
   }
   // The rotation's frequency factors (Llama 3.1's, YaRN's, gemma4's proportional RoPE) belong to
@@ -553,13 +563,15 @@ void cpu_forward::attention(std::int64_t l, kv_cache_storage& cache) {
       for (float& x : std::span(q_.data() + t * q_dim, std::size_t(q_dim))) x *= temp;
     }
   }
-  rope.x = k_.data();  // K: the same rotation over the KV heads
-  rope.n_heads = kv_heads;
-  kernels::rope_ref(rope);
   const kernels::paged_kv_view kv = cache.layer(l);
   const bool windowed = cache.windowed(l);  // its KV in the window pool, through the window tables
-  kernels::kv_write_ref({.cache = kv, .k = k_.data(), .v = v_.data(), .slots = (windowed ? window_slots_ : slots_).data(),
-                         .n_tokens = n});
+  if (own_kv) {
+    rope.x = k_.data();  // K: the same rotation over the KV heads
+    rope.n_heads = kv_heads;
+    kernels::rope_ref(rope);
+    kernels::kv_write_ref({.cache = kv, .k = k_.data(), .v = v_.data(), .slots = (windowed ? window_slots_ : slots_).data(),
+                           .n_tokens = n});
+  }
   attn_.resize(q_.size());
   kernels::attention_ref({.q = q_.data(),
                           .out = attn_.data(),
@@ -588,6 +600,50 @@ void cpu_forward::add_block_output(const std::vector<float>& post_norm) {
     rms_norm(o_.data(), post_norm, o_.data(), std::int64_t(ids_.size()), m_.hp.n_embd, m_.hp.rms_eps);
   }
   for (std::size_t i = 0; i < x_.size(); ++i) x_[i] += o_[i];
+}
+
+// HF's get_per_layer_inputs and project_per_layer_inputs (gemma4 E2B / E4B): the projection of
+// the scaled embedding over sqrt(n_embd), each layer's slice normed, plus the token's row of
+// per_layer_token_embd times sqrt(ple_dim), the sum over sqrt(2).
+void cpu_forward::per_layer_inputs(std::int64_t n) {
+  const hparams& hp = m_.hp;
+  const std::int64_t width = hp.n_layer * hp.ple_dim;
+  ple_.resize(std::size_t(n * width));
+  matmul(m_.ple_model_proj, {}, x_, n, ple_.data());
+  const auto proj_scale = float(1.0 / std::sqrt(double(hp.n_embd)));
+  for (float& v : ple_) v *= proj_scale;
+  rms_norm(ple_.data(), m_.ple_proj_norm, ple_.data(), n * hp.n_layer, hp.ple_dim, hp.rms_eps);
+  ple_h_.resize(ple_.size());
+  kernels::embedding_ref({.table = m_.ple_embd.data,
+                          .type = m_.ple_embd.type,
+                          .n_embd = width,
+                          .n_vocab = hp.n_vocab,
+                          .ids = ids_.data(),
+                          .n_tokens = n,
+                          .out = ple_h_.data(),
+                          .scale = float(std::sqrt(double(hp.ple_dim)))});
+  const auto sum_scale = float(1.0 / std::sqrt(2.0));
+  for (std::size_t i = 0; i < ple_.size(); ++i) ple_[i] = (ple_[i] + ple_h_[i]) * sum_scale;
+}
+
+// x += post_norm(proj(gelu_tanh(gate(x)) * the layer's per-layer inputs)).
+void cpu_forward::per_layer_block(std::int64_t l) {
+  const hparams& hp = m_.hp;
+  const layer_weights& w = m_.layers[std::size_t(l)];
+  const std::int64_t n = std::int64_t(ids_.size()), width = hp.n_layer * hp.ple_dim;
+  ple_h_.resize(std::size_t(n * hp.ple_dim));
+  matmul(w.ple_gate, {}, x_, n, ple_h_.data());
+  kernels::swiglu_rows_ref({.gate = ple_h_.data(),
+                            .up = ple_.data() + l * hp.ple_dim,
+                            .out = ple_h_.data(),
+                            .rows = n,
+                            .cols = hp.ple_dim,
+                            .gate_stride = hp.ple_dim,
+                            .up_stride = width,
+                            .out_stride = hp.ple_dim,
+                            .act = kernels::glu_activation::gelu_tanh});
+  matmul(w.ple_proj, {}, ple_h_, n, o_.data());
+  add_block_output(w.ple_post_norm);
 }
 
 }  // namespace anvil::model

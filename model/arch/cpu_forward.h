@@ -143,6 +143,10 @@ class cpu_forward {
   void run_experts(const layer_weights& w);    // the chosen experts on h_, combined into o_
   void dense_beside_experts(const layer_weights& w);
   void add_block_output(const std::vector<float>& post_norm);
+  // gemma4 E2B / E4B: the step's per-layer inputs into ple_ (from x_, the scaled embedding), and
+  // layer l's use of its own at the layer's end.
+  void per_layer_inputs(std::int64_t n);
+  void per_layer_block(std::int64_t l);
   // Tensor parallelism: the first n floats of v summed over the ranks (nothing alone); the
   // embedding of the shard's vocabulary slice, summed; the head's slice of the logits, gathered.
   void reduce(std::pmr::vector<float>& v);
@@ -174,6 +178,9 @@ class cpu_forward {
   std::pmr::vector<kernels::recurrent_seq> rseqs_;
   std::pmr::vector<float> mix_, z_, beta_, alpha_, qgate_;
   std::pmr::vector<float> dense_out_;  // gemma4: the dense feed-forward's output beside the experts
+  // gemma4 E2B / E4B: the step's per-layer inputs [T, n_layer * ple_dim], and a layer's [T, ple_dim]
+  // gate (the token part of the inputs on the way, [T, n_layer * ple_dim]).
+  std::pmr::vector<float> ple_, ple_h_;
   std::vector<float> v_norm_ones_;  // gemma4's V norm has no weight: a gain of ones, made at start-up
   std::pmr::vector<std::int64_t> logit_rows_;
 };

@@ -145,16 +145,17 @@ void read_gemma4_kv_heads(const gguf_file& f, const std::string& a, hparams& hp)
 // base; global layers with heads of attention.key_length, the proportional RoPE llama.cpp's
 // converter writes as rope_freqs (pairs past the rotated quarter divided by 1e30, so unrotated);
 // V normalised without a weight; scores unscaled (the q/k norms do it); a scale per layer's
-// output; soft-capped logits. Per-layer token embeddings (E2B/E4B), layers sharing another's KV
-// and double-wide feed-forwards are refused by name.
+// output; soft-capped logits. E2B / E4B: per-layer token embeddings, the last layers attending over
+// an earlier layer's KV, and (read with feed_forward_length) their double-wide feed-forwards.
 void read_gemma4(const gguf_file& f, const std::string& a, hparams& hp) {
-  if (const auto ple = f.get_int(a + "embedding_length_per_layer_input"); ple && *ple != 0) {
-    throw model_error("metadata '" + a + "embedding_length_per_layer_input': Gemma 4's per-layer token embeddings "
-                      "(E2B, E4B) are not supported yet");
+  hp.ple_dim = f.get_int(a + "embedding_length_per_layer_input").value_or(0);
+  if (hp.ple_dim < 0 || hp.ple_dim > 65536) {
+    throw model_error("gemma4: metadata '" + a + "embedding_length_per_layer_input' out of range");
   }
-  if (const auto shared = f.get_int(a + "attention.shared_kv_layers"); shared && *shared != 0) {
-    throw model_error("metadata '" + a + "attention.shared_kv_layers': Gemma 4's layers that share another layer's KV "
-                      "(E2B, E4B) are not supported yet");
+  hp.n_kv_shared = f.get_int(a + "attention.shared_kv_layers").value_or(0);
+  if (hp.n_kv_shared < 0 || hp.n_kv_shared >= hp.n_layer) {
+    throw model_error("gemma4: metadata '" + a + "attention.shared_kv_layers' is " + std::to_string(hp.n_kv_shared) +
+                      " of " + std::to_string(hp.n_layer) + " blocks");
   }
   hp.sliding_window = required_int(f, a + "attention.sliding_window");
   if (hp.sliding_window < 1) throw model_error("attention.sliding_window must be positive");
@@ -176,6 +177,17 @@ void read_gemma4(const gguf_file& f, const std::string& a, hparams& hp) {
   hp.query_scale_dim = 1.f;  // scaling 1: q.k as is
   hp.final_softcap = static_cast<float>(f.get_float(a + "final_logit_softcapping").value_or(0.0));
   if (!(hp.final_softcap >= 0)) throw model_error("final_logit_softcapping must not be negative");
+  // The shared layers' sources (the window known): the last layer of each kind before them.
+  for (std::int64_t l = 0; l < hp.n_layer - hp.n_kv_shared; ++l) {
+    (hp.layer_window(l) > 0 ? hp.kv_source_swa : hp.kv_source_global) = l;
+  }
+  for (std::int64_t l = hp.n_layer - hp.n_kv_shared; l < hp.n_layer; ++l) {
+    if (hp.kv_source(l) < 0) {
+      throw model_error("gemma4: layer " + std::to_string(l) + " shares the KV of the last earlier " +
+                        (hp.layer_window(l) > 0 ? "sliding" : "global") + " layer, and no such layer comes before the " +
+                        std::to_string(hp.n_kv_shared) + " shared ones");
+    }
+  }
 }
 
 }  // namespace
@@ -244,12 +256,25 @@ hparams read_hparams(const gguf_file& f) {
     hp.n_layer -= *mtp;
   }
   if (const gguf_value* ff = f.find(a + "feed_forward_length"); ff && ff->type == gguf_type::array) {
-    throw model_error("metadata '" + a + "feed_forward_length' per layer (Gemma 4's double-wide feed-forwards) is not "
-                      "supported");
+    // Gemma 4 E2B / E4B: a width per layer, the shared-KV layers' double-wide.
+    if (hp.architecture != arch::gemma4) {
+      throw model_error("metadata '" + a + "feed_forward_length' per layer is Gemma 4's, not " + hp.arch_name + "'s");
+    }
+    const auto widths = f.get_i32_array(a + "feed_forward_length");
+    if (widths->size() != std::size_t(hp.n_layer)) {
+      throw model_error("metadata '" + a + "feed_forward_length' as an array needs one width per block");
+    }
+    for (const std::int32_t w : *widths) {
+      if (w < 1) throw model_error("metadata '" + a + "feed_forward_length': a width is not positive");
+      hp.layer_n_ff.push_back(w);
+      hp.n_ff = std::max<std::int64_t>(hp.n_ff, w);
+    }
+  } else {
+    // qwen35moe files may leave it out: every layer has experts.
+    hp.n_ff = hp.architecture == arch::qwen35moe && !f.find(a + "feed_forward_length")
+                  ? 0
+                  : required_int(f, a + "feed_forward_length");
   }
-  // qwen35moe files may leave it out: every layer has experts.
-  hp.n_ff = hp.architecture == arch::qwen35moe && !f.find(a + "feed_forward_length") ? 0
-                                                                                       : required_int(f, a + "feed_forward_length");
   hp.n_head = required_int(f, a + "attention.head_count");
   if (hp.architecture == arch::gemma4) {  // which layers slide: the KV heads per layer and read_gemma4 need it
     const auto pattern = f.get_bool_array(a + "attention.sliding_window_pattern");
@@ -431,20 +456,19 @@ void load_attention(const loader& ld, const std::string& b, const hparams& hp, s
   const std::int64_t hd = hp.layer_head_dim(layer), q_dim = hp.n_head * hd, kv_dim = hp.layer_kv_heads(layer) * hd;
   // With an output gate, each head's query rows are followed by its gate's.
   l.wq = ld.matrix(b + "attn_q.weight", hp.n_embd, hp.attn_out_gate ? 2 * q_dim : q_dim);
+  l.wo = ld.matrix(b + "attn_output.weight", q_dim, hp.n_embd);
+  l.bq = ld.vec(b + "attn_q.bias", q_dim, hp.qkv_bias);
+  if (hp.o_bias) l.bo = ld.vec(b + "attn_output.bias", hp.n_embd);
+  if (hp.attn_sinks) l.sinks = ld.vec(b + "attn_sinks.weight", hp.n_head);
+  if (hp.qk_norm) l.q_norm = ld.vec(b + "attn_q_norm.weight", hd);
+  if (hp.kv_shared(layer)) return;  // gemma4 E2B / E4B: its K and V are kv_source's (any in the file unused)
   l.wk = ld.matrix(b + "attn_k.weight", hp.n_embd, kv_dim);
   // Gemma 4's global layers may have no V projection: V is the K projection (HF's attention_k_eq_v).
   const bool k_eq_v = hp.architecture == arch::gemma4 && hp.layer_window(layer) == 0 && !ld.has(b + "attn_v.weight");
   if (!k_eq_v) l.wv = ld.matrix(b + "attn_v.weight", hp.n_embd, kv_dim);
-  l.wo = ld.matrix(b + "attn_output.weight", q_dim, hp.n_embd);
-  l.bq = ld.vec(b + "attn_q.bias", q_dim, hp.qkv_bias);
   l.bk = ld.vec(b + "attn_k.bias", kv_dim, hp.qkv_bias);
   l.bv = ld.vec(b + "attn_v.bias", kv_dim, hp.qkv_bias);
-  if (hp.o_bias) l.bo = ld.vec(b + "attn_output.bias", hp.n_embd);
-  if (hp.attn_sinks) l.sinks = ld.vec(b + "attn_sinks.weight", hp.n_head);
-  if (hp.qk_norm) {
-    l.q_norm = ld.vec(b + "attn_q_norm.weight", hd);
-    l.k_norm = ld.vec(b + "attn_k_norm.weight", hd);
-  }
+  if (hp.qk_norm) l.k_norm = ld.vec(b + "attn_k_norm.weight", hd);
 }
 
 void load_delta_net(const loader& ld, const std::string& b, const hparams& hp, layer_weights& l) {
@@ -551,11 +575,23 @@ llm load_llm(gguf_file file) {
                           "anvil reads them stacked (ffn_gate_exps), as current converters write them");
       }
       if (hp.n_ff == 0) throw model_error("missing tensor '" + b + "ffn_gate_inp.weight' (the file has no dense width)");
-      l.gate = ld.matrix(b + "ffn_gate.weight", hp.n_embd, hp.n_ff);
-      l.up = ld.matrix(b + "ffn_up.weight", hp.n_embd, hp.n_ff);
-      l.down = ld.matrix(b + "ffn_down.weight", hp.n_ff, hp.n_embd);
+      const std::int64_t ff = hp.layer_ff(i);
+      l.gate = ld.matrix(b + "ffn_gate.weight", hp.n_embd, ff);
+      l.up = ld.matrix(b + "ffn_up.weight", hp.n_embd, ff);
+      l.down = ld.matrix(b + "ffn_down.weight", ff, hp.n_embd);
+    }
+    if (hp.ple_dim > 0) {  // gemma4 E2B / E4B: the layer's use of its per-layer input
+      l.ple_gate = ld.matrix(b + "inp_gate.weight", hp.n_embd, hp.ple_dim);
+      l.ple_proj = ld.matrix(b + "proj.weight", hp.ple_dim, hp.n_embd);
+      l.ple_post_norm = ld.vec(b + "post_norm.weight", hp.n_embd);
     }
     m.layers.push_back(std::move(l));
+  }
+  if (hp.ple_dim > 0) {
+    const std::int64_t width = hp.n_layer * hp.ple_dim;
+    m.ple_embd = ld.matrix("per_layer_token_embd.weight", width, hp.n_vocab);
+    m.ple_model_proj = ld.matrix("per_layer_model_proj.weight", hp.n_embd, width);
+    m.ple_proj_norm = ld.vec("per_layer_proj_norm.weight", hp.ple_dim);
   }
   return m;
 }
@@ -579,6 +615,9 @@ std::size_t llm::token_weight_bytes() const {
       if (!b->empty()) n -= b->size() / std::size_t(hp.n_expert) * std::size_t(hp.n_expert - hp.n_expert_used) * sizeof(float);
     }
   }
+  if (ple_embd.data) {  // gemma4 E2B / E4B: of the per-layer embeddings, the token's own row
+    n -= *row_bytes(ple_embd.type, ple_embd.in) * std::size_t(ple_embd.out - 1);
+  }
   return n;
 }
 
@@ -590,7 +629,10 @@ kv_layer_map classify_kv_layers(const hparams& hp, bool window_pool, Each each) 
   using pool = kv_layer_map::pool;
   for (std::int64_t l = 0; l < hp.n_layer; ++l) {
     const pool p = kv_home(hp, window_pool, l);
-    each(m, p, p == pool::state ? m.state_layers++ : p == pool::window ? m.window_layers++ : m.main_layers++);
+    // A layer sharing another's KV (gemma4 E2B / E4B) takes no place of its own: it is the source's.
+    const std::int64_t source = hp.kv_source(l);
+    const bool shared = source >= 0 && source != l;
+    each(m, l, p, shared ? -1 : p == pool::state ? m.state_layers++ : p == pool::window ? m.window_layers++ : m.main_layers++);
   }
   return m;
 }
@@ -603,14 +645,14 @@ kv_layer_map::pool kv_home(const hparams& hp, bool window_pool, std::int64_t l) 
 }
 
 kv_layer_map map_kv_layers(const hparams& hp, bool window_pool) {
-  return classify_kv_layers(hp, window_pool, [](kv_layer_map& m, kv_layer_map::pool p, std::int64_t index) {
+  return classify_kv_layers(hp, window_pool, [&hp](kv_layer_map& m, std::int64_t l, kv_layer_map::pool p, std::int64_t index) {
     m.home.push_back(p);
-    m.index.push_back(index);
+    m.index.push_back(index >= 0 ? index : m.index[std::size_t(hp.kv_source(l))]);  // the source's
   });
 }
 
 kv_layer_map count_kv_layers(const hparams& hp, bool window_pool) {
-  return classify_kv_layers(hp, window_pool, [](kv_layer_map&, kv_layer_map::pool, std::int64_t) {});
+  return classify_kv_layers(hp, window_pool, [](kv_layer_map&, std::int64_t, kv_layer_map::pool, std::int64_t) {});
 }
 
 }  // namespace anvil::model

@@ -86,6 +86,15 @@ struct hparams {
   std::int64_t head_dim_swa = 0, rope_dim_swa = 0;
   std::int64_t n_head_kv_global = 0;
   bool v_norm = false;             // gemma4: V normalised per head (RMSNorm without a weight)
+  // gemma4 E2B / E4B: per-layer token embeddings of ple_dim per layer (embedding_length_per_layer_input;
+  // 0: none); the last n_kv_shared layers (attention.shared_kv_layers) attend over the KV of the
+  // last earlier layer of their kind (kv_source) and have no K/V projection of their own; the
+  // feed-forward's width per layer (feed_forward_length as an array: the shared layers' are
+  // double-wide; empty: n_ff everywhere, and n_ff is the widest).
+  std::int64_t ple_dim = 0;
+  std::int64_t n_kv_shared = 0;
+  std::int64_t kv_source_swa = -1, kv_source_global = -1;  // the last layer of each kind before the shared ones
+  std::vector<std::int64_t> layer_n_ff;
   float final_softcap = 0.f;       // gemma4: logits = cap * tanh(logits / cap) when > 0
   // The sliding layers' own RoPE (gemma3; rope_base_swa 0: the same as every layer's).
   float rope_base_swa = 0.f;
@@ -140,6 +149,14 @@ struct hparams {
     return n_head_kv_global > 0 && layer_window(l) == 0 ? n_head_kv_global : n_head_kv;
   }
   std::int64_t layer_rope_dim(std::int64_t l) const { return rope_dim_swa > 0 && layer_window(l) > 0 ? rope_dim_swa : rope_dim; }
+  std::int64_t layer_ff(std::int64_t l) const { return layer_n_ff.empty() ? n_ff : layer_n_ff[std::size_t(l)]; }
+  bool kv_shared(std::int64_t l) const { return n_kv_shared > 0 && l >= n_layer - n_kv_shared; }
+  // The layer whose KV layer l attends over: l, or for a shared layer the last layer before the
+  // shared ones that slides as it does (HF's store_full_length_kv); -1 where none does (the loader
+  // refuses such a file).
+  std::int64_t kv_source(std::int64_t l) const {
+    return !kv_shared(l) ? l : layer_window(l) > 0 ? kv_source_swa : kv_source_global;
+  }
   std::int64_t sliding_rope_dim() const { return rope_dim_swa > 0 ? rope_dim_swa : rope_dim; }  // a sliding layer's
   // RoPE of layer l: the sliding layers' own where the model has one.
   struct rope_of_layer {
@@ -196,6 +213,10 @@ struct layer_weights {
   weight gate_shexp, up_shexp, down_shexp;  // the shared expert (Qwen2-MoE), absent elsewhere
   std::vector<float> shexp_gate;            // [n_embd]: its output scaled by sigmoid(x . shexp_gate)
   float out_scale = 1.f;                    // gemma4: the layer's output (the whole residual) times this
+  // gemma4 E2B / E4B (hp.ple_dim): after the feed-forward's residual add, x += post_norm(proj(
+  // gelu_tanh(gate(x)) * the layer's per-layer input)), before out_scale. gate: n_embd -> ple_dim.
+  weight ple_gate, ple_proj;
+  std::vector<float> ple_post_norm;
   // gemma4 with experts (26B-A4B): the dense feed-forward (gate/up/down) runs beside them. The
   // router reads the residual normed without a weight, times router_scale / sqrt(n_embd); each
   // chosen expert's weight is times its expert_scale; the experts read the residual normed by
@@ -213,6 +234,12 @@ struct llm {
   std::vector<float> output_norm;
   std::vector<float> rope_freqs;   // per-pair frequency factors (Llama 3.1's, or YaRN's), empty if none
   std::vector<layer_weights> layers;
+  // gemma4 E2B / E4B (hp.ple_dim > 0): each token's per-layer inputs, [n_layer][ple_dim], are
+  // (rms_norm(ple_model_proj(x) / sqrt(n_embd)) per layer with ple_proj_norm + ple_embd's row of
+  // the token times sqrt(ple_dim)) / sqrt(2), x the scaled token embedding.
+  weight ple_embd;                 // in = n_layer * ple_dim, out = n_vocab
+  weight ple_model_proj;           // in = n_embd, out = n_layer * ple_dim
+  std::vector<float> ple_proj_norm;
 
   std::size_t weight_bytes() const;  // bytes of all tensors (what a decode step streams)
   // What one token reads: all tensors, except that of each layer's stacked experts only the

@@ -167,6 +167,12 @@ const std::vector<synth_shape>& synth_shapes() {
       {.name = "tiny-gemma4", .architecture = arch::gemma4, .n_vocab = 512, .n_embd = 256, .n_layer = 6, .n_head = 4,
        .n_head_kv = 2, .head_dim = 128, .n_ff = 512, .n_ctx = 4096, .rope_base = 1000000.f, .rms_eps = 1e-6f,
        .tied_output = true, .sliding_window = 16, .head_dim_swa = 64, .n_head_kv_global = 1, .final_softcap = 30.f},
+      // Gemma 4 E2B / E4B's make: per-layer token embeddings, the last two layers (a sliding and the
+      // last global) on the KV of layers 4 and 5, their feed-forwards double-wide.
+      {.name = "tiny-gemma4e", .architecture = arch::gemma4, .n_vocab = 512, .n_embd = 256, .n_layer = 8, .n_head = 4,
+       .n_head_kv = 2, .head_dim = 128, .n_ff = 256, .n_ctx = 4096, .rope_base = 1000000.f, .rms_eps = 1e-6f,
+       .tied_output = true, .sliding_window = 16, .head_dim_swa = 64, .n_head_kv_global = 1, .final_softcap = 30.f,
+       .ple_dim = 32, .n_kv_shared = 2},
       {.name = "gemma4-31b", .architecture = arch::gemma4, .n_vocab = 262144, .n_embd = 5376, .n_layer = 60,
        .n_head = 32, .n_head_kv = 16, .head_dim = 512, .n_ff = 21504, .n_ctx = 262144, .rope_base = 1000000.f,
        .rms_eps = 1e-6f, .tied_output = true, .sliding_window = 1024, .head_dim_swa = 256, .n_head_kv_global = 4,
@@ -291,7 +297,15 @@ void write_synth_model(const synth_options& opt, const std::string& path,
   w.set_u32(a + ".context_length", std::uint32_t(sh.n_ctx));
   w.set_u32(a + ".embedding_length", std::uint32_t(sh.n_embd));
   w.set_u32(a + ".block_count", std::uint32_t(sh.n_layer));
-  w.set_u32(a + ".feed_forward_length", std::uint32_t(sh.n_ff));
+  const auto shared_kv = [&](std::int64_t l) { return sh.n_kv_shared > 0 && l >= sh.n_layer - sh.n_kv_shared; };
+  const auto layer_ff = [&](std::int64_t l) { return shared_kv(l) ? 2 * sh.n_ff : sh.n_ff; };
+  if (sh.n_kv_shared > 0) {  // gemma4 E2B / E4B: a width per layer
+    std::vector<std::int32_t> widths;
+    for (std::int64_t l = 0; l < sh.n_layer; ++l) widths.push_back(std::int32_t(layer_ff(l)));
+    w.set_i32s(a + ".feed_forward_length", widths);
+  } else {
+    w.set_u32(a + ".feed_forward_length", std::uint32_t(sh.n_ff));
+  }
   w.set_u32(a + ".attention.head_count", std::uint32_t(sh.n_head));
   const bool gemma4 = sh.architecture == arch::gemma4;
   if (gemma4) {  // as llama.cpp's converter writes Gemma 4: the pattern and the KV heads per layer
@@ -308,8 +322,8 @@ void write_synth_model(const synth_options& opt, const std::string& path,
     w.set_u32(a + ".rope.dimension_count_swa", std::uint32_t(sh.head_dim_swa));
     w.set_f32(a + ".rope.freq_base_swa", 10000.f);
     w.set_f32(a + ".final_logit_softcapping", sh.final_softcap);
-    w.set_u32(a + ".embedding_length_per_layer_input", 0);
-    w.set_u32(a + ".attention.shared_kv_layers", 0);
+    w.set_u32(a + ".embedding_length_per_layer_input", std::uint32_t(sh.ple_dim));
+    w.set_u32(a + ".attention.shared_kv_layers", std::uint32_t(sh.n_kv_shared));
   } else {
     w.set_u32(a + ".attention.head_count_kv", std::uint32_t(sh.n_head_kv));
   }
@@ -465,14 +479,26 @@ void write_synth_model(const synth_options& opt, const std::string& path,
         add(b + "ffn_down_shexp.weight", sh.n_ff_shexp, sh.n_embd, 0.f, 1.f / std::sqrt(float(sh.n_ff_shexp)), l);
       }
     } else {
-      add(b + "ffn_gate.weight", sh.n_embd, sh.n_ff, 0.f, s_embd, l);
-      add(b + "ffn_up.weight", sh.n_embd, sh.n_ff, 0.f, s_embd, l);
-      add(b + "ffn_down.weight", sh.n_ff, sh.n_embd, 0.f, 1.f / std::sqrt(float(sh.n_ff)), l);
+      const std::int64_t ff = layer_ff(l);
+      add(b + "ffn_gate.weight", sh.n_embd, ff, 0.f, s_embd, l);
+      add(b + "ffn_up.weight", sh.n_embd, ff, 0.f, s_embd, l);
+      add(b + "ffn_down.weight", ff, sh.n_embd, 0.f, 1.f / std::sqrt(float(ff)), l);
+    }
+    if (sh.ple_dim > 0) {  // gemma4 E2B / E4B: the layer's use of its per-layer input
+      add(b + "inp_gate.weight", sh.n_embd, sh.ple_dim, 0.f, 1.f / std::sqrt(float(sh.n_embd)), l);
+      add(b + "proj.weight", sh.ple_dim, sh.n_embd, 0.f, 1.f / std::sqrt(float(sh.ple_dim)), l);
+      add(b + "post_norm.weight", sh.n_embd, 1, 1.f, 0.1f, l);
     }
   };
 
   const float embd_std = sh.tied_output ? 2.f / std::sqrt(float(sh.n_embd)) : 1.f;
   add("token_embd.weight", sh.n_embd, n_vocab, 0.f, embd_std, 0);
+  if (sh.ple_dim > 0) {  // gemma4 E2B / E4B: the per-layer token embeddings and the embedding's projection
+    const std::int64_t width = sh.n_layer * sh.ple_dim;
+    add("per_layer_token_embd.weight", width, n_vocab, 0.f, 1.f / std::sqrt(float(sh.ple_dim)), 0);
+    add("per_layer_model_proj.weight", sh.n_embd, width, 0.f, 1.f / std::sqrt(float(sh.n_embd)), 0);
+    add("per_layer_proj_norm.weight", sh.ple_dim, 1, 1.f, 0.1f, 0);
+  }
   if (gemma4) {  // the global layers' proportional RoPE: the first quarter of the pairs turn, the rest do not
     std::vector<float> factors(std::size_t(sh.head_dim / 2), 1e30f);
     std::fill_n(factors.begin(), sh.head_dim / 8, 1.f);
@@ -504,8 +530,10 @@ void write_synth_model(const synth_options& opt, const std::string& path,
       continue;
     }
     add(b + "attn_q.weight", sh.n_embd, qwen35 ? 2 * q_dim : q_dim, 0.f, s_embd, l);  // qwen35: a gate per head after its query
-    add(b + "attn_k.weight", sh.n_embd, kv_dim, 0.f, s_embd, l);
-    if (!global4) add(b + "attn_v.weight", sh.n_embd, kv_dim, 0.f, s_embd, l);  // gemma4's global layers: V is K
+    if (!shared_kv(l)) {  // gemma4 E2B / E4B's shared layers: the KV of an earlier layer
+      add(b + "attn_k.weight", sh.n_embd, kv_dim, 0.f, s_embd, l);
+      if (!global4) add(b + "attn_v.weight", sh.n_embd, kv_dim, 0.f, s_embd, l);  // gemma4's global layers: V is K
+    }
     const bool gpt_oss = sh.architecture == arch::gpt_oss;
     if (sh.architecture == arch::qwen2 || sh.architecture == arch::qwen2moe || gpt_oss) {
       add(b + "attn_q.bias", q_dim, 1, 0.f, 0.1f, l);
@@ -519,7 +547,7 @@ void write_synth_model(const synth_options& opt, const std::string& path,
       // tools/reference/make_model_goldens.py).
       const float qk_gain = gemma4 ? 1.f / std::sqrt(std::sqrt(float(hd))) : 1.f;
       add(b + "attn_q_norm.weight", hd, 1, qk_gain, 0.1f * qk_gain, l);
-      add(b + "attn_k_norm.weight", hd, 1, qk_gain, 0.1f * qk_gain, l);
+      if (!shared_kv(l)) add(b + "attn_k_norm.weight", hd, 1, qk_gain, 0.1f * qk_gain, l);
     }
     add(b + "attn_output.weight", q_dim, sh.n_embd, 0.f, 1.f / std::sqrt(float(q_dim)), l);
     if (gpt_oss) {

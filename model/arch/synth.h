@@ -44,6 +44,10 @@ struct synth_shape {
   // heads (rope_freqs), soft-capped logits.
   std::int64_t head_dim_swa = 0, n_head_kv_global = 0;
   float final_softcap = 0.f;
+  // gemma4 E2B / E4B: per-layer token embeddings of ple_dim per layer, the last n_kv_shared layers
+  // attending over an earlier layer's KV (no attn_k / attn_v of their own) with feed-forwards twice
+  // n_ff wide (feed_forward_length then an array).
+  std::int64_t ple_dim = 0, n_kv_shared = 0;
 };
 
 // gemma4's layer pattern as anvil synth writes it (HF's default): every sixth layer and the last

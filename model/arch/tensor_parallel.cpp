@@ -208,6 +208,7 @@ std::string tp_refusal(const llm& m, int n) {
   const hparams& hp = m.hp;
   if (n < 1) return "tensor parallelism needs at least one rank, not " + std::to_string(n);
   if (n == 1) return {};
+  if (hp.ple_dim > 0) return "Gemma 4's per-layer token embeddings (E2B, E4B) are not split over ranks";
   if (vocab_slice_of(hp.n_vocab, n - 1, n).begin >= hp.n_vocab) {
     return "the vocabulary of " + std::to_string(hp.n_vocab) + " tokens leaves the last of " + std::to_string(n) +
            " ranks no slice";

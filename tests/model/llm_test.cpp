@@ -308,36 +308,95 @@ TEST(LoadLlm, RefusesWhatGemma3DoesNotHave) {
   EXPECT_NE(load_error(no_window).find("gemma3.attention.sliding_window"), std::string::npos) << load_error(no_window);
 }
 
-// Gemma 4's E2B/E4B (per-layer embeddings, layers sharing another's KV, double-wide feed-forwards)
-// are refused by name; its layer pattern must cover every block.
-TEST(LoadLlm, RefusesWhatGemma4DoesNotRunYet) {
-  const auto gemma4 = [](gguf_writer& w) {
+// Gemma 4 E2B / E4B's hyper-parameters out of range are refused by name: shared-KV layers with no
+// earlier layer of their kind, a width per layer for another architecture or of the wrong length;
+// and a layer pattern must cover every block.
+TEST(LoadLlm, RefusesGemma4HyperParametersOutOfRange) {
+  const auto gemma4 = [](gguf_writer& w, std::uint32_t blocks, const std::vector<bool>& pattern) {
     put_llama_hparams(w, "gemma4");
+    w.set_u32("gemma4.block_count", blocks);
     w.set_u32("gemma4.attention.sliding_window", 512);
-    w.set_bools("gemma4.attention.sliding_window_pattern", {false});
+    w.set_bools("gemma4.attention.sliding_window_pattern", pattern);
     w.set_u32("gemma4.attention.key_length_swa", 8);
   };
   gguf_writer ple;
-  gemma4(ple);
-  ple.set_u32("gemma4.embedding_length_per_layer_input", 256);
-  EXPECT_NE(load_error(ple).find("per-layer token embeddings"), std::string::npos) << load_error(ple);
-  gguf_writer shared;
-  gemma4(shared);
-  shared.set_u32("gemma4.attention.shared_kv_layers", 20);
-  EXPECT_NE(load_error(shared).find("share another layer's KV"), std::string::npos) << load_error(shared);
-  gguf_writer wide;  // put_llama_hparams without its scalar feed_forward_length
-  wide.set_string("general.architecture", "gemma4");
-  wide.set_u32("gemma4.context_length", 128);
-  wide.set_u32("gemma4.embedding_length", 32);
-  wide.set_u32("gemma4.block_count", 1);
-  wide.set_u32("gemma4.attention.head_count", 4);
-  wide.set_i32s("gemma4.feed_forward_length", {64});
-  EXPECT_NE(load_error(wide).find("double-wide"), std::string::npos) << load_error(wide);
+  gemma4(ple, 1, {false});
+  ple.set_u32("gemma4.embedding_length_per_layer_input", 70000);
+  EXPECT_NE(load_error(ple).find("embedding_length_per_layer_input' out of range"), std::string::npos) << load_error(ple);
+  gguf_writer all_shared;
+  gemma4(all_shared, 1, {false});
+  all_shared.set_u32("gemma4.attention.shared_kv_layers", 20);
+  EXPECT_NE(load_error(all_shared).find("shared_kv_layers' is 20 of 1 blocks"), std::string::npos) << load_error(all_shared);
+  gguf_writer no_source;  // a sliding layer, then the shared global one: no global layer before it
+  gemma4(no_source, 2, {true, false});
+  no_source.set_u32("gemma4.attention.shared_kv_layers", 1);
+  EXPECT_NE(load_error(no_source).find("layer 1 shares the KV of the last earlier global layer"), std::string::npos)
+      << load_error(no_source);
+  gguf_writer widths;  // put_llama_hparams with a width per layer
+  gemma4(widths, 2, {true, false});
+  widths.set_i32s("gemma4.feed_forward_length", {64});
+  EXPECT_NE(load_error(widths).find("one width per block"), std::string::npos) << load_error(widths);
+  gguf_writer llama_widths;
+  put_llama_hparams(llama_widths, "llama");
+  llama_widths.set_i32s("llama.feed_forward_length", {64});
+  EXPECT_NE(load_error(llama_widths).find("per layer is Gemma 4's, not llama's"), std::string::npos)
+      << load_error(llama_widths);
   gguf_writer pattern;
   put_llama_hparams(pattern, "gemma4");
   pattern.set_u32("gemma4.attention.sliding_window", 512);
   pattern.set_bools("gemma4.attention.sliding_window_pattern", {true, false});
   EXPECT_NE(load_error(pattern).find("one bool per block"), std::string::npos) << load_error(pattern);
+}
+
+// Gemma 4 E2B / E4B's make: per-layer token embeddings, and the last two layers (a sliding one and
+// the last global one) on the KV of layers 4 and 5, with feed-forwards twice as wide; their KV takes
+// no place in a block.
+TEST(LoadLlm, Gemma4SharedLayersReadAnEarlierLayersKvAndEveryLayerItsPerLayerInput) {
+  const synth_shape& s = *find_synth_shape("tiny-gemma4e");
+  const llm m = load_llm(gguf_file::open(synth_fixture("tiny-gemma4e", synth_mix::q8_0)));
+  const hparams& hp = m.hp;
+  ASSERT_EQ(hp.n_layer, 8);
+  EXPECT_EQ(hp.ple_dim, s.ple_dim);
+  EXPECT_EQ(hp.n_kv_shared, 2);
+  EXPECT_EQ(hp.n_ff, 2 * s.n_ff);
+  const std::int64_t sources[] = {0, 1, 2, 3, 4, 5, 4, 5};
+  for (std::int64_t l = 0; l < 8; ++l) {
+    const layer_weights& w = m.layers[std::size_t(l)];
+    EXPECT_EQ(hp.kv_source(l), sources[l]) << l;
+    EXPECT_EQ(hp.layer_window(l) > 0, l != 5 && l != 7) << l;
+    EXPECT_EQ(w.wk.data == nullptr, l >= 6) << l;
+    EXPECT_EQ(w.k_norm.empty(), l >= 6) << l;
+    EXPECT_EQ(w.q_norm.size(), std::size_t(hp.layer_head_dim(l))) << l;
+    EXPECT_EQ(w.gate.out, l >= 6 ? 2 * s.n_ff : s.n_ff) << l;
+    EXPECT_EQ(w.ple_gate.in, s.n_embd);
+    EXPECT_EQ(w.ple_gate.out, s.ple_dim);
+    EXPECT_EQ(w.ple_proj.out, s.n_embd);
+    EXPECT_EQ(w.ple_post_norm.size(), std::size_t(s.n_embd));
+  }
+  EXPECT_EQ(m.ple_embd.in, 8 * s.ple_dim);
+  EXPECT_EQ(m.ple_embd.out, s.n_vocab);
+  EXPECT_EQ(m.ple_model_proj.out, 8 * s.ple_dim);
+  EXPECT_EQ(m.ple_proj_norm.size(), std::size_t(s.ple_dim));
+  // Of the per-layer embeddings a token reads its own row.
+  const std::size_t ple_row = *row_bytes(m.ple_embd.type, m.ple_embd.in);
+  EXPECT_EQ(m.token_weight_bytes(), m.weight_bytes() - ple_row * std::size_t(s.n_vocab - 1));
+  // The KV map: layers 6 and 7 are layers 4 and 5 there, in either pool layout.
+  for (const bool window_pool : {false, true}) {
+    const kv_layer_map map = map_kv_layers(hp, window_pool);
+    EXPECT_EQ(map.index[6], map.index[4]);
+    EXPECT_EQ(map.index[7], map.index[5]);
+    EXPECT_EQ(map.home[6], map.home[4]);
+    EXPECT_EQ(map.main_layers + map.window_layers, 6);
+    const kv_layer_map counts = count_kv_layers(hp, window_pool);
+    EXPECT_EQ(counts.main_layers, map.main_layers);
+    EXPECT_EQ(counts.window_layers, map.window_layers);
+  }
+  const std::size_t sliding_row = std::size_t(s.n_head_kv * s.head_dim_swa), global_row = std::size_t(s.n_head_kv_global * s.head_dim);
+  EXPECT_EQ(kv_cache_storage::bytes_per_block(hp, 16), 2 * 16 * (5 * sliding_row + global_row) * sizeof(float));
+  kv_cache_storage cache(hp, 3, 16);
+  EXPECT_EQ(cache.bytes(), 3 * kv_cache_storage::bytes_per_block(hp, 16));
+  EXPECT_EQ(cache.layer(6).k, cache.layer(4).k);
+  EXPECT_EQ(cache.layer(7).v, cache.layer(5).v);
 }
 
 void put_expert_counts(gguf_writer& w, const std::string& arch, std::uint32_t count, std::uint32_t used) {
@@ -516,7 +575,8 @@ TEST_P(CpuForwardShape, ChunkedPrefillAndDecodeMatchOneShotPrefill) {
 INSTANTIATE_TEST_SUITE_P(Synth, CpuForwardShape,
                          ::testing::Values("tiny", "tiny-qwen2", "tiny-qwen3", "tiny-qwen2moe", "tiny-qwen3moe",
                                            "tiny-mixtral", "tiny-gpt-oss", "tiny-gemma3", "tiny-qwen35",
-                                           "tiny-qwen35moe", "tiny-mistral3", "tiny-gemma4", "tiny-gemma4moe"),
+                                           "tiny-qwen35moe", "tiny-mistral3", "tiny-gemma4", "tiny-gemma4moe",
+                                           "tiny-gemma4e"),
                          [](const ::testing::TestParamInfo<const char*>& param_info) {
                            std::string name = param_info.param;
                            std::replace(name.begin(), name.end(), '-', '_');

@@ -1,7 +1,7 @@
 """Reference logits for anvil's CPU forward pass (run on the GPU machine: PyTorch + transformers).
 
 For each architecture (llama, qwen2, qwen3, qwen2moe, qwen3moe, mixtral: llama with experts,
-gpt-oss, gemma3, gemma4, qwen35, qwen35moe and mistral3) it builds a small random-init HF model, writes it to
+gpt-oss, gemma3, gemma4, gemma4e, qwen35, qwen35moe and mistral3) it builds a small random-init HF model, writes it to
 GGUF the way llama.cpp's converter does (Q/K rows permuted for `llama`, so its interleaved RoPE
 equals HF's rotate_half), runs it in float32 on the CPU and stores, next to the GGUF:
   - the logits of every position of two prompts (run separately, so positions start at 0);
@@ -98,6 +98,20 @@ CONFIGS = {
                        rope_parameters={"sliding_attention": dict(rope_type="default", rope_theta=GEMMA4_ROPE["local"]),
                                         "full_attention": dict(rope_type="proportional", rope_theta=GEMMA4_ROPE["global"],
                                                                partial_rotary_factor=GEMMA4_ROPE["partial"])})),
+    # gemma4e (Gemma 4 E2B / E4B's make): gemma4's layers, eight of them, with per-layer token
+    # embeddings of 16 per layer, the last two layers (a sliding and a global one) on the KV of layers
+    # 4 and 5, and their feed-forwards double-wide.
+    "gemma4e": (getattr(transformers, "Gemma4TextConfig", None), getattr(transformers, "Gemma4ForCausalLM", None),
+                dict(COMMON, num_hidden_layers=8, head_dim=32, global_head_dim=GEMMA4_GLOBAL["head_dim"],
+                     num_global_key_value_heads=GEMMA4_GLOBAL["kv_heads"],
+                     attention_k_eq_v=True, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                     hidden_activation="gelu_pytorch_tanh", sliding_window=8,
+                     layer_types=["sliding_attention"] * 5 + ["full_attention", "sliding_attention", "full_attention"],
+                     final_logit_softcapping=5.0, hidden_size_per_layer_input=16, vocab_size_per_layer_input=VOCAB,
+                     num_kv_shared_layers=2, use_double_wide_mlp=True, enable_moe_block=False,
+                     rope_parameters={"sliding_attention": dict(rope_type="default", rope_theta=GEMMA4_ROPE["local"]),
+                                      "full_attention": dict(rope_type="proportional", rope_theta=GEMMA4_ROPE["global"],
+                                                             partial_rotary_factor=GEMMA4_ROPE["partial"])})),
     # qwen35 (Qwen3.5, dense): three gated DeltaNet layers then a gated full-attention layer, twice
     # the value heads of key heads (the head order the converter rewrites), RoPE on a quarter of
     # each head (8 of 32 dims; the multimodal sections all see the text position).
@@ -134,8 +148,9 @@ CONFIGS = {
                                            llama_4_scaling_beta=MISTRAL3_ROPE["temp"]))),
 }
 SEEDS = {"llama": 1, "qwen2": 2, "qwen3": 3, "qwen3moe": 4, "mixtral": 5, "qwen2moe": 6, "gpt-oss": 7, "gemma3": 8,
-         "qwen35": 9, "qwen35moe": 10, "mistral3": 11, "gemma4": 12, "gemma4moe": 13}
-GGUF_ARCH = {"mixtral": "llama", "gemma4moe": "gemma4"}  # Mixtral files say llama, with llama.expert_count
+         "qwen35": 9, "qwen35moe": 10, "mistral3": 11, "gemma4": 12, "gemma4moe": 13,
+         "gemma4e": 14}
+GGUF_ARCH = {"mixtral": "llama", "gemma4moe": "gemma4", "gemma4e": "gemma4"}  # Mixtral files say llama, with llama.expert_count
 GPT_OSS_YARN = dict(factor=32.0, original=64, beta_fast=32.0, beta_slow=1.0)
 
 
@@ -412,7 +427,10 @@ def write_gguf(name, cfg, model, path):
     w.u32(f"{arch}.context_length", cfg.max_position_embeddings)
     w.u32(f"{arch}.embedding_length", cfg.hidden_size)
     w.u32(f"{arch}.block_count", cfg.num_hidden_layers)
-    if getattr(cfg, "intermediate_size", None):  # a MoE config may have none
+    widths = [layer.mlp.intermediate_size for layer in model.model.layers] if gemma4 else []
+    if widths and len(set(widths)) > 1:  # gemma4 E2B / E4B: the shared layers' double-wide
+        w.i32s(f"{arch}.feed_forward_length", widths)
+    elif getattr(cfg, "intermediate_size", None):  # a MoE config may have none
         w.u32(f"{arch}.feed_forward_length", cfg.intermediate_size)
     w.u32(f"{arch}.attention.head_count", cfg.num_attention_heads)
     if gemma4:  # llama.cpp's converter: the global layers' head size, the KV heads per layer
@@ -426,6 +444,8 @@ def write_gguf(name, cfg, model, path):
         w.f32(f"{arch}.rope.freq_base_swa", GEMMA4_ROPE["local"])
         w.u32(f"{arch}.attention.sliding_window", cfg.sliding_window)
         w.f32(f"{arch}.final_logit_softcapping", cfg.final_logit_softcapping)
+        w.u32(f"{arch}.embedding_length_per_layer_input", cfg.hidden_size_per_layer_input or 0)
+        w.u32(f"{arch}.attention.shared_kv_layers", cfg.num_kv_shared_layers or 0)
     else:
         w.u32(f"{arch}.attention.head_count_kv", cfg.num_key_value_heads)
     w.u32(f"{arch}.attention.key_length", head_dim)
@@ -479,6 +499,10 @@ def write_gguf(name, cfg, model, path):
     w.tensor("token_embd.weight", sd["model.embed_tokens.weight"])
     if gemma4:
         w.tensor("rope_freqs.weight", gemma4_rope_freqs(model, head_dim))
+    if gemma4 and cfg.hidden_size_per_layer_input:  # E2B / E4B's per-layer token embeddings
+        w.tensor("per_layer_token_embd.weight", sd["model.embed_tokens_per_layer.weight"])
+        w.tensor("per_layer_model_proj.weight", sd["model.per_layer_model_projection.weight"])
+        w.tensor("per_layer_proj_norm.weight", sd["model.per_layer_projection_norm.weight"])
     for i in range(cfg.num_hidden_layers):
         p, b = f"model.layers.{i}.", f"blk.{i}."
         if qwen35:
@@ -498,12 +522,13 @@ def write_gguf(name, cfg, model, path):
             w.tensor(b + "attn_q_norm.weight", norm(sd[p + "self_attn.q_norm.weight"]))
             w.tensor(b + "attn_k_norm.weight", norm(sd[p + "self_attn.k_norm.weight"]))
             continue
-        q, k = sd[p + "self_attn.q_proj.weight"], sd[p + "self_attn.k_proj.weight"]
+        q, k = sd[p + "self_attn.q_proj.weight"], sd.get(p + "self_attn.k_proj.weight")
         if arch in ("llama", "mistral3"):
             q, k = permute_for_llama(q, cfg.num_attention_heads), permute_for_llama(k, cfg.num_key_value_heads)
         w.tensor(b + "attn_norm.weight", norm(sd[p + "input_layernorm.weight"]))
         w.tensor(b + "attn_q.weight", q)
-        w.tensor(b + "attn_k.weight", k)
+        if k is not None:  # gemma4 E2B / E4B's shared layers have none: they read an earlier layer's KV
+            w.tensor(b + "attn_k.weight", k)
         if p + "self_attn.v_proj.weight" in sd:  # gemma4's global layers have none: V is K's projection
             w.tensor(b + "attn_v.weight", sd[p + "self_attn.v_proj.weight"])
         if arch in ("qwen2", "qwen2moe", "gpt-oss"):
@@ -511,7 +536,8 @@ def write_gguf(name, cfg, model, path):
                 w.tensor(b + f"attn_{n}.bias", sd[p + f"self_attn.{n}_proj.bias"])
         if arch in ("qwen3", "qwen3moe", "gemma3", "gemma4"):
             w.tensor(b + "attn_q_norm.weight", norm(sd[p + "self_attn.q_norm.weight"]))
-            w.tensor(b + "attn_k_norm.weight", norm(sd[p + "self_attn.k_norm.weight"]))
+            if k is not None:
+                w.tensor(b + "attn_k_norm.weight", norm(sd[p + "self_attn.k_norm.weight"]))
         w.tensor(b + "attn_output.weight", sd[p + "self_attn.o_proj.weight"])
         if gpt_oss:
             w.tensor(b + "attn_output.bias", sd[p + "self_attn.o_proj.bias"])
@@ -540,6 +566,10 @@ def write_gguf(name, cfg, model, path):
             w.tensor(b + "ffn_gate.weight", sd[p + "mlp.gate_proj.weight"])
             w.tensor(b + "ffn_up.weight", sd[p + "mlp.up_proj.weight"])
             w.tensor(b + "ffn_down.weight", sd[p + "mlp.down_proj.weight"])
+        if gemma4 and cfg.hidden_size_per_layer_input:  # the layer's use of its per-layer input
+            w.tensor(b + "inp_gate.weight", sd[p + "per_layer_input_gate.weight"])
+            w.tensor(b + "proj.weight", sd[p + "per_layer_projection.weight"])
+            w.tensor(b + "post_norm.weight", sd[p + "post_per_layer_input_norm.weight"])
     w.tensor("output_norm.weight", norm(sd["model.norm.weight"]))
     if not cfg.tie_word_embeddings:
         w.tensor("output.weight", sd["lm_head.weight"])
