@@ -9,6 +9,7 @@
 #include "kernels/matmul.h"
 #include "kernels/moe.h"
 #include "kernels/output_gate.h"
+#include "kernels/per_layer_inputs.h"
 #include "kernels/rms_norm.h"
 #include "kernels/softcap.h"
 #include "kernels/swiglu.h"
@@ -602,17 +603,14 @@ void cpu_forward::add_block_output(const std::vector<float>& post_norm) {
   for (std::size_t i = 0; i < x_.size(); ++i) x_[i] += o_[i];
 }
 
-// HF's get_per_layer_inputs and project_per_layer_inputs (gemma4 E2B / E4B): the projection of
-// the scaled embedding over sqrt(n_embd), each layer's slice normed, plus the token's row of
-// per_layer_token_embd times sqrt(ple_dim), the sum over sqrt(2).
+// HF's get_per_layer_inputs and project_per_layer_inputs (gemma4 E2B / E4B): the scaled
+// embedding's projection and the token's row of per_layer_token_embd times sqrt(ple_dim), combined
+// by kernels/per_layer_inputs.h.
 void cpu_forward::per_layer_inputs(std::int64_t n) {
   const hparams& hp = m_.hp;
   const std::int64_t width = hp.n_layer * hp.ple_dim;
   ple_.resize(std::size_t(n * width));
   matmul(m_.ple_model_proj, {}, x_, n, ple_.data());
-  const auto proj_scale = float(1.0 / std::sqrt(double(hp.n_embd)));
-  for (float& v : ple_) v *= proj_scale;
-  rms_norm(ple_.data(), m_.ple_proj_norm, ple_.data(), n * hp.n_layer, hp.ple_dim, hp.rms_eps);
   ple_h_.resize(ple_.size());
   kernels::embedding_ref({.table = m_.ple_embd.data,
                           .type = m_.ple_embd.type,
@@ -622,8 +620,15 @@ void cpu_forward::per_layer_inputs(std::int64_t n) {
                           .n_tokens = n,
                           .out = ple_h_.data(),
                           .scale = float(std::sqrt(double(hp.ple_dim)))});
-  const auto sum_scale = float(1.0 / std::sqrt(2.0));
-  for (std::size_t i = 0; i < ple_.size(); ++i) ple_[i] = (ple_[i] + ple_h_[i]) * sum_scale;
+  kernels::per_layer_inputs_ref({.y = ple_.data(),
+                                 .tok = ple_h_.data(),
+                                 .norm = m_.ple_proj_norm.data(),
+                                 .n_tokens = n,
+                                 .n_layers = hp.n_layer,
+                                 .dim = hp.ple_dim,
+                                 .proj_scale = float(1.0 / std::sqrt(double(hp.n_embd))),
+                                 .sum_scale = float(1.0 / std::sqrt(2.0)),
+                                 .eps = hp.rms_eps});
 }
 
 // x += post_norm(proj(gelu_tanh(gate(x)) * the layer's per-layer inputs)).

@@ -23,6 +23,7 @@
 #include "kernels/feed_tokens.h"
 #include "kernels/moe.h"
 #include "kernels/output_gate.h"
+#include "kernels/per_layer_inputs.h"
 #include "kernels/rms_norm.h"
 #include "kernels/rms_norm_residual.h"
 #include "kernels/softcap.h"
@@ -410,6 +411,45 @@ TEST(SoftcapGpu, MatchesCpuReference) {
   }
   EXPECT_EQ(launch_softcap({.x = nullptr, .n = 4, .cap = 0.f}, nullptr), hipErrorInvalidValue);
   EXPECT_EQ(launch_softcap({.x = nullptr, .n = -1, .cap = 30.f}, nullptr), hipErrorInvalidValue);
+}
+
+// ---------------------------------------------------------------------------------------------
+// per-layer inputs (Gemma 4 E2B / E4B)
+
+TEST(PerLayerInputsGpu, MatchesCpuReference) {
+  require_device();
+  struct shape {
+    std::int64_t tokens, layers, dim;
+  };
+  // E2B / E4B's (35 or 42 layers of 256), dims short of a group of 32 and past it, one token to a
+  // prompt chunk.
+  for (const shape c : {shape{1, 35, 256}, shape{513, 42, 256}, shape{7, 3, 48}, shape{3, 2, 16}, shape{2, 5, 1024}}) {
+    SCOPED_TRACE(std::to_string(c.tokens) + " tokens, " + std::to_string(c.layers) + " layers of " + std::to_string(c.dim));
+    std::mt19937 rng(static_cast<unsigned>(c.tokens * 131 + c.layers * 7 + c.dim));
+    const std::size_t n = std::size_t(c.tokens * c.layers * c.dim);
+    const std::vector<float> y = random_vector(n, rng, -40.f, 40.f), tok = random_vector(n, rng, -2.f, 2.f);
+    const std::vector<float> norm = random_vector(std::size_t(c.dim), rng, 0.5f, 1.5f);
+    std::vector<float> ref = y;
+    const per_layer_inputs_params p{.y = ref.data(),
+                                    .tok = tok.data(),
+                                    .norm = norm.data(),
+                                    .n_tokens = c.tokens,
+                                    .n_layers = c.layers,
+                                    .dim = c.dim,
+                                    .proj_scale = 1.f / 48.f,
+                                    .sum_scale = 0.70710678f,
+                                    .eps = 1e-6f};
+    per_layer_inputs_ref(p);
+    guarded_array<float> dy(y), dtok(tok), dnorm(norm);
+    per_layer_inputs_params d = p;
+    d.y = dy.data(), d.tok = dtok.data(), d.norm = dnorm.data();
+    ANVIL_GPU_CHECK(launch_per_layer_inputs(d, nullptr));
+    ANVIL_GPU_CHECK(hipDeviceSynchronize());
+    EXPECT_LT(nmse(dy.download(), ref), 1e-11);
+    EXPECT_TRUE(dy.guards_intact() && dtok.guards_intact() && dnorm.guards_intact());
+  }
+  EXPECT_EQ(launch_per_layer_inputs({.n_tokens = 1, .n_layers = 1, .dim = 1025}, nullptr), hipErrorInvalidValue);
+  EXPECT_EQ(launch_per_layer_inputs({.n_tokens = -1, .n_layers = 1, .dim = 16}, nullptr), hipErrorInvalidValue);
 }
 
 // ---------------------------------------------------------------------------------------------
