@@ -55,6 +55,9 @@ struct rope_kv_write_params {
   // q is multiplied by it, as rope_ref followed by a multiplication by kernels::attn_temperature.
   // Needs rot_dim == head_dim.
   const float* q_scales = nullptr;
+  // gemma4 E2B / E4B's shared-KV layers: only q is rotated (and normed); k, v, slots and the cache
+  // are neither read nor written (k, v and slots may be null; the cache gives head_dim).
+  bool q_only = false;
 };
 
 // The (sin, cos) of each token's angle for each of the rot_dim / 2 rotated pairs, pair i of

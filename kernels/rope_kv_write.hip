@@ -102,7 +102,7 @@ __device__ __forceinline__ float normed(const float* x, int c, float scale, cons
 __device__ void rope_heads(const rope_kv_write_params& p, std::int64_t t, int h0, int h1) {
   const int half = int(p.rot_dim / 2), hd = int(p.cache.head_dim);
   const int n_q = int(p.n_heads), n_kv = int(p.cache.n_kv_heads);
-  const std::int64_t slot = p.slots[t];  // < 0: a padding token, q rotated, nothing cached
+  const std::int64_t slot = p.q_only ? -1 : p.slots[t];  // < 0: a padding token, q rotated, nothing cached
   const std::int64_t row = std::int64_t(n_kv) * hd;
   float* q = p.q + t * p.n_heads * hd;
   const float* qi = p.q_in ? p.q_in + t * p.q_in_stride : q;
@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(block_size) rope_kv_write_kernel(rope_kv_write
   gpu::dependency_wait();  // launched with gpu::launch_dependent
   gpu::allow_dependents();
   const int h0 = int(blockIdx.y) * group;
-  rope_heads(p, blockIdx.x, h0, min(h0 + group, int(p.n_heads + p.cache.n_kv_heads)));
+  rope_heads(p, blockIdx.x, h0, min(h0 + group, int(p.n_heads + (p.q_only ? 0 : p.cache.n_kv_heads))));
 }
 
 // Largest magnitude over the block (NaN-propagating, kernels/kv_quant.h); every thread gets it.
@@ -254,7 +254,7 @@ hipError_t launch_rope_kv_write(const rope_kv_write_params& p, hipStream_t strea
   const int group = heads_per_block(p.rot_dim / 2);
   if (kv_is_8bit(p.cache.dtype)) {
     if (hd > rope_max_rot_dim || p.cache.k_scales == nullptr || p.cache.v_scales == nullptr) return hipErrorInvalidValue;
-    const std::int64_t q_groups = (p.n_heads + group - 1) / group, groups = q_groups + p.cache.n_kv_heads;
+    const std::int64_t q_groups = (p.n_heads + group - 1) / group, groups = q_groups + (p.q_only ? 0 : p.cache.n_kv_heads);
     if (groups > 65535) return hipErrorInvalidValue;
     const dim3 grid(static_cast<unsigned>(p.n_tokens), static_cast<unsigned>(groups));
     if (p.cache.dtype == kv_dtype::fp8) {
@@ -264,7 +264,7 @@ hipError_t launch_rope_kv_write(const rope_kv_write_params& p, hipStream_t strea
     }
     return hipGetLastError();
   }
-  const std::int64_t groups = (p.n_heads + p.cache.n_kv_heads + group - 1) / group;
+  const std::int64_t groups = (p.n_heads + (p.q_only ? 0 : p.cache.n_kv_heads) + group - 1) / group;
   if (groups > 65535 || p.n_heads > 0x7fffffff) return hipErrorInvalidValue;
   gpu::launch_dependent(rope_kv_write_kernel, dim3(static_cast<unsigned>(p.n_tokens), static_cast<unsigned>(groups)),
                         dim3(block_size), stream, p, group);

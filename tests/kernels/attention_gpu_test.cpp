@@ -237,6 +237,49 @@ TEST_P(RopeKvWriteGpu, MatchesRopeThenKvWrite) {
   EXPECT_TRUE(dvc.guards_intact());
 }
 
+// Gemma 4 E2B / E4B's shared-KV layers (q_only): q rotated as the full op rotates it, with k, v and
+// the slots null; the cache's bytes (f16 codes, or 8-bit codes and scales) untouched.
+TEST_P(RopeKvWriteGpu, RotatesOnlyQForALayerThatSharesAnotherLayersKv) {
+  require_device();
+  const rope_case c = GetParam();
+  SCOPED_TRACE(c.str());
+  std::mt19937 rng(unsigned(c.n_tokens * 37 + c.head_dim + c.n_heads));
+  const rope_inputs in(c, rng, 2.f);
+  const std::int64_t n_rows = in.n_blocks * in.bs * c.n_kv_heads;
+  const std::vector<std::uint8_t> bytes0 = [&] {
+    std::vector<std::uint8_t> b(std::size_t(n_rows * c.head_dim * 2));
+    for (auto& x : b) x = std::uint8_t(rng() & 0x7E);
+    return b;
+  }();
+  const std::vector<float> scales0 = random_vector(std::size_t(n_rows), rng, 0.01f, 0.02f);
+  for (const kv_dtype t : {kv_dtype::f16, kv_dtype::fp8}) {
+    SCOPED_TRACE(std::string(kv_dtype_name(t)));
+    const rope_device d(in, c);
+    guarded_array<std::uint8_t> dkc(bytes0), dvc(bytes0);
+    guarded_array<float> dks(scales0), dvs(scales0);
+    const bool q8 = kv_is_8bit(t);
+    rope_kv_write_params p = d.params(c, {.k = dkc.data(),
+                                          .v = dvc.data(),
+                                          .n_blocks = in.n_blocks,
+                                          .block_size = in.bs,
+                                          .n_kv_heads = c.n_kv_heads,
+                                          .head_dim = c.head_dim,
+                                          .dtype = t,
+                                          .k_scales = q8 ? dks.data() : nullptr,
+                                          .v_scales = q8 ? dvs.data() : nullptr});
+    p.k = p.v = nullptr;
+    p.slots = nullptr;
+    p.q_only = true;
+    ANVIL_GPU_CHECK(launch_rope_kv_write(p, nullptr));
+    ANVIL_GPU_CHECK(hipDeviceSynchronize());
+    const double q_err = nmse(d.q.download(), in.rotated_q(in.q, c));
+    EXPECT_LT(q_err, 1e-12);
+    EXPECT_TRUE(dkc.download() == bytes0 && dvc.download() == bytes0) << "the cache was written";
+    EXPECT_TRUE(dks.download() == scales0 && dvs.download() == scales0) << "the scales were written";
+    EXPECT_TRUE(d.intact() && dkc.guards_intact() && dvc.guards_intact() && dks.guards_intact() && dvs.guards_intact());
+  }
+}
+
 // The 8-bit cache: each written row holds kv_quantize_row's codes and scale for the rotated k
 // (a code may move by one where the device's double sin/cos round k across a code boundary) and
 // for v (exactly); rows not written keep their bytes.
