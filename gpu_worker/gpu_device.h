@@ -114,6 +114,9 @@ class gpu_device {
     // convolution's taps, a and the dt bias per value head, the gated norm's weight.
     matrix ssm_qkv, ssm_z, ssm_beta, ssm_alpha, ssm_out;
     const float *ssm_conv = nullptr, *ssm_a = nullptr, *ssm_dt_bias = nullptr, *ssm_norm = nullptr;
+    // gemma4 E2B / E4B (hp.ple_dim): the layer's use of its per-layer input (model::layer_weights).
+    matrix ple_gate, ple_proj;
+    const float* ple_post_norm = nullptr;
   };
   // Byte offsets of the per-step upload sections; the same in the pinned host buffer and its
   // device mirror. The fixed part [0, pairs) is copied whole; the pairs only as far as used.
@@ -162,6 +165,11 @@ class gpu_device {
   void run_dense_and_experts(const layer& w, bool x8_embd);
   void norm_rows(const float* x, const float* weight, float* y, const char* what);  // the step's rows of n_embd
   void run_dense_ffn(const layer& w, bool x8_embd);  // gate/up, SwiGLU, down: h_ into o_
+  // gemma4 E2B / E4B: the step's per-layer inputs into ple_ (from x_, the scaled embedding); and
+  // layer l's block on them, from x_ after the feed-forward's residual add, its output in o_ (the
+  // residual norm that follows adds it).
+  void run_per_layer_inputs();
+  void run_per_layer_block(std::int64_t l);
   // Enqueues the scores and their copy back, and the head; then (run_candidates) the candidates
   // op and the copy of the records back.
   void run_head();
@@ -261,6 +269,11 @@ class gpu_device {
   const float* output_norm_ = nullptr;
   const float* rope_freqs_ = nullptr;
   std::vector<layer> layers_;
+  // gemma4 E2B / E4B: the per-layer token embeddings (a table as tok_embd_), the embedding's
+  // projection and its norm (model::llm).
+  const void* ple_embd_ = nullptr;
+  matrix ple_model_proj_;
+  const float* ple_proj_norm_ = nullptr;
 
   // Scratch (one allocation): activations [max_tokens, ...], gathered rows and logits [max_seqs, ...].
   float *x_ = nullptr, *h_ = nullptr, *q_ = nullptr, *k_ = nullptr, *v_ = nullptr, *attn_ = nullptr, *o_ = nullptr;
@@ -277,6 +290,9 @@ class gpu_device {
   // gate/up rows (sized for the widest use).
   float *router_logits_ = nullptr, *moe_weights_ = nullptr, *pair_out_ = nullptr, *shared_out_ = nullptr;
   float* dense_out_ = nullptr;  // gemma4: the dense feed-forward's output beside the experts' [max_tokens, n_embd]
+  // gemma4 E2B / E4B: the step's per-layer inputs and the token rows of them [max_tokens, n_layer *
+  // ple_dim]; a layer's gate [max_tokens, ple_dim].
+  float *ple_ = nullptr, *ple_tok_ = nullptr, *ple_h_ = nullptr;
   std::int32_t *moe_ids_ = nullptr, *moe_offsets_ = nullptr, *moe_sorted_ = nullptr, *moe_active_ = nullptr;
   void* records_dev_ = nullptr;
   void* attn_ws_ = nullptr;

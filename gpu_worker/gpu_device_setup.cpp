@@ -229,6 +229,11 @@ void gpu_device::upload_weights(const gpu_worker_config& cfg, memory_plan& mem) 
   const auto add_vec = [&](const std::vector<float>& v) { add(v.data(), v.size() * sizeof(float)); };
   add_matrix(m_.tok_embd);
   add_matrix(m_.output);
+  if (m_.ple_embd.data) {  // gemma4 E2B / E4B
+    add_matrix(m_.ple_embd);
+    add_matrix(m_.ple_model_proj);
+    add_vec(m_.ple_proj_norm);
+  }
   add_vec(m_.output_norm);
   add_vec(m_.rope_freqs);
   derived_.assign(m_.layers.size(), {});  // sized once: add() keeps their addresses
@@ -239,7 +244,10 @@ void gpu_device::upload_weights(const gpu_worker_config& cfg, memory_plan& mem) 
       add_vec(*v);
     }
     for (const auto* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) add_matrix(*w);
-    for (const auto* w : {&l.ssm_qkv, &l.ssm_z, &l.ssm_beta, &l.ssm_alpha, &l.ssm_out}) add_matrix(*w);
+    for (const auto* w : {&l.ssm_qkv, &l.ssm_z, &l.ssm_beta, &l.ssm_alpha, &l.ssm_out, &l.ple_gate, &l.ple_proj}) {
+      add_matrix(*w);
+    }
+    add_vec(l.ple_post_norm);
     for (const auto* v : {&l.ssm_conv, &l.ssm_a, &l.ssm_dt_bias, &l.ssm_norm}) add_vec(*v);
     if (!l.moe()) continue;
     if (!l.router_scale.empty()) {  // gemma4: the router's input norm weight over sqrt(n_embd), in one vector
@@ -311,6 +319,11 @@ void gpu_device::upload_weights(const gpu_worker_config& cfg, memory_plan& mem) 
   output_ = dev_matrix(m_.output);
   output_norm_ = dev_vec(m_.output_norm);
   rope_freqs_ = dev_vec(m_.rope_freqs);
+  if (m_.ple_embd.data) {
+    ple_embd_ = dev_of_.at(m_.ple_embd.data);
+    ple_model_proj_ = dev_matrix(m_.ple_model_proj);
+    ple_proj_norm_ = dev_vec(m_.ple_proj_norm);
+  }
   for (const model::layer_weights& l : m_.layers) {
     layer d;
     d.attn_norm = dev_vec(l.attn_norm);
@@ -341,6 +354,9 @@ void gpu_device::upload_weights(const gpu_worker_config& cfg, memory_plan& mem) 
     d.ssm_a = dev_vec(l.ssm_a);
     d.ssm_dt_bias = dev_vec(l.ssm_dt_bias);
     d.ssm_norm = dev_vec(l.ssm_norm);
+    d.ple_gate = dev_matrix(l.ple_gate);
+    d.ple_proj = dev_matrix(l.ple_proj);
+    d.ple_post_norm = dev_vec(l.ple_post_norm);
     if (l.moe()) {
       d.router = dev_matrix(l.router);
       d.gate_exps = dev_stacked(l.gate_exps);
@@ -412,9 +428,10 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   if (gemm_dtype_ == kernels::gemm_dtype::fp8) {
     gemm_ws = std::max(gemm_ws, kernels::gemm_fp8_workspace_bytes(output_.in, max_seqs_));
   }
+  if (ple_model_proj_.w != nullptr) fit(ple_model_proj_, max_tokens_);
   for (const layer& l : layers_) {
     for (const matrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down, &l.gate_shexp, &l.up_shexp, &l.down_shexp,
-                            &l.ssm_qkv, &l.ssm_z, &l.ssm_beta, &l.ssm_alpha, &l.ssm_out}) {
+                            &l.ssm_qkv, &l.ssm_z, &l.ssm_beta, &l.ssm_alpha, &l.ssm_out, &l.ple_gate, &l.ple_proj}) {
       if (w->w == nullptr) continue;
       fit(*w, max_tokens_);
       // The FP8 path's x codes share the region (project() runs one path after the other).
@@ -496,6 +513,9 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   const std::size_t angles_swa =
       c.take(hp.split_rope() ? kernels::rope_angles_bytes(max_tokens_, hp.sliding_rope_dim()) : 0);
   const std::size_t q_temps = c.take(hp.attn_temp_scale > 0 ? T * f : 0);
+  const std::size_t ple_w = std::size_t(hp.n_layer * hp.ple_dim);  // gemma4 E2B / E4B (0 elsewhere)
+  const std::size_t ple = c.take(T * ple_w * f), ple_tok = c.take(T * ple_w * f);
+  const std::size_t ple_h = c.take(T * std::size_t(hp.ple_dim) * f);
   const std::size_t qkv_w = q_w + 2 * kv_w;
   const bool own_qkv = gemm_dtype_ == kernels::gemm_dtype::fp8 && qkv_w > ff_w;
   const std::size_t qkv = own_qkv ? c.take(T * qkv_w * f) : 0;
@@ -531,6 +551,7 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   rope_angles_ = reinterpret_cast<double*>(base + angles);
   rope_angles_swa_ = hp.split_rope() ? reinterpret_cast<double*>(base + angles_swa) : nullptr;
   q_temps_ = hp.attn_temp_scale > 0 ? fp(q_temps) : nullptr;
+  if (hp.ple_dim > 0) ple_ = fp(ple), ple_tok_ = fp(ple_tok), ple_h_ = fp(ple_h);
   if (gemm_dtype_ == kernels::gemm_dtype::fp8) qkv_ = own_qkv ? fp(qkv) : gate_;
 
   // Per step slot: the upload, then the records and scores coming back (one pinned allocation).
@@ -654,7 +675,7 @@ void gpu_device::plan_kv(const gpu_worker_config& cfg, memory_plan& mem) {
   };
   std::size_t per_block = 0, per_window_block = 0;
   for (std::int64_t l = 0; l < hp.n_layer; ++l) {
-    if (kv_layers_.stateful(l)) continue;
+    if (kv_layers_.stateful(l) || hp.kv_source(l) != l) continue;  // a shared layer's KV is its source's
     (kv_layers_.windowed(l) ? per_window_block : per_block) += layer_block_bytes(l);
   }
   const kv_pools pools = plan_kv_pools(budget, per_block, per_window_block,
@@ -670,7 +691,7 @@ void gpu_device::plan_kv(const gpu_worker_config& cfg, memory_plan& mem) {
   window_kv_.at.assign(std::size_t(kv_layers_.window_layers), 0);
   std::size_t main_bytes = 0, window_bytes = 0;
   for (std::int64_t l = 0; l < hp.n_layer; ++l) {
-    if (kv_layers_.stateful(l)) continue;
+    if (kv_layers_.stateful(l) || hp.kv_source(l) != l) continue;
     const bool windowed = kv_layers_.windowed(l);
     kv_pool& p = windowed ? window_kv_ : main_kv_;
     std::size_t& end = windowed ? window_bytes : main_bytes;

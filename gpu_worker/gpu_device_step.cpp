@@ -20,6 +20,7 @@
 #include "kernels/gemm_quant.h"
 #include "kernels/moe.h"
 #include "kernels/output_gate.h"
+#include "kernels/per_layer_inputs.h"
 #include "kernels/rms_norm.h"
 #include "kernels/rms_norm_residual.h"
 #include "kernels/rope_kv_write.h"
@@ -298,6 +299,7 @@ void gpu_device::run_body() {
                                stream_),
      "embedding");
   reduce(x_);  // tensor parallel: each rank looked up its slice of the vocabulary
+  if (hp.ple_dim > 0) run_per_layer_inputs();
   prof_.mark("rope angles", stream_);
   // The step's angles once for every layer (and the queries' temperatures, mistral3); a model whose
   // sliding layers have their own RoPE (gemma3, gemma4) gets a second table for those, of their
@@ -496,6 +498,19 @@ void gpu_device::run_layer(std::int64_t l) {
     run_dense_ffn(w, x8_embd);
   }
   prof_.mark("norm", stream_);
+  const float* post_norm = w.post_ffn_norm;  // gemma3: the block's output normed before the add
+  if (hp.ple_dim > 0) {
+    // gemma4 E2B / E4B: the feed-forward's output added (its norm's y unused), then the per-layer
+    // input's block, whose output the fused norm below adds in its place.
+    if (!summed) throw std::logic_error("gpu_device: per-layer inputs after experts whose sum the norm makes");
+    kernels::rms_norm_residual_params add = norm_params(ffn_out, w.ffn_norm);
+    add.delta_weight = post_norm;
+    add.yq = nullptr, add.yq_scales = nullptr;
+    ok(kernels::launch_rms_norm_residual(add, stream_), "feed-forward residual");
+    run_per_layer_block(l);
+    ffn_out = o_;
+    post_norm = w.ple_post_norm;
+  }
   // The residual add fused with the next norm: the next layer's attention norm, or the final one
   // (whose output the head gathers and quantizes itself).
   kernels::rms_norm_residual_params p =
@@ -508,8 +523,8 @@ void gpu_device::run_layer(std::int64_t l) {
                                               .rows = T,
                                               .cols = hp.n_embd,
                                               .eps = hp.rms_eps};
-  p.delta_weight = w.post_ffn_norm;  // gemma3: the feed-forward's output normed before the add
-  p.h_scale = w.out_scale;           // gemma4: the residual stream scaled after the layer
+  p.delta_weight = post_norm;
+  p.h_scale = w.out_scale;  // gemma4: the residual stream scaled after the layer
   if (!summed) {
     if (p.delta_weight != nullptr) throw std::logic_error("gpu_device: a norm on the experts' output needs their sum first");
     p.delta = pair_out_;
@@ -540,10 +555,12 @@ void gpu_device::run_attention_block(std::int64_t l, bool x8_embd) {
   } else {
     // Qwen3.5: each head's query then its gate, read by the RoPE from qg_ (2 head_dim apart).
     // Without wv (gemma4's global layers) V is K's projection: the RoPE reads k_ for both.
+    // A layer sharing another's KV (gemma4 E2B / E4B) has neither: q alone.
     const projection qkv[] = {{&w.wq, w.bq, gated ? qg_ : q_}, {&w.wk, w.bk, k_}, {&w.wv, w.bv, v_}};
-    project(std::span(qkv, w.wv.w != nullptr ? 3 : 2), h_, T, x8_embd);
+    project(std::span(qkv, w.wk.w == nullptr ? 1 : w.wv.w != nullptr ? 3 : 2), h_, T, x8_embd);
     if (w.wv.w == nullptr) v_in = k_;
   }
+  const bool own_kv = hp.kv_source(l) == l;
   kernels::rope_kv_write_params rp{.q = q_,
                                    .k = k_in,
                                    .v = v_in,
@@ -565,7 +582,11 @@ void gpu_device::run_attention_block(std::int64_t l, bool x8_embd) {
                                    .k_norm = hp.qk_norm ? w.k_norm : nullptr,
                                    .v_norm = hp.v_norm,  // gemma4
                                    .norm_eps = hp.rms_eps,
-                                   .q_scales = q_temps_};
+                                   .q_scales = q_temps_,
+                                   // gemma4 E2B / E4B's shared layers: q alone, over the source's KV
+                                   // (kv_layer(l) is the source's).
+                                   .q_only = !own_kv};
+  if (!own_kv) rp.k = rp.v = nullptr, rp.slots = nullptr, rp.k_norm = nullptr;
   prof_.mark(hp.qk_norm ? "q/k norm + rope + kv write" : "rope + kv write", stream_);
   ok(kernels::launch_rope_kv_write(rp, stream_), "rope + kv write");
   // Decode-only steps: attention writes the o projection's 8-bit input itself (not when the gate
@@ -635,6 +656,57 @@ void gpu_device::run_delta_net(std::int64_t l, bool x8_embd) {
   prof_.mark("ssm out projection", stream_);
   matmul(w.ssm_out, nullptr, attn_, o_, T);
   reduce(o_);
+}
+
+// gemma4 E2B / E4B (kernels/per_layer_inputs.h, model/arch/cpu_forward.cpp): the embedding's
+// projection and the token's per-layer rows, combined.
+void gpu_device::run_per_layer_inputs() {
+  const model::hparams& hp = m_.hp;
+  const std::int64_t T = step_.tokens, width = hp.n_layer * hp.ple_dim;
+  prof_.mark("per-layer inputs", stream_);
+  matmul(ple_model_proj_, nullptr, x_, ple_, T);
+  ok(kernels::launch_embedding({.table = ple_embd_,
+                                .type = m_.ple_embd.type,
+                                .n_embd = width,
+                                .n_vocab = hp.n_vocab,
+                                .ids = dev_at<std::int32_t>(up_off_.ids),
+                                .n_tokens = T,
+                                .out = ple_tok_,
+                                .scale = float(std::sqrt(double(hp.ple_dim)))},
+                               stream_),
+     "per-layer embedding");
+  ok(kernels::launch_per_layer_inputs({.y = ple_,
+                                       .tok = ple_tok_,
+                                       .norm = ple_proj_norm_,
+                                       .n_tokens = T,
+                                       .n_layers = hp.n_layer,
+                                       .dim = hp.ple_dim,
+                                       .proj_scale = float(1.0 / std::sqrt(double(hp.n_embd))),
+                                       .sum_scale = float(1.0 / std::sqrt(2.0)),
+                                       .eps = hp.rms_eps},
+                                      stream_),
+     "per-layer inputs");
+}
+
+// proj(gelu_tanh(gate(x)) * the layer's per-layer input) into o_ (its norm is the residual add's).
+void gpu_device::run_per_layer_block(std::int64_t l) {
+  const model::hparams& hp = m_.hp;
+  const layer& w = layers_[std::size_t(l)];
+  const std::int64_t T = step_.tokens;
+  prof_.mark("per-layer block", stream_);
+  matmul(w.ple_gate, nullptr, x_, ple_h_, T);
+  ok(kernels::launch_swiglu({.gate = ple_h_,
+                             .up = ple_ + l * hp.ple_dim,
+                             .out = ple_h_,
+                             .rows = T,
+                             .cols = hp.ple_dim,
+                             .gate_stride = hp.ple_dim,
+                             .up_stride = hp.n_layer * hp.ple_dim,
+                             .out_stride = hp.ple_dim,
+                             .act = kernels::glu_activation::gelu_tanh},
+                            stream_),
+     "per-layer gate");
+  matmul(w.ple_proj, nullptr, ple_h_, o_, T);
 }
 
 void gpu_device::run_dense_ffn(const layer& w, bool x8_embd) {

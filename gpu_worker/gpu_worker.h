@@ -86,10 +86,6 @@ struct gpu_worker_config {
 // Why the GPU kernels cannot run a model of these hyper-parameters (empty: they can). The worker
 // refuses such a model at start-up; the engine's automatic backend takes the CPU for it.
 inline std::string gpu_unsupported(const model::hparams& hp) {
-  if (hp.ple_dim > 0 || hp.n_kv_shared > 0) {
-    return "Gemma 4's per-layer token embeddings and shared-KV layers (E2B, E4B) run on the CPU backend only "
-           "(--backend cpu)";
-  }
   for (std::int64_t l = 0; l < hp.n_layer; ++l) {
     const std::int64_t hd = hp.layer_head_dim(l);
     if (hd != 64 && hd != 128 && hd != 256 && hd != 512) {

@@ -231,6 +231,10 @@ INSTANTIATE_TEST_SUITE_P(
                       // proportional RoPE's factors on the global layer only, soft-capped logits.
                       model_case{"tiny-gemma4", synth_mix::f16}, model_case{"tiny-gemma4", synth_mix::q4_k_m},
                       model_case{"tiny-gemma4", synth_mix::q8_0, kernels::kv_dtype::int8},
+                      // gemma4 E2B / E4B's make: per-layer token embeddings, the last two layers (a
+                      // sliding one and the last global) on the KV of layers 4 and 5.
+                      model_case{"tiny-gemma4e", synth_mix::f16}, model_case{"tiny-gemma4e", synth_mix::q4_k_m},
+                      model_case{"tiny-gemma4e", synth_mix::q8_0, kernels::kv_dtype::fp8},
                       // gemma4 with experts (the 26B-A4B's make): routed from the residual normed by its
                       // scale, each weight times its expert's scale, beside the dense feed-forward, gate
                       // and up the halves of one tensor. Q8_0 on f32 activations: on 8-bit ones two of
