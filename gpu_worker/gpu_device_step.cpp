@@ -715,20 +715,22 @@ void gpu_device::run_dense_ffn(const layer& w, bool x8_embd) {
   const projection gate_up[] = {{&w.gate, nullptr, gate_}, {&w.up, nullptr, up_}};
   prof_.mark("gate/up projection", stream_);
   project(gate_up, h_, T, x8_embd);
+  // This layer's width: gemma4 E2B / E4B's shared layers are double-wide (hp.n_ff is the widest).
+  const std::int64_t ff = w.down.in;
   kernels::swiglu_rows_params sw{.gate = gate_,
                                  .up = up_,
                                  .out = gate_,
                                  .rows = T,
-                                 .cols = hp.n_ff,
-                                 .gate_stride = hp.n_ff,
-                                 .up_stride = hp.n_ff,
-                                 .out_stride = hp.n_ff,
+                                 .cols = ff,
+                                 .gate_stride = ff,
+                                 .up_stride = ff,
+                                 .out_stride = ff,
                                  .limit = hp.swiglu_limit,
                                  .alpha = hp.swiglu_alpha,
                                  .act = hp.ffn_act};
-  const bool x8_ff = x8_fused(hp.n_ff);
+  const bool x8_ff = x8_fused(ff);
   if (x8_ff) {
-    const kernels::gemv_x8_rows x8 = kernels::gemv_x8_view(gemv_ws_, hp.n_ff, T);
+    const kernels::gemv_x8_rows x8 = kernels::gemv_x8_view(gemv_ws_, ff, T);
     sw.yq = x8.q;
     sw.yq_scales = x8.ds;
   }

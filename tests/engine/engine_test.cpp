@@ -263,6 +263,7 @@ TEST(Engine, Gemma3ServesConcurrentRequestsWithTheReferenceTokens) {
 TEST(Engine, Gemma4ServesConcurrentRequestsWithTheReferenceTokens) {
   expect_concurrent_greedy_matches_reference("tiny-gemma4");
   expect_concurrent_greedy_matches_reference("tiny-gemma4moe");  // the 26B-A4B's experts beside a dense feed-forward
+  expect_concurrent_greedy_matches_reference("tiny-gemma4e");    // E2B / E4B: per-layer inputs, shared KV
 }
 
 // Ministral 3 through the engine: prompts of up to 33 tokens and 10 more generated pass its

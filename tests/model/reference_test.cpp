@@ -124,7 +124,7 @@ TEST_P(ReferenceDenseModel, An8BitKvCacheKeepsPerplexityWithinOnePercent) {
 
 INSTANTIATE_TEST_SUITE_P(Architectures, ReferenceModel,
                          ::testing::Values("llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "mixtral", "gpt-oss", "gemma3",
-                                           "qwen35", "qwen35moe", "mistral3", "gemma4", "gemma4moe"));
+                                           "qwen35", "qwen35moe", "mistral3", "gemma4", "gemma4moe", "gemma4e"));
 INSTANTIATE_TEST_SUITE_P(Architectures, ReferenceDenseModel,
                          ::testing::Values("llama", "qwen2", "qwen3", "gemma3", "qwen35", "mistral3", "gemma4"));
 
