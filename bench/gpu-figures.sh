@@ -52,7 +52,13 @@ gflop_per_token() {
     gemma4-26b-a4b) echo 6.17 ;;
     # Qwen3.5: 24 DeltaNet layers (q/k/v 8192, z 4096, beta and alpha 32, out 4096) and 8 gated
     # attention ones (q 8192 with its gate, k/v 1024, o 4096), the feed-forward of 12288 on all 32.
-    qwen3.5-9b) echo 13.84 ;;    # (24 × 4096 × 16448 + 8 × 4096 × 14336 + 32 × 3 × 4096 × 12288) × 2
+    qwen3.5-9b) echo 13.84 ;;
+    # Gemma 4 E4B: 24 layers with K/V of their own (20 sliding: q 2048, k/v 512; 4 global: q 4096,
+    # k/v 1024), 18 on an earlier layer's (15 sliding, 3 global: q and o alone), the feed-forward of
+    # 10240 and the per-layer block (2560 x 256 twice) on all 42, the per-layer inputs' projection:
+    # (20 × 2560 × 5120 + 4 × 2560 × 10240 + 15 × 2560 × 4096 + 3 × 2560 × 8192
+    #  + 42 × (3 × 2560 × 10240 + 2 × 2560 × 256) + 2560 × 10752) × 2
+    gemma4-e4b) echo 7.95 ;;    # (24 × 4096 × 16448 + 8 × 4096 × 14336 + 32 × 3 × 4096 × 12288) × 2
     *) echo 0 ;;
   esac
 }

@@ -168,11 +168,17 @@ const std::vector<synth_shape>& synth_shapes() {
        .n_head_kv = 2, .head_dim = 128, .n_ff = 512, .n_ctx = 4096, .rope_base = 1000000.f, .rms_eps = 1e-6f,
        .tied_output = true, .sliding_window = 16, .head_dim_swa = 64, .n_head_kv_global = 1, .final_softcap = 30.f},
       // Gemma 4 E2B / E4B's make: per-layer token embeddings, the last two layers (a sliding and the
-      // last global) on the KV of layers 4 and 5, their feed-forwards double-wide.
+      // last global) on the KV of layers 4 and 5, their feed-forwards double-wide (as the E2B's).
       {.name = "tiny-gemma4e", .architecture = arch::gemma4, .n_vocab = 512, .n_embd = 256, .n_layer = 8, .n_head = 4,
        .n_head_kv = 2, .head_dim = 128, .n_ff = 256, .n_ctx = 4096, .rope_base = 1000000.f, .rms_eps = 1e-6f,
        .tied_output = true, .sliding_window = 16, .head_dim_swa = 64, .n_head_kv_global = 1, .final_softcap = 30.f,
-       .ple_dim = 32, .n_kv_shared = 2},
+       .ple_dim = 32, .n_kv_shared = 2, .double_wide = true},
+      // Gemma 4 E4B: 42 layers (five sliding to one global), the last 18 on the KV of layers 22
+      // (sliding) and 23 (global), per-layer inputs of 256, global layers with a V of their own.
+      {.name = "gemma4-e4b", .architecture = arch::gemma4, .n_vocab = 262144, .n_embd = 2560, .n_layer = 42, .n_head = 8,
+       .n_head_kv = 2, .head_dim = 512, .n_ff = 10240, .n_ctx = 131072, .rope_base = 1000000.f, .rms_eps = 1e-6f,
+       .tied_output = true, .sliding_window = 512, .head_dim_swa = 256, .n_head_kv_global = 2, .final_softcap = 30.f,
+       .ple_dim = 256, .n_kv_shared = 18, .global_v = true},
       {.name = "gemma4-31b", .architecture = arch::gemma4, .n_vocab = 262144, .n_embd = 5376, .n_layer = 60,
        .n_head = 32, .n_head_kv = 16, .head_dim = 512, .n_ff = 21504, .n_ctx = 262144, .rope_base = 1000000.f,
        .rms_eps = 1e-6f, .tied_output = true, .sliding_window = 1024, .head_dim_swa = 256, .n_head_kv_global = 4,
@@ -298,8 +304,8 @@ void write_synth_model(const synth_options& opt, const std::string& path,
   w.set_u32(a + ".embedding_length", std::uint32_t(sh.n_embd));
   w.set_u32(a + ".block_count", std::uint32_t(sh.n_layer));
   const auto shared_kv = [&](std::int64_t l) { return sh.n_kv_shared > 0 && l >= sh.n_layer - sh.n_kv_shared; };
-  const auto layer_ff = [&](std::int64_t l) { return shared_kv(l) ? 2 * sh.n_ff : sh.n_ff; };
-  if (sh.n_kv_shared > 0) {  // gemma4 E2B / E4B: a width per layer
+  const auto layer_ff = [&](std::int64_t l) { return shared_kv(l) && sh.double_wide ? 2 * sh.n_ff : sh.n_ff; };
+  if (sh.double_wide) {  // gemma4 E2B / E4B: a width per layer
     std::vector<std::int32_t> widths;
     for (std::int64_t l = 0; l < sh.n_layer; ++l) widths.push_back(std::int32_t(layer_ff(l)));
     w.set_i32s(a + ".feed_forward_length", widths);
@@ -532,7 +538,8 @@ void write_synth_model(const synth_options& opt, const std::string& path,
     add(b + "attn_q.weight", sh.n_embd, qwen35 ? 2 * q_dim : q_dim, 0.f, s_embd, l);  // qwen35: a gate per head after its query
     if (!shared_kv(l)) {  // gemma4 E2B / E4B's shared layers: the KV of an earlier layer
       add(b + "attn_k.weight", sh.n_embd, kv_dim, 0.f, s_embd, l);
-      if (!global4) add(b + "attn_v.weight", sh.n_embd, kv_dim, 0.f, s_embd, l);  // gemma4's global layers: V is K
+      // gemma4's global layers: V is K, except the E4B's
+      if (!global4 || sh.global_v) add(b + "attn_v.weight", sh.n_embd, kv_dim, 0.f, s_embd, l);
     }
     const bool gpt_oss = sh.architecture == arch::gpt_oss;
     if (sh.architecture == arch::qwen2 || sh.architecture == arch::qwen2moe || gpt_oss) {

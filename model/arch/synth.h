@@ -45,9 +45,11 @@ struct synth_shape {
   std::int64_t head_dim_swa = 0, n_head_kv_global = 0;
   float final_softcap = 0.f;
   // gemma4 E2B / E4B: per-layer token embeddings of ple_dim per layer, the last n_kv_shared layers
-  // attending over an earlier layer's KV (no attn_k / attn_v of their own) with feed-forwards twice
-  // n_ff wide (feed_forward_length then an array).
+  // attending over an earlier layer's KV (no attn_k / attn_v of their own), with feed-forwards twice
+  // n_ff wide when double_wide (feed_forward_length then an array); global_v: the global layers
+  // have a V projection of their own (the E4B's) instead of reading K as V.
   std::int64_t ple_dim = 0, n_kv_shared = 0;
+  bool double_wide = false, global_v = false;
 };
 
 // gemma4's layer pattern as anvil synth writes it (HF's default): every sixth layer and the last
