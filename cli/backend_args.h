@@ -26,6 +26,7 @@ struct backend_args {
   std::int64_t idle_spin_us = -1;     // engine_config::idle_spin_us
   std::string kv_cache_dtype = "f16"; // engine_config::kv_cache_dtype: f16, int8 or fp8
   std::string gemm_dtype = "f16";     // engine_config::gemm_dtype: f16 or fp8
+  bool f16_weight_copies = false;     // engine_config::f16_weight_copies
   bool no_window_pool = false;        // engine_config::window_pool off
   int tensor_parallel = 1;            // engine_config::tensor_parallel
   CLI::Option* tensor_parallel_opt = nullptr;  // given explicitly: engine_config::tensor_parallel_path
@@ -63,6 +64,13 @@ inline void add_gemm_dtype_option(CLI::App* cmd, std::string& dtype) {
       ->capture_default_str()->check(CLI::IsMember({"f16", "fp8"}));
 }
 
+inline void add_f16_weight_copies_option(CLI::App* cmd, bool& on) {
+  cmd->add_flag("--f16-weight-copies", on,
+                "GPU: keep an f16 copy of every quantized weight, made at start-up, for the GEMMs of long steps (prompts, "
+                "many streams) instead of dequantizing the weights on each such step: the same results, faster, for two "
+                "bytes per weight of device memory (the KV cache gets less); not with --gemm-dtype fp8");
+}
+
 // The parsed --gemm-dtype (the option's check admits only the names parse_gemm_dtype knows).
 inline kernels::gemm_dtype gemm_dtype_of(const std::string& name) {
   const std::optional<kernels::gemm_dtype> t = kernels::parse_gemm_dtype(name);
@@ -90,6 +98,7 @@ inline void add_backend_options(CLI::App* cmd, backend_args& a) {
       ->capture_default_str()->check(CLI::Range(std::int64_t(-1), std::int64_t(1000000)));
   add_kv_cache_dtype_option(cmd, a.kv_cache_dtype);
   add_gemm_dtype_option(cmd, a.gemm_dtype);
+  add_f16_weight_copies_option(cmd, a.f16_weight_copies);
   a.tensor_parallel_opt = add_tensor_parallel_option(cmd, a.tensor_parallel);
   cmd->add_option("--devices", a.devices,
                   "GPU: the devices to run on, by ordinal, one per --tensor-parallel rank (anvil info lists them; default "
@@ -110,6 +119,7 @@ inline void apply_backend_args(const backend_args& a, engine_config& cfg) {
   cfg.overlap_steps = !a.no_overlap_steps;
   cfg.kv_cache_dtype = kv_cache_dtype_of(a.kv_cache_dtype);
   cfg.gemm_dtype = gemm_dtype_of(a.gemm_dtype);
+  cfg.f16_weight_copies = a.f16_weight_copies;
   cfg.window_pool = !a.no_window_pool;
   cfg.tensor_parallel = a.tensor_parallel;
   cfg.tensor_parallel_path = a.tensor_parallel_opt != nullptr && a.tensor_parallel_opt->count() > 0;

@@ -36,13 +36,14 @@ struct perplexity_args {
   bool gpu_float_activations = false;
   std::string kv_cache_dtype = "f16";
   std::string gemm_dtype = "f16";
+  bool f16_weight_copies = false;
   int tensor_parallel = 1;
 };
 
 // A worker for one window of `ctx` tokens fed `batch` at a time: a KV pool of one context.
 std::unique_ptr<gpu_worker::worker> make_worker(const model::llm& m, const model::perplexity_options& o,
-                                                worker_backend backend, bool float_activations,
-                                                kernels::gemm_dtype gemm_dtype, int tensor_parallel) {
+                                                worker_backend backend, const perplexity_args& a) {
+  const kernels::gemm_dtype gemm_dtype = gemm_dtype_of(a.gemm_dtype);
   constexpr std::int64_t block_size = 16;
   const std::size_t kv_bytes =
       model::kv_cache_storage::bytes_per_block(m.hp, block_size, o.kv_cache_dtype) * std::size_t(o.ctx / block_size + 2);
@@ -54,16 +55,18 @@ std::unique_ptr<gpu_worker::worker> make_worker(const model::llm& m, const model
     wc.max_batch_tokens = o.batch;
     wc.max_seqs = score_rows;
     wc.max_context = o.ctx;
-    wc.float_activations = float_activations;
+    wc.float_activations = a.gpu_float_activations;
     wc.kv_cache_dtype = o.kv_cache_dtype;
     wc.gemm_dtype = gemm_dtype;
-    wc.tensor_parallel = tensor_parallel;
+    wc.f16_weight_copies = a.f16_weight_copies;
+    wc.tensor_parallel = a.tensor_parallel;
     return std::make_unique<gpu_worker::gpu_worker>(m, wc);
   }
   if (gemm_dtype != kernels::gemm_dtype::f16) throw std::invalid_argument("--gemm-dtype fp8 needs the GPU backend");
+  if (a.f16_weight_copies) throw std::invalid_argument("--f16-weight-copies needs the GPU backend");
   return std::make_unique<gpu_worker::cpu_worker>(m, gpu_worker::cpu_worker_config{
       .block_size = block_size, .kv_budget_bytes = kv_bytes, .max_batch_tokens = o.batch, .max_seqs = 1,
-      .kv_cache_dtype = o.kv_cache_dtype, .tensor_parallel = tensor_parallel});
+      .kv_cache_dtype = o.kv_cache_dtype, .tensor_parallel = a.tensor_parallel});
 }
 
 std::string read_text(const std::string& path) {
@@ -91,7 +94,7 @@ int run_perplexity(const perplexity_args& a) {
     backend = gpu_worker::gpu_worker::available() ? worker_backend::gpu : worker_backend::cpu;
   }
   const kernels::gemm_dtype gemm_dtype = gemm_dtype_of(a.gemm_dtype);
-  const std::unique_ptr<gpu_worker::worker> w = make_worker(m, opt, backend, a.gpu_float_activations, gemm_dtype, a.tensor_parallel);
+  const std::unique_ptr<gpu_worker::worker> w = make_worker(m, opt, backend, a);
 
   progress_bar bar("perplexity", "windows");
   const auto t0 = std::chrono::steady_clock::now();
@@ -105,7 +108,7 @@ int run_perplexity(const perplexity_args& a) {
     const boost::json::object o = {
         {"model", path}, {"file", a.file}, {"backend", worker_backend_name(backend)}, {"tokens", ids.size()}, {"scored", r.n_scored},
         {"windows", r.n_windows}, {"kv_cache_dtype", kernels::kv_dtype_name(opt.kv_cache_dtype)},
-        {"gemm_dtype", kernels::gemm_dtype_name(gemm_dtype)}, {"ctx", opt.ctx},
+        {"gemm_dtype", kernels::gemm_dtype_name(gemm_dtype)}, {"f16_weight_copies", a.f16_weight_copies}, {"ctx", opt.ctx},
         {"stride", opt.stride}, {"nll_sum", r.nll_sum},
         {"mean_nll", r.mean_nll()}, {"perplexity", r.perplexity()}, {"seconds", seconds}};
     std::printf("%s\n", boost::json::serialize(o).c_str());
@@ -135,6 +138,7 @@ void add_perplexity_command(CLI::App& app, int& exit_code) {
                 "GPU: f32 activations in the quantized GEMVs (as the CPU computes) instead of 8-bit");
   add_kv_cache_dtype_option(cmd, a->kv_cache_dtype);
   add_gemm_dtype_option(cmd, a->gemm_dtype);
+  add_f16_weight_copies_option(cmd, a->f16_weight_copies);
   add_tensor_parallel_option(cmd, a->tensor_parallel);
   cmd->callback([&exit_code, a] { exit_code = run_perplexity(*a); });
 }

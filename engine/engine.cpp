@@ -152,6 +152,14 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
     throw std::invalid_argument(
         "gemm_dtype fp8 (--gemm-dtype fp8) needs the GPU backend; the CPU backend multiplies in f32");
   }
+  if (backend == worker_backend::cpu && cfg.f16_weight_copies) {
+    throw std::invalid_argument(
+        "f16_weight_copies (--f16-weight-copies) needs the GPU backend; the CPU backend multiplies the weights as stored");
+  }
+  if (cfg.f16_weight_copies && cfg.gemm_dtype == kernels::gemm_dtype::fp8) {
+    throw std::invalid_argument(
+        "--f16-weight-copies and --gemm-dtype fp8 exclude each other: the FP8 copies take the long steps");
+  }
   if (cfg.tensor_parallel < 1) throw std::invalid_argument("tensor_parallel must be >= 1");
   if (backend == worker_backend::cpu && !cfg.devices.empty()) {
     throw std::invalid_argument("--devices names GPUs; the CPU backend runs on none");
@@ -200,6 +208,7 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
     wc.max_context = p->max_model_len;
     wc.kv_cache_dtype = cfg.kv_cache_dtype;
     wc.gemm_dtype = cfg.gemm_dtype;
+    wc.f16_weight_copies = cfg.f16_weight_copies;
     wc.float_activations = cfg.gpu_float_activations;
     if (!cfg.gpu_graphs) wc.graph_max_batch = 0;
     wc.overlap_kernels = cfg.gpu_overlap_kernels;

@@ -58,6 +58,8 @@ struct engine_config {
                                              // with a scale per row (kernels/kv_quant.h); fixed for the engine
   kernels::gemm_dtype gemm_dtype = kernels::gemm_dtype::f16;  // GPU backend: the math of steps of many tokens
                                              // (kernels/gemm_dtype.h); fp8 is refused on the CPU backend
+  bool f16_weight_copies = false;            // GPU backend: f16 copies of the quantized weights for long steps
+                                             // (gpu_worker_config::f16_weight_copies); refused on the CPU backend
   std::size_t kv_budget_bytes = 64u << 20;   // memory for the KV pool (CPU backend)
   std::pmr::memory_resource* cpu_arena_upstream = nullptr;  // CPU backend: where the worker's arena comes
                                                             // from (cpu_worker_config; null: the heap)

@@ -78,6 +78,7 @@ class gpu_device {
     model::ggml_type type = model::ggml_type::F32;
     std::int64_t in = 0, out = 0;
     kernels::fp8_matrix fp8{};
+    const void* w16 = nullptr;  // f16_weight_copies: the weight in f16 (matmul_params::w16)
   };
   struct layer {
     const float *attn_norm = nullptr, *ffn_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
@@ -134,6 +135,7 @@ class gpu_device {
   void upload_weights(const gpu_worker_config& cfg, memory_plan& mem);
   void plan_scratch(memory_plan& mem);
   void make_fp8_copies(memory_plan& mem);  // gemm_dtype fp8: after plan_scratch (uses the GEMM workspace)
+  void make_f16_copies(memory_plan& mem);  // f16_weight_copies: before plan_scratch (sizes the GEMM workspace)
   void plan_kv(const gpu_worker_config& cfg, memory_plan& mem);
   void warm_up();  // a step of each kind before the graphs, and a prompt step per GEMM plan bucket
   void capture_graphs(std::int64_t max_batch);

@@ -157,6 +157,14 @@ gpu_device::gpu_device(const model::llm& m, const gpu_worker_config& cfg, memory
   mem.max_seqs = cfg.max_seqs;
   mem.n_vocab = hp.n_vocab;
   upload_weights(cfg, mem);
+  if (cfg.f16_weight_copies) {
+    if (gemm_dtype_ == kernels::gemm_dtype::fp8) {
+      throw std::invalid_argument("gpu worker: --f16-weight-copies and --gemm-dtype fp8 exclude each other "
+                                  "(the FP8 copies take the long steps)");
+    }
+    if (!have_blas_) throw std::invalid_argument("gpu worker: --f16-weight-copies needs a build with the vendor BLAS");
+    make_f16_copies(mem);
+  }
   plan_scratch(mem);
   if (gemm_dtype_ == kernels::gemm_dtype::fp8) make_fp8_copies(mem);
   mem.gemm_dtype = gemm_dtype_;
@@ -421,7 +429,7 @@ void gpu_device::plan_scratch(memory_plan& mem) {
 
   std::size_t gemm_ws = 0, gemv_ws = 0;
   const auto fit = [&](const matrix& w, std::int64_t tokens) {
-    gemm_ws = std::max(gemm_ws, kernels::gemm_workspace_bytes(gemm_.algo, w.type, w.in, w.out, tokens));
+    gemm_ws = std::max(gemm_ws, kernels::gemm_workspace_bytes(gemm_.algo, w.type, w.in, w.out, tokens, w.w16 != nullptr));
     gemv_ws = std::max(gemv_ws, kernels::gemv_workspace_bytes(w.type, w.in, std::min(tokens, kernels::gemv_max_tokens)));
   };
   fit(output_, max_seqs_);
@@ -642,6 +650,43 @@ void gpu_device::make_fp8_copies(memory_plan& mem) {
       l.bqkv = bias;
     }
     ok(hipStreamSynchronize(stream_), "make the FP8 weight copies");
+  } catch (const device_failure& e) {
+    throw std::runtime_error(std::string("gpu worker: ") + e.what());
+  }
+}
+
+// f16_weight_copies: an f16 copy of every layer weight the vendor GEMM would otherwise dequantize on
+// each long step (quantized and f32 ones; F16 and BF16 are multiplied as they are) and of the output
+// head, in one allocation, each written by launch_dequantize (the values the per-step path
+// multiplies). The experts' stacks keep their own paths (kernels/moe.h).
+void gpu_device::make_f16_copies(memory_plan& mem) {
+  std::vector<matrix*> todo;
+  carver c;
+  std::vector<std::size_t> at;
+  const auto add = [&](matrix* w) {
+    if (w->w == nullptr || w->type == model::ggml_type::F16 || w->type == model::ggml_type::BF16) return;
+    todo.push_back(w);
+    at.push_back(c.take(std::size_t(w->in) * std::size_t(w->out) * 2));
+  };
+  add(&output_);
+  add(&ple_model_proj_);
+  for (layer& l : layers_) {
+    for (matrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down, &l.gate_shexp, &l.up_shexp, &l.down_shexp,
+                      &l.ssm_qkv, &l.ssm_z, &l.ssm_beta, &l.ssm_alpha, &l.ssm_out, &l.ple_gate, &l.ple_proj}) {
+      add(w);
+    }
+  }
+  if (todo.empty()) return;
+  auto* base = static_cast<unsigned char*>(alloc_device(c.size(), "the f16 weight copies"));
+  mem.f16_weight_bytes = c.size();
+  try {
+    for (std::size_t i = 0; i < todo.size(); ++i) {
+      matrix& w = *todo[i];
+      auto* dst = reinterpret_cast<std::uint16_t*>(base + at[i]);
+      ok(kernels::launch_dequantize(w.type, w.w, dst, w.out, w.in, stream_), "make a weight's f16 copy");
+      w.w16 = dst;
+    }
+    ok(hipStreamSynchronize(stream_), "make the f16 weight copies");
   } catch (const device_failure& e) {
     throw std::runtime_error(std::string("gpu worker: ") + e.what());
   }

@@ -110,7 +110,8 @@ void gpu_device::project(std::span<const projection> ps, const float* x, std::in
                                   .bias = p.bias,
                                   .x = x,
                                   .y = p.y,
-                                  .n_tokens = n_tokens};
+                                  .n_tokens = n_tokens,
+                                  .w16 = p.w->w16};
   };
   kernels::matmul_params quant[kernels::gemv_max_group];
   std::size_t n_quant = 0;

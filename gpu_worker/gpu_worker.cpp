@@ -38,13 +38,16 @@ namespace {
 // The memory plan's start-up line.
 std::string describe_plan(const memory_plan& mem, std::uint64_t allocations, int ranks) {
   return fmt::format(
-      "memory plan on {}: {} KV blocks of {} tokens{} ({:.1f} MB {}){}, weights {:.1f} MB{}{}, scratch {:.1f} MB, "
+      "memory plan on {}: {} KV blocks of {} tokens{} ({:.1f} MB {}){}, weights {:.1f} MB{}{}{}, scratch {:.1f} MB, "
       "step limits {} tokens / {} seqs, {} device allocations, decode graphs for {} batch sizes{}",
       mem.device, mem.n_blocks, mem.block_size, window_pool_text(mem), double(mem.kv_bytes) / 1e6,
       kernels::kv_dtype_name(mem.kv_cache_dtype), state_pool_text(mem), double(mem.weight_bytes) / 1e6, token_weights(mem),
       mem.gemm_dtype == kernels::gemm_dtype::fp8
           ? fmt::format(" + {:.1f} MB of FP8 copies (--gemm-dtype fp8; q/k/v stacked in {} layers)",
                         double(mem.fp8_weight_bytes) / 1e6, mem.fp8_stacked_layers)
+          : std::string(),
+      mem.f16_weight_bytes > 0
+          ? fmt::format(" + {:.1f} MB of f16 copies (--f16-weight-copies)", double(mem.f16_weight_bytes) / 1e6)
           : std::string(),
       double(mem.scratch_bytes) / 1e6, mem.max_batch_tokens, mem.max_seqs, allocations, mem.decode_graphs,
       ranks > 1 ? fmt::format(", split over {} GPUs (tensor parallel; figures are their sums)", ranks) : "");
@@ -163,6 +166,7 @@ class tp_gpu_backend final : public worker_device {
     for (std::size_t r = 1; r < plans.size(); ++r) {
       mem.weight_bytes += plans[r].weight_bytes;
       mem.fp8_weight_bytes += plans[r].fp8_weight_bytes;
+      mem.f16_weight_bytes += plans[r].f16_weight_bytes;
       mem.kv_bytes += plans[r].kv_bytes;
       mem.state_bytes += plans[r].state_bytes;
       mem.scratch_bytes += plans[r].scratch_bytes;

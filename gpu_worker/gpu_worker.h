@@ -44,6 +44,12 @@ struct gpu_worker_config {
   // gemm_dtype fp8: each layer's q, k and v in one stacked copy with one scale (one GEMM where
   // there were three). Off only to measure what the stacking itself changes (gpu_worker_test).
   bool fp8_stack_qkv = true;
+  // An f16 copy of every quantized (or f32) layer weight and of the output head, made at start-up
+  // (counted in the memory plan): the vendor GEMMs of long steps multiply it instead of
+  // dequantizing the weight on every step. The same f16 values, so the same tokens; it costs two
+  // bytes per weight of device memory (the KV pool gets less). Not with gemm_dtype fp8, and only
+  // where the build has the vendor BLAS.
+  bool f16_weight_copies = false;
   std::int64_t max_logit_pairs = 1 << 18;   // logit-bias + penalty-count pairs uploaded per candidates launch
   int device = 0;                           // device ordinal
   // GEMVs (steps of up to 8 tokens) of quantized weights multiply f32 activations with the

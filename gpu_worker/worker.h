@@ -42,6 +42,7 @@ struct memory_plan {
   kernels::gemm_dtype gemm_dtype = kernels::gemm_dtype::f16;  // the math of steps of many tokens (GPU)
   std::size_t fp8_weight_bytes = 0;     // the layer weights' FP8 copies (GPU, gemm_dtype fp8)
   std::int64_t fp8_stacked_layers = 0;  // layers whose q, k and v share one stacked FP8 copy
+  std::size_t f16_weight_bytes = 0;     // the quantized weights' f16 copies (GPU, f16_weight_copies)
   std::int64_t decode_graphs = 0;       // decode batch sizes replayed from a graph (GPU)
 };
 

@@ -48,9 +48,11 @@ struct gemm_context {
   blas::lt_gemm* lt = nullptr;
 };
 
-// Scratch bytes launch_gemm needs for this weight and up to max_tokens tokens (0 if it needs none).
+// Scratch bytes launch_gemm needs for this weight and up to max_tokens tokens (0 if it needs none);
+// f16_copy: the calls pass the weight's f16 copy (matmul_params::w16), which the vendor path
+// multiplies as it is.
 std::size_t gemm_workspace_bytes(gemm_algo algo, model::ggml_type w_type, std::int64_t in, std::int64_t out,
-                                 std::int64_t max_tokens);
+                                 std::int64_t max_tokens, bool f16_copy = false);
 
 // Enqueues the GEMM on `stream`. Preconditions as launch_gemv's (any n_tokens >= 0, in < 2^31,
 // out < 2^31), plus a large enough workspace; hipErrorInvalidValue and nothing launched when

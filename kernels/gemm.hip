@@ -165,9 +165,11 @@ hipError_t run_tiled(const matmul_params& p, const gemm_context& ctx, hipStream_
 hipError_t run_blas(const matmul_params& p, const gemm_context& ctx, hipStream_t stream) {
   if (!ANVIL_GPU_HAVE_BLAS || (ctx.blas == nullptr && ctx.lt == nullptr)) return hipErrorNotSupported;
   const bool bf16 = p.w_type == model::ggml_type::BF16;
-  const std::size_t w_bytes = weight_scratch_bytes(gemm_algo::vendor_blas, p.w_type, p.in, p.out);
+  // With an f16 copy (made by launch_dequantize at start-up: the same values) nothing is dequantized.
+  const std::size_t w_bytes =
+      p.w16 != nullptr ? 0 : weight_scratch_bytes(gemm_algo::vendor_blas, p.w_type, p.in, p.out);
   auto* base = static_cast<unsigned char*>(ctx.workspace);
-  const void* w = p.w;
+  const void* w = p.w16 != nullptr && !bf16 && p.w_type != model::ggml_type::F16 ? p.w16 : p.w;
   hipError_t e = hipSuccess;
   if (w_bytes > 0) {
     if ((e = launch_dequantize(p.w_type, p.w, reinterpret_cast<std::uint16_t*>(base), p.out, p.in, stream)) != hipSuccess) {
@@ -215,8 +217,9 @@ hipError_t launch_add_bias(float* y, const float* bias, std::int64_t out, std::i
 gemm_algo default_gemm_algo() { return ANVIL_GPU_HAVE_BLAS ? gemm_algo::quantized : gemm_algo::tiled_f16; }
 
 std::size_t gemm_workspace_bytes(gemm_algo algo, model::ggml_type w_type, std::int64_t in, std::int64_t out,
-                                 std::int64_t max_tokens) {
-  std::size_t bytes = weight_scratch_bytes(algo, w_type, in, out);
+                                 std::int64_t max_tokens, bool f16_copy) {
+  // The vendor path multiplies an f16 copy where there is one: no room for the dequantized weight.
+  std::size_t bytes = f16_copy && gemm_uses_blas(algo) ? 0 : weight_scratch_bytes(algo, w_type, in, out);
   if (gemm_uses_blas(algo)) bytes += round_up(std::size_t(max_tokens) * std::size_t(in) * 2);
   if (algo == gemm_algo::quantized) bytes = std::max(bytes, gemm_quant_workspace_bytes(w_type, in, out, max_tokens));
   return bytes;
@@ -226,7 +229,8 @@ hipError_t launch_gemm(const matmul_params& p, const gemm_context& ctx, hipStrea
   if (!valid_shape(p)) return hipErrorInvalidValue;
   if (p.n_tokens == 0 || p.out == 0) return hipSuccess;
   if (!aligned16(p.w) || !aligned16(p.x) || p.y == nullptr) return hipErrorInvalidValue;
-  const std::size_t need = gemm_workspace_bytes(ctx.algo, p.w_type, p.in, p.out, p.n_tokens);
+  if (p.w16 != nullptr && !aligned16(p.w16)) return hipErrorInvalidValue;
+  const std::size_t need = gemm_workspace_bytes(ctx.algo, p.w_type, p.in, p.out, p.n_tokens, p.w16 != nullptr);
   if (need > ctx.workspace_bytes || (need > 0 && !aligned16(ctx.workspace))) return hipErrorInvalidValue;
   if (ctx.algo == gemm_algo::quantized && gemm_quant_preferred(p.w_type, p.n_tokens, p.in, p.out)) {
     return launch_gemm_quant(p, ctx.workspace, ctx.workspace_bytes, stream);

@@ -20,6 +20,9 @@ struct matmul_params {
   const float* x = nullptr;                      // [n_tokens, in]
   float* y = nullptr;                            // [n_tokens, out]; must not alias x
   std::int64_t n_tokens = 0;
+  // GPU only: an f16 copy of a quantized / f32 W, [out][in], made once at start-up (kernels/gemm.h's
+  // vendor-BLAS path multiplies it instead of dequantizing W into its workspace on every call).
+  const void* w16 = nullptr;
 };
 
 void matmul_ref(const matmul_params& p);

@@ -455,6 +455,18 @@ TEST(Engine, TheFp8GemmIsRefusedOnTheCpuBackend) {
   }
 }
 
+// --f16-weight-copies is a GPU path too: refused on the CPU backend, by name.
+TEST(Engine, TheF16WeightCopiesAreRefusedOnTheCpuBackend) {
+  engine_config cfg = tiny_config();
+  cfg.f16_weight_copies = true;
+  try {
+    (void)engine::create(cfg);
+    ADD_FAILURE() << "engine::create accepted f16_weight_copies on the CPU backend";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("--f16-weight-copies"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Engine, SharedSystemPromptIsComputedOnce) {
   auto eng = engine::create(tiny_config());
   const auto system = random_prompt(64, 5);  // four full blocks

@@ -761,6 +761,38 @@ TEST(GpuEngineWindowPool, TheSlidingLayersWindowGivesTheTokensOfTheWholeCache) {
   }
 }
 
+// --f16-weight-copies: the long steps' GEMMs multiply f16 copies made at start-up instead of
+// dequantizing each weight on every step: the same values, so the same tokens, exactly; nothing is
+// allocated after start-up. One request at a time (both runs batch the same way); prompts of up to
+// 88 tokens take the GEMM path. The fp8 GEMM and the copies exclude each other.
+TEST(GpuEngineF16Copies, LongStepsOnTheCopiesGiveTheTokensOfDequantizingEachStep) {
+  REQUIRE_GPU();
+  for (const model_case mc : {model_case{"tiny-qwen3", synth_mix::q4_k_m},
+                              model_case{"tiny-gemma4e", synth_mix::q8_0},  // the per-layer inputs' matrices too
+                              model_case{"tiny-qwen35", synth_mix::q8_0}}) {  // the DeltaNet projections
+    SCOPED_TRACE(case_name(mc));
+    const std::string path = synth_fixture(mc.shape, mc.mix);
+    std::vector<std::vector<std::int32_t>> prompts;
+    for (std::uint32_t i = 0; i < 4; ++i) prompts.push_back(random_tokens(20 + 23 * i, 90 + i));  // 20..89 tokens
+    std::vector<std::vector<std::int32_t>> plain, copied;
+    for (const bool copies : {false, true}) {
+      engine_config cfg = engine_cfg(worker_backend::gpu, path);
+      cfg.f16_weight_copies = copies;
+      cfg.prefix_caching = false;
+      auto eng = engine::create(cfg);
+      const std::uint64_t allocations = eng->stats().device_allocations;
+      for (const std::vector<std::int32_t>& p : prompts) (copies ? copied : plain).push_back(generate_all(*eng, {p}, 24).at(0));
+      EXPECT_EQ(eng->stats().device_allocations, allocations);
+      EXPECT_TRUE(eng->healthy());
+    }
+    EXPECT_EQ(copied, plain);
+  }
+  engine_config fp8 = engine_cfg(worker_backend::gpu, synth_fixture("tiny-qwen3", synth_mix::q4_k_m));
+  fp8.f16_weight_copies = true;
+  fp8.gemm_dtype = kernels::gemm_dtype::fp8;
+  EXPECT_THROW((void)engine::create(fp8), std::exception);
+}
+
 // Overlapped steps on the device: a step planned ahead feeds the token the draw kernel chose
 // (kernels/draw.h) in the step before, without it leaving the device's records first. Each
 // request, run alone, gets exactly the tokens of serial steps for every kind of draw; the device

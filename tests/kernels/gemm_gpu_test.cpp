@@ -150,11 +150,85 @@ TEST_P(GemmGpu, MatchesCpuReference) {
   if (handle) blas::destroy(handle);
 }
 
-INSTANTIATE_TEST_SUITE_P(TypesAndShapes, GemmGpu, ::testing::ValuesIn(gemm_cases()),
-                         [](const ::testing::TestParamInfo<gemm_case>& i) {
-                           return type_name(i.param.type) + "_" + std::to_string(i.param.out) + "x" +
-                                  std::to_string(i.param.in);
-                         });
+// An f16 copy made by launch_dequantize (the GPU worker's --f16-weight-copies) gives the bits of
+// the path that dequantizes the weight on each call, on a workspace sized without the weight's room.
+// The types that get a copy: every one but F16 and BF16, which the vendor path multiplies as stored.
+std::vector<gemm_case> copied_cases() {
+  std::vector<gemm_case> cases;
+  for (const gemm_case& c : gemm_cases()) {
+    if (c.type != ggml_type::F16 && c.type != ggml_type::BF16) cases.push_back(c);
+  }
+  return cases;
+}
+
+class GemmGpuF16Copy : public ::testing::TestWithParam<gemm_case> {};
+
+TEST_P(GemmGpuF16Copy, GivesTheBitsOfDequantizingOnEachCall) {
+  require_device();
+  if (HasFatalFailure()) return;  // no GPU: require_device has said so
+  const gemm_case c = GetParam();
+  if (!ANVIL_GPU_HAVE_BLAS) GTEST_SKIP() << "the copies serve the vendor BLAS path, not in this build";
+  SCOPED_TRACE(c.str());
+  std::mt19937 rng(static_cast<unsigned>(c.out * 17 + c.in + int(c.type) * 7919));
+  const host_weight w(c.type, c.out, c.in, rng);
+  constexpr std::int64_t max_tokens = 512;
+  const std::vector<float> x = random_vector(std::size_t(max_tokens * c.in), rng, -2.f, 2.f);
+  const std::vector<float> bias = random_vector(std::size_t(c.out), rng, -1.f, 1.f);
+  device_bytes dw(w.bytes.size());
+  dw.upload(w.bytes.data(), w.bytes.size());
+  device_bytes w16(std::size_t(c.out * c.in) * 2);
+  ANVIL_GPU_CHECK(launch_dequantize(c.type, dw.data(), static_cast<std::uint16_t*>(w16.data()), c.out, c.in, nullptr));
+  guarded_buffer dx(x.size()), db(bias.size());
+  dx.upload(x);
+  db.upload(bias);
+  device_bytes blas_ws(std::size_t(4) << 20);
+  blas::lt_gemm lt;
+  ASSERT_EQ(lt.create(), blas::ok);
+  for (const gemm_algo algo : {gemm_algo::vendor_blas, gemm_algo::quantized}) {
+    const std::size_t plain_bytes = gemm_workspace_bytes(algo, c.type, c.in, c.out, max_tokens);
+    const std::size_t copy_bytes = gemm_workspace_bytes(algo, c.type, c.in, c.out, max_tokens, true);
+    EXPECT_LE(copy_bytes, plain_bytes);
+    device_bytes ws_plain(plain_bytes), ws_copy(copy_bytes);
+    const auto ctx = [&](device_bytes& ws) {
+      return gemm_context{.algo = algo,
+                          .workspace = ws.data(),
+                          .workspace_bytes = ws.size(),
+                          .blas_workspace = blas_ws.data(),
+                          .blas_workspace_bytes = blas_ws.size(),
+                          .lt = &lt};
+    };
+    for (std::int64_t nt : {9, 61, 200, 512}) {
+      SCOPED_TRACE(std::string(algo_name(algo)) + " n_tokens=" + std::to_string(nt));
+      matmul_params p{.w = dw.data(),
+                      .w_type = c.type,
+                      .in = c.in,
+                      .out = c.out,
+                      .bias = db.data(),
+                      .x = dx.data(),
+                      .n_tokens = nt};
+      guarded_buffer plain(std::size_t(nt * c.out)), copied(std::size_t(nt * c.out));
+      plain.poison();
+      copied.poison();
+      p.y = plain.data();
+      ANVIL_GPU_CHECK(launch_gemm(p, ctx(ws_plain), nullptr));
+      p.y = copied.data();
+      p.w16 = w16.data();
+      ANVIL_GPU_CHECK(launch_gemm(p, ctx(ws_copy), nullptr));
+      ANVIL_GPU_CHECK(hipDeviceSynchronize());
+      const std::vector<float> a = plain.download(), b = copied.download();
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+      EXPECT_TRUE(plain.guards_intact());
+      EXPECT_TRUE(copied.guards_intact());
+    }
+  }
+}
+
+std::string case_name(const ::testing::TestParamInfo<gemm_case>& i) {
+  return type_name(i.param.type) + "_" + std::to_string(i.param.out) + "x" + std::to_string(i.param.in);
+}
+
+INSTANTIATE_TEST_SUITE_P(TypesAndShapes, GemmGpu, ::testing::ValuesIn(gemm_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(TypesAndShapes, GemmGpuF16Copy, ::testing::ValuesIn(copied_cases()), case_name);
 
 // Dequantization into f32 is dequantize_row's values (up to a contracted multiply-add in the
 // K-quants); into f16 those values rounded to nearest.
