@@ -165,11 +165,13 @@ hipError_t run_tiled(const matmul_params& p, const gemm_context& ctx, hipStream_
 hipError_t run_blas(const matmul_params& p, const gemm_context& ctx, hipStream_t stream) {
   if (!ANVIL_GPU_HAVE_BLAS || (ctx.blas == nullptr && ctx.lt == nullptr)) return hipErrorNotSupported;
   const bool bf16 = p.w_type == model::ggml_type::BF16;
-  // With an f16 copy (made by launch_dequantize at start-up: the same values) nothing is dequantized.
-  const std::size_t w_bytes =
-      p.w16 != nullptr ? 0 : weight_scratch_bytes(gemm_algo::vendor_blas, p.w_type, p.in, p.out);
+  // A weight not stored in f16/bf16 is dequantized into the workspace, unless it comes with its f16
+  // copy (made by launch_dequantize at start-up: the same values).
+  const std::size_t scratch = weight_scratch_bytes(gemm_algo::vendor_blas, p.w_type, p.in, p.out);
+  const bool copied = scratch > 0 && p.w16 != nullptr;
+  const std::size_t w_bytes = copied ? 0 : scratch;
   auto* base = static_cast<unsigned char*>(ctx.workspace);
-  const void* w = p.w16 != nullptr && !bf16 && p.w_type != model::ggml_type::F16 ? p.w16 : p.w;
+  const void* w = copied ? p.w16 : p.w;
   hipError_t e = hipSuccess;
   if (w_bytes > 0) {
     if ((e = launch_dequantize(p.w_type, p.w, reinterpret_cast<std::uint16_t*>(base), p.out, p.in, stream)) != hipSuccess) {
