@@ -156,10 +156,6 @@ std::shared_ptr<engine> engine::create(const engine_config& cfg) {
     throw std::invalid_argument(
         "f16_weight_copies (--f16-weight-copies) needs the GPU backend; the CPU backend multiplies the weights as stored");
   }
-  if (cfg.f16_weight_copies && cfg.gemm_dtype == kernels::gemm_dtype::fp8) {
-    throw std::invalid_argument(
-        "--f16-weight-copies and --gemm-dtype fp8 exclude each other: the FP8 copies take the long steps");
-  }
   if (cfg.tensor_parallel < 1) throw std::invalid_argument("tensor_parallel must be >= 1");
   if (backend == worker_backend::cpu && !cfg.devices.empty()) {
     throw std::invalid_argument("--devices names GPUs; the CPU backend runs on none");

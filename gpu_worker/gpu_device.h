@@ -8,12 +8,14 @@
 // errc::device_fault) and std::invalid_argument for a plan the device limits refuse.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "gpu_worker/gpu_worker.h"
@@ -118,6 +120,15 @@ class gpu_device {
     // gemma4 E2B / E4B (hp.ple_dim): the layer's use of its per-layer input (model::layer_weights).
     matrix ple_gate, ple_proj;
     const float* ple_post_norm = nullptr;
+    // The matrices project() multiplies (any may be absent: w null), the experts' stacks aside.
+    template <class Self>
+    static std::array<decltype(&std::declval<Self&>().wq), 17> projected_of(Self& l) {
+      return {&l.wq,      &l.wk,         &l.wv,       &l.wo,         &l.gate,    &l.up,
+              &l.down,    &l.gate_shexp, &l.up_shexp, &l.down_shexp, &l.ssm_qkv, &l.ssm_z,
+              &l.ssm_beta, &l.ssm_alpha, &l.ssm_out,  &l.ple_gate,   &l.ple_proj};
+    }
+    std::array<const matrix*, 17> projected() const { return projected_of(*this); }
+    std::array<matrix*, 17> projected() { return projected_of(*this); }
   };
   // Byte offsets of the per-step upload sections; the same in the pinned host buffer and its
   // device mirror. The fixed part [0, pairs) is copied whole; the pairs only as far as used.

@@ -156,15 +156,15 @@ gpu_device::gpu_device(const model::llm& m, const gpu_worker_config& cfg, memory
   mem.max_batch_tokens = cfg.max_batch_tokens;
   mem.max_seqs = cfg.max_seqs;
   mem.n_vocab = hp.n_vocab;
-  upload_weights(cfg, mem);
-  if (cfg.f16_weight_copies) {
-    if (gemm_dtype_ == kernels::gemm_dtype::fp8) {
-      throw std::invalid_argument("gpu worker: --f16-weight-copies and --gemm-dtype fp8 exclude each other "
-                                  "(the FP8 copies take the long steps)");
-    }
-    if (!have_blas_) throw std::invalid_argument("gpu worker: --f16-weight-copies needs a build with the vendor BLAS");
-    make_f16_copies(mem);
+  if (cfg.f16_weight_copies && gemm_dtype_ == kernels::gemm_dtype::fp8) {
+    throw std::invalid_argument("gpu worker: --f16-weight-copies and --gemm-dtype fp8 exclude each other "
+                                "(the FP8 copies take the long steps)");
   }
+  if (cfg.f16_weight_copies && !have_blas_) {
+    throw std::invalid_argument("gpu worker: --f16-weight-copies needs a build with the vendor BLAS");
+  }
+  upload_weights(cfg, mem);
+  if (cfg.f16_weight_copies) make_f16_copies(mem);
   plan_scratch(mem);
   if (gemm_dtype_ == kernels::gemm_dtype::fp8) make_fp8_copies(mem);
   mem.gemm_dtype = gemm_dtype_;
@@ -438,8 +438,7 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   }
   if (ple_model_proj_.w != nullptr) fit(ple_model_proj_, max_tokens_);
   for (const layer& l : layers_) {
-    for (const matrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down, &l.gate_shexp, &l.up_shexp, &l.down_shexp,
-                            &l.ssm_qkv, &l.ssm_z, &l.ssm_beta, &l.ssm_alpha, &l.ssm_out, &l.ple_gate, &l.ple_proj}) {
+    for (const matrix* w : l.projected()) {
       if (w->w == nullptr) continue;
       fit(*w, max_tokens_);
       // The FP8 path's x codes share the region (project() runs one path after the other).
@@ -664,17 +663,14 @@ void gpu_device::make_f16_copies(memory_plan& mem) {
   carver c;
   std::vector<std::size_t> at;
   const auto add = [&](matrix* w) {
-    if (w->w == nullptr || w->type == model::ggml_type::F16 || w->type == model::ggml_type::BF16) return;
+    if (w->w == nullptr || !kernels::gemm_dequantizes(w->type)) return;
     todo.push_back(w);
     at.push_back(c.take(std::size_t(w->in) * std::size_t(w->out) * 2));
   };
   add(&output_);
   add(&ple_model_proj_);
   for (layer& l : layers_) {
-    for (matrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down, &l.gate_shexp, &l.up_shexp, &l.down_shexp,
-                      &l.ssm_qkv, &l.ssm_z, &l.ssm_beta, &l.ssm_alpha, &l.ssm_out, &l.ple_gate, &l.ple_proj}) {
-      add(w);
-    }
+    for (matrix* w : l.projected()) add(w);
   }
   if (todo.empty()) return;
   auto* base = static_cast<unsigned char*>(alloc_device(c.size(), "the f16 weight copies"));

@@ -48,6 +48,10 @@ struct gemm_context {
   blas::lt_gemm* lt = nullptr;
 };
 
+// Whether the vendor path turns weights of this type into f16 in its workspace on every call (every
+// type but F16 and BF16, which it multiplies as stored): what an f16 copy (matmul_params::w16) saves.
+constexpr bool gemm_dequantizes(model::ggml_type t) { return t != model::ggml_type::F16 && t != model::ggml_type::BF16; }
+
 // Scratch bytes launch_gemm needs for this weight and up to max_tokens tokens (0 if it needs none);
 // f16_copy: the calls pass the weight's f16 copy (matmul_params::w16), which the vendor path
 // multiplies as it is.

@@ -124,7 +124,7 @@ std::size_t weight_scratch_bytes(gemm_algo algo, model::ggml_type t, std::int64_
   switch (algo) {
     case gemm_algo::quantized:
     case gemm_algo::vendor_blas:
-      return (t == model::ggml_type::F16 || t == model::ggml_type::BF16) ? 0 : round_up(elems * 2);
+      return gemm_dequantizes(t) ? round_up(elems * 2) : 0;
     case gemm_algo::tiled_f16: return t == model::ggml_type::F16 ? 0 : round_up(elems * 2);
     case gemm_algo::tiled_f32: return t == model::ggml_type::F32 ? 0 : round_up(elems * 4);
   }
