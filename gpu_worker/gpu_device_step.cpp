@@ -630,7 +630,9 @@ void gpu_device::run_delta_net(std::int64_t l, bool x8_embd) {
                                   .taps = w.ssm_conv,
                                   .state = conv_state_ + i * n_state_slots_ * hp.ssm_conv_state(),
                                   .n_slots = n_state_slots_,
-                                  .seqs = seqs},
+                                  .seqs = seqs,
+                                  // Prompt chunks (after the step's decode rows) spread over a block's threads.
+                                  .chunked_from = std::size_t(step_.n_dec)},
                                  stream_),
      "conv1d");
   prof_.mark("delta rule", stream_);

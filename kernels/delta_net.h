@@ -51,6 +51,10 @@ struct conv1d_silu_params {
   float* state = nullptr;          // [n_slots, kernel - 1, channels]: each slot's last inputs, oldest first
   std::int64_t n_slots = 0;
   std::span<const recurrent_seq> seqs;
+  // The GPU: seqs[chunked_from, end) (a step's prompt chunks) take a kernel that spreads each
+  // sequence's tokens over the threads of a block, those before it (decode: a token each) a thread
+  // per channel and sequence; the default, all of them the latter. The CPU reference ignores it.
+  std::size_t chunked_from = SIZE_MAX;
 };
 
 struct delta_rule_params {
@@ -72,6 +76,10 @@ struct delta_rule_params {
   // it (decode: a token each) the recurrent one; the default, all recurrent. The CPU reference
   // ignores it (the same function either way).
   std::size_t chunked_from = SIZE_MAX;
+  // The GPU's chunked form takes its products on tensor cores where the device has them (NVIDIA
+  // compute capability 8.0 and up); true keeps the CUDA-core kernel (tests and benchmarks compare
+  // the two).
+  bool cuda_cores_only = false;
 };
 
 void conv1d_silu_ref(const conv1d_silu_params& p);

@@ -670,15 +670,6 @@ __global__ void __launch_bounds__(32 * W) gemm_kq_kernel(gemm_quant_args a) {
 #endif
 }
 
-int sm_count() {
-  static std::atomic<int> known[gpu::max_devices] = {};
-  return gpu::once_per_device(known, [](int dev) {
-    hipDeviceProp_t prop{};
-    if (dev < 0 || hipGetDeviceProperties(&prop, dev) != hipSuccess) return 1;
-    return std::max(prop.multiProcessorCount, 1);
-  });
-}
-
 // One launch's shape: warps, m-tiles and n-tiles per block, the grid, and the reduction split.
 struct plan {
   int warps = 4, mt = 1, nt = 1;
@@ -702,7 +693,7 @@ plan plan_for(std::int64_t n_tokens, std::int64_t in, std::int64_t out) {
   // device: up to one block per multiprocessor for 64-token tiles (a block fills one), at least one
   // for the smaller tiles (several share one). Measured on the H200 against two blocks per
   // multiprocessor and against no split (gpu_roofline --quant-gemm, session 12 notes).
-  const std::int64_t blocks = std::int64_t(p.token_tiles) * p.row_tiles, sms = sm_count();
+  const std::int64_t blocks = std::int64_t(p.token_tiles) * p.row_tiles, sms = gpu::multiprocessors();
   const std::int64_t by_grid = p.nt == 8 ? sms / blocks : (sms + blocks - 1) / blocks;
   const std::int64_t splits = std::clamp<std::int64_t>(std::min<std::int64_t>(by_grid, n_super / 4), 1, max_splits);
   p.splits = blocks < max_counters ? int(splits) : 1;

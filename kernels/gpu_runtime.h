@@ -457,6 +457,16 @@ int once_per_device(std::atomic<int> (&cache)[max_devices], F&& compute) {
   }
   return v - 1;
 }
+
+// The calling thread's device's multiprocessor count (1 where it cannot be read), asked once per device.
+inline int multiprocessors() {
+  static std::atomic<int> known[max_devices] = {};
+  return once_per_device(known, [](int dev) {
+    hipDeviceProp_t prop{};
+    if (dev < 0 || hipGetDeviceProperties(&prop, dev) != hipSuccess) return 1;
+    return prop.multiProcessorCount > 1 ? prop.multiProcessorCount : 1;
+  });
+}
 }  // namespace anvil::gpu
 
 #if defined(__CUDACC__) || defined(__HIPCC__)

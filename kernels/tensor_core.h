@@ -1,5 +1,5 @@
-// NVIDIA sm_80+ instructions the attention and quantized GEMM kernels share: tensor-core products
-// (mma.sync m16n8k16: f16 operands, f32 accumulators, warp-wide; ldmatrix) and asynchronous copies
+// NVIDIA sm_80+ instructions the attention, quantized GEMM and delta-rule kernels share: tensor-core
+// products (mma.sync m16n8k16: f16 operands, f32 accumulators, warp-wide; m16n8k8 on TF32; ldmatrix) and asynchronous copies
 // from global to shared memory (cp.async). CUDA only, compute capability 8.0 and up; callers guard
 // their use with __CUDA_ARCH__ >= 800 and keep a CUDA-core kernel for everything else.
 //
@@ -22,6 +22,34 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], const unsigned (&a)[4],
       "{%0, %1, %2, %3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// m16n8k8 on TF32 operands (f32 accumulators): the fragments hold one 32-bit value per element.
+//   A (16x8): a[0] = (row g, col c), a[1] = (row g+8, col c), a[2] = (row g, col c+4), a[3] = (row g+8, col c+4)
+//   B (8x8):  b0 = (row c, col g), b1 = (row c+4, col g)
+//   C/D: as m16n8k16's.
+__device__ __forceinline__ void mma_1688_tf32(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm(  // not volatile: a pure function of its operands, which the compiler may schedule among others
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// A float as a TF32 pair, x = hi + lo to about 2^-22 of x (each part rounded to nearest): products
+// taken as hi*hi + hi*lo + lo*hi on TF32 tensor cores come within a few f32 roundings of the f32
+// product ("3xTF32").
+struct tf32_pair {
+  unsigned hi, lo;
+};
+__device__ __forceinline__ unsigned to_tf32(float x) {
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+}
+__device__ __forceinline__ tf32_pair split_tf32(float x) {
+  const unsigned hi = to_tf32(x);
+  return {hi, to_tf32(x - __uint_as_float(hi))};
 }
 
 // Four 8x8 matrices from shared memory in one instruction: lanes 8i..8i+7 name the rows of matrix

@@ -30,12 +30,17 @@
 //            MXFP4 2880 x 2880, 4 of 32 per token; qwen3-30b-a3b: Q4_K gate/up 768 x 2048 and Q6_K
 //            down 2048 x 768, 8 of 128), on 8-bit activations as the worker runs them: µs, the
 //            chosen experts' bytes / time, and % of the copy bandwidth.
+//   delta rule (--delta-rule only): one Qwen3.5-9B DeltaNet layer's delta rule (16 key heads and 32
+//            value heads of 128) over prompt chunks of 1-16 sequences, the chunked form on tensor
+//            cores (where the device has them) beside the CUDA-core kernel, and the recurrent form
+//            for decode steps; the convolution before it, token-parallel and a thread a channel:
+//            µs, and tokens per µs.
 // Timing: device events around back-to-back launches, after warm-up, median of repetitions. The
 // GEMV cycles through enough copies of the weight to exceed the L2 cache several times, as a
 // model's layers do, so no figure comes from L2. Weights are random bytes (the kernels' speed
 // does not depend on the values). A plain main: the GPU machine has none of the Debian libraries.
 // Usage: gpu_roofline [--quick] [--quant-gemm] [--fp8-gemm] [--decode-attention] [--prefill-attention] [--moe]
-//                     [--attention-head-dim 128|256]
+//                     [--delta-rule] [--attention-head-dim 128|256]
 // (--quick: fewer repetitions, skips the 128256-row shape; --quant-gemm / --fp8-gemm: the limits
 // and that GEMM table only; --decode-attention: the limits and the decode attention table only, at
 // the loads of 256-sequence serving, the tensor-core kernel at each split length it takes;
@@ -53,6 +58,7 @@
 #include "kernels/attention_decode.h"
 #include "kernels/attention_prefill.h"
 #include "kernels/blas_runtime.h"
+#include "kernels/delta_net.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_fp8.h"
 #include "kernels/gemm_quant.h"
@@ -516,12 +522,87 @@ void moe_table(double copy_gbs, std::size_t l2, int reps) {
   }
 }
 
+// One DeltaNet layer's delta rule (Qwen3.5-9B: 16 key heads, 32 value heads, both of 128) over a
+// step of `seqs` sequences of `tokens` each, each continuing a state (not fresh): the chunked form
+// on each kernel, and the recurrent form.
+void delta_table(int reps) {
+  constexpr std::int64_t hk = 16, hv = 32, dk = 128, dv = 128;
+  const std::int64_t width = 2 * hk * dk + hv * dv;
+  std::printf("\nDelta rule, one Qwen3.5-9B layer (%lld key heads, %lld value heads of %lld), states continued\n",
+              static_cast<long long>(hk), static_cast<long long>(hv), static_cast<long long>(dk));
+  std::printf("%-24s %6s %7s | %9s %10s\n", "form", "seqs", "tokens", "us", "tokens/us");
+  struct load {
+    std::int64_t seqs, tokens;
+  };
+  for (const load ld : {load{1, 512}, load{1, 2048}, load{4, 512}, load{16, 128}, load{64, 1}, load{256, 1}}) {
+    const std::int64_t rows = ld.seqs * ld.tokens;
+    device_mem qkv(std::size_t(rows * width) * 4), b(std::size_t(rows * hv) * 4), alpha(b.n), z(std::size_t(rows * hv * dv) * 4),
+        y(z.n), a(std::size_t(hv) * 4), dt(a.n), norm(std::size_t(dv) * 4), state(std::size_t(ld.seqs * hv * dk * dv) * 4),
+        d_seqs(std::size_t(ld.seqs) * sizeof(kernels::recurrent_seq));
+    {
+      // Values in the ranges a layer sees: q/k/v after the convolution's SiLU, gates around 0.
+      std::vector<float> h(std::size_t(rows * width));
+      for (std::size_t i = 0; i < h.size(); ++i) h[i] = float(int(i * 7 % 23) - 11) / 11.f;
+      CHECK(hipMemcpy(qkv.p, h.data(), qkv.n, hipMemcpyHostToDevice));
+      h.assign(std::size_t(rows * hv), 0.1f);
+      CHECK(hipMemcpy(b.p, h.data(), b.n, hipMemcpyHostToDevice));
+      CHECK(hipMemcpy(alpha.p, h.data(), alpha.n, hipMemcpyHostToDevice));
+      h.assign(std::size_t(hv), -0.5f);
+      CHECK(hipMemcpy(a.p, h.data(), a.n, hipMemcpyHostToDevice));
+      CHECK(hipMemcpy(dt.p, h.data(), dt.n, hipMemcpyHostToDevice));
+      h.assign(std::size_t(dv), 1.f);
+      CHECK(hipMemcpy(norm.p, h.data(), norm.n, hipMemcpyHostToDevice));
+      CHECK(hipMemset(z.p, 0, z.n));
+      CHECK(hipMemset(state.p, 0, state.n));
+      std::vector<kernels::recurrent_seq> sq;
+      for (std::int64_t i = 0; i < ld.seqs; ++i) {
+        sq.push_back({.first = i * ld.tokens, .n_tokens = ld.tokens, .slot = std::int32_t(i), .fresh = false});
+      }
+      CHECK(hipMemcpy(d_seqs.p, sq.data(), d_seqs.n, hipMemcpyHostToDevice));
+    }
+    const kernels::delta_rule_params base{.qkv = qkv.as<float>(), .b = b.as<float>(), .alpha = alpha.as<float>(),
+                                          .a = a.as<float>(), .dt_bias = dt.as<float>(), .z = z.as<float>(),
+                                          .norm = norm.as<float>(), .y = y.as<float>(), .state = state.as<float>(),
+                                          .n_slots = ld.seqs, .k_heads = hk, .v_heads = hv, .head_k = dk, .head_v = dv,
+                                          .seqs = {d_seqs.as<kernels::recurrent_seq>(), std::size_t(ld.seqs)}};
+    struct form {
+      const char* name;
+      bool chunked, cuda_cores;
+    };
+    for (const form f : {form{"chunked, tensor cores", true, false}, form{"chunked, CUDA cores", true, true},
+                         form{"recurrent", false, false}}) {
+      if (f.chunked && ld.tokens == 1) continue;  // decode steps take the recurrent form
+      if (!f.chunked && ld.tokens > 512) continue;
+      kernels::delta_rule_params p = base;
+      p.chunked_from = f.chunked ? 0 : SIZE_MAX;
+      p.cuda_cores_only = f.cuda_cores;
+      const double ms = time_ms([&](int) { CHECK(kernels::launch_delta_rule(p, nullptr)); }, 3, reps);
+      std::printf("%-24s %6lld %7lld | %9.1f %10.2f\n", f.name, static_cast<long long>(ld.seqs),
+                  static_cast<long long>(ld.tokens), ms * 1e3, double(rows) / (ms * 1e3));
+    }
+    // The convolution before it, on the same rows (4 taps over the q/k/v channels), in place.
+    device_mem taps(std::size_t(width * 4) * 4), conv_state(std::size_t(ld.seqs * 3 * width) * 4);
+    CHECK(hipMemset(taps.p, 0, taps.n));
+    CHECK(hipMemset(conv_state.p, 0, conv_state.n));
+    for (const bool runs : {true, false}) {
+      const kernels::conv1d_silu_params p{.x = qkv.as<float>(), .channels = width, .kernel = 4, .taps = taps.as<float>(),
+                                          .state = conv_state.as<float>(), .n_slots = ld.seqs, .seqs = base.seqs,
+                                          .chunked_from = runs ? 0 : SIZE_MAX};
+      const double ms = time_ms([&](int) { CHECK(kernels::launch_conv1d_silu(p, nullptr)); }, 3, reps);
+      std::printf("%-24s %6lld %7lld | %9.1f %10.2f\n", runs ? "conv1d, token runs" : "conv1d, thread a channel",
+                  static_cast<long long>(ld.seqs), static_cast<long long>(ld.tokens), ms * 1e3, double(rows) / (ms * 1e3));
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   bool quick = false, quant_only = false, fp8_only = false, decode_only = false, prefill_only = false, moe_only = false;
+  bool delta_only = false;
   for (int i = 1; i < argc; ++i) {
     quick = quick || std::strcmp(argv[i], "--quick") == 0;
+    delta_only = delta_only || std::strcmp(argv[i], "--delta-rule") == 0;
     moe_only = moe_only || std::strcmp(argv[i], "--moe") == 0;
     decode_only = decode_only || std::strcmp(argv[i], "--decode-attention") == 0;
     prefill_only = prefill_only || std::strcmp(argv[i], "--prefill-attention") == 0;
@@ -560,6 +641,10 @@ int main(int argc, char** argv) {
   }
   if (moe_only) {
     moe_table(copy_gbs, l2, reps);
+    return 0;
+  }
+  if (delta_only) {
+    delta_table(reps);
     return 0;
   }
 

@@ -1,10 +1,12 @@
 // The gated DeltaNet kernels (kernels/delta_net.hip) against their CPU references: sequences in
 // their own slots, starting afresh or continuing the state a step before left (a prompt in pieces,
 // then decode steps), the outputs, the convolution's and the delta rule's states all compared,
-// nothing written outside its arrays or into a slot no sequence of the step holds. The delta rule
-// runs in its recurrent form, and in its chunked form (prompts of several chunks of 32 and partial
-// ones, 1-token sequences, column groups of 32 and partial groups) beside the recurrent one in the
-// same launch.
+// nothing written outside its arrays or into a slot no sequence of the step holds. The convolution
+// runs a thread per channel, and in the chunked cases its token-parallel kernel on the sequences
+// the chunked delta rule takes. The delta rule runs in its recurrent form, and in its chunked form
+// (prompts of several chunks of 32 and partial ones, 1-token sequences, column groups of 32 and
+// partial groups) beside the recurrent one in the same launch: on tensor cores where the device
+// has them, and on CUDA cores.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -36,15 +38,16 @@ struct delta_case {
   }
 };
 
-enum class form { recurrent, chunked };
+enum class form { recurrent, chunked, chunked_cuda_cores };
 
 class DeltaNetGpu : public ::testing::TestWithParam<std::tuple<delta_case, form>> {};
 
 TEST_P(DeltaNetGpu, MatchesTheCpuReferenceStepAfterStep) {
   require_device();
   const delta_case c = std::get<0>(GetParam());
-  const bool chunked = std::get<1>(GetParam()) == form::chunked;
-  SCOPED_TRACE(c.str() + (chunked ? " chunked" : " recurrent"));
+  const form f = std::get<1>(GetParam());
+  const bool chunked = f != form::recurrent;
+  SCOPED_TRACE(c.str() + (f == form::chunked ? " chunked" : f == form::chunked_cuda_cores ? " chunked on CUDA cores" : " recurrent"));
   std::mt19937 rng(unsigned(c.head_k * 7 + c.head_v + c.lengths.size()));
   const std::int64_t channels = 2 * c.k_heads * c.head_k + c.v_heads * c.head_v, value = c.v_heads * c.head_v;
   const auto n_seqs = std::int64_t(c.lengths.size());
@@ -88,13 +91,15 @@ TEST_P(DeltaNetGpu, MatchesTheCpuReferenceStepAfterStep) {
     dy.poison();
     const std::span<const recurrent_seq> dev_seqs(dseqs.data(), seqs.size());
     ANVIL_GPU_CHECK(launch_conv1d_silu({.x = dx.data(), .channels = channels, .kernel = c.kernel, .taps = dtaps.data(),
-                                        .state = dconv.data(), .n_slots = n_slots, .seqs = dev_seqs},
+                                        .state = dconv.data(), .n_slots = n_slots, .seqs = dev_seqs,
+                                        .chunked_from = chunked_from},
                                        nullptr));
     ANVIL_GPU_CHECK(launch_delta_rule({.qkv = dx.data(), .b = db.data(), .alpha = dalpha.data(), .a = da.data(),
                                        .dt_bias = ddt.data(), .z = dz.data(), .norm = dnorm.data(), .eps = 1e-6f,
                                        .y = dy.data(), .state = dstate.data(), .n_slots = n_slots,
                                        .k_heads = c.k_heads, .v_heads = c.v_heads, .head_k = c.head_k,
-                                       .head_v = c.head_v, .seqs = dev_seqs, .chunked_from = chunked_from},
+                                       .head_v = c.head_v, .seqs = dev_seqs, .chunked_from = chunked_from,
+                                       .cuda_cores_only = f == form::chunked_cuda_cores},
                                       nullptr));
     ANVIL_GPU_CHECK(hipDeviceSynchronize());
     const double ex = nmse(dx.download(), x_ref), ey = nmse(dy.download(), y_ref);
@@ -126,9 +131,11 @@ INSTANTIATE_TEST_SUITE_P(
             delta_case{.k_heads = 16, .v_heads = 32, .head_k = 128, .head_v = 128, .kernel = 4,
                        .lengths = {33, 1, 70, 4}},
             delta_case{.k_heads = 16, .v_heads = 32, .head_k = 128, .head_v = 128, .kernel = 4, .lengths = {2, 517}}),
-        ::testing::Values(form::recurrent, form::chunked)),
+        ::testing::Values(form::recurrent, form::chunked, form::chunked_cuda_cores)),
     [](const ::testing::TestParamInfo<std::tuple<delta_case, form>>& i) {
-      return "case" + std::to_string(i.index / 2) + (std::get<1>(i.param) == form::chunked ? "_chunked" : "_recurrent");
+      const form f = std::get<1>(i.param);
+      return "case" + std::to_string(i.index / 3) +
+             (f == form::chunked ? "_chunked" : f == form::chunked_cuda_cores ? "_chunked_cuda_cores" : "_recurrent");
     });
 
 TEST(DeltaNetGpuLaunch, RefusesShapesItHasNoKernelFor) {
