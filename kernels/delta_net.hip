@@ -43,18 +43,23 @@ __device__ __forceinline__ float decay_log(float a, float alpha, float dt_bias) 
   return a * (x > 20.f ? x : log1pf(expf(x)));
 }
 
+// Both convolution kernels take KW = the taps per channel where it is known at compile time (4,
+// Qwen3.5's), so that the window's loops have no run-time conditions, and KW = 0 for any other
+// (p.kernel taps, the loops over max_taps with the unused taps zero).
+template <int KW>
 __global__ void __launch_bounds__(conv_block) conv1d_silu_kernel(conv1d_silu_params p, const recurrent_seq* seqs) {
   gpu::dependency_wait();  // launched with gpu::launch_dependent
   gpu::allow_dependents();
   const recurrent_seq s = seqs[blockIdx.y];
   const std::int64_t c = std::int64_t(blockIdx.x) * conv_block + threadIdx.x;
   if (c >= p.channels) return;
-  const int kw = int(p.kernel), hist = kw - 1;
+  constexpr int T = KW > 0 ? KW : max_taps;  // the taps the loops run over
+  const int kw = KW > 0 ? KW : int(p.kernel), hist = kw - 1;
   float* st = p.state + std::int64_t(s.slot) * hist * p.channels + c;
   // win[0, hist): the inputs before the current token, oldest first; taps past kw are 0.
-  float win[max_taps], taps[max_taps];
+  float win[T], taps[T];
 #pragma unroll
-  for (int j = 0; j < max_taps; ++j) {
+  for (int j = 0; j < T; ++j) {
     win[j] = j < hist && !s.fresh ? st[j * p.channels] : 0.f;
     taps[j] = j < kw ? p.taps[c * kw + j] : 0.f;
   }
@@ -69,14 +74,14 @@ __global__ void __launch_bounds__(conv_block) conv1d_silu_kernel(conv1d_silu_par
       const float cur = in[u];
       float acc = 0.f;
 #pragma unroll
-      for (int j = 0; j < max_taps; ++j) acc += taps[j] * (j < hist ? win[j] : j == hist ? cur : 0.f);
+      for (int j = 0; j < T; ++j) acc += taps[j] * (j < hist ? win[j] : j == hist ? cur : 0.f);
       x0[(t0 + u) * p.channels] = silu(acc);
 #pragma unroll
-      for (int j = 0; j + 1 < max_taps; ++j) win[j] = j + 1 < hist ? win[j + 1] : j + 1 == hist ? cur : win[j];
+      for (int j = 0; j + 1 < T; ++j) win[j] = j + 1 < hist ? win[j + 1] : j + 1 == hist ? cur : win[j];
     }
   }
 #pragma unroll
-  for (int j = 0; j < max_taps; ++j) {
+  for (int j = 0; j < T; ++j) {
     if (j < hist) st[j * p.channels] = win[j];
   }
 }
@@ -90,6 +95,7 @@ __global__ void __launch_bounds__(conv_block) conv1d_silu_kernel(conv1d_silu_par
 constexpr int conv_runs = 8, conv_run_threads = 32 * conv_runs, conv_pass = conv_runs * conv_ahead;
 static_assert(conv_ahead >= max_taps - 1, "a run's inputs must cover the window the next run needs");
 
+template <int KW>
 __global__ void __launch_bounds__(conv_run_threads) conv1d_silu_runs_kernel(conv1d_silu_params p, const recurrent_seq* seqs) {
   // halo[b][w][j][lane]: run w's last inputs (oldest first) in the pass of parity b; old: the slot's
   // state as the step found it; tail: the sequence's last inputs, for the slot.
@@ -100,15 +106,16 @@ __global__ void __launch_bounds__(conv_run_threads) conv1d_silu_runs_kernel(conv
   const int lane = int(threadIdx.x) % 32, w = int(threadIdx.x) / 32;
   const std::int64_t c = std::int64_t(blockIdx.x) * 32 + lane;
   const bool valid = c < p.channels;
-  const int kw = int(p.kernel), hist = kw - 1;
+  constexpr int T = KW > 0 ? KW : max_taps;  // the taps the loops run over
+  const int kw = KW > 0 ? KW : int(p.kernel), hist = kw - 1;
   const std::int64_t n = s.n_tokens;
   float* st = p.state + std::int64_t(s.slot) * hist * p.channels + c;
   if (w == 0) {
     for (int j = 0; j < hist; ++j) old[j][lane] = valid && !s.fresh ? st[j * p.channels] : 0.f;
   }
-  float taps[max_taps];
+  float taps[T];
 #pragma unroll
-  for (int j = 0; j < max_taps; ++j) taps[j] = valid && j < kw ? p.taps[c * kw + j] : 0.f;
+  for (int j = 0; j < T; ++j) taps[j] = valid && j < kw ? p.taps[c * kw + j] : 0.f;
   float* x0 = p.x + s.first * p.channels + c;
   for (std::int64_t base = 0, pass = 0; base < n; base += conv_pass, ++pass) {
     const std::int64_t t0 = base + std::int64_t(w) * conv_ahead;
@@ -124,9 +131,9 @@ __global__ void __launch_bounds__(conv_run_threads) conv1d_silu_runs_kernel(conv
     __syncthreads();  // the halos (and, in the first pass, old) are written
     // win[0, hist): the inputs before the run's first token, oldest first.
     const float(*const before)[32] = w > 0 ? halo[pass & 1][w - 1] : pass > 0 ? halo[(pass - 1) & 1][conv_runs - 1] : old;
-    float win[max_taps];
+    float win[T];
 #pragma unroll
-    for (int j = 0; j < max_taps; ++j) win[j] = j < hist ? before[j][lane] : 0.f;
+    for (int j = 0; j < T; ++j) win[j] = j < hist ? before[j][lane] : 0.f;
 #pragma unroll
     for (int u = 0; u < conv_ahead; ++u) {
       const std::int64_t t = t0 + u;
@@ -134,11 +141,11 @@ __global__ void __launch_bounds__(conv_run_threads) conv1d_silu_runs_kernel(conv
       const float cur = in[u];
       float acc = 0.f;
 #pragma unroll
-      for (int j = 0; j < max_taps; ++j) acc += taps[j] * (j < hist ? win[j] : j == hist ? cur : 0.f);
+      for (int j = 0; j < T; ++j) acc += taps[j] * (j < hist ? win[j] : j == hist ? cur : 0.f);
       if (valid) x0[t * p.channels] = silu(acc);
       if (t >= n - hist) tail[t - (n - hist)][lane] = cur;
 #pragma unroll
-      for (int j = 0; j + 1 < max_taps; ++j) win[j] = j + 1 < hist ? win[j + 1] : j + 1 == hist ? cur : win[j];
+      for (int j = 0; j + 1 < T; ++j) win[j] = j + 1 < hist ? win[j + 1] : j + 1 == hist ? cur : win[j];
     }
   }
   __syncthreads();  // tail is written
@@ -721,11 +728,13 @@ hipError_t launch_conv1d_silu(const conv1d_silu_params& p, hipStream_t stream) {
   const auto n_runs = static_cast<unsigned>(p.seqs.size() - n_single);
   if (n_single > 0) {
     const dim3 grid(static_cast<unsigned>((p.channels + conv_block - 1) / conv_block), static_cast<unsigned>(n_single));
-    gpu::launch_dependent(conv1d_silu_kernel, grid, dim3(conv_block), stream, p, p.seqs.data());
+    gpu::launch_dependent(p.kernel == 4 ? conv1d_silu_kernel<4> : conv1d_silu_kernel<0>, grid, dim3(conv_block), stream,
+                          p, p.seqs.data());
   }
   if (n_runs > 0) {
     const dim3 grid(static_cast<unsigned>((p.channels + 31) / 32), n_runs);
-    gpu::launch_dependent(conv1d_silu_runs_kernel, grid, dim3(conv_run_threads), stream, p, p.seqs.data());
+    gpu::launch_dependent(p.kernel == 4 ? conv1d_silu_runs_kernel<4> : conv1d_silu_runs_kernel<0>, grid,
+                          dim3(conv_run_threads), stream, p, p.seqs.data());
   }
   return hipGetLastError();
 }

@@ -3,7 +3,8 @@
 // then decode steps), the outputs, the convolution's and the delta rule's states all compared,
 // nothing written outside its arrays or into a slot no sequence of the step holds. The convolution
 // runs a thread per channel, and in the chunked cases its token-parallel kernel on the sequences
-// the chunked delta rule takes. The delta rule runs in its recurrent form, and in its chunked form
+// the chunked delta rule takes (4 taps through the kernels specialised for them, 2 and 3 through
+// the general ones). The delta rule runs in its recurrent form, and in its chunked form
 // (prompts of several chunks of 32 and partial ones, 1-token sequences, column groups of 32 and
 // partial groups) beside the recurrent one in the same launch: on tensor cores where the device
 // has them, and on CUDA cores.
