@@ -246,6 +246,63 @@ __device__ __forceinline__ float sum32(float v) {
   return v;
 }
 
+// The block's columns [0, cols) of a head's DK x dv state between its slot (rows dv apart) and
+// shared memory (rows `pitch` apart, chunk_cols wide): zeros for a fresh sequence and past cols.
+template <int DK>
+__device__ __forceinline__ void state_to_smem(float* S, int pitch, const float* slot, int dv, int cols, bool fresh) {
+  for (int e = int(threadIdx.x); e < DK * chunk_cols; e += chunk_threads) {
+    const int a = e / chunk_cols, c = e % chunk_cols;
+    S[a * pitch + c] = !fresh && c < cols ? slot[a * dv + c] : 0.f;
+  }
+}
+template <int DK>
+__device__ __forceinline__ void state_to_slot(float* slot, const float* S, int pitch, int dv, int cols) {
+  for (int e = int(threadIdx.x); e < DK * chunk_cols; e += chunk_threads) {
+    const int a = e / chunk_cols, c = e % chunk_cols;
+    if (c < cols) slot[a * dv + c] = S[a * pitch + c];
+  }
+}
+
+// Step 1's rows, in both chunked kernels: each group of 32 threads takes tokens grp, grp +
+// chunk_groups, ... of the chunk (`rows` its first token's row, n of them real, zeros past): q and
+// k of key head kh normalised (q also by q_scale) into qs and ks (rows qk_pitch apart), and v of the
+// block's columns (v0: the first one's offset in a row; zeros past cols) into us (rows u_pitch apart).
+template <int DK>
+__device__ __forceinline__ void load_chunk_rows(const float* rows, std::int64_t width, int n, int kh, int hk,
+                                                std::int64_t v0, int cols, float q_scale, float* qs, float* ks,
+                                                int qk_pitch, float* us, int u_pitch) {
+  const int lane = int(threadIdx.x) % 32, grp = int(threadIdx.x) / 32;
+#pragma unroll
+  for (int m = 0; m < chunk / chunk_groups; ++m) {
+    const int t = grp + chunk_groups * m;
+    const float* r = rows + t * width;
+    float qv[DK / 32 > 0 ? DK / 32 : 1], kv[DK / 32 > 0 ? DK / 32 : 1];
+    float qq = 0.f, kk = 0.f;
+#pragma unroll
+    for (int i = 0; i * 32 < DK; ++i) {
+      const int a = lane + 32 * i;
+      const bool in = t < n && a < DK;
+      qv[i] = in ? r[kh * DK + a] : 0.f;
+      kv[i] = in ? r[(hk + kh) * DK + a] : 0.f;
+      qq += qv[i] * qv[i];
+      kk += kv[i] * kv[i];
+    }
+    const float v = t < n && lane < cols ? r[v0 + lane] : 0.f;
+    qq = sum32(qq);
+    kk = sum32(kk);
+    const float qn = q_scale * rsqrtf(qq + 1e-6f), kn = rsqrtf(kk + 1e-6f);
+#pragma unroll
+    for (int i = 0; i * 32 < DK; ++i) {
+      const int a = lane + 32 * i;
+      if (a < DK) {
+        qs[t * qk_pitch + a] = qv[i] * qn;
+        ks[t * qk_pitch + a] = kv[i] * kn;
+      }
+    }
+    us[t * u_pitch + lane] = v;
+  }
+}
+
 // The block's shared memory, in floats: q and k of the chunk's tokens (rows padded to keep float4
 // loads of 8 consecutive rows on distinct banks), the state's columns, the chunk's two triangular
 // matrices, u (v, then the right-hand side, then the solution), and per token G and beta.
@@ -276,10 +333,7 @@ __global__ void __launch_bounds__(chunk_threads) delta_chunk_kernel(delta_rule_p
   const recurrent_seq sq = seqs[std::size_t(p.chunked_from) + blockIdx.y];
   const std::int64_t width = 2 * std::int64_t(hk) * DK + std::int64_t(hv) * dv;
   float* const S_slot = p.state + (std::int64_t(sq.slot) * hv + j) * DK * dv + col0;
-  for (int e = tid; e < DK * chunk_cols; e += chunk_threads) {
-    const int a = e / chunk_cols, c = e % chunk_cols;
-    S[e] = !sq.fresh && c < cols ? S_slot[a * dv + c] : 0.f;
-  }
+  state_to_smem<DK>(S, chunk_cols, S_slot, dv, cols, sq.fresh);
   const float decay_rate = p.a[j], dt_bias = p.dt_bias[j], q_scale = rsqrtf(float(DK));
 
   for (std::int64_t t0 = 0; t0 < sq.n_tokens; t0 += chunk) {
@@ -288,32 +342,8 @@ __global__ void __launch_bounds__(chunk_threads) delta_chunk_kernel(delta_rule_p
     __syncthreads();  // the chunk before is done with every array but S (and S's own barrier came before)
     // 1. q and k of the key head, normalised (q also by 1 / sqrt(DK)); v of the block's columns;
     //    beta, the decay's logarithm g and its running sum G (zeros past the chunk's tokens).
-    for (int t = grp; t < chunk; t += chunk_groups) {
-      const float* r = p.qkv + (row0 + t) * width;
-      float qv[DK / 32 > 0 ? DK / 32 : 1], kv[DK / 32 > 0 ? DK / 32 : 1];
-      float qq = 0.f, kk = 0.f;
-#pragma unroll
-      for (int m = 0; m * 32 < DK; ++m) {
-        const int a = lane + 32 * m;
-        const bool in = t < n && a < DK;
-        qv[m] = in ? r[kh * DK + a] : 0.f;
-        kv[m] = in ? r[(hk + kh) * DK + a] : 0.f;
-        qq += qv[m] * qv[m];
-        kk += kv[m] * kv[m];
-      }
-      qq = sum32(qq);
-      kk = sum32(kk);
-      const float qn = q_scale * rsqrtf(qq + 1e-6f), kn = rsqrtf(kk + 1e-6f);
-#pragma unroll
-      for (int m = 0; m * 32 < DK; ++m) {
-        const int a = lane + 32 * m;
-        if (a < DK) {
-          qs[t * L::pitch + a] = qv[m] * qn;
-          ks[t * L::pitch + a] = kv[m] * kn;
-        }
-      }
-      us[t * chunk_cols + lane] = t < n && col_ok ? r[2 * std::int64_t(hk) * DK + j * dv + col0 + lane] : 0.f;
-    }
+    load_chunk_rows<DK>(p.qkv + row0 * width, width, n, kh, hk, 2 * std::int64_t(hk) * DK + j * dv + col0, cols, q_scale,
+                        qs, ks, L::pitch, us, chunk_cols);
     if (tid < chunk) {
       float g = 0.f, beta = 0.f;
       if (tid < n) {
@@ -404,10 +434,7 @@ __global__ void __launch_bounds__(chunk_threads) delta_chunk_kernel(delta_rule_p
     }
   }
   __syncthreads();
-  for (int e = tid; e < DK * chunk_cols; e += chunk_threads) {
-    const int a = e / chunk_cols, c = e % chunk_cols;
-    if (c < cols) S_slot[a * dv + c] = S[e];
-  }
+  state_to_slot<DK>(S_slot, S, chunk_cols, dv, cols);
 }
 
 // The gated norm of the chunked form's outputs, in place: y = o / sqrt(mean(o^2) + eps) * norm *
@@ -543,14 +570,10 @@ __global__ void __launch_bounds__(chunk_threads, MinBlocks) delta_chunk_tc_kerne
   const int g = lane / 4, q = lane % 4;  // the fragments' row (and row + 8) and column
   const int mt = warp / 4, nt = warp % 4;  // the warp's tile in steps 2, 3 and 5: tokens 16 mt.., columns 8 nt..
   const int cols = min(chunk_cols, dv - col0);
-  const bool col_ok = lane < cols;
   const recurrent_seq sq = seqs[std::size_t(p.chunked_from) + blockIdx.y];
   const std::int64_t width = 2 * std::int64_t(hk) * DK + std::int64_t(hv) * dv;
   float* const S_slot = p.state + (std::int64_t(sq.slot) * hv + j) * DK * dv + col0;
-  for (int e = tid; e < DK * chunk_cols; e += chunk_threads) {
-    const int a = e / chunk_cols, c = e % chunk_cols;
-    S[a * SP + c] = !sq.fresh && c < cols ? S_slot[a * dv + c] : 0.f;
-  }
+  state_to_smem<DK>(S, SP, S_slot, dv, cols, sq.fresh);
   const float decay_rate = p.a[j], dt_bias = p.dt_bias[j], q_scale = rsqrtf(float(DK));
   // The row and column of accumulator e of a tile whose first row is r0 and first column c0.
   const auto row_of = [&](int r0, int e) { return r0 + g + (e >= 2 ? 8 : 0); };
@@ -560,42 +583,15 @@ __global__ void __launch_bounds__(chunk_threads, MinBlocks) delta_chunk_tc_kerne
     const int n = sq.n_tokens - t0 < chunk ? int(sq.n_tokens - t0) : chunk;
     const std::int64_t row0 = sq.first + t0;
     __syncthreads();  // the chunk before is done with every array but S (and S's own barrier came before)
-    // 1. As delta_chunk_kernel: q and k normalised, v of the block's columns, zeros past the chunk's
-    //    tokens; beta and G (the running sum by a scan over warp 0's lanes, whose gate loads go first).
+    // 1. q, k and v (load_chunk_rows, as delta_chunk_kernel); beta and G (the running sum by a scan
+    //    over warp 0's lanes, whose gate loads go first).
     float b_raw = 0.f, alpha_raw = 0.f;
     if (warp == 0 && lane < n) {
       b_raw = p.b[(row0 + lane) * hv + j];
       alpha_raw = p.alpha[(row0 + lane) * hv + j];
     }
-#pragma unroll
-    for (int m = 0; m < chunk / chunk_groups; ++m) {
-      const int t = warp + chunk_groups * m;
-      const float* r = p.qkv + (row0 + t) * width;
-      float qv[DK / 32 > 0 ? DK / 32 : 1], kv[DK / 32 > 0 ? DK / 32 : 1];
-      float qq = 0.f, kk = 0.f;
-#pragma unroll
-      for (int i = 0; i * 32 < DK; ++i) {
-        const int a = lane + 32 * i;
-        const bool in = t < n && a < DK;
-        qv[i] = in ? r[kh * DK + a] : 0.f;
-        kv[i] = in ? r[(hk + kh) * DK + a] : 0.f;
-        qq += qv[i] * qv[i];
-        kk += kv[i] * kv[i];
-      }
-      const float v = t < n && col_ok ? r[2 * std::int64_t(hk) * DK + j * dv + col0 + lane] : 0.f;
-      qq = sum32(qq);
-      kk = sum32(kk);
-      const float qn = q_scale * rsqrtf(qq + 1e-6f), kn = rsqrtf(kk + 1e-6f);
-#pragma unroll
-      for (int i = 0; i * 32 < DK; ++i) {
-        const int a = lane + 32 * i;
-        if (a < DK) {
-          qs[t * P + a] = qv[i] * qn;
-          ks[t * P + a] = kv[i] * kn;
-        }
-      }
-      us[t * UP + lane] = v;
-    }
+    load_chunk_rows<DK>(p.qkv + row0 * width, width, n, kh, hk, 2 * std::int64_t(hk) * DK + j * dv + col0, cols, q_scale,
+                        qs, ks, P, us, UP);
     if (warp == 0) {
       const float beta = lane < n ? gate_beta(b_raw) : 0.f;
       float gl = lane < n ? decay_log(decay_rate, alpha_raw, dt_bias) : 0.f;
@@ -675,10 +671,7 @@ __global__ void __launch_bounds__(chunk_threads, MinBlocks) delta_chunk_tc_kerne
     }
   }
   __syncthreads();
-  for (int e = tid; e < DK * chunk_cols; e += chunk_threads) {
-    const int a = e / chunk_cols, c = e % chunk_cols;
-    if (c < cols) S_slot[a * dv + c] = S[a * SP + c];
-  }
+  state_to_slot<DK>(S_slot, S, SP, dv, cols);
 #else
   __trap();  // launched only on devices of compute capability 8.0 and up
 #endif

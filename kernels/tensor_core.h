@@ -1,7 +1,8 @@
 // NVIDIA sm_80+ instructions the attention, quantized GEMM and delta-rule kernels share: tensor-core
-// products (mma.sync m16n8k16: f16 operands, f32 accumulators, warp-wide; m16n8k8 on TF32; ldmatrix) and asynchronous copies
-// from global to shared memory (cp.async). CUDA only, compute capability 8.0 and up; callers guard
-// their use with __CUDA_ARCH__ >= 800 and keep a CUDA-core kernel for everything else.
+// products (mma.sync m16n8k16: f16 operands, f32 accumulators, warp-wide; m16n8k8 on TF32; ldmatrix)
+// and asynchronous copies from global to shared memory (cp.async). CUDA only, compute capability 8.0
+// and up; callers guard their use with __CUDA_ARCH__ >= 800 and keep a CUDA-core kernel for
+// everything else.
 //
 // Fragment layout of m16n8k16 (g = lane / 4, c = lane % 4; each register two halves, low first):
 //   A (16x16, row major): a[0] = (row g, cols 2c, 2c+1), a[1] = (row g+8, cols 2c, 2c+1),
