@@ -43,6 +43,18 @@ __device__ __forceinline__ float decay_log(float a, float alpha, float dt_bias) 
   return a * (x > 20.f ? x : log1pf(expf(x)));
 }
 
+// One token of the convolution: the sum over the taps of the window (win: the hist inputs before
+// `cur`, oldest first; taps past hist + 1 are zero), after which the window moves on by cur.
+template <int T>
+__device__ __forceinline__ float conv_token(const float (&taps)[T], float (&win)[T], float cur, int hist) {
+  float acc = 0.f;
+#pragma unroll
+  for (int j = 0; j < T; ++j) acc += taps[j] * (j < hist ? win[j] : j == hist ? cur : 0.f);
+#pragma unroll
+  for (int j = 0; j + 1 < T; ++j) win[j] = j + 1 < hist ? win[j + 1] : j + 1 == hist ? cur : win[j];
+  return acc;
+}
+
 // Both convolution kernels take KW = the taps per channel where it is known at compile time (4,
 // Qwen3.5's), so that the window's loops have no run-time conditions, and KW = 0 for any other
 // (p.kernel taps, the loops over max_taps with the unused taps zero).
@@ -71,13 +83,7 @@ __global__ void __launch_bounds__(conv_block) conv1d_silu_kernel(conv1d_silu_par
 #pragma unroll
     for (int u = 0; u < conv_ahead; ++u) {
       if (t0 + u >= s.n_tokens) break;
-      const float cur = in[u];
-      float acc = 0.f;
-#pragma unroll
-      for (int j = 0; j < T; ++j) acc += taps[j] * (j < hist ? win[j] : j == hist ? cur : 0.f);
-      x0[(t0 + u) * p.channels] = silu(acc);
-#pragma unroll
-      for (int j = 0; j + 1 < T; ++j) win[j] = j + 1 < hist ? win[j + 1] : j + 1 == hist ? cur : win[j];
+      x0[(t0 + u) * p.channels] = silu(conv_token(taps, win, in[u], hist));
     }
   }
 #pragma unroll
@@ -138,14 +144,9 @@ __global__ void __launch_bounds__(conv_run_threads) conv1d_silu_runs_kernel(conv
     for (int u = 0; u < conv_ahead; ++u) {
       const std::int64_t t = t0 + u;
       if (t >= n) break;
-      const float cur = in[u];
-      float acc = 0.f;
-#pragma unroll
-      for (int j = 0; j < T; ++j) acc += taps[j] * (j < hist ? win[j] : j == hist ? cur : 0.f);
-      if (valid) x0[t * p.channels] = silu(acc);
-      if (t >= n - hist) tail[t - (n - hist)][lane] = cur;
-#pragma unroll
-      for (int j = 0; j + 1 < T; ++j) win[j] = j + 1 < hist ? win[j + 1] : j + 1 == hist ? cur : win[j];
+      const float y = silu(conv_token(taps, win, in[u], hist));
+      if (valid) x0[t * p.channels] = y;
+      if (t >= n - hist) tail[t - (n - hist)][lane] = in[u];
     }
   }
   __syncthreads();  // tail is written
