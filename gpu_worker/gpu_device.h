@@ -202,18 +202,27 @@ class gpu_device {
   // grouped by weight type into one launch each, except for the weights the quantized GEMM serves
   // faster (kernels::gemm_quant_beats_gemv); with gemm_dtype fp8, the FP8 GEMM for the weights
   // with a copy (the layers' and the head) from gemm_fp8_min_tokens tokens. x8_ready: the GEMV
-  // workspace already holds x in 8 bits (a producer kernel wrote it).
+  // workspace already holds x in 8 bits (a producer kernel wrote it); x8_ws: that workspace, when
+  // not gemv_ws_ (the fused gate/up's output, glu_ws_).
   struct projection {
     const matrix* w = nullptr;
     const float* bias = nullptr;
     float* y = nullptr;
   };
-  void project(std::span<const projection> ps, const float* x, std::int64_t n_tokens, bool x8_ready);
+  void project(std::span<const projection> ps, const float* x, std::int64_t n_tokens, bool x8_ready,
+               void* x8_ws = nullptr);
   // Whether a step of n_tokens takes the FP8 GEMM (gemm_dtype fp8, from gemm_fp8_min_tokens), and
   // the context its launches share.
   bool fp8_step(std::int64_t n_tokens) const;
   kernels::gemm_fp8_context fp8_context();
-  void matmul(const matrix& w, const float* bias, const float* x, float* y, std::int64_t n_tokens, bool x8_ready = false);
+  void matmul(const matrix& w, const float* bias, const float* x, float* y, std::int64_t n_tokens, bool x8_ready = false,
+              void* x8_ws = nullptr);
+  // Whether a step of n_tokens multiplies w by a GEMM rather than the GEMV (project()).
+  bool takes_gemm(const matrix& w, std::int64_t n_tokens) const;
+  // Whether a dense feed-forward's gate, up and gated product take one launch (kernels::
+  // launch_gemv_glu) this step: one-token steps on int8 activations, gate and up of one type with
+  // the integer path, and a width where the fused kernel is the faster (kernels::gemv_glu_preferred).
+  bool glu_fused(const layer& w) const;
   // Whether the kernel producing a GEMV input of `width` columns writes its 8-bit form too (steps
   // of up to gemv_max_tokens tokens, int8 activations, widths the fused writers take).
   bool x8_fused(std::int64_t width) const;
@@ -315,6 +324,10 @@ class gpu_device {
   std::int64_t attn_split_ = 0, attn_split_wide_ = 0;  // attn_split(): heads of up to / past attention_tc_max_head_dim
   void* gemv_ws_ = nullptr;          // the quantized GEMVs' activation scratch (x in int8 blocks)
   std::size_t gemv_ws_bytes_ = 0;
+  // The fused gate/up's 8-bit output (glu_fused), apart from gemv_ws_'s input it is computed from;
+  // the down projection's GEMV reads it as its workspace.
+  void* glu_ws_ = nullptr;
+  std::size_t glu_ws_bytes_ = 0;
   // The experts' 8-bit activations (null: float experts): the layer input's rows, the pairs' rows.
   void *moe_x8_h_ = nullptr, *moe_x8_pairs_ = nullptr;
   kernels::gemv_activations gemv_activations_ = kernels::gemv_activations::int8;

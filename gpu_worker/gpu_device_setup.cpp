@@ -515,6 +515,10 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   const std::size_t records = c.take(S * record_bytes), attn_ws = c.take(attn_ws_bytes_);
   const std::size_t tp_records = c.take(split_vocab() ? std::size_t(comm_->size()) * S * record_bytes : 0);
   const std::size_t gemm_at = c.take(gemm_ws), blas_at = c.take(blas_ws), upload = c.take(up_off_.total);
+  // The fused gate/up's 8-bit output (one token: gemv_glu_max_tokens rows of the widest layer).
+  const std::size_t glu_ws =
+      gemv_ws > 0 ? kernels::gemv_workspace_bytes(model::ggml_type::Q8_0, hp.n_ff, kernels::gemv_glu_max_tokens) : 0;
+  const std::size_t glu_at = c.take(glu_ws);
   const std::size_t gemv_at = c.take(gemv_ws), scores = c.take(T * f), cand_ws = c.take(cand_ws_bytes_);
   const std::size_t angles = c.take(kernels::rope_angles_bytes(max_tokens_, hp.rope_dim));
   const std::size_t angles_swa =
@@ -552,6 +556,8 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   gemm_.blas_workspace_bytes = blas_ws;
   gemv_ws_ = gemv_ws ? base + gemv_at : nullptr;
   gemv_ws_bytes_ = gemv_ws;
+  glu_ws_ = glu_ws ? base + glu_at : nullptr;
+  glu_ws_bytes_ = glu_ws;
   upload_dev_ = base + upload;
   scores_dev_ = fp(scores);
   cand_ws_ = base + cand_ws;

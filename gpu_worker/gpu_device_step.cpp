@@ -53,9 +53,10 @@ std::int64_t gpu_device::attn_split(std::int64_t head_dim) const {
   return head_dim > kernels::attention_tc_max_head_dim ? attn_split_wide_ : attn_split_;
 }
 
-void gpu_device::matmul(const matrix& w, const float* bias, const float* x, float* y, std::int64_t n_tokens, bool x8_ready) {
+void gpu_device::matmul(const matrix& w, const float* bias, const float* x, float* y, std::int64_t n_tokens, bool x8_ready,
+                        void* x8_ws) {
   const projection p{&w, bias, y};
-  project(std::span<const projection>(&p, 1), x, n_tokens, x8_ready);
+  project(std::span<const projection>(&p, 1), x, n_tokens, x8_ready, x8_ws);
 }
 
 bool gpu_device::fp8_step(std::int64_t n_tokens) const {
@@ -70,7 +71,8 @@ kernels::gemm_fp8_context gpu_device::fp8_context() {
           .blas_workspace_bytes = gemm_.blas_workspace_bytes};
 }
 
-void gpu_device::project(std::span<const projection> ps, const float* x, std::int64_t n_tokens, bool x8_ready) {
+void gpu_device::project(std::span<const projection> ps, const float* x, std::int64_t n_tokens, bool x8_ready,
+                         void* x8_ws) {
   // GEMMs above gemv_max_tokens, and below it for the weights where the quantized GEMM beats the
   // GEMV (kernels/gemm_quant.h); GEMVs for the rest. The quantized GEMMs go first, on one
   // conversion of x for all of them (in the workspace the others' dequantization overwrites).
@@ -78,9 +80,7 @@ void gpu_device::project(std::span<const projection> ps, const float* x, std::in
   const bool quantized = gemm_.algo == kernels::gemm_algo::quantized;
   const bool fp8 = fp8_step(n_tokens);
   const auto by_fp8 = [&](const matrix& w) { return fp8 && w.fp8.codes != nullptr; };
-  const auto by_gemm = [&](const matrix& w) {
-    return all_gemm || (quantized && kernels::gemm_quant_beats_gemv(w.type, n_tokens, w.in, w.out));
-  };
+  const auto by_gemm = [&](const matrix& w) { return takes_gemm(w, n_tokens); };
   const auto by_quant = [&](const matrix& w) {
     return quantized && !by_fp8(w) && by_gemm(w) && kernels::gemm_quant_preferred(w.type, n_tokens, w.in, w.out);
   };
@@ -154,12 +154,25 @@ void gpu_device::project(std::span<const projection> ps, const float* x, std::in
                   .n_tokens = n_tokens};
     }
     const auto source = x8_ready ? kernels::gemv_x8_source::workspace : kernels::gemv_x8_source::quantize;
-    ok(kernels::launch_gemv_group(std::span<const kernels::matmul_params>(group, n), gemv_ws_, gemv_ws_bytes_, stream_,
-                                  gemv_activations_, source),
+    ok(kernels::launch_gemv_group(std::span<const kernels::matmul_params>(group, n), x8_ws ? x8_ws : gemv_ws_,
+                                  x8_ws ? glu_ws_bytes_ : gemv_ws_bytes_, stream_, gemv_activations_, source),
        "gemv");
     x8_ready = x8_ready || (kernels::gemv_workspace_bytes(type, group[0].in, n_tokens) > 0 &&
                             gemv_activations_ == kernels::gemv_activations::int8);
   }
+}
+
+bool gpu_device::takes_gemm(const matrix& w, std::int64_t n_tokens) const {
+  return n_tokens > kernels::gemv_max_tokens ||
+         (gemm_.algo == kernels::gemm_algo::quantized && kernels::gemm_quant_beats_gemv(w.type, n_tokens, w.in, w.out));
+}
+
+bool gpu_device::glu_fused(const layer& w) const {
+  const std::int64_t T = step_.tokens;
+  return T <= kernels::gemv_glu_max_tokens && gemv_activations_ == kernels::gemv_activations::int8 &&
+         gemv_ws_ != nullptr && w.gate.w != nullptr && w.up.w != nullptr && w.gate.type == w.up.type && w.gate.in == w.up.in &&
+         w.gate.out == w.up.out && kernels::gemv_glu_supports(w.gate.type) && !takes_gemm(w.gate, T) &&
+         !takes_gemm(w.up, T) && kernels::gemv_glu_preferred(w.gate.type, w.gate.out);
 }
 
 bool gpu_device::x8_fused(std::int64_t width) const {
@@ -715,11 +728,36 @@ void gpu_device::run_per_layer_block(std::int64_t l) {
 void gpu_device::run_dense_ffn(const layer& w, bool x8_embd) {
   const model::hparams& hp = m_.hp;
   const std::int64_t T = step_.tokens;
+  // This layer's width: gemma4 E2B / E4B's shared layers are double-wide (hp.n_ff is the widest).
+  const std::int64_t ff = w.down.in;
+  const bool x8_ff = x8_fused(ff);
+  if (glu_fused(w)) {
+    // Gate, up and their product in one launch; its 8-bit rows go to glu_ws_, apart from the 8-bit
+    // h_ it reads from gemv_ws_, and the down projection's GEMV reads them there.
+    prof_.mark("gate/up projection + swiglu", stream_);
+    ok(kernels::launch_gemv_glu({.gate = w.gate.w,
+                                 .up = w.up.w,
+                                 .w_type = w.gate.type,
+                                 .in = w.gate.in,
+                                 .out = ff,
+                                 .x = h_,
+                                 .y = gate_,
+                                 .n_tokens = T,
+                                 .limit = hp.swiglu_limit,
+                                 .alpha = hp.swiglu_alpha,
+                                 .act = hp.ffn_act,
+                                 .yq = x8_ff ? kernels::gemv_x8_view(glu_ws_, ff, T) : kernels::gemv_x8_rows{}},
+                                gemv_ws_, gemv_ws_bytes_, stream_,
+                                x8_embd ? kernels::gemv_x8_source::workspace : kernels::gemv_x8_source::quantize),
+       "gate/up + swiglu gemv");
+    prof_.mark("down projection", stream_);
+    matmul(w.down, nullptr, gate_, o_, T, x8_ff, x8_ff ? glu_ws_ : nullptr);
+    reduce(o_);
+    return;
+  }
   const projection gate_up[] = {{&w.gate, nullptr, gate_}, {&w.up, nullptr, up_}};
   prof_.mark("gate/up projection", stream_);
   project(gate_up, h_, T, x8_embd);
-  // This layer's width: gemma4 E2B / E4B's shared layers are double-wide (hp.n_ff is the widest).
-  const std::int64_t ff = w.down.in;
   kernels::swiglu_rows_params sw{.gate = gate_,
                                  .up = up_,
                                  .out = gate_,
@@ -731,7 +769,6 @@ void gpu_device::run_dense_ffn(const layer& w, bool x8_embd) {
                                  .limit = hp.swiglu_limit,
                                  .alpha = hp.swiglu_alpha,
                                  .act = hp.ffn_act};
-  const bool x8_ff = x8_fused(ff);
   if (x8_ff) {
     const kernels::gemv_x8_rows x8 = kernels::gemv_x8_view(gemv_ws_, ff, T);
     sw.yq = x8.q;

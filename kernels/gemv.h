@@ -20,6 +20,7 @@
 #include <span>
 
 #include "kernels/matmul.h"
+#include "kernels/swiglu.h"
 
 #if defined(ANVIL_GPU_CUDA) || defined(ANVIL_GPU_HIP)
 #include "kernels/gpu_runtime.h"
@@ -87,6 +88,52 @@ inline constexpr int gemv_max_group = 3;
 hipError_t launch_gemv_group(std::span<const matmul_params> ps, void* workspace, std::size_t workspace_bytes,
                              hipStream_t stream, gemv_activations activations = gemv_activations::int8,
                              gemv_x8_source source = gemv_x8_source::quantize);
+
+// The feed-forward's gate and up projections and their gated product in one launch, for batch-1
+// decode: y[o] = act(W_gate[o] . x8, W_up[o] . x8) with act one of swiglu_ref's forms (limit,
+// alpha, act as in swiglu_rows_params). What launch_gemv_group on {gate, up} followed by
+// launch_swiglu gives, bit for bit, in one launch instead of two; with yq set, y is also rounded to
+// 8 bits in the gemv_x8_view layout (as swiglu_rows_params::yq), so the down projection's GEMV
+// reads it as it is. A block owns 32 rows of both matrices, so that it holds whole 8-bit groups:
+// coarser than the GEMV's tiles, so larger matrices are faster as two launches
+// (gemv_glu_preferred). Weights with the integer path only (gemv_glu_supports) on 8-bit x: rounded
+// from x by this launch into the workspace, or already there (gemv_x8_source::workspace). No biases.
+struct gemv_glu_params {
+  const void* gate = nullptr;     // [out][row_bytes(w_type, in)], 16-byte aligned
+  const void* up = nullptr;       // the same shape and type
+  model::ggml_type w_type = model::ggml_type::Q8_0;
+  std::int64_t in = 0;
+  std::int64_t out = 0;
+  const float* x = nullptr;       // [n_tokens, in]; read only with gemv_x8_source::quantize
+  float* y = nullptr;             // [n_tokens, out]
+  std::int64_t n_tokens = 0;
+  float limit = 0.f;
+  float alpha = 1.f;
+  glu_activation act = glu_activation::silu;
+  gemv_x8_rows yq{};              // optional (both or neither): out % 32 == 0, 16-byte aligned, not
+                                  // overlapping the workspace's 8-bit x
+};
+
+// One token: with more, each warp's four row tiles spill their registers.
+inline constexpr std::int64_t gemv_glu_max_tokens = 1;
+
+// True for the weight types launch_gemv_glu takes: those with the integer path.
+bool gemv_glu_supports(model::ggml_type t);
+
+// Whether the worker takes the fused launch for `out` rows of a supported type: while its blocks of
+// 32 rows fit in one wave (two a multiprocessor for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1; one for the
+// types whose decoders need more registers). Measured on the H200 (bench/GPU_NOTES.md session 37):
+// 1.2-2.1x on the gate/up of 0.5B-1B widths alone; past one wave the K-quants lose (0.8x), and a
+// whole llama3-8b Q8_0 decodes 3% slower with it although its gate/up alone gain 4%.
+bool gemv_glu_preferred(model::ggml_type w_type, std::int64_t out);
+
+// Preconditions, checked (hipErrorInvalidValue, nothing launched): gemv_glu_supports(w_type),
+// 0 <= n_tokens <= gemv_glu_max_tokens (0 launches nothing), out >= 0, in > 0 a multiple of the
+// type's block, 16-byte aligned weights (and x when quantized here), y set, a 16-byte aligned
+// workspace of at least gemv_workspace_bytes(w_type, in, n_tokens), yq as above, and no limit
+// with GeGLU. y must not alias x, the weights or the workspace.
+hipError_t launch_gemv_glu(const gemv_glu_params& p, void* workspace, std::size_t workspace_bytes, hipStream_t stream,
+                           gemv_x8_source source = gemv_x8_source::quantize);
 
 // For benchmarks (bench/gpu_roofline) choosing launch_gemv's batch-1 tile: the integer GEMV of a
 // quantized type for one token, with `rows_per_warp` rows per warp and `slices_per_lane` slices

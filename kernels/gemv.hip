@@ -19,11 +19,17 @@
 // Both kernels serve a group of up to three matrices sharing x in one launch (group_args): the
 // grid's blocks are dealt to the matrices in order.
 // No shared memory, no block-level barrier: a warp past the last row simply returns.
+//
+// launch_gemv_glu's kernel (one token) dots a feed-forward's gate and up rows on the same 8-bit x in
+// blocks of 32 rows of both, writes their gated product, and rounds each block's 32 products to the
+// 8-bit form the down projection's GEMV reads — through shared memory, behind one block barrier.
 #include "kernels/gemv.h"
 
 #include <algorithm>
 #include <span>
+#include <type_traits>
 
+#include "kernels/glu_device.h"
 #include "kernels/gpu_quant.h"
 #include "kernels/gpu_quant_dot.h"
 
@@ -162,31 +168,22 @@ void launch_quantize_x(const float* x, std::int64_t n, i8* xq, float2* ds, hipSt
 }
 
 // ---- integer GEMV ------------------------------------------------------------------------------------
+// A warp's dots of R weight rows with NT rows of 8-bit x: acc[r][t], summed over the warp (every
+// lane holds the sums). Lane l takes slices l, l + warp, ..., U of them per row loaded before any
+// arithmetic. Waits for the kernel before (gpu::dependency_wait) inside: up to 4 tokens the first
+// iteration's weight loads are issued before the wait, so they are in flight while that kernel
+// finishes (with more, holding them across the wait costs registers the tile does not have).
+// Every row is summed in the same order whatever R and U, so a row's result does not depend on
+// the tile.
 template <class F, int NT, int R, int U>
-__global__ void __launch_bounds__(gemv_threads) gemv_q8_kernel(group_args args, std::size_t row_bytes, const i8* xq,
-                                                              const float2* ds) {
-  const group_member m = member_of(args);
-  const u8* const w = m.w;
-  const std::int64_t out = m.out;
+__device__ __forceinline__ void q8_dots(const u8* const (&rows)[R], std::int64_t in, const i8* xq, const float2* ds,
+                                        float (&acc)[R][NT]) {
   const int lane = int(threadIdx.x) % gpu::warp_size;
-  const std::int64_t warp = std::int64_t(m.block) * (gemv_threads / gpu::warp_size) + threadIdx.x / gpu::warp_size;
-  const std::int64_t row0 = warp * R;
-  if (row0 >= out) return;
-
-  const u8* rows[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const std::int64_t row = row0 + r < out ? row0 + r : out - 1;  // tail rows: computed, not stored
-    rows[r] = w + std::size_t(row) * row_bytes;
-  }
-  float acc[R][NT];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
 #pragma unroll
     for (int t = 0; t < NT; ++t) acc[r][t] = 0.f;
   }
-
-  const std::int64_t in = args.in;
   const int slices = int(in / F::block_elems) * F::slices;
   // All loads of an iteration first. Slices past the end re-read the last one (in bounds) and are
   // skipped below.
@@ -199,9 +196,6 @@ __global__ void __launch_bounds__(gemv_threads) gemv_q8_kernel(group_args args, 
       for (int r = 0; r < R; ++r) wv[u][r] = F::load(rows[r] + std::size_t(c / F::slices) * F::block_bytes, c % F::slices);
     }
   };
-  // Before the wait only the weights may be read (gpu::dependency_wait): up to 4 tokens, the first
-  // iteration's weight loads are in flight while the kernel before this one finishes (with more,
-  // holding them across the wait costs registers the tile does not have: spills).
   constexpr bool early = NT <= 4;
   if (early && slices > 0) load(lane);
   gpu::dependency_wait();  // launched with gpu::launch_dependent
@@ -224,12 +218,31 @@ __global__ void __launch_bounds__(gemv_threads) gemv_q8_kernel(group_args args, 
       }
     }
   }
-
 #pragma unroll
   for (int r = 0; r < R; ++r) {
 #pragma unroll
     for (int t = 0; t < NT; ++t) acc[r][t] = gpu::warp_reduce_sum(acc[r][t]);
   }
+}
+
+template <class F, int NT, int R, int U>
+__global__ void __launch_bounds__(gemv_threads) gemv_q8_kernel(group_args args, std::size_t row_bytes, const i8* xq,
+                                                              const float2* ds) {
+  const group_member m = member_of(args);
+  const std::int64_t out = m.out;
+  const int lane = int(threadIdx.x) % gpu::warp_size;
+  const std::int64_t warp = std::int64_t(m.block) * (gemv_threads / gpu::warp_size) + threadIdx.x / gpu::warp_size;
+  const std::int64_t row0 = warp * R;
+  if (row0 >= out) return;
+
+  const u8* rows[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const std::int64_t row = row0 + r < out ? row0 + r : out - 1;  // tail rows: computed, not stored
+    rows[r] = m.w + std::size_t(row) * row_bytes;
+  }
+  float acc[R][NT];
+  q8_dots<F, NT, R, U>(rows, args.in, xq, ds, acc);
   if (lane == 0) {
     const float* bias = m.bias;
     float* y = m.y;
@@ -289,6 +302,16 @@ void launch_q8_tile(std::span<const matmul_params> ps, std::size_t row_bytes, co
 template <class F, int NT>
 void launch_q8_for(std::span<const matmul_params> ps, std::size_t row_bytes, const i8* xq, const float2* ds,
                    hipStream_t stream) {
+  // Batch 1 on rows of at most one block a lane (0.5B models' 896): slices past the first are never
+  // there, so four rows a warp of one slice each instead (the head of 151,936 x 896 in Q8_0: 48% ->
+  // 90% of the copy rate; Q4_0 32% -> 72%; gpu_roofline --small-gemv, bench/GPU_NOTES.md
+  // session 37).
+  if constexpr (NT == 1 && F::slices == 1) {
+    if (ps[0].in / F::block_elems <= gpu::warp_size) {
+      launch_q8_tile<F, 1, 4, 1>(ps, row_bytes, xq, ds, stream);
+      return;
+    }
+  }
   launch_q8_tile<F, NT, q8_tile<F, NT>::R, q8_tile<F, NT>::U>(ps, row_bytes, xq, ds, stream);
 }
 
@@ -305,6 +328,74 @@ void launch_q8_tokens(std::span<const matmul_params> ps, std::size_t row_bytes, 
     case 7: launch_q8_for<F, 7>(ps, row_bytes, xq, ds, stream); break;
     default: launch_q8_for<F, 8>(ps, row_bytes, xq, ds, stream); break;
   }
+}
+
+// ---- gate and up with their gated product (launch_gemv_glu) ---------------------------------------
+// One token. A block owns glu_rows consecutive rows of both matrices: each of its
+// glu_rows / glu_rows_per_warp warps dots glu_rows_per_warp gate rows and the same up rows (one
+// pass over x for both), lane 0 writes the products, and, with yq, warp 0 rounds the block's
+// products to 8 bits — one whole quantization group, so no other block is waited for.
+constexpr int glu_rows = 32;
+constexpr int glu_rows_per_warp = 2;
+constexpr int glu_threads = glu_rows / glu_rows_per_warp * gpu::warp_size;
+
+struct glu_args {
+  const u8* gate = nullptr;
+  const u8* up = nullptr;
+  float* y = nullptr;
+  std::int64_t out = 0;
+  std::int64_t in = 0;
+  float limit = 0.f;
+  float alpha = 1.f;
+  glu_activation act = glu_activation::silu;
+  i8* yq = nullptr;
+  float2* yds = nullptr;
+};
+
+// Blocks a multiprocessor: two where the registers allow it without spilling (a cap of 64), one
+// for the types whose decoders need more (the K-quants, IQ4_NL, MXFP4).
+template <class F>
+constexpr int glu_min_blocks = std::is_same_v<F, dot_q8_0> || std::is_same_v<F, dot_q4_0> ||
+                                       std::is_same_v<F, dot_q4_1> || std::is_same_v<F, dot_q5_0> ||
+                                       std::is_same_v<F, dot_q5_1>
+                                   ? 2
+                                   : 1;
+
+// One token (gemv_glu_max_tokens): with more, the four rows' tiles spill at either register cap.
+template <class F>
+__global__ void __launch_bounds__(glu_threads, glu_min_blocks<F>) gemv_glu_kernel(glu_args a, std::size_t row_bytes,
+                                                                                  const i8* xq, const float2* ds) {
+  constexpr int R = glu_rows_per_warp;
+  __shared__ float4 prod4[glu_rows / 4];
+  float* prod = reinterpret_cast<float*>(prod4);
+  const int lane = int(threadIdx.x) % gpu::warp_size;
+  const int warp = int(threadIdx.x) / gpu::warp_size;
+  const std::int64_t base = std::int64_t(blockIdx.x) * glu_rows;
+  // No warp returns early: the block meets at a barrier below.
+  const u8* rows[2 * R];  // gate rows, then the same up rows
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const std::int64_t row = min(base + warp * R + r, a.out - 1);  // tail rows: computed, not stored
+    rows[r] = a.gate + std::size_t(row) * row_bytes;
+    rows[R + r] = a.up + std::size_t(row) * row_bytes;
+  }
+  float acc[2 * R][1];
+  q8_dots<F, 1, 2 * R, 1>(rows, a.in, xq, ds, acc);
+  if (lane == 0) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const std::int64_t row = base + warp * R + r;
+      const float v = glu_product(acc[r][0], acc[R + r][0], a.limit, a.alpha, a.act);
+      prod[warp * R + r] = v;
+      if (row < a.out) a.y[row] = v;
+    }
+  }
+  if (a.yq == nullptr) return;  // the same for every thread of the grid
+  __syncthreads();
+  // Eight lanes round the block's group (gpu_quant::quantize_x8; every lane of the warp shuffles).
+  if (warp != 0) return;
+  const int c = lane % 8;
+  quantize_x8(prod4[c], base + 4 * c, lane < 8, a.yq, a.yds);
 }
 
 // Workspace layout for n tokens of `in` elements: xq [n][in] int8, then ds [n][in / 16] float2
@@ -448,6 +539,68 @@ hipError_t launch_gemv_b1_tile(const matmul_params& p, void* workspace, std::siz
 hipError_t launch_gemv(const matmul_params& p, void* workspace, std::size_t workspace_bytes, hipStream_t stream,
                        gemv_activations activations, gemv_x8_source source) {
   return launch_gemv_group(std::span<const matmul_params>(&p, 1), workspace, workspace_bytes, stream, activations, source);
+}
+
+bool gemv_glu_supports(model::ggml_type t) { return uses_q8(t); }
+
+bool gemv_glu_preferred(model::ggml_type w_type, std::int64_t out) {
+  std::int64_t per_sm = 0;
+  with_dot_format(w_type, [&](auto f) { per_sm = glu_min_blocks<decltype(f)>; });
+  return (out + glu_rows - 1) / glu_rows <= per_sm * gpu::multiprocessors();
+}
+
+hipError_t launch_gemv_glu(const gemv_glu_params& p, void* workspace, std::size_t workspace_bytes, hipStream_t stream,
+                           gemv_x8_source source) {
+  const std::int64_t block = gpu_block_elems(p.w_type);
+  if (!uses_q8(p.w_type) || p.n_tokens < 0 || p.n_tokens > gemv_glu_max_tokens || p.out < 0 || p.in <= 0 ||
+      p.in % block != 0 || p.in > (std::int64_t(1) << 30) || p.out > (std::int64_t(1) << 31) ||
+      (p.act != glu_activation::silu && p.limit > 0)) {
+    return hipErrorInvalidValue;
+  }
+  if (p.n_tokens == 0 || p.out == 0) return hipSuccess;
+  if (!aligned16(p.gate) || !aligned16(p.up) || p.y == nullptr ||
+      (source == gemv_x8_source::quantize && !aligned16(p.x)) || workspace == nullptr || !aligned16(workspace) ||
+      workspace_bytes < x8_bytes(p.in, p.n_tokens)) {
+    return hipErrorInvalidValue;
+  }
+  const bool quantized_out = p.yq.q != nullptr || p.yq.ds != nullptr;
+  if (quantized_out && (p.out % glu_rows != 0 || p.yq.q == nullptr || p.yq.ds == nullptr || !aligned16(p.yq.q) ||
+                        !aligned16(p.yq.ds))) {
+    return hipErrorInvalidValue;
+  }
+  const gemv_x8_rows x8 = gemv_x8_view(workspace, p.in, p.n_tokens);
+  auto* ds = reinterpret_cast<float2*>(x8.ds);
+  // The 8-bit output may not overlap the 8-bit input it is computed from.
+  if (quantized_out) {
+    const auto* in_lo = reinterpret_cast<const std::uint8_t*>(x8.q);
+    const auto* in_hi = in_lo + x8_bytes(p.in, p.n_tokens);
+    const auto overlaps_input = [&](const void* lo, std::size_t bytes) {
+      const auto* b = static_cast<const std::uint8_t*>(lo);
+      return b < in_hi && in_lo < b + bytes;
+    };
+    if (overlaps_input(p.yq.q, std::size_t(p.out * p.n_tokens)) ||
+        overlaps_input(p.yq.ds, std::size_t(p.out / 16 * p.n_tokens) * sizeof(float2))) {
+      return hipErrorInvalidValue;
+    }
+  }
+  if (source == gemv_x8_source::quantize) launch_quantize_x(p.x, p.in * p.n_tokens, x8.q, ds, stream);
+  const glu_args a{.gate = static_cast<const u8*>(p.gate),
+                   .up = static_cast<const u8*>(p.up),
+                   .y = p.y,
+                   .out = p.out,
+                   .in = p.in,
+                   .limit = p.limit,
+                   .alpha = p.alpha,
+                   .act = p.act,
+                   .yq = quantized_out ? reinterpret_cast<i8*>(p.yq.q) : nullptr,
+                   .yds = quantized_out ? reinterpret_cast<float2*>(p.yq.ds) : nullptr};
+  const std::size_t row_bytes = *model::row_bytes(p.w_type, p.in);
+  with_dot_format(p.w_type, [&](auto f) {
+    using F = decltype(f);
+    gpu::launch_dependent(gemv_glu_kernel<F>, dim3(static_cast<unsigned>((p.out + glu_rows - 1) / glu_rows)),
+                          dim3(glu_threads), stream, a, row_bytes, x8.q, ds);
+  });
+  return hipGetLastError();
 }
 
 }  // namespace anvil::kernels

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "kernels/glu_device.h"
 #include "kernels/gpu_quant_dot.h"
 
 namespace anvil::kernels {
@@ -14,19 +15,6 @@ namespace {
 
 constexpr int block_size = 256;
 constexpr unsigned max_grid_y = 65535;
-
-// swiglu_ref's three forms: SwiGLU, gpt-oss's clamped variant when limit > 0, GeGLU (uniform per launch).
-__device__ __forceinline__ float silu_mul(float g, float u, float limit, float alpha, glu_activation act) {
-  if (act == glu_activation::gelu_tanh) {
-    return 0.5f * g * (1.f + tanhf(0.7978845608f * (g + 0.044715f * g * g * g))) * u;
-  }
-  if (limit > 0.f) {
-    g = fminf(g, limit);
-    u = fminf(fmaxf(u, -limit), limit);
-    return g / (1.f + expf(-alpha * g)) * (u + 1.f);
-  }
-  return g / (1.f + expf(-g)) * u;
-}
 
 template <bool Vec4, bool Quant>
 __global__ void __launch_bounds__(block_size) swiglu_kernel(swiglu_rows_params p) {
@@ -47,15 +35,15 @@ __global__ void __launch_bounds__(block_size) swiglu_kernel(swiglu_rows_params p
         const float4 b = reinterpret_cast<const float4*>(u)[c];
         const float lim = p.limit, al = p.alpha;
         const glu_activation act = p.act;
-        y = make_float4(silu_mul(a.x, b.x, lim, al, act), silu_mul(a.y, b.y, lim, al, act),
-                        silu_mul(a.z, b.z, lim, al, act), silu_mul(a.w, b.w, lim, al, act));
+        y = make_float4(glu_product(a.x, b.x, lim, al, act), glu_product(a.y, b.y, lim, al, act),
+                        glu_product(a.z, b.z, lim, al, act), glu_product(a.w, b.w, lim, al, act));
         reinterpret_cast<float4*>(o)[c] = y;
       }
       if constexpr (Quant) {
         gpu_quant::quantize_x8(y, 4 * c, valid, p.yq + r * p.cols, reinterpret_cast<float2*>(p.yq_scales) + r * (p.cols / 16));
       }
     } else {
-      o[c] = silu_mul(g[c], u[c], p.limit, p.alpha, p.act);
+      o[c] = glu_product(g[c], u[c], p.limit, p.alpha, p.act);
     }
   }
 }

@@ -35,12 +35,18 @@
 //            cores (where the device has them) beside the CUDA-core kernel, and the recurrent form
 //            for decode steps; the convolution before it, token-parallel and a thread a channel:
 //            µs, and tokens per µs.
+//   gate/up + SwiGLU (--glu only): a dense feed-forward's gate and up GEMVs with the SwiGLU after
+//            them (two launches) against the fused launch_gemv_glu, one token, on the widths of
+//            0.5B-8B models: µs in graphs, the weights' time at the copy rate, and which the worker
+//            takes.
+//   small GEMV tiles (--small-gemv only): the batch-1 tile table on qwen2.5-0.5b's matrices (Q8_0,
+//            Q4_0), rows of 896 and 4864.
 // Timing: device events around back-to-back launches, after warm-up, median of repetitions. The
 // GEMV cycles through enough copies of the weight to exceed the L2 cache several times, as a
 // model's layers do, so no figure comes from L2. Weights are random bytes (the kernels' speed
 // does not depend on the values). A plain main: the GPU machine has none of the Debian libraries.
 // Usage: gpu_roofline [--quick] [--quant-gemm] [--fp8-gemm] [--decode-attention] [--prefill-attention] [--moe]
-//                     [--delta-rule] [--attention-head-dim 128|256]
+//                     [--delta-rule] [--glu] [--small-gemv] [--attention-head-dim 128|256]
 // (--quick: fewer repetitions, skips the 128256-row shape; --quant-gemm / --fp8-gemm: the limits
 // and that GEMM table only; --decode-attention: the limits and the decode attention table only, at
 // the loads of 256-sequence serving, the tensor-core kernel at each split length it takes;
@@ -65,6 +71,7 @@
 #include "kernels/gemv.h"
 #include "kernels/gpu_runtime.h"
 #include "kernels/moe.h"
+#include "kernels/swiglu.h"
 #include "model/quant/quant.h"
 
 namespace {
@@ -522,6 +529,162 @@ void moe_table(double copy_gbs, std::size_t l2, int reps) {
   }
 }
 
+// GEMV batch-1 tiles: rows per warp x slices in flight per lane, the activations already in 8 bits
+// in the workspace (as the worker's fused norms leave them), against the tile the table picks.
+void gemv_tile_table(double copy_gbs, std::size_t l2, int reps, const std::vector<shape>& shapes,
+                     const std::vector<ggml_type>& types) {
+  std::size_t max_bytes = 0, gemv_ws_bytes = 256;
+  std::int64_t max_in = 0, max_out = 0;
+  for (ggml_type t : types) {
+    for (shape s : shapes) {
+      if (s.in % model::info(t).block_elems != 0) continue;
+      max_bytes = std::max(max_bytes, *model::row_bytes(t, s.in) * std::size_t(s.out));
+      gemv_ws_bytes = std::max(gemv_ws_bytes, kernels::gemv_workspace_bytes(t, s.in, 1));
+      max_in = std::max(max_in, s.in), max_out = std::max(max_out, s.out);
+    }
+  }
+  device_mem pool(std::max(max_bytes, 4 * l2) + 4096);
+  fill_random(pool.p, pool.n, 7);
+  device_mem x(std::size_t(max_in) * 4), y(std::size_t(max_out) * 4), gemv_ws(gemv_ws_bytes);
+  CHECK(hipMemset(x.p, 0, x.n));
+  std::printf("\nGEMV batch 1, 8-bit activations prepared, by tile (rows/warp x slices/lane): %% of copy\n");
+  const int tiles[][2] = {{1, 1}, {1, 2}, {1, 4}, {2, 1}, {2, 2}, {2, 4}, {4, 1}, {4, 2}};
+  std::printf("%-6s %-13s", "type", "out x in");
+  for (const auto& tile : tiles) std::printf("   %dx%d", tile[0], tile[1]);
+  std::printf("  | table\n");
+  for (ggml_type t : types) {
+    for (shape s : shapes) {
+      if (s.in % model::info(t).block_elems != 0) continue;
+      const std::size_t bytes = *model::row_bytes(t, s.in) * std::size_t(s.out);
+      const weight_copies copies(pool, l2, bytes);
+      CHECK(kernels::launch_gemv({.w = pool.p,
+                                  .w_type = t,
+                                  .in = s.in,
+                                  .out = s.out,
+                                  .bias = nullptr,
+                                  .x = x.as<float>(),
+                                  .y = y.as<float>(),
+                                  .n_tokens = 1},
+                                 gemv_ws.p, gemv_ws.n,
+                                 nullptr));  // leaves x in 8 bits in the workspace
+      auto rate = [&](const std::function<void(const void*)>& launch) {
+        const double ms = time_ms([&](int i) { launch(copies.at(i)); },
+                                  copies.batch(), reps);
+        return 100 * double(bytes) / (ms * 1e-3) / 1e9 / copy_gbs;
+      };
+      std::printf("%-6s %5lldx%-7lld", std::string(model::info(t).name).c_str(), static_cast<long long>(s.out),
+                  static_cast<long long>(s.in));
+      for (const auto& tile : tiles) {
+        std::printf(" %5.1f", rate([&](const void* w) {
+                      CHECK(kernels::launch_gemv_b1_tile({.w = w,
+                                                          .w_type = t,
+                                                          .in = s.in,
+                                                          .out = s.out,
+                                                          .bias = nullptr,
+                                                          .x = x.as<float>(),
+                                                          .y = y.as<float>(),
+                                                          .n_tokens = 1},
+                                                         gemv_ws.p, gemv_ws.n, nullptr, tile[0], tile[1],
+                                                         kernels::gemv_x8_source::workspace));
+                    }));
+      }
+      std::printf("  | %5.1f\n", rate([&](const void* w) {
+                    CHECK(kernels::launch_gemv({.w = w,
+                                                .w_type = t,
+                                                .in = s.in,
+                                                .out = s.out,
+                                                .bias = nullptr,
+                                                .x = x.as<float>(),
+                                                .y = y.as<float>(),
+                                                .n_tokens = 1},
+                                               gemv_ws.p, gemv_ws.n, nullptr, kernels::gemv_activations::int8,
+                                               kernels::gemv_x8_source::workspace));
+                  }));
+    }
+  }
+}
+
+// A dense feed-forward's gate and up projections with their SwiGLU for one token: the group
+// GEMV on 8-bit x already in the workspace then the SwiGLU writing the down projection's 8-bit
+// rows (two launches), against launch_gemv_glu doing both (one). Graphs of back-to-back calls, the
+// weights cycling through copies so that they come from memory; limit: gate + up bytes at the
+// copy rate.
+void glu_table(double copy_gbs, std::size_t l2, int reps) {
+  std::printf("\nGate/up + SwiGLU for one token, 8-bit x prepared; limit: both weights at %.0f GB/s\n", copy_gbs);
+  std::printf("%-6s %-12s | %9s %9s %8s | %8s | %s\n", "type", "ff x embd", "pair us", "fused us", "speedup",
+              "limit us", "worker");
+  // qwen2.5-0.5b, qwen3-0.6b (3072 x 1024), gemma3-1b (6912 x 1152), qwen2.5-1.5b, llama3-8b.
+  const shape shapes[] = {{4864, 896}, {3072, 1024}, {6912, 1152}, {8960, 1536}, {14336, 4096}};
+  const ggml_type types[] = {ggml_type::Q8_0, ggml_type::Q4_K, ggml_type::Q6_K, ggml_type::Q4_0};
+  constexpr std::int64_t max_in = 4096, max_ff = 14336, nt = 1;
+  std::size_t max_bytes = 0;
+  for (const ggml_type t : types) {
+    for (const shape s : shapes) {
+      if (s.in % model::info(t).block_elems == 0) {
+        max_bytes = std::max(max_bytes, 2 * *model::row_bytes(t, s.in) * std::size_t(s.out));
+      }
+    }
+  }
+  device_mem pool(std::max(max_bytes, 4 * l2) + 4096);
+  fill_random(pool.p, pool.n, 11);
+  device_mem x(std::size_t(max_in) * 4), g(std::size_t(max_ff) * 4), u(g.n);
+  CHECK(hipMemset(x.p, 0, x.n));
+  device_mem ws(kernels::gemv_x8_bytes(max_in, nt)), out8(kernels::gemv_x8_bytes(max_ff, nt));
+  for (const ggml_type t : types) {
+    for (const shape s : shapes) {
+      if (s.in % model::info(t).block_elems != 0) continue;  // qwen2.5's widths and the K-quants
+      const std::size_t one = *model::row_bytes(t, s.in) * std::size_t(s.out), one_at = (one + 255) / 256 * 256;
+      const weight_copies copies(pool, l2, one_at + one);
+      const kernels::gemv_x8_rows y8 = kernels::gemv_x8_view(out8.p, s.out, nt);
+      // x in 8 bits in the workspace, as the norm before the projections leaves it.
+      const kernels::matmul_params warm{.w = pool.p, .w_type = t, .in = s.in, .out = 1, .x = x.as<float>(),
+                                        .y = g.as<float>(), .n_tokens = nt};
+      CHECK(kernels::launch_gemv(warm, ws.p, ws.n, nullptr));
+      const double pair_us = 1e3 * time_graph_ms(
+          [&](int i, hipStream_t st) {
+            const char* w = static_cast<const char*>(copies.at(i));
+            const kernels::matmul_params ps[2] = {
+                {.w = w, .w_type = t, .in = s.in, .out = s.out, .x = x.as<float>(), .y = g.as<float>(), .n_tokens = nt},
+                {.w = w + one_at, .w_type = t, .in = s.in, .out = s.out, .x = x.as<float>(), .y = u.as<float>(),
+                 .n_tokens = nt}};
+            CHECK(kernels::launch_gemv_group(ps, ws.p, ws.n, st, kernels::gemv_activations::int8,
+                                             kernels::gemv_x8_source::workspace));
+            CHECK(kernels::launch_swiglu({.gate = g.as<float>(),
+                                          .up = u.as<float>(),
+                                          .out = g.as<float>(),
+                                          .rows = nt,
+                                          .cols = s.out,
+                                          .gate_stride = s.out,
+                                          .up_stride = s.out,
+                                          .out_stride = s.out,
+                                          .yq = y8.q,
+                                          .yq_scales = y8.ds},
+                                         st));
+          },
+          copies.batch(), reps);
+      const double fused_us = 1e3 * time_graph_ms(
+          [&](int i, hipStream_t st) {
+            const char* w = static_cast<const char*>(copies.at(i));
+            CHECK(kernels::launch_gemv_glu({.gate = w,
+                                            .up = w + one_at,
+                                            .w_type = t,
+                                            .in = s.in,
+                                            .out = s.out,
+                                            .x = x.as<float>(),
+                                            .y = g.as<float>(),
+                                            .n_tokens = nt,
+                                            .yq = y8},
+                                           ws.p, ws.n, st, kernels::gemv_x8_source::workspace));
+          },
+          copies.batch(), reps);
+      std::printf("%-6s %5lldx%-6lld | %9.2f %9.2f %7.2fx | %8.2f | %s\n", std::string(model::info(t).name).c_str(),
+                  static_cast<long long>(s.out), static_cast<long long>(s.in), pair_us,
+                  fused_us, pair_us / fused_us, 2 * double(one) / (copy_gbs * 1e9) * 1e6,
+                  kernels::gemv_glu_preferred(t, s.out) ? "fused" : "pair");
+    }
+  }
+}
+
 // One DeltaNet layer's delta rule (Qwen3.5-9B: 16 key heads, 32 value heads, both of 128) over a
 // step of `seqs` sequences of `tokens` each, each continuing a state (not fresh): the chunked form
 // on each kernel, and the recurrent form.
@@ -599,10 +762,12 @@ void delta_table(int reps) {
 
 int main(int argc, char** argv) {
   bool quick = false, quant_only = false, fp8_only = false, decode_only = false, prefill_only = false, moe_only = false;
-  bool delta_only = false;
+  bool delta_only = false, glu_only = false, small_gemv = false;
   for (int i = 1; i < argc; ++i) {
     quick = quick || std::strcmp(argv[i], "--quick") == 0;
     delta_only = delta_only || std::strcmp(argv[i], "--delta-rule") == 0;
+    glu_only = glu_only || std::strcmp(argv[i], "--glu") == 0;
+    small_gemv = small_gemv || std::strcmp(argv[i], "--small-gemv") == 0;
     moe_only = moe_only || std::strcmp(argv[i], "--moe") == 0;
     decode_only = decode_only || std::strcmp(argv[i], "--decode-attention") == 0;
     prefill_only = prefill_only || std::strcmp(argv[i], "--prefill-attention") == 0;
@@ -645,6 +810,16 @@ int main(int argc, char** argv) {
   }
   if (delta_only) {
     delta_table(reps);
+    return 0;
+  }
+  if (glu_only) {
+    glu_table(copy_gbs, l2, reps);
+    return 0;
+  }
+  if (small_gemv) {
+    // qwen2.5-0.5b's matrices: the head, q/k/v stacked, o, gate (or up), down.
+    gemv_tile_table(copy_gbs, l2, reps, {{151936, 896}, {1152, 896}, {896, 896}, {4864, 896}, {896, 4864}},
+                    {ggml_type::Q8_0, ggml_type::Q4_0});
     return 0;
   }
 
@@ -941,62 +1116,8 @@ int main(int argc, char** argv) {
     }
   }
 
-  // ---- GEMV batch-1 tiles: rows per warp x slices in flight per lane, the activations already in
-  // 8 bits in the workspace (as the worker's fused norms leave them) ----
-  std::printf("\nGEMV batch 1, 8-bit activations prepared, by tile (rows/warp x slices/lane): %% of copy\n");
-  const int tiles[][2] = {{1, 1}, {1, 2}, {1, 4}, {2, 1}, {2, 2}, {2, 4}, {4, 1}, {4, 2}};
-  std::printf("%-6s %-13s", "type", "out x in");
-  for (const auto& tile : tiles) std::printf("   %dx%d", tile[0], tile[1]);
-  std::printf("  | table\n");
-  for (ggml_type t : {ggml_type::Q4_K, ggml_type::Q6_K, ggml_type::Q8_0, ggml_type::Q5_K}) {
-    for (shape s : shapes) {
-      const std::size_t bytes = *model::row_bytes(t, s.in) * std::size_t(s.out);
-      const weight_copies copies(pool, l2, bytes);
-      CHECK(kernels::launch_gemv({.w = pool.p,
-                                  .w_type = t,
-                                  .in = s.in,
-                                  .out = s.out,
-                                  .bias = nullptr,
-                                  .x = x.as<float>(),
-                                  .y = y.as<float>(),
-                                  .n_tokens = 1},
-                                 gemv_ws.p, gemv_ws.n,
-                                 nullptr));  // leaves x in 8 bits in the workspace
-      auto rate = [&](const std::function<void(const void*)>& launch) {
-        const double ms = time_ms([&](int i) { launch(copies.at(i)); },
-                                  copies.batch(), reps);
-        return 100 * double(bytes) / (ms * 1e-3) / 1e9 / copy_gbs;
-      };
-      std::printf("%-6s %5lldx%-7lld", std::string(model::info(t).name).c_str(), static_cast<long long>(s.out),
-                  static_cast<long long>(s.in));
-      for (const auto& tile : tiles) {
-        std::printf(" %5.1f", rate([&](const void* w) {
-                      CHECK(kernels::launch_gemv_b1_tile({.w = w,
-                                                          .w_type = t,
-                                                          .in = s.in,
-                                                          .out = s.out,
-                                                          .bias = nullptr,
-                                                          .x = x.as<float>(),
-                                                          .y = y.as<float>(),
-                                                          .n_tokens = 1},
-                                                         gemv_ws.p, gemv_ws.n, nullptr, tile[0], tile[1],
-                                                         kernels::gemv_x8_source::workspace));
-                    }));
-      }
-      std::printf("  | %5.1f\n", rate([&](const void* w) {
-                    CHECK(kernels::launch_gemv({.w = w,
-                                                .w_type = t,
-                                                .in = s.in,
-                                                .out = s.out,
-                                                .bias = nullptr,
-                                                .x = x.as<float>(),
-                                                .y = y.as<float>(),
-                                                .n_tokens = 1},
-                                               gemv_ws.p, gemv_ws.n, nullptr, kernels::gemv_activations::int8,
-                                               kernels::gemv_x8_source::workspace));
-                  }));
-    }
-  }
+  // ---- GEMV batch-1 tiles ----
+  gemv_tile_table(copy_gbs, l2, reps, shapes, {ggml_type::Q4_K, ggml_type::Q6_K, ggml_type::Q8_0, ggml_type::Q5_K});
 
   // ---- dequantization (what the GEMM path pays per weight and step) ----
   std::printf("\nDequantize to f16, bytes read + written / time; limit: copy bandwidth %.0f GB/s\n", copy_gbs);

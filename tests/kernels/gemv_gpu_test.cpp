@@ -14,7 +14,9 @@
 //     what llama.cpp's Q8_1 activations give; its tests accept 1e-2).
 //   Quantized types with gemv_activations::f32: 1e-5 of matmul_ref on x itself (exact decode).
 // Group launches and prepared 8-bit activations (gemv_x8_source::workspace) must equal single
-// launches bit for bit.
+// launches bit for bit. The fused gate / up / gated product (launch_gemv_glu) must equal the group
+// launch followed by launch_swiglu bit for bit (floats and 8-bit rows), and the CPU reference
+// (matmul_ref on the rounded x, then swiglu_rows_ref) within 1e-5 of the product's scale.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -26,6 +28,7 @@
 #include <gtest/gtest.h>
 
 #include "kernels/gemv.h"
+#include "kernels/swiglu.h"
 #include "tests/kernels/matmul_gpu_cases.h"
 
 namespace {
@@ -286,6 +289,184 @@ TEST_P(GemvGroupGpu, EqualsOneLaunchPerMatrixAndReadsPreparedActivations) {
 
 INSTANTIATE_TEST_SUITE_P(Types, GemvGroupGpu, ::testing::ValuesIn(gpu_weight_types()),
                          [](const ::testing::TestParamInfo<ggml_type>& i) { return type_name(i.param); });
+
+// The fused gate / up / product against the two launches it replaces and the CPU reference, for
+// the batch it takes (one token), each of swiglu_ref's forms, a width with a partial last block of
+// rows (no 8-bit output there: it needs whole 32-element groups), x rounded here or read from the
+// workspace. Rows of 768: a lane's share of a row's slices is not whole.
+struct glu_case {
+  ggml_type type;
+  glu_activation act;
+  float limit;
+};
+
+std::vector<glu_case> glu_cases() {
+  std::vector<glu_case> cases;
+  for (ggml_type t : gpu_weight_types()) {
+    if (!gemv_glu_supports(t)) continue;
+    cases.push_back({t, glu_activation::silu, 0.f});
+  }
+  cases.push_back({ggml_type::Q4_K, glu_activation::silu, 7.f});  // gpt-oss's clamped form
+  cases.push_back({ggml_type::Q8_0, glu_activation::gelu_tanh, 0.f});
+  return cases;
+}
+
+class GemvGluGpu : public ::testing::TestWithParam<glu_case> {};
+
+TEST_P(GemvGluGpu, EqualsTheGroupAndSwigluAndTheCpuReference) {
+  require_device();
+  if (HasFatalFailure()) return;
+  const glu_case c = GetParam();
+  const std::int64_t in = 768;
+  std::mt19937 rng(static_cast<unsigned>(int(c.type) * 7919 + int(c.act) * 31 + int(c.limit)));
+  for (const std::int64_t out : {std::int64_t(96), std::int64_t(70)}) {
+    const bool quantized_out = out % 32 == 0;
+    const host_weight gate(c.type, out, in, rng), up(c.type, out, in, rng);
+    device_bytes dgate(gate.bytes.size()), dup(up.bytes.size());
+    dgate.upload(gate.bytes.data(), gate.bytes.size());
+    dup.upload(up.bytes.data(), up.bytes.size());
+    const std::vector<float> x = random_vector(std::size_t(gemv_max_tokens * in), rng, -2.f, 2.f);
+    guarded_buffer dx(x.size());
+    dx.upload(x);
+    const std::size_t ws_bytes = gemv_workspace_bytes(c.type, in, gemv_max_tokens);
+    const std::size_t out8_bytes = gemv_x8_bytes(out, gemv_max_tokens);
+    device_bytes work(ws_bytes), fused8(out8_bytes), pair8(out8_bytes);
+    for (std::int64_t nt = 1; nt <= gemv_glu_max_tokens; ++nt) {
+      SCOPED_TRACE(type_name(c.type) + " out=" + std::to_string(out) + " n_tokens=" + std::to_string(nt));
+      const std::size_t n = std::size_t(nt * out);
+      // The two launches the fused one replaces.
+      guarded_buffer dg(n), du(n), dpair(n);
+      const matmul_params ps[2] = {
+          {.w = dgate.data(), .w_type = c.type, .in = in, .out = out, .x = dx.data(), .y = dg.data(), .n_tokens = nt},
+          {.w = dup.data(), .w_type = c.type, .in = in, .out = out, .x = dx.data(), .y = du.data(), .n_tokens = nt}};
+      ANVIL_GPU_CHECK(launch_gemv_group(ps, work.data(), work.size(), nullptr));
+      ANVIL_GPU_CHECK(hipMemset(pair8.data(), 0x5A, pair8.size()));
+      const gemv_x8_rows pv = gemv_x8_view(pair8.data(), out, nt);
+      ANVIL_GPU_CHECK(launch_swiglu({.gate = dg.data(),
+                                     .up = du.data(),
+                                     .out = dpair.data(),
+                                     .rows = nt,
+                                     .cols = out,
+                                     .gate_stride = out,
+                                     .up_stride = out,
+                                     .out_stride = out,
+                                     .limit = c.limit,
+                                     .alpha = 1.702f,
+                                     .act = c.act,
+                                     .yq = quantized_out ? pv.q : nullptr,
+                                     .yq_scales = quantized_out ? pv.ds : nullptr},
+                                    nullptr));
+      ANVIL_GPU_CHECK(hipDeviceSynchronize());
+      const std::vector<float> pair = dpair.download();
+
+      // The fused launch: x rounded by it, then read from the workspace with x itself garbage.
+      for (const gemv_x8_source source : {gemv_x8_source::quantize, gemv_x8_source::workspace}) {
+        SCOPED_TRACE(source == gemv_x8_source::quantize ? "x rounded by the launch" : "x8 from the workspace");
+        guarded_buffer junk(x.size()), dy(n);
+        junk.poison();
+        dy.poison();
+        ANVIL_GPU_CHECK(hipMemset(fused8.data(), 0x5A, fused8.size()));
+        const gemv_x8_rows fv = gemv_x8_view(fused8.data(), out, nt);
+        ANVIL_GPU_CHECK(launch_gemv_glu({.gate = dgate.data(),
+                                         .up = dup.data(),
+                                         .w_type = c.type,
+                                         .in = in,
+                                         .out = out,
+                                         .x = source == gemv_x8_source::quantize ? dx.data() : junk.data(),
+                                         .y = dy.data(),
+                                         .n_tokens = nt,
+                                         .limit = c.limit,
+                                         .alpha = 1.702f,
+                                         .act = c.act,
+                                         .yq = quantized_out ? fv : gemv_x8_rows{}},
+                                        work.data(), work.size(), nullptr, source));
+        ANVIL_GPU_CHECK(hipDeviceSynchronize());
+        EXPECT_TRUE(dy.download() == pair) << "the product differs from the group + SwiGLU's";
+        EXPECT_TRUE(dy.guards_intact() && junk.guards_intact());
+        if (quantized_out) {
+          std::vector<std::uint8_t> a(out8_bytes), b(out8_bytes);
+          ANVIL_GPU_CHECK(hipMemcpy(a.data(), fused8.data(), a.size(), hipMemcpyDeviceToHost));
+          ANVIL_GPU_CHECK(hipMemcpy(b.data(), pair8.data(), b.size(), hipMemcpyDeviceToHost));
+          EXPECT_TRUE(a == b) << "the 8-bit rows (and the bytes around them) differ from SwiGLU's";
+        }
+      }
+
+      // The CPU reference: both projections on x as the kernels round it (the integer path is
+      // exact for it: 1e-5 of the |W|.|x| scale, as above), then the product of the GPU's own
+      // gate and up rows (the activations' float functions may differ by an ulp).
+      const std::vector<float> x8 = round_to_q8(std::vector<float>(x.begin(), x.begin() + nt * in));
+      const std::vector<float> g = dg.download(), u = du.download();
+      std::vector<float> rg(n), ru(n), ref(n);
+      for (const auto& [w, y] : {std::pair{&gate, &rg}, std::pair{&up, &ru}}) {
+        matmul_ref(
+            {.w = w->bytes.data(), .w_type = c.type, .in = in, .out = out, .x = x8.data(), .y = y->data(), .n_tokens = nt});
+      }
+      EXPECT_LE(max_scaled_error(g, rg, gate, x8, nullptr, nt), 1e-5) << "gate";
+      EXPECT_LE(max_scaled_error(u, ru, up, x8, nullptr, nt), 1e-5) << "up";
+      swiglu_rows_ref({.gate = g.data(),
+                       .up = u.data(),
+                       .out = ref.data(),
+                       .rows = nt,
+                       .cols = out,
+                       .gate_stride = out,
+                       .up_stride = out,
+                       .out_stride = out,
+                       .limit = c.limit,
+                       .alpha = 1.702f,
+                       .act = c.act});
+      double scale = 0;
+      for (const float v : ref) scale = std::max(scale, std::fabs(double(v)));
+      for (std::size_t i = 0; i < n; ++i) {
+        ASSERT_LE(std::fabs(double(pair[i]) - double(ref[i])), 1e-5 * std::fabs(double(ref[i])) + 1e-7 * scale)
+            << "product " << i << " against swiglu_ref";
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, GemvGluGpu, ::testing::ValuesIn(glu_cases()),
+                         [](const ::testing::TestParamInfo<glu_case>& i) {
+                           return type_name(i.param.type) + (i.param.act == glu_activation::gelu_tanh ? "_gelu" : "") +
+                                  (i.param.limit > 0 ? "_clamped" : "");
+                         });
+
+TEST(GemvGpuLaunch, RefusesAGluItCannotDo) {
+  require_device();
+  if (HasFatalFailure()) return;
+  const std::size_t need = gemv_workspace_bytes(ggml_type::Q8_0, 64, 1);
+  device_bytes w(8192), ws(need), out8(gemv_x8_bytes(64, 1));
+  guarded_buffer buf(1024);
+  const gemv_glu_params ok{.gate = w.data(),
+                           .up = w.data(),
+                           .w_type = ggml_type::Q8_0,
+                           .in = 64,
+                           .out = 64,
+                           .x = buf.data(),
+                           .y = buf.data() + 256,
+                           .n_tokens = 1,
+                           .yq = gemv_x8_view(out8.data(), 64, 1)};
+  auto with = [&](auto edit) {
+    gemv_glu_params q = ok;
+    edit(q);
+    return launch_gemv_glu(q, ws.data(), need, nullptr);
+  };
+  EXPECT_EQ(with([](gemv_glu_params&) {}), hipSuccess);
+  EXPECT_EQ(with([](gemv_glu_params& q) { q.n_tokens = 0; }), hipSuccess);
+  EXPECT_EQ(with([](gemv_glu_params& q) { q.n_tokens = gemv_glu_max_tokens + 1; }), hipErrorInvalidValue);
+  EXPECT_EQ(with([](gemv_glu_params& q) { q.w_type = ggml_type::F16; }), hipErrorInvalidValue);   // no integer path
+  EXPECT_EQ(with([](gemv_glu_params& q) { q.w_type = ggml_type::Q4_K; }), hipErrorInvalidValue);  // 64 % 256
+  EXPECT_EQ(with([](gemv_glu_params& q) { q.out = 48; }), hipErrorInvalidValue);  // 8-bit rows need out % 32
+  EXPECT_EQ(with([&](gemv_glu_params& q) { q.yq.ds = nullptr; }), hipErrorInvalidValue);
+  EXPECT_EQ(with([&](gemv_glu_params& q) { q.yq = {}; }), hipSuccess);  // floats only
+  EXPECT_EQ(with([&](gemv_glu_params& q) { q.yq = gemv_x8_view(ws.data(), 64, 1); }), hipErrorInvalidValue);  // over x8
+  EXPECT_EQ(with([](gemv_glu_params& q) { q.act = glu_activation::gelu_tanh, q.limit = 7.f; }), hipErrorInvalidValue);
+  EXPECT_EQ(with([&](gemv_glu_params& q) { q.up = w.as<char>() + 8; }), hipErrorInvalidValue);  // misaligned
+  EXPECT_EQ(with([](gemv_glu_params& q) { q.y = nullptr; }), hipErrorInvalidValue);
+  EXPECT_EQ(launch_gemv_glu(ok, ws.data(), need - 1, nullptr), hipErrorInvalidValue);  // workspace too small
+  ANVIL_GPU_CHECK(hipDeviceSynchronize());
+  EXPECT_EQ(hipGetLastError(), hipSuccess);
+  EXPECT_TRUE(buf.guards_intact());
+}
 
 TEST(GemvGpuLaunch, RefusesAGroupThatDoesNotShareItsInput) {
   require_device();
