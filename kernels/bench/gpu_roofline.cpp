@@ -574,30 +574,18 @@ void gemv_tile_table(double copy_gbs, std::size_t l2, int reps, const std::vecto
       };
       std::printf("%-6s %5lldx%-7lld", std::string(model::info(t).name).c_str(), static_cast<long long>(s.out),
                   static_cast<long long>(s.in));
+      const auto params = [&](const void* w) {
+        return kernels::matmul_params{
+            .w = w, .w_type = t, .in = s.in, .out = s.out, .x = x.as<float>(), .y = y.as<float>(), .n_tokens = 1};
+      };
       for (const auto& tile : tiles) {
         std::printf(" %5.1f", rate([&](const void* w) {
-                      CHECK(kernels::launch_gemv_b1_tile({.w = w,
-                                                          .w_type = t,
-                                                          .in = s.in,
-                                                          .out = s.out,
-                                                          .bias = nullptr,
-                                                          .x = x.as<float>(),
-                                                          .y = y.as<float>(),
-                                                          .n_tokens = 1},
-                                                         gemv_ws.p, gemv_ws.n, nullptr, tile[0], tile[1],
+                      CHECK(kernels::launch_gemv_b1_tile(params(w), gemv_ws.p, gemv_ws.n, nullptr, tile[0], tile[1],
                                                          kernels::gemv_x8_source::workspace));
                     }));
       }
       std::printf("  | %5.1f\n", rate([&](const void* w) {
-                    CHECK(kernels::launch_gemv({.w = w,
-                                                .w_type = t,
-                                                .in = s.in,
-                                                .out = s.out,
-                                                .bias = nullptr,
-                                                .x = x.as<float>(),
-                                                .y = y.as<float>(),
-                                                .n_tokens = 1},
-                                               gemv_ws.p, gemv_ws.n, nullptr, kernels::gemv_activations::int8,
+                    CHECK(kernels::launch_gemv(params(w), gemv_ws.p, gemv_ws.n, nullptr, kernels::gemv_activations::int8,
                                                kernels::gemv_x8_source::workspace));
                   }));
     }

@@ -342,20 +342,19 @@ TEST_P(GemvGluGpu, EqualsTheGroupAndSwigluAndTheCpuReference) {
       ANVIL_GPU_CHECK(launch_gemv_group(ps, work.data(), work.size(), nullptr));
       ANVIL_GPU_CHECK(hipMemset(pair8.data(), 0x5A, pair8.size()));
       const gemv_x8_rows pv = gemv_x8_view(pair8.data(), out, nt);
-      ANVIL_GPU_CHECK(launch_swiglu({.gate = dg.data(),
-                                     .up = du.data(),
-                                     .out = dpair.data(),
-                                     .rows = nt,
-                                     .cols = out,
-                                     .gate_stride = out,
-                                     .up_stride = out,
-                                     .out_stride = out,
-                                     .limit = c.limit,
-                                     .alpha = 1.702f,
-                                     .act = c.act,
-                                     .yq = quantized_out ? pv.q : nullptr,
-                                     .yq_scales = quantized_out ? pv.ds : nullptr},
-                                    nullptr));
+      // The product's rows, for the GPU's SwiGLU here and the CPU reference below.
+      const swiglu_rows_params rows{.rows = nt,
+                                    .cols = out,
+                                    .gate_stride = out,
+                                    .up_stride = out,
+                                    .out_stride = out,
+                                    .limit = c.limit,
+                                    .alpha = 1.702f,
+                                    .act = c.act};
+      swiglu_rows_params on_device = rows;
+      on_device.gate = dg.data(), on_device.up = du.data(), on_device.out = dpair.data();
+      if (quantized_out) on_device.yq = pv.q, on_device.yq_scales = pv.ds;
+      ANVIL_GPU_CHECK(launch_swiglu(on_device, nullptr));
       ANVIL_GPU_CHECK(hipDeviceSynchronize());
       const std::vector<float> pair = dpair.download();
 
@@ -403,17 +402,9 @@ TEST_P(GemvGluGpu, EqualsTheGroupAndSwigluAndTheCpuReference) {
       }
       EXPECT_LE(max_scaled_error(g, rg, gate, x8, nullptr, nt), 1e-5) << "gate";
       EXPECT_LE(max_scaled_error(u, ru, up, x8, nullptr, nt), 1e-5) << "up";
-      swiglu_rows_ref({.gate = g.data(),
-                       .up = u.data(),
-                       .out = ref.data(),
-                       .rows = nt,
-                       .cols = out,
-                       .gate_stride = out,
-                       .up_stride = out,
-                       .out_stride = out,
-                       .limit = c.limit,
-                       .alpha = 1.702f,
-                       .act = c.act});
+      swiglu_rows_params on_host = rows;
+      on_host.gate = g.data(), on_host.up = u.data(), on_host.out = ref.data();
+      swiglu_rows_ref(on_host);
       double scale = 0;
       for (const float v : ref) scale = std::max(scale, std::fabs(double(v)));
       for (std::size_t i = 0; i < n; ++i) {
