@@ -557,16 +557,12 @@ void gemv_tile_table(double copy_gbs, std::size_t l2, int reps, const std::vecto
       if (s.in % model::info(t).block_elems != 0) continue;
       const std::size_t bytes = *model::row_bytes(t, s.in) * std::size_t(s.out);
       const weight_copies copies(pool, l2, bytes);
-      CHECK(kernels::launch_gemv({.w = pool.p,
-                                  .w_type = t,
-                                  .in = s.in,
-                                  .out = s.out,
-                                  .bias = nullptr,
-                                  .x = x.as<float>(),
-                                  .y = y.as<float>(),
-                                  .n_tokens = 1},
-                                 gemv_ws.p, gemv_ws.n,
-                                 nullptr));  // leaves x in 8 bits in the workspace
+      const auto params = [&](const void* w) {
+        return kernels::matmul_params{
+            .w = w, .w_type = t, .in = s.in, .out = s.out, .x = x.as<float>(), .y = y.as<float>(), .n_tokens = 1};
+      };
+      // Leaves x in 8 bits in the workspace for the timed launches.
+      CHECK(kernels::launch_gemv(params(pool.p), gemv_ws.p, gemv_ws.n, nullptr));
       auto rate = [&](const std::function<void(const void*)>& launch) {
         const double ms = time_ms([&](int i) { launch(copies.at(i)); },
                                   copies.batch(), reps);
@@ -574,10 +570,6 @@ void gemv_tile_table(double copy_gbs, std::size_t l2, int reps, const std::vecto
       };
       std::printf("%-6s %5lldx%-7lld", std::string(model::info(t).name).c_str(), static_cast<long long>(s.out),
                   static_cast<long long>(s.in));
-      const auto params = [&](const void* w) {
-        return kernels::matmul_params{
-            .w = w, .w_type = t, .in = s.in, .out = s.out, .x = x.as<float>(), .y = y.as<float>(), .n_tokens = 1};
-      };
       for (const auto& tile : tiles) {
         std::printf(" %5.1f", rate([&](const void* w) {
                       CHECK(kernels::launch_gemv_b1_tile(params(w), gemv_ws.p, gemv_ws.n, nullptr, tile[0], tile[1],
