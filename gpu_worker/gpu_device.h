@@ -226,8 +226,19 @@ class gpu_device {
   // Whether the kernel producing a GEMV input of `width` columns writes its 8-bit form too (steps
   // of up to gemv_max_tokens tokens, int8 activations, widths the fused writers take).
   bool x8_fused(std::int64_t width) const;
-  // The residual add + norm into h_, with the 8-bit form of h_ when x8_fused(n_embd).
+  // The residual add + norm of res_ into h_, with the 8-bit form of h_ when x8_fused(n_embd).
   kernels::rms_norm_residual_params norm_params(const float* delta, const float* weight) const;
+  // One-token steps of a model whose norms are plain (plain_norms_) on int8 activations: the norm
+  // before layer l's q/k/v (the residual add of the layer before with it), or before a dense
+  // feed-forward's fused gate/up (glu_fused), is computed by that launch's blocks themselves
+  // (kernels::gemv_norm_input) instead of by a launch of its own. q, k and v must share a launch
+  // (one type with the integer path, every one by the GEMV) and n_embd fit the normed GEMVs.
+  bool qkv_normed(std::int64_t l) const;
+  bool glu_normed(const layer& w) const;
+  // The norm input of such a launch: res_ (+ delta) normed by weight; with delta, the sum goes to
+  // the other residual buffer (every block reads res_), which becomes res_ (swap_residual()).
+  kernels::gemv_norm_input normed_input(const float* delta, const float* weight) const;
+  void swap_residual();
   kernels::paged_kv_device kv_layer(std::int64_t l) const;
   template <class T>
   T* host_at(std::size_t off) const { return reinterpret_cast<T*>(upload_host_ + off); }
@@ -299,6 +310,14 @@ class gpu_device {
 
   // Scratch (one allocation): activations [max_tokens, ...], gathered rows and logits [max_seqs, ...].
   float *x_ = nullptr, *h_ = nullptr, *q_ = nullptr, *k_ = nullptr, *v_ = nullptr, *attn_ = nullptr, *o_ = nullptr;
+  // The residual stream: x_, or in a step whose GEMVs norm their own input (qkv_normed,
+  // glu_normed) whichever of x_ and x_alt_ [one token] holds it now; the pending norm of the next
+  // q/k/v launch (its delta, null for none, and its gain) when that launch norms it.
+  float *x_alt_ = nullptr, *res_ = nullptr;
+  const float *pending_delta_ = nullptr, *pending_norm_ = nullptr;
+  // Every layer's norms are the plain pre-norm form (no norms on a block's output, no residual
+  // scale, no experts or recurrent layers, no per-layer inputs) and n_embd fits the normed GEMVs.
+  bool plain_norms_ = false;
   float *gate_ = nullptr, *up_ = nullptr, *rows_ = nullptr, *logits_ = nullptr;
   // Qwen3.5: the q projection's output, each head's query then its gate [max_tokens, 2 q widths];
   // the gated DeltaNet layers' q/k/v (convolved in place), z, beta and alpha rows.

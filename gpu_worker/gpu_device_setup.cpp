@@ -478,8 +478,17 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   const std::size_t record_bytes = kernels::candidates_record_bytes(kernels::candidates_max_k);
   cand_ws_bytes_ = kernels::candidates_workspace(max_seqs_, hp.n_vocab, kernels::candidates_max_k).bytes;
 
+  // A plain pre-norm model's one-token steps norm inside the GEMVs (qkv_normed, glu_normed), which
+  // move the residual stream between x_ and x_alt_.
+  plain_norms_ = !m_.has_experts() && !hp.has_recurrent() && hp.ple_dim == 0 && hp.n_embd % 32 == 0 &&
+                 hp.n_embd <= kernels::gemv_norm_max_cols &&
+                 std::all_of(layers_.begin(), layers_.end(), [](const layer& l) {
+                   return l.post_attn_norm == nullptr && l.post_ffn_norm == nullptr && l.out_scale == 1.f &&
+                          l.router.w == nullptr && l.ssm_qkv.w == nullptr && l.router_in_scale == nullptr;
+                 });
   carver c;
   const std::size_t x = c.take(T * std::size_t(hp.n_embd) * f), h = c.take(T * std::size_t(hp.n_embd) * f);
+  const std::size_t x_alt = c.take(plain_norms_ ? std::size_t(hp.n_embd) * f : 0);
   const std::size_t q = c.take(T * q_w * f), k = c.take(T * kv_w * f), v = c.take(T * kv_w * f);
   // attn_ also holds a gated DeltaNet layer's output, the ssm_out projection's input.
   const std::size_t ssm_v_w = std::size_t(hp.ssm_v_heads * hp.ssm_head_v);
@@ -534,6 +543,8 @@ void gpu_device::plan_scratch(memory_plan& mem) {
   mem.scratch_bytes = c.size();
   const auto fp = [base](std::size_t off) { return reinterpret_cast<float*>(base + off); };
   x_ = fp(x), h_ = fp(h), q_ = fp(q), k_ = fp(k), v_ = fp(v), attn_ = fp(attn), o_ = fp(o);
+  x_alt_ = plain_norms_ ? fp(x_alt) : nullptr;
+  res_ = x_;
   gate_ = fp(gate), up_ = fp(up), rows_ = fp(rows), logits_ = fp(logits);
   if (comm_) tp_local_ = fp(tp_local), tp_all_ = fp(tp_all);
   if (hp.attn_out_gate) qg_ = fp(qg);

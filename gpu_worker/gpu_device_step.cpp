@@ -183,7 +183,7 @@ bool gpu_device::x8_fused(std::int64_t width) const {
 kernels::rms_norm_residual_params gpu_device::norm_params(const float* delta, const float* weight) const {
   const model::hparams& hp = m_.hp;
   kernels::rms_norm_residual_params p{
-      .h = x_, .delta = delta, .weight = weight, .y = h_, .rows = step_.tokens, .cols = hp.n_embd, .eps = hp.rms_eps};
+      .h = res_, .delta = delta, .weight = weight, .y = h_, .rows = step_.tokens, .cols = hp.n_embd, .eps = hp.rms_eps};
   if (x8_fused(hp.n_embd)) {
     const kernels::gemv_x8_rows x8 = kernels::gemv_x8_view(gemv_ws_, hp.n_embd, step_.tokens);
     p.yq = x8.q;
@@ -191,6 +191,32 @@ kernels::rms_norm_residual_params gpu_device::norm_params(const float* delta, co
   }
   return p;
 }
+
+bool gpu_device::qkv_normed(std::int64_t l) const {
+  const layer& w = layers_[std::size_t(l)];
+  const std::int64_t T = step_.tokens;
+  if (!plain_norms_ || T != 1 || gemv_activations_ != kernels::gemv_activations::int8 || fp8_step(T) ||
+      w.wq.w == nullptr || w.wk.w == nullptr || w.wv.w == nullptr) {
+    return false;
+  }
+  const model::ggml_type t = w.wq.type;
+  return w.wk.type == t && w.wv.type == t && kernels::gemv_glu_supports(t) && !takes_gemm(w.wq, T) &&
+         !takes_gemm(w.wk, T) && !takes_gemm(w.wv, T);
+}
+
+bool gpu_device::glu_normed(const layer& w) const {
+  return plain_norms_ && glu_fused(w);  // glu_fused: one token, int8 activations
+}
+
+kernels::gemv_norm_input gpu_device::normed_input(const float* delta, const float* weight) const {
+  return {.h = res_,
+          .delta = delta,
+          .weight = weight,
+          .h_out = delta == nullptr ? nullptr : res_ == x_ ? x_alt_ : x_,
+          .eps = m_.hp.rms_eps};
+}
+
+void gpu_device::swap_residual() { res_ = res_ == x_ ? x_alt_ : x_; }
 
 void gpu_device::execute(const step_plan& plan, step_result& result) {
   begin(plan);
@@ -337,8 +363,14 @@ void gpu_device::run_body() {
   if (rope_angles_swa_ != nullptr) {
     angles(rope_angles_swa_, hp.sliding_rope_dim(), hp.rope_base_swa, hp.rope_freq_scale_swa, nullptr, nullptr);
   }
-  prof_.mark("norm", stream_);
-  ok(kernels::launch_rms_norm_residual(norm_params(nullptr, layers_[0].attn_norm), stream_), "attention norm");
+  res_ = x_;
+  pending_delta_ = pending_norm_ = nullptr;
+  if (qkv_normed(0)) {
+    pending_norm_ = layers_[0].attn_norm;  // the q/k/v launch norms x_ itself
+  } else {
+    prof_.mark("norm", stream_);
+    ok(kernels::launch_rms_norm_residual(norm_params(nullptr, layers_[0].attn_norm), stream_), "attention norm");
+  }
   for (std::int64_t l = 0; l < hp.n_layer; ++l) run_layer(l);
 }
 
@@ -497,10 +529,12 @@ void gpu_device::run_layer(std::int64_t l) {
   } else {
     run_attention_block(l, x8_embd);
   }
-  prof_.mark("norm", stream_);
-  kernels::rms_norm_residual_params ffn_norm = norm_params(o_, w.ffn_norm);
-  ffn_norm.delta_weight = w.post_attn_norm;  // gemma3: the attention's output normed before the add
-  ok(kernels::launch_rms_norm_residual(ffn_norm, stream_), "ffn norm");
+  if (!glu_normed(w)) {  // else the gate/up launch norms res_ + o_ itself
+    prof_.mark("norm", stream_);
+    kernels::rms_norm_residual_params ffn_norm = norm_params(o_, w.ffn_norm);
+    ffn_norm.delta_weight = w.post_attn_norm;  // gemma3: the attention's output normed before the add
+    ok(kernels::launch_rms_norm_residual(ffn_norm, stream_), "ffn norm");
+  }
   bool summed = true;  // o_ holds the feed-forward's output; else the experts' pairs, summed below
   const float* ffn_out = o_;
   if (w.router_in_scale != nullptr) {
@@ -525,12 +559,18 @@ void gpu_device::run_layer(std::int64_t l) {
     ffn_out = o_;
     post_norm = w.ple_post_norm;
   }
-  // The residual add fused with the next norm: the next layer's attention norm, or the final one
-  // (whose output the head gathers and quantizes itself).
+  // The residual add fused with the next norm: the next layer's attention norm (or its q/k/v
+  // launch does both: qkv_normed), or the final one (whose output the head gathers and quantizes
+  // itself).
+  if (l + 1 < hp.n_layer && qkv_normed(l + 1)) {
+    pending_delta_ = ffn_out;  // plain norms: summed, no post-norm or scale
+    pending_norm_ = layers_[std::size_t(l + 1)].attn_norm;
+    return;
+  }
   kernels::rms_norm_residual_params p =
       l + 1 < hp.n_layer
           ? norm_params(ffn_out, layers_[std::size_t(l + 1)].attn_norm)
-          : kernels::rms_norm_residual_params{.h = x_,
+          : kernels::rms_norm_residual_params{.h = res_,
                                               .delta = ffn_out,
                                               .weight = output_norm_,
                                               .y = h_,
@@ -571,7 +611,20 @@ void gpu_device::run_attention_block(std::int64_t l, bool x8_embd) {
     // Without wv (gemma4's global layers) V is K's projection: the RoPE reads k_ for both.
     // A layer sharing another's KV (gemma4 E2B / E4B) has neither: q alone.
     const projection qkv[] = {{&w.wq, w.bq, gated ? qg_ : q_}, {&w.wk, w.bk, k_}, {&w.wv, w.bv, v_}};
-    project(std::span(qkv, w.wk.w == nullptr ? 1 : w.wv.w != nullptr ? 3 : 2), h_, T, x8_embd);
+    if (qkv_normed(l)) {
+      // The attention norm (with the residual add of the layer before) in the same launch.
+      kernels::matmul_params group[3];
+      for (std::size_t i = 0; i < 3; ++i) {
+        const matrix& m = *qkv[i].w;
+        group[i] = {.w = m.w, .w_type = m.type, .in = m.in, .out = m.out, .bias = qkv[i].bias, .y = qkv[i].y, .n_tokens = T};
+      }
+      ok(kernels::launch_gemv_group_norm(group, normed_input(pending_delta_, pending_norm_), stream_),
+         "norm + q/k/v gemv");
+      if (pending_delta_ != nullptr) swap_residual();
+      pending_delta_ = pending_norm_ = nullptr;
+    } else {
+      project(std::span(qkv, w.wk.w == nullptr ? 1 : w.wv.w != nullptr ? 3 : 2), h_, T, x8_embd);
+    }
     if (w.wv.w == nullptr) v_in = k_;
   }
   const bool own_kv = hp.kv_source(l) == l;
@@ -733,8 +786,10 @@ void gpu_device::run_dense_ffn(const layer& w, bool x8_embd) {
   const bool x8_ff = x8_fused(ff);
   if (glu_fused(w)) {
     // Gate, up and their product in one launch; its 8-bit rows go to glu_ws_, apart from the 8-bit
-    // h_ it reads from gemv_ws_, and the down projection's GEMV reads them there.
-    prof_.mark("gate/up projection + swiglu", stream_);
+    // h_ it reads from gemv_ws_, and the down projection's GEMV reads them there. glu_normed: the
+    // launch norms res_ + o_ itself (the attention's output added).
+    const bool normed = glu_normed(w);
+    prof_.mark(normed ? "norm + gate/up projection + swiglu" : "gate/up projection + swiglu", stream_);
     ok(kernels::launch_gemv_glu({.gate = w.gate.w,
                                  .up = w.up.w,
                                  .w_type = w.gate.type,
@@ -746,10 +801,12 @@ void gpu_device::run_dense_ffn(const layer& w, bool x8_embd) {
                                  .limit = hp.swiglu_limit,
                                  .alpha = hp.swiglu_alpha,
                                  .act = hp.ffn_act,
-                                 .yq = x8_ff ? kernels::gemv_x8_view(glu_ws_, ff, T) : kernels::gemv_x8_rows{}},
+                                 .yq = x8_ff ? kernels::gemv_x8_view(glu_ws_, ff, T) : kernels::gemv_x8_rows{},
+                                 .norm = normed ? normed_input(o_, w.ffn_norm) : kernels::gemv_norm_input{}},
                                 gemv_ws_, gemv_ws_bytes_, stream_,
                                 x8_embd ? kernels::gemv_x8_source::workspace : kernels::gemv_x8_source::quantize),
        "gate/up + swiglu gemv");
+    if (normed) swap_residual();
     prof_.mark("down projection", stream_);
     matmul(w.down, nullptr, gate_, o_, T, x8_ff, x8_ff ? glu_ws_ : nullptr);
     reduce(o_);
@@ -1153,7 +1210,8 @@ void gpu_device::run_candidates(const step_plan& plan) {
                                         .workspace_bytes = cand_ws_bytes_,
                                         .draw = std::any_of(reduced->begin() + std::ptrdiff_t(r0),
                                                             reduced->begin() + std::ptrdiff_t(r1),
-                                                            [](const logit_params& l) { return l.draw.on; })};
+                                                            [](const logit_params& l) { return l.draw.on; }),
+                                        .pairs = !batch.bias_ids.empty() || !batch.count_ids.empty()};
     ok(kernels::launch_candidates(cp, stream_), "candidates");
     r0 = r1;
   }

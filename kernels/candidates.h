@@ -156,6 +156,7 @@ struct candidates_params {
   void* workspace = nullptr;                   // candidates_workspace(n_seqs, vocab, max_k).bytes, 16-byte aligned
   std::size_t workspace_bytes = 0;
   bool draw = false;                           // run the draw (candidates_seq::draw) into the records
+  bool pairs = true;                           // some sequence has bias or count pairs (false: no prep kernel)
 };
 
 // The host side of the upload: the flat arrays for a batch, validated as candidates_ref
@@ -182,8 +183,8 @@ gpu_worker::seq_output unpack_candidates(const void* record);
 #include "kernels/gpu_runtime.h"
 
 namespace anvil::kernels {
-// Five kernels, and a sixth for the draws when p.draw is set: per sequence, and per sequence and
-// slice of the vocabulary (kernels/candidates.hip).
+// Four kernels, and a fifth before them when p.pairs says some sequence has bias or penalty
+// pairs: per sequence, and per sequence and slice of the vocabulary (kernels/candidates.hip).
 // The logits buffer is processed in place. Rejects (hipErrorInvalidValue) a vocabulary or max_k
 // out of range, a misaligned output, or a short or misaligned workspace.
 hipError_t launch_candidates(const candidates_params& p, hipStream_t stream);

@@ -1,9 +1,9 @@
-// Logits → candidates (kernels/candidates.h) in five short kernels over slices of
+// Logits → candidates (kernels/candidates.h) in four or five short kernels over slices of
 // candidates_slice_len tokens, so that one sequence's 128k-256k logits keep many multiprocessors
 // busy instead of one block walking the whole row several times:
-//   1. prep, a block per sequence: bias (one thread, in list order: repeated ids add up exactly as
-//      the reference adds them), then penalties (one thread per distinct id), both with unfused
-//      float arithmetic;
+//   1. prep, a block per sequence, only when some sequence has bias or penalty pairs: bias (one
+//      thread, in list order: repeated ids add up exactly as the reference adds them), then
+//      penalties (one thread per distinct id), both with unfused float arithmetic;
 //   2. slice, a block per (sequence, slice): the mask (-inf outside it) and temperature, written back; the slice's top k in the
 //      op's order (logit descending, id ascending) by a radix select on the order-preserving
 //      32-bit key of the logit, in shared memory (4 histogram passes of 8 bits); its members
@@ -16,7 +16,7 @@
 //   5. finish, a block per sequence: the slice sums added in id order give the log-normaliser and
 //      the tail mass; the tail draw finds the slice where the running tail sum crosses u * tail
 //      and scans it with block prefix sums, and the one thread whose range crosses scans its own
-//      tokens.
+//      tokens; then, when the launch draws, the draw (kernels/draw.h) from the finished record.
 // Only integer atomics are used (histograms, the unordered collection sorted afterwards, a maximum
 // id) and every floating-point sum has a fixed order, so the result is deterministic.
 #include <cfloat>
@@ -467,10 +467,10 @@ __global__ void __launch_bounds__(slice_threads) weights_kernel(candidates_param
   }
 }
 
-// 5. The record's header and the tail draw (block per sequence).
-__global__ void __launch_bounds__(threads) finish_kernel(candidates_params p, workspace_view ws) {
-  gpu::dependency_wait();  // launched with gpu::launch_dependent
-  gpu::allow_dependents();
+// 5. The record's header and the tail draw (block per sequence), then the draw (6).
+__device__ void draw_record(const candidates_params& p, std::size_t record_bytes);
+
+__device__ void finish_record(const candidates_params& p, const workspace_view& ws) {
   __shared__ int int_sums[32];
   __shared__ double dbl_sums[32];
   __shared__ double total_s, tail_s, running_s;
@@ -578,12 +578,18 @@ __global__ void __launch_bounds__(threads) finish_kernel(candidates_params p, wo
   }
 }
 
-// 6. The draw (kernels/draw.h), block per sequence: the candidates' probabilities in parallel,
-// then the cut and the pick on one thread, summing in index order as the host does.
-constexpr int draw_threads = 64;
-__global__ void __launch_bounds__(draw_threads) draw_kernel(candidates_params p, std::size_t record_bytes) {
+__global__ void __launch_bounds__(threads) finish_kernel(candidates_params p, workspace_view ws) {
   gpu::dependency_wait();  // launched with gpu::launch_dependent
   gpu::allow_dependents();
+  finish_record(p, ws);
+  if (!p.draw) return;  // uniform
+  __syncthreads();  // the header's writers (thread 0, the tail's crossing thread) before its reader
+  draw_record(p, ws.record_bytes);
+}
+
+// 6. The draw (kernels/draw.h), in the finish kernel's block: the candidates' probabilities in
+// parallel, then the cut and the pick on one thread, summing in index order as the host does.
+__device__ void draw_record(const candidates_params& p, std::size_t record_bytes) {
   __shared__ double prob[candidates_max_k];
   const int seq = int(blockIdx.x), tid = int(threadIdx.x);
   const candidates_seq sp = p.seqs[seq];
@@ -593,7 +599,7 @@ __global__ void __launch_bounds__(draw_threads) draw_kernel(candidates_params p,
   const int k = hdr->n_top;
   if (sp.draw == 0 || hdr->flags != 0 || k < 1) return;  // drawn stays -1
   const double lse = double(hdr->log_normalizer);
-  for (int i = tid; i < k; i += draw_threads) prob[i] = exp(double(top[i].logit) - lse);
+  for (int i = tid; i < k; i += threads) prob[i] = exp(double(top[i].logit) - lse);
   __syncthreads();
   if (tid != 0) return;
   const double tail = hdr->tail_token >= 0 ? double(hdr->tail_mass) : 0.0;
@@ -618,12 +624,11 @@ hipError_t launch_candidates(const candidates_params& p, hipStream_t stream) {
   }
   const unsigned seqs = static_cast<unsigned>(p.n_seqs), slices = static_cast<unsigned>(candidates_slices(p.vocab));
   const workspace_view ws = view(p);
-  gpu::launch_dependent(prep_kernel, dim3(seqs), dim3(threads), stream, p);
+  if (p.pairs) gpu::launch_dependent(prep_kernel, dim3(seqs), dim3(threads), stream, p);
   gpu::launch_dependent(slice_kernel, dim3(seqs, slices), dim3(slice_threads), stream, p, ws);
   gpu::launch_dependent(merge_kernel, dim3(seqs), dim3(threads), stream, p, ws);
   gpu::launch_dependent(weights_kernel, dim3(seqs, slices), dim3(slice_threads), stream, p, ws);
   gpu::launch_dependent(finish_kernel, dim3(seqs), dim3(threads), stream, p, ws);
-  if (p.draw) gpu::launch_dependent(draw_kernel, dim3(seqs), dim3(draw_threads), stream, p, ws.record_bytes);
   return hipGetLastError();
 }
 

@@ -89,6 +89,28 @@ hipError_t launch_gemv_group(std::span<const matmul_params> ps, void* workspace,
                              hipStream_t stream, gemv_activations activations = gemv_activations::int8,
                              gemv_x8_source source = gemv_x8_source::quantize);
 
+// One token's x as the RMSNorm of a residual stream, computed by each block of the launch that
+// reads it instead of by a launch of its own (launch_rms_norm_residual with yq): x = rms_norm(h +
+// delta) * weight, rounded to 8 bits, bit for bit what that kernel writes for rows of up to
+// gemv_norm_max_cols (kernels/norm_device.h), so a decode step of a small model saves two launches
+// a layer. Every block reads h and delta, so the sum cannot go back into h: with h_out set, the
+// launch stores h + delta there (not overlapping h or delta), for the next norm to read.
+struct gemv_norm_input {
+  const float* h = nullptr;       // [in], 16-byte aligned
+  const float* delta = nullptr;   // [in] added to h first, or null (the norm of h itself)
+  const float* weight = nullptr;  // [in] the norm's gain, 16-byte aligned
+  float* h_out = nullptr;         // [in] receives h + delta (h without delta), or null
+  float eps = 1e-6f;
+};
+inline constexpr std::int64_t gemv_norm_max_cols = 1024;
+
+// launch_gemv_group for one token of a type with the integer path, x normed by every block from
+// `norm` (x in ps is not read; no workspace). launch_gemv_group's checks, and in % 32 == 0,
+// in <= gemv_norm_max_cols, the norm's pointers as above (else hipErrorInvalidValue, nothing
+// launched). The outputs equal launch_rms_norm_residual's yq followed by launch_gemv_group with
+// gemv_x8_source::workspace, bit for bit.
+hipError_t launch_gemv_group_norm(std::span<const matmul_params> ps, const gemv_norm_input& norm, hipStream_t stream);
+
 // The feed-forward's gate and up projections and their gated product in one launch, for batch-1
 // decode: y[o] = act(W_gate[o] . x8, W_up[o] . x8) with act one of swiglu_ref's forms (limit,
 // alpha, act as in swiglu_rows_params). What launch_gemv_group on {gate, up} followed by
@@ -112,6 +134,10 @@ struct gemv_glu_params {
   glu_activation act = glu_activation::silu;
   gemv_x8_rows yq{};              // optional (both or neither): out % 32 == 0, 16-byte aligned, not
                                   // overlapping the workspace's 8-bit x
+  // Optional (norm.h set): x is the norm of a residual stream, computed by each block
+  // (gemv_norm_input: in % 32 == 0, in <= gemv_norm_max_cols); x, the workspace and the source
+  // are then not used (the workspace may be null).
+  gemv_norm_input norm{};
 };
 
 // One token: with more, each warp's four row tiles spill their registers.
@@ -130,8 +156,8 @@ bool gemv_glu_preferred(model::ggml_type w_type, std::int64_t out);
 // Preconditions, checked (hipErrorInvalidValue, nothing launched): gemv_glu_supports(w_type),
 // 0 <= n_tokens <= gemv_glu_max_tokens (0 launches nothing), out >= 0, in > 0 a multiple of the
 // type's block, 16-byte aligned weights (and x when quantized here), y set, a 16-byte aligned
-// workspace of at least gemv_workspace_bytes(w_type, in, n_tokens), yq as above, and no limit
-// with GeGLU. y must not alias x, the weights or the workspace.
+// workspace of at least gemv_workspace_bytes(w_type, in, n_tokens) unless x is normed here (norm),
+// yq as above, norm as gemv_norm_input says, and no limit with GeGLU. y must not alias x, the weights or the workspace.
 hipError_t launch_gemv_glu(const gemv_glu_params& p, void* workspace, std::size_t workspace_bytes, hipStream_t stream,
                            gemv_x8_source source = gemv_x8_source::quantize);
 

@@ -18,7 +18,9 @@
 // model::dequantize_row gives.
 // Both kernels serve a group of up to three matrices sharing x in one launch (group_args): the
 // grid's blocks are dealt to the matrices in order.
-// No shared memory, no block-level barrier: a warp past the last row simply returns.
+// No shared memory, no block-level barrier: a warp past the last row simply returns — except in
+// the kernels that norm their own x (gemv_norm_input, one token): each block computes the norm
+// into shared memory (kernels/norm_device.h) while its first weight loads are in flight.
 //
 // launch_gemv_glu's kernel (one token) dots a feed-forward's gate and up rows on the same 8-bit x in
 // blocks of 32 rows of both, writes their gated product, and rounds each block's 32 products to the
@@ -32,6 +34,7 @@
 #include "kernels/glu_device.h"
 #include "kernels/gpu_quant.h"
 #include "kernels/gpu_quant_dot.h"
+#include "kernels/norm_device.h"
 
 namespace anvil::kernels {
 namespace {
@@ -172,12 +175,17 @@ void launch_quantize_x(const float* x, std::int64_t n, i8* xq, float2* ds, hipSt
 // lane holds the sums). Lane l takes slices l, l + warp, ..., U of them per row loaded before any
 // arithmetic. Waits for the kernel before (gpu::dependency_wait) inside: up to 4 tokens the first
 // iteration's weight loads are issued before the wait, so they are in flight while that kernel
-// finishes (with more, holding them across the wait costs registers the tile does not have).
+// finishes (with more, holding them across the wait costs registers the tile does not have), and
+// while after_wait() (the block's norm of its own x) runs.
 // Every row is summed in the same order whatever R and U, so a row's result does not depend on
 // the tile.
-template <class F, int NT, int R, int U>
+struct no_prologue {
+  __device__ void operator()() const {}
+};
+
+template <class F, int NT, int R, int U, class AfterWait = no_prologue>
 __device__ __forceinline__ void q8_dots(const u8* const (&rows)[R], std::int64_t in, const i8* xq, const float2* ds,
-                                        float (&acc)[R][NT]) {
+                                        float (&acc)[R][NT], AfterWait after_wait = {}) {
   const int lane = int(threadIdx.x) % gpu::warp_size;
 #pragma unroll
   for (int r = 0; r < R; ++r) {
@@ -200,6 +208,7 @@ __device__ __forceinline__ void q8_dots(const u8* const (&rows)[R], std::int64_t
   if (early && slices > 0) load(lane);
   gpu::dependency_wait();  // launched with gpu::launch_dependent
   gpu::allow_dependents();
+  after_wait();  // the block's own x, where it norms it (every thread of the block is here)
   for (int c0 = lane; c0 < slices; c0 += gpu::warp_size * U) {
     if (!early || c0 != lane) load(c0);
 #pragma unroll
@@ -225,15 +234,40 @@ __device__ __forceinline__ void q8_dots(const u8* const (&rows)[R], std::int64_t
   }
 }
 
-template <class F, int NT, int R, int U>
+// The norm a block computes its x from (gemv_norm_input), for the Norm kernels.
+struct norm_args {
+  const float* h = nullptr;
+  const float* delta = nullptr;
+  const float* weight = nullptr;
+  float* h_out = nullptr;
+  int cols = 0;
+  float eps = 0.f;
+};
+
+// x normed into shared memory by every block (norm_device.h), block 0 storing h + delta. The gain
+// is loaded before q8_dots issues its first weight loads and waits.
+template <int Threads, class F, int R, int U>
+__device__ __forceinline__ void q8_dots_normed(const u8* const (&rows)[R], std::int64_t in, const norm_args& n,
+                                               float (&acc)[R][1]) {
+  __shared__ __align__(16) i8 xs[norm_device::max_cols];
+  __shared__ __align__(16) float2 dss[norm_device::max_cols / 16];
+  float4 g[norm_device::slots<Threads>];
+  norm_device::load_gain<Threads>(n.weight, n.cols, g);
+  q8_dots<F, 1, R, U>(rows, in, xs, dss, acc, [&] {
+    norm_device::rms_norm_x8_row<Threads>(n.h, n.delta, g, blockIdx.x == 0 ? n.h_out : nullptr, n.cols, n.eps, xs, dss);
+  });
+}
+
+template <class F, int NT, int R, int U, bool Norm = false>
 __global__ void __launch_bounds__(gemv_threads) gemv_q8_kernel(group_args args, std::size_t row_bytes, const i8* xq,
-                                                              const float2* ds) {
+                                                              const float2* ds, norm_args norm) {
   const group_member m = member_of(args);
   const std::int64_t out = m.out;
   const int lane = int(threadIdx.x) % gpu::warp_size;
   const std::int64_t warp = std::int64_t(m.block) * (gemv_threads / gpu::warp_size) + threadIdx.x / gpu::warp_size;
   const std::int64_t row0 = warp * R;
-  if (row0 >= out) return;
+  // A warp past the last row returns, unless the block meets at its norm's barriers.
+  if (!Norm && row0 >= out) return;
 
   const u8* rows[R];
 #pragma unroll
@@ -242,8 +276,13 @@ __global__ void __launch_bounds__(gemv_threads) gemv_q8_kernel(group_args args, 
     rows[r] = m.w + std::size_t(row) * row_bytes;
   }
   float acc[R][NT];
-  q8_dots<F, NT, R, U>(rows, args.in, xq, ds, acc);
-  if (lane == 0) {
+  if constexpr (Norm) {
+    static_assert(NT == 1, "one token is normed");
+    q8_dots_normed<gemv_threads, F, R, U>(rows, args.in, norm, acc);
+  } else {
+    q8_dots<F, NT, R, U>(rows, args.in, xq, ds, acc);
+  }
+  if (lane == 0 && row0 < out) {
     const float* bias = m.bias;
     float* y = m.y;
 #pragma unroll
@@ -288,31 +327,36 @@ group_args make_group(std::span<const matmul_params> ps, std::int64_t rows_per_b
   return args;
 }
 
-template <class F, int NT, int R, int U>
+// Norm: one token, the kernel that norms its own x (from `norm`; xq and ds are not read).
+template <class F, int NT, int R, int U, bool Norm = false>
 void launch_q8_tile(std::span<const matmul_params> ps, std::size_t row_bytes, const i8* xq, const float2* ds,
-                    hipStream_t stream) {
+                    hipStream_t stream, const norm_args& norm = {}) {
   constexpr std::int64_t rows_per_block = std::int64_t(R) * (gemv_threads / gpu::warp_size);
   std::int64_t blocks = 0;
   const group_args args = make_group(ps, rows_per_block, blocks);
   if (blocks == 0) return;
-  gpu::launch_dependent(gemv_q8_kernel<F, NT, R, U>, dim3(static_cast<unsigned>(blocks)), dim3(gemv_threads), stream,
-                        args, row_bytes, xq, ds);
+  gpu::launch_dependent(gemv_q8_kernel<F, NT, R, U, Norm>, dim3(static_cast<unsigned>(blocks)), dim3(gemv_threads),
+                        stream, args, row_bytes, xq, ds, norm);
 }
 
-template <class F, int NT>
+template <class F, int NT, bool Norm = false>
 void launch_q8_for(std::span<const matmul_params> ps, std::size_t row_bytes, const i8* xq, const float2* ds,
-                   hipStream_t stream) {
+                   hipStream_t stream, const norm_args& norm = {}) {
   // Batch 1 on rows of at most one block a lane (0.5B models' 896): slices past the first are never
   // there, so four rows a warp of one slice each instead (the head of 151,936 x 896 in Q8_0: 48% ->
   // 90% of the copy rate; Q4_0 32% -> 72%; gpu_roofline --small-gemv, bench/GPU_NOTES.md
   // session 37).
+  // The normed rows (at most gemv_norm_max_cols) always are such rows.
+  static_assert(gemv_norm_max_cols / 32 <= 32, "a normed row has at most one 32-element block a lane");
   if constexpr (NT == 1 && F::slices == 1) {
-    if (ps[0].in / F::block_elems <= gpu::warp_size) {
-      launch_q8_tile<F, 1, 4, 1>(ps, row_bytes, xq, ds, stream);
+    if (Norm || ps[0].in / F::block_elems <= gpu::warp_size) {
+      launch_q8_tile<F, 1, 4, 1, Norm>(ps, row_bytes, xq, ds, stream, norm);
       return;
     }
   }
-  launch_q8_tile<F, NT, q8_tile<F, NT>::R, q8_tile<F, NT>::U>(ps, row_bytes, xq, ds, stream);
+  if constexpr (!Norm || F::slices > 1) {
+    launch_q8_tile<F, NT, q8_tile<F, NT>::R, q8_tile<F, NT>::U, Norm>(ps, row_bytes, xq, ds, stream, norm);
+  }
 }
 
 template <class F>
@@ -362,9 +406,11 @@ constexpr int glu_min_blocks = std::is_same_v<F, dot_q8_0> || std::is_same_v<F, 
                                    : 1;
 
 // One token (gemv_glu_max_tokens): with more, the four rows' tiles spill at either register cap.
-template <class F>
+// Norm: x normed by every block from `norm` (xq and ds not read).
+template <class F, bool Norm = false>
 __global__ void __launch_bounds__(glu_threads, glu_min_blocks<F>) gemv_glu_kernel(glu_args a, std::size_t row_bytes,
-                                                                                  const i8* xq, const float2* ds) {
+                                                                                  const i8* xq, const float2* ds,
+                                                                                  norm_args norm) {
   constexpr int R = glu_rows_per_warp;
   __shared__ float4 prod4[glu_rows / 4];
   float* prod = reinterpret_cast<float*>(prod4);
@@ -380,7 +426,11 @@ __global__ void __launch_bounds__(glu_threads, glu_min_blocks<F>) gemv_glu_kerne
     rows[R + r] = a.up + std::size_t(row) * row_bytes;
   }
   float acc[2 * R][1];
-  q8_dots<F, 1, 2 * R, 1>(rows, a.in, xq, ds, acc);
+  if constexpr (Norm) {
+    q8_dots_normed<glu_threads, F, 2 * R, 1>(rows, a.in, norm, acc);
+  } else {
+    q8_dots<F, 1, 2 * R, 1>(rows, a.in, xq, ds, acc);
+  }
   if (lane == 0) {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
@@ -536,6 +586,45 @@ hipError_t launch_gemv_b1_tile(const matmul_params& p, void* workspace, std::siz
   return known ? hipGetLastError() : hipErrorInvalidValue;
 }
 
+namespace {
+
+static_assert(gemv_norm_max_cols == norm_device::max_cols, "the shared rows of the normed kernels");
+
+// The checks gemv_norm_input documents, for rows of `in`.
+bool valid_norm(const gemv_norm_input& n, std::int64_t in) {
+  if (in % 32 != 0 || in > gemv_norm_max_cols || n.h == nullptr || n.weight == nullptr || !aligned16(n.h) ||
+      !aligned16(n.weight) || !aligned16(n.delta) || !aligned16(n.h_out)) {
+    return false;
+  }
+  const auto overlaps_out = [&](const float* a) { return a != nullptr && a < n.h_out + in && n.h_out < a + in; };
+  return n.h_out == nullptr || (!overlaps_out(n.h) && !overlaps_out(n.delta));
+}
+
+norm_args args_of(const gemv_norm_input& n, std::int64_t in) {
+  return {.h = n.h, .delta = n.delta, .weight = n.weight, .h_out = n.h_out, .cols = int(in), .eps = n.eps};
+}
+
+}  // namespace
+
+hipError_t launch_gemv_group_norm(std::span<const matmul_params> ps, const gemv_norm_input& norm, hipStream_t stream) {
+  if (ps.empty() || ps.size() > std::size_t(gemv_max_group)) return hipErrorInvalidValue;
+  const matmul_params& p = ps[0];
+  for (const matmul_params& q : ps) {
+    if (!valid_single(q) || q.w_type != p.w_type || q.in != p.in || q.n_tokens != p.n_tokens || q.x != p.x) {
+      return hipErrorInvalidValue;
+    }
+  }
+  if (!uses_q8(p.w_type) || p.n_tokens > 1 || !valid_norm(norm, p.in)) return hipErrorInvalidValue;
+  if (p.n_tokens == 0 || std::all_of(ps.begin(), ps.end(), [](const matmul_params& q) { return q.out == 0; })) {
+    return hipSuccess;
+  }
+  const std::size_t row_bytes = *model::row_bytes(p.w_type, p.in);
+  with_dot_format(p.w_type, [&](auto f) {
+    launch_q8_for<decltype(f), 1, true>(ps, row_bytes, nullptr, nullptr, stream, args_of(norm, p.in));
+  });
+  return hipGetLastError();
+}
+
 hipError_t launch_gemv(const matmul_params& p, void* workspace, std::size_t workspace_bytes, hipStream_t stream,
                        gemv_activations activations, gemv_x8_source source) {
   return launch_gemv_group(std::span<const matmul_params>(&p, 1), workspace, workspace_bytes, stream, activations, source);
@@ -557,10 +646,12 @@ hipError_t launch_gemv_glu(const gemv_glu_params& p, void* workspace, std::size_
       (p.act != glu_activation::silu && p.limit > 0)) {
     return hipErrorInvalidValue;
   }
+  const bool normed = p.norm.h != nullptr;
+  if (normed && !valid_norm(p.norm, p.in)) return hipErrorInvalidValue;
   if (p.n_tokens == 0 || p.out == 0) return hipSuccess;
-  if (!aligned16(p.gate) || !aligned16(p.up) || p.y == nullptr ||
-      (source == gemv_x8_source::quantize && !aligned16(p.x)) || workspace == nullptr || !aligned16(workspace) ||
-      workspace_bytes < x8_bytes(p.in, p.n_tokens)) {
+  if (!aligned16(p.gate) || !aligned16(p.up) || p.y == nullptr) return hipErrorInvalidValue;
+  if (!normed && ((source == gemv_x8_source::quantize && !aligned16(p.x)) || workspace == nullptr ||
+                  !aligned16(workspace) || workspace_bytes < x8_bytes(p.in, p.n_tokens))) {
     return hipErrorInvalidValue;
   }
   const bool quantized_out = p.yq.q != nullptr || p.yq.ds != nullptr;
@@ -568,10 +659,10 @@ hipError_t launch_gemv_glu(const gemv_glu_params& p, void* workspace, std::size_
                         !aligned16(p.yq.ds))) {
     return hipErrorInvalidValue;
   }
-  const gemv_x8_rows x8 = gemv_x8_view(workspace, p.in, p.n_tokens);
+  const gemv_x8_rows x8 = normed ? gemv_x8_rows{} : gemv_x8_view(workspace, p.in, p.n_tokens);
   auto* ds = reinterpret_cast<float2*>(x8.ds);
   // The 8-bit output may not overlap the 8-bit input it is computed from.
-  if (quantized_out) {
+  if (quantized_out && !normed) {
     const auto* in_lo = reinterpret_cast<const std::uint8_t*>(x8.q);
     const auto* in_hi = in_lo + x8_bytes(p.in, p.n_tokens);
     const auto overlaps_input = [&](const void* lo, std::size_t bytes) {
@@ -583,7 +674,7 @@ hipError_t launch_gemv_glu(const gemv_glu_params& p, void* workspace, std::size_
       return hipErrorInvalidValue;
     }
   }
-  if (source == gemv_x8_source::quantize) launch_quantize_x(p.x, p.in * p.n_tokens, x8.q, ds, stream);
+  if (!normed && source == gemv_x8_source::quantize) launch_quantize_x(p.x, p.in * p.n_tokens, x8.q, ds, stream);
   const glu_args a{.gate = static_cast<const u8*>(p.gate),
                    .up = static_cast<const u8*>(p.up),
                    .y = p.y,
@@ -597,8 +688,13 @@ hipError_t launch_gemv_glu(const gemv_glu_params& p, void* workspace, std::size_
   const std::size_t row_bytes = *model::row_bytes(p.w_type, p.in);
   with_dot_format(p.w_type, [&](auto f) {
     using F = decltype(f);
-    gpu::launch_dependent(gemv_glu_kernel<F>, dim3(static_cast<unsigned>((p.out + glu_rows - 1) / glu_rows)),
-                          dim3(glu_threads), stream, a, row_bytes, x8.q, ds);
+    const dim3 grid(static_cast<unsigned>((p.out + glu_rows - 1) / glu_rows));
+    if (normed) {
+      gpu::launch_dependent(gemv_glu_kernel<F, true>, grid, dim3(glu_threads), stream, a, row_bytes, x8.q, ds,
+                            args_of(p.norm, p.in));
+    } else {
+      gpu::launch_dependent(gemv_glu_kernel<F>, grid, dim3(glu_threads), stream, a, row_bytes, x8.q, ds, norm_args{});
+    }
   });
   return hipGetLastError();
 }

@@ -15,6 +15,7 @@
 #include "kernels/rms_norm_residual.h"
 
 #include "kernels/gpu_quant_dot.h"
+#include "kernels/norm_device.h"
 
 namespace anvil::kernels {
 namespace {
@@ -159,6 +160,8 @@ __global__ void __launch_bounds__(Block) rms_norm_residual_reg_kernel(rms_norm_r
       v[k] = i < n4 ? h4[i] : make_float4(0.f, 0.f, 0.f, 0.f);
     }
   }
+  // The squares and the products below as kernels/norm_device.h rounds them: the GEMVs that norm
+  // their own input reach the same floats.
   float sum_sq = 0.f;
 #pragma unroll
   for (int k = 0; k < N4; ++k) {
@@ -166,7 +169,7 @@ __global__ void __launch_bounds__(Block) rms_norm_residual_reg_kernel(rms_norm_r
     if constexpr (HasDelta) {
       if (i < n4) h4[i] = v[k];
     }
-    sum_sq += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
+    sum_sq = k == 0 ? norm_device::sum_sq4(v[k]) : gpu::add_rn(sum_sq, norm_device::sum_sq4(v[k]));
   }
   sum_sq = gpu::block_reduce_sum<Block>(sum_sq);
   const float scale = rsqrtf(sum_sq / float(p.cols) + p.eps);
@@ -174,8 +177,7 @@ __global__ void __launch_bounds__(Block) rms_norm_residual_reg_kernel(rms_norm_r
   for (int k = 0; k < N4; ++k) {
     const int i = int(threadIdx.x) + k * Block;
     const bool valid = i < n4;
-    const float4 y = make_float4(v[k].x * scale * g[k].x, v[k].y * scale * g[k].y, v[k].z * scale * g[k].z,
-                                 v[k].w * scale * g[k].w);
+    const float4 y = norm_device::scaled4(v[k], scale, g[k]);
     if (valid) y4[i] = y;
     if constexpr (Quant) {
       // Uniform over groups of 8 lanes: n4 % 8 == 0 when quantizing (cols % 32 == 0).
@@ -201,7 +203,7 @@ template <bool HasDelta>
 void launch(const rms_norm_residual_params& p, bool vec4, hipStream_t stream) {
   const dim3 grid(static_cast<unsigned>(p.rows));
   const std::int64_t n4 = p.cols / 4;
-  if (vec4 && n4 <= 256) return launch_reg<256, 1, HasDelta>(p, stream);
+  if (vec4 && n4 <= 256) return launch_reg<norm_device::reg_block, 1, HasDelta>(p, stream);  // as the GEMVs norm
   if (vec4 && n4 <= 1024) return launch_reg<1024, 1, HasDelta>(p, stream);
   if (vec4 && n4 <= 2048) return launch_reg<1024, 2, HasDelta>(p, stream);
   if (vec4 && n4 <= 4096) return launch_reg<1024, 4, HasDelta>(p, stream);

@@ -41,12 +41,15 @@
 //            takes.
 //   small GEMV tiles (--small-gemv only): the batch-1 tile table on qwen2.5-0.5b's matrices (Q8_0,
 //            Q4_0), rows of 896 and 4864.
+//   candidates (--candidates only): the logits -> candidates op of a decode step (greedy, 64
+//            candidates) over 128k-262k vocabularies for 1-64 sequences: µs in graphs, beside one
+//            read of the logits at the copy rate.
 // Timing: device events around back-to-back launches, after warm-up, median of repetitions. The
 // GEMV cycles through enough copies of the weight to exceed the L2 cache several times, as a
 // model's layers do, so no figure comes from L2. Weights are random bytes (the kernels' speed
 // does not depend on the values). A plain main: the GPU machine has none of the Debian libraries.
 // Usage: gpu_roofline [--quick] [--quant-gemm] [--fp8-gemm] [--decode-attention] [--prefill-attention] [--moe]
-//                     [--delta-rule] [--glu] [--small-gemv] [--attention-head-dim 128|256]
+//                     [--delta-rule] [--glu] [--small-gemv] [--candidates] [--attention-head-dim 128|256]
 // (--quick: fewer repetitions, skips the 128256-row shape; --quant-gemm / --fp8-gemm: the limits
 // and that GEMM table only; --decode-attention: the limits and the decode attention table only, at
 // the loads of 256-sequence serving, the tensor-core kernel at each split length it takes;
@@ -64,6 +67,7 @@
 #include "kernels/attention_decode.h"
 #include "kernels/attention_prefill.h"
 #include "kernels/blas_runtime.h"
+#include "kernels/candidates.h"
 #include "kernels/delta_net.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_fp8.h"
@@ -738,16 +742,58 @@ void delta_table(int reps) {
   }
 }
 
+// The logits -> candidates op (kernels/candidates.h) as a decode step runs it: greedy draws, the
+// request's default 64 candidates, no penalties or bias, over the vocabularies of the models served;
+// µs in graphs beside one read of the logits at the copy rate.
+void candidates_table(double copy_gbs, int reps) {
+  std::printf("\nCandidates (top 64, the log-normaliser, the tail draw, a greedy draw); limit: one read of the logits at %.0f GB/s\n",
+              copy_gbs);
+  std::printf("%-8s %6s | %9s %9s\n", "vocab", "seqs", "us", "limit us");
+  for (const std::int64_t vocab : {std::int64_t(151936), std::int64_t(128256), std::int64_t(262144)}) {
+    for (const std::int64_t seqs : {std::int64_t(1), std::int64_t(8), std::int64_t(64)}) {
+      std::vector<float> host(std::size_t(vocab * seqs));
+      std::uint64_t state = 0x9E3779B97F4A7C15ull * std::uint64_t(vocab + seqs);
+      for (float& v : host) {  // roughly what a head gives: a few units around zero
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        v = float(double(state >> 11) / double(1ull << 53) * 12.0 - 8.0);
+      }
+      device_mem logits(host.size() * 4);
+      CHECK(hipMemcpy(logits.p, host.data(), logits.n, hipMemcpyHostToDevice));
+      std::vector<gpu_worker::logit_params> lp(static_cast<std::size_t>(seqs));
+      for (auto& p : lp) p.draw.on = true;  // greedy (temperature 0), 64 candidates
+      const std::vector<std::int64_t> positions(static_cast<std::size_t>(seqs), 100);
+      const kernels::candidates_batch batch = kernels::pack_candidates(lp, positions, vocab, 64);
+      device_mem dseqs(batch.seqs.size() * sizeof(kernels::candidates_seq));
+      CHECK(hipMemcpy(dseqs.p, batch.seqs.data(), dseqs.n, hipMemcpyHostToDevice));
+      device_mem out(std::size_t(seqs) * kernels::candidates_record_bytes(64));
+      device_mem ws(kernels::candidates_workspace(seqs, vocab, 64).bytes);
+      const kernels::candidates_params p{.logits = logits.as<float>(),
+                                         .vocab = vocab,
+                                         .n_seqs = seqs,
+                                         .seqs = static_cast<const kernels::candidates_seq*>(dseqs.p),
+                                         .max_k = 64,
+                                         .out = out.p,
+                                         .workspace = ws.p,
+                                         .workspace_bytes = ws.n,
+                                         .draw = true};
+      const double us = 1e3 * time_graph_ms([&](int, hipStream_t st) { CHECK(kernels::launch_candidates(p, st)); }, 20, reps);
+      std::printf("%-8lld %6lld | %9.2f %9.2f\n", static_cast<long long>(vocab), static_cast<long long>(seqs), us,
+                  double(logits.n) / (copy_gbs * 1e9) * 1e6);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   bool quick = false, quant_only = false, fp8_only = false, decode_only = false, prefill_only = false, moe_only = false;
-  bool delta_only = false, glu_only = false, small_gemv = false;
+  bool delta_only = false, glu_only = false, small_gemv = false, candidates_only = false;
   for (int i = 1; i < argc; ++i) {
     quick = quick || std::strcmp(argv[i], "--quick") == 0;
     delta_only = delta_only || std::strcmp(argv[i], "--delta-rule") == 0;
     glu_only = glu_only || std::strcmp(argv[i], "--glu") == 0;
     small_gemv = small_gemv || std::strcmp(argv[i], "--small-gemv") == 0;
+    candidates_only = candidates_only || std::strcmp(argv[i], "--candidates") == 0;
     moe_only = moe_only || std::strcmp(argv[i], "--moe") == 0;
     decode_only = decode_only || std::strcmp(argv[i], "--decode-attention") == 0;
     prefill_only = prefill_only || std::strcmp(argv[i], "--prefill-attention") == 0;
@@ -794,6 +840,10 @@ int main(int argc, char** argv) {
   }
   if (glu_only) {
     glu_table(copy_gbs, l2, reps);
+    return 0;
+  }
+  if (candidates_only) {
+    candidates_table(copy_gbs, reps);
     return 0;
   }
   if (small_gemv) {

@@ -3,6 +3,7 @@
 anvil_add_test(kernels_gpu_matmul_test LABELS "kernels;gpu" TIMEOUT 600
   SOURCES
     kernels/gemv_gpu_test.cpp
+    kernels/gemv_norm_gpu_test.cpp
     kernels/gemm_gpu_test.cpp
     kernels/gemm_fp8_gpu_test.cpp
     kernels/embedding_gpu_test.cpp

@@ -1,0 +1,250 @@
+// The GEMVs that norm their own input (kernels/gemv.h gemv_norm_input): launch_gemv_group_norm
+// and launch_gemv_glu with norm, against the two launches they replace — launch_rms_norm_residual
+// writing the 8-bit x into a workspace, then the GEMV reading it there — bit for bit: every output,
+// the 8-bit product rows of the gate/up launch, and h + delta stored at h_out against the norm's
+// updated h (and against h + delta added here). For every type with the integer path, rows of a
+// partial and of a whole 256-thread norm block, with and without delta, a group of three matrices
+// (one with a bias, rows that leave warps without a row). Outputs and h_out are poisoned and
+// guarded; h and delta must come out untouched. Label: gpu.
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernels/gemv.h"
+#include "kernels/rms_norm_residual.h"
+#include "tests/kernels/matmul_gpu_cases.h"
+
+namespace {
+
+using namespace anvil::kernels;
+using namespace anvil::kernels::testing;
+
+struct norm_case {
+  ggml_type type;
+  std::int64_t in;
+  bool delta;
+};
+
+std::vector<norm_case> norm_cases() {
+  std::vector<norm_case> cases;
+  for (ggml_type t : gpu_weight_types()) {
+    if (!gemv_glu_supports(t)) continue;
+    const std::int64_t b = anvil::model::info(t).block_elems;
+    for (const std::int64_t in : {std::int64_t(896), std::int64_t(768), gemv_norm_max_cols}) {
+      if (in % b != 0) continue;
+      for (const bool delta : {true, false}) cases.push_back({t, in, delta});
+    }
+  }
+  return cases;
+}
+
+// The norm's inputs on the device, and what the norm kernel makes of them.
+struct norm_inputs {
+  std::vector<float> h, delta, weight;
+  guarded_buffer dh, dd, dw;
+  norm_inputs(std::int64_t in, std::mt19937& rng)
+      : h(random_vector(std::size_t(in), rng, -3.f, 3.f)),
+        delta(random_vector(std::size_t(in), rng, -1.f, 1.f)),
+        weight(random_vector(std::size_t(in), rng, 0.5f, 1.5f)),
+        dh(h.size()),
+        dd(delta.size()),
+        dw(weight.size()) {
+    dh.upload(h);
+    dd.upload(delta);
+    dw.upload(weight);
+  }
+  // launch_rms_norm_residual on a copy of h: its updated h into `updated`, and x in 8 bits in `work`.
+  void norm_into(device_bytes& work, std::int64_t in, bool with_delta, std::vector<float>& updated) const {
+    guarded_buffer hc(h.size()), y(h.size());
+    hc.upload(h);
+    const gemv_x8_rows x8 = gemv_x8_view(work.data(), in, 1);
+    ANVIL_GPU_CHECK(launch_rms_norm_residual({.h = hc.data(),
+                                              .delta = with_delta ? dd.data() : nullptr,
+                                              .weight = dw.data(),
+                                              .y = y.data(),
+                                              .rows = 1,
+                                              .cols = in,
+                                              .eps = 1e-5f,
+                                              .yq = x8.q,
+                                              .yq_scales = x8.ds},
+                                             nullptr));
+    ANVIL_GPU_CHECK(hipDeviceSynchronize());
+    updated = hc.download();
+  }
+  gemv_norm_input input(bool with_delta, float* h_out) const {
+    return {.h = dh.data(), .delta = with_delta ? dd.data() : nullptr, .weight = dw.data(), .h_out = h_out, .eps = 1e-5f};
+  }
+  void expect_untouched() const {
+    EXPECT_TRUE(dh.download() == h && dd.download() == delta && dw.download() == weight) << "the norm's inputs changed";
+    EXPECT_TRUE(dh.guards_intact() && dd.guards_intact() && dw.guards_intact());
+  }
+};
+
+// h + delta as the kernels add it (one float add an element).
+std::vector<float> host_sum(const norm_inputs& n, bool with_delta) {
+  std::vector<float> s = n.h;
+  if (with_delta) {
+    for (std::size_t i = 0; i < s.size(); ++i) s[i] += n.delta[i];
+  }
+  return s;
+}
+
+class GemvNormGpu : public ::testing::TestWithParam<norm_case> {};
+
+TEST_P(GemvNormGpu, GroupEqualsTheNormKernelThenTheGroup) {
+  require_device();
+  if (HasFatalFailure()) return;
+  const norm_case c = GetParam();
+  std::mt19937 rng(static_cast<unsigned>(int(c.type) * 131 + c.in + (c.delta ? 7 : 0)));
+  const std::int64_t outs[3] = {131, 8, 37};
+  std::vector<host_weight> ws;
+  std::vector<std::unique_ptr<device_bytes>> dws;
+  for (const std::int64_t o : outs) {
+    ws.emplace_back(c.type, o, c.in, rng);
+    dws.push_back(std::make_unique<device_bytes>(ws.back().bytes.size()));
+    dws.back()->upload(ws.back().bytes.data(), ws.back().bytes.size());
+  }
+  const std::vector<float> bias = random_vector(std::size_t(outs[0]), rng, -1.f, 1.f);
+  guarded_buffer db(bias.size());
+  db.upload(bias);
+  const norm_inputs n(c.in, rng);
+  device_bytes work(gemv_workspace_bytes(c.type, c.in, 1));
+
+  // The two launches: the norm kernel's 8-bit x, read by the group from the workspace.
+  std::vector<float> normed_h;
+  n.norm_into(work, c.in, c.delta, normed_h);
+  if (HasFatalFailure()) return;
+  std::vector<std::unique_ptr<guarded_buffer>> ref_y, y;
+  std::vector<matmul_params> ps;
+  for (int g = 0; g < 3; ++g) {
+    ref_y.push_back(std::make_unique<guarded_buffer>(std::size_t(outs[g])));
+    y.push_back(std::make_unique<guarded_buffer>(std::size_t(outs[g])));
+    y.back()->poison();
+    ps.push_back({.w = dws[g]->data(),
+                  .w_type = c.type,
+                  .in = c.in,
+                  .out = outs[g],
+                  .bias = g == 0 ? db.data() : nullptr,
+                  .y = ref_y.back()->data(),
+                  .n_tokens = 1});
+  }
+  ANVIL_GPU_CHECK(launch_gemv_group(ps, work.data(), work.size(), nullptr, gemv_activations::int8,
+                                    gemv_x8_source::workspace));
+
+  // The normed launch, h + delta stored at h_out.
+  guarded_buffer h_out(std::size_t(c.in));
+  h_out.poison();
+  for (int g = 0; g < 3; ++g) ps[std::size_t(g)].y = y[std::size_t(g)]->data();
+  ANVIL_GPU_CHECK(launch_gemv_group_norm(ps, n.input(c.delta, h_out.data()), nullptr));
+  ANVIL_GPU_CHECK(hipDeviceSynchronize());
+  for (int g = 0; g < 3; ++g) {
+    EXPECT_TRUE(y[std::size_t(g)]->download() == ref_y[std::size_t(g)]->download()) << "matrix " << g << " of the group";
+    EXPECT_TRUE(y[std::size_t(g)]->guards_intact());
+  }
+  const std::vector<float> stored = h_out.download();
+  EXPECT_TRUE(stored == normed_h) << "h_out differs from the norm kernel's updated h";
+  EXPECT_TRUE(stored == host_sum(n, c.delta)) << "h_out differs from h + delta";
+  EXPECT_TRUE(h_out.guards_intact());
+  n.expect_untouched();
+}
+
+TEST_P(GemvNormGpu, GateUpEqualsTheNormKernelThenTheFusedLaunch) {
+  require_device();
+  if (HasFatalFailure()) return;
+  const norm_case c = GetParam();
+  std::mt19937 rng(static_cast<unsigned>(int(c.type) * 257 + c.in + (c.delta ? 3 : 0)));
+  const std::int64_t out = 96;
+  const host_weight gate(c.type, out, c.in, rng), up(c.type, out, c.in, rng);
+  device_bytes dgate(gate.bytes.size()), dup(up.bytes.size());
+  dgate.upload(gate.bytes.data(), gate.bytes.size());
+  dup.upload(up.bytes.data(), up.bytes.size());
+  const norm_inputs n(c.in, rng);
+  device_bytes work(gemv_workspace_bytes(c.type, c.in, 1));
+  const std::size_t out8_bytes = gemv_x8_bytes(out, 1);
+  device_bytes ref8(out8_bytes), fused8(out8_bytes);
+  ANVIL_GPU_CHECK(hipMemset(ref8.data(), 0x5A, out8_bytes));
+  ANVIL_GPU_CHECK(hipMemset(fused8.data(), 0x5A, out8_bytes));
+
+  std::vector<float> normed_h;
+  n.norm_into(work, c.in, c.delta, normed_h);
+  if (HasFatalFailure()) return;
+  guarded_buffer ref_y{std::size_t(out)}, y{std::size_t(out)}, h_out{std::size_t(c.in)};
+  y.poison();
+  h_out.poison();
+  gemv_glu_params p{.gate = dgate.data(),
+                    .up = dup.data(),
+                    .w_type = c.type,
+                    .in = c.in,
+                    .out = out,
+                    .y = ref_y.data(),
+                    .n_tokens = 1,
+                    .yq = gemv_x8_view(ref8.data(), out, 1)};
+  ANVIL_GPU_CHECK(launch_gemv_glu(p, work.data(), work.size(), nullptr, gemv_x8_source::workspace));
+  p.y = y.data();
+  p.yq = gemv_x8_view(fused8.data(), out, 1);
+  p.norm = n.input(c.delta, h_out.data());
+  ANVIL_GPU_CHECK(launch_gemv_glu(p, nullptr, 0, nullptr));  // no workspace: x is normed in the launch
+  ANVIL_GPU_CHECK(hipDeviceSynchronize());
+  EXPECT_TRUE(y.download() == ref_y.download()) << "the product differs";
+  std::vector<std::uint8_t> a(out8_bytes), b(out8_bytes);
+  ANVIL_GPU_CHECK(hipMemcpy(a.data(), fused8.data(), a.size(), hipMemcpyDeviceToHost));
+  ANVIL_GPU_CHECK(hipMemcpy(b.data(), ref8.data(), b.size(), hipMemcpyDeviceToHost));
+  EXPECT_TRUE(a == b) << "the 8-bit product rows (and the bytes around them) differ";
+  EXPECT_TRUE(h_out.download() == normed_h) << "h_out differs from the norm kernel's updated h";
+  EXPECT_TRUE(y.guards_intact() && h_out.guards_intact());
+  n.expect_untouched();
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, GemvNormGpu, ::testing::ValuesIn(norm_cases()),
+                         [](const ::testing::TestParamInfo<norm_case>& i) {
+                           return type_name(i.param.type) + "_" + std::to_string(i.param.in) +
+                                  (i.param.delta ? "_delta" : "");
+                         });
+
+TEST(GemvNormLaunch, RefusesWhatItCannotNorm) {
+  require_device();
+  if (HasFatalFailure()) return;
+  constexpr std::int64_t in = 256;
+  guarded_buffer buf(8 * 1024);
+  float* p = buf.data();
+  device_bytes w(std::size_t(64) * *anvil::model::row_bytes(ggml_type::Q8_0, 2048));
+  const matmul_params ok{.w = w.data(), .w_type = ggml_type::Q8_0, .in = in, .out = 8, .y = p, .n_tokens = 1};
+  const gemv_norm_input norm{.h = p + 1024, .delta = p + 2048, .weight = p + 3072, .h_out = p + 4096};
+  auto with = [&](auto edit) {
+    matmul_params q = ok;
+    gemv_norm_input n = norm;
+    edit(q, n);
+    return launch_gemv_group_norm(std::span(&q, 1), n, nullptr);
+  };
+  EXPECT_EQ(with([](matmul_params&, gemv_norm_input&) {}), hipSuccess);
+  EXPECT_EQ(with([](matmul_params&, gemv_norm_input& n) { n.delta = nullptr, n.h_out = nullptr; }), hipSuccess);
+  EXPECT_EQ(with([](matmul_params& q, gemv_norm_input&) { q.n_tokens = 0; }), hipSuccess);
+  EXPECT_EQ(with([](matmul_params& q, gemv_norm_input&) { q.n_tokens = 2; }), hipErrorInvalidValue);  // one token
+  EXPECT_EQ(with([](matmul_params& q, gemv_norm_input&) { q.w_type = ggml_type::F16; }), hipErrorInvalidValue);
+  EXPECT_EQ(with([](matmul_params& q, gemv_norm_input&) { q.in = gemv_norm_max_cols + 32; }), hipErrorInvalidValue);
+  EXPECT_EQ(with([](matmul_params&, gemv_norm_input& n) { n.h = nullptr; }), hipErrorInvalidValue);
+  EXPECT_EQ(with([](matmul_params&, gemv_norm_input& n) { n.weight = nullptr; }), hipErrorInvalidValue);
+  EXPECT_EQ(with([&](matmul_params&, gemv_norm_input& n) { n.h = p + 1025; }), hipErrorInvalidValue);  // misaligned
+  EXPECT_EQ(with([&](matmul_params&, gemv_norm_input& n) { n.h_out = p + 1024 + in / 2; }), hipErrorInvalidValue);  // over h
+  EXPECT_EQ(with([&](matmul_params&, gemv_norm_input& n) { n.h_out = p + 2048 - in / 2; }), hipErrorInvalidValue);  // over delta
+  {
+    // The gate/up launch takes the same norm checks, and no workspace with one.
+    gemv_glu_params g{.gate = w.data(), .up = w.data(), .w_type = ggml_type::Q8_0, .in = in, .out = 64, .y = p, .n_tokens = 1};
+    g.norm = norm;
+    EXPECT_EQ(launch_gemv_glu(g, nullptr, 0, nullptr), hipSuccess);
+    g.in = gemv_norm_max_cols * 2;
+    EXPECT_EQ(launch_gemv_glu(g, nullptr, 0, nullptr), hipErrorInvalidValue);
+    g.in = in;
+    g.norm.h_out = p + 1024;  // h itself
+    EXPECT_EQ(launch_gemv_glu(g, nullptr, 0, nullptr), hipErrorInvalidValue);
+  }
+  ANVIL_GPU_CHECK(hipDeviceSynchronize());
+  EXPECT_EQ(hipGetLastError(), hipSuccess);
+  EXPECT_TRUE(buf.guards_intact());
+}
+
+}  // namespace
