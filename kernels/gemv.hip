@@ -524,17 +524,22 @@ bool valid_single(const matmul_params& p) {
   return p.out <= (std::int64_t(1) << 31) && p.in <= (std::int64_t(1) << 30);
 }
 
+// The checks launch_gemv_group documents: one to gemv_max_group matrices, each valid alone, sharing
+// the type, `in`, the batch and x.
+bool valid_group(std::span<const matmul_params> ps) {
+  if (ps.empty() || ps.size() > std::size_t(gemv_max_group)) return false;
+  const matmul_params& p = ps[0];
+  return std::all_of(ps.begin(), ps.end(), [&](const matmul_params& q) {
+    return valid_single(q) && q.w_type == p.w_type && q.in == p.in && q.n_tokens == p.n_tokens && q.x == p.x;
+  });
+}
+
 }  // namespace
 
 hipError_t launch_gemv_group(std::span<const matmul_params> ps, void* workspace, std::size_t workspace_bytes,
                              hipStream_t stream, gemv_activations activations, gemv_x8_source source) {
-  if (ps.empty() || ps.size() > std::size_t(gemv_max_group)) return hipErrorInvalidValue;
+  if (!valid_group(ps)) return hipErrorInvalidValue;
   const matmul_params& p = ps[0];
-  for (const matmul_params& q : ps) {
-    if (!valid_single(q) || q.w_type != p.w_type || q.in != p.in || q.n_tokens != p.n_tokens || q.x != p.x) {
-      return hipErrorInvalidValue;
-    }
-  }
   if (p.n_tokens == 0 || std::all_of(ps.begin(), ps.end(), [](const matmul_params& q) { return q.out == 0; })) {
     return hipSuccess;
   }
@@ -607,13 +612,8 @@ norm_args args_of(const gemv_norm_input& n, std::int64_t in) {
 }  // namespace
 
 hipError_t launch_gemv_group_norm(std::span<const matmul_params> ps, const gemv_norm_input& norm, hipStream_t stream) {
-  if (ps.empty() || ps.size() > std::size_t(gemv_max_group)) return hipErrorInvalidValue;
+  if (!valid_group(ps)) return hipErrorInvalidValue;
   const matmul_params& p = ps[0];
-  for (const matmul_params& q : ps) {
-    if (!valid_single(q) || q.w_type != p.w_type || q.in != p.in || q.n_tokens != p.n_tokens || q.x != p.x) {
-      return hipErrorInvalidValue;
-    }
-  }
   if (!uses_q8(p.w_type) || p.n_tokens > 1 || !valid_norm(norm, p.in)) return hipErrorInvalidValue;
   if (p.n_tokens == 0 || std::all_of(ps.begin(), ps.end(), [](const matmul_params& q) { return q.out == 0; })) {
     return hipSuccess;
