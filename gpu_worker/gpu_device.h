@@ -235,6 +235,10 @@ class gpu_device {
   // (one type with the integer path, every one by the GEMV) and n_embd fit the normed GEMVs.
   bool qkv_normed(std::int64_t l) const;
   bool glu_normed(const layer& w) const;
+  // Such a layer's q/k/v launch also rotates q and k and stores k and v in the cache
+  // (kernels::launch_gemv_qkv_rope) where nothing needs a whole head at once: no Q/K or V norms,
+  // no query temperature or output gate, an f16 cache of the layer's own.
+  bool qkv_roped(std::int64_t l) const;
   // The norm input of such a launch: res_ (+ delta) normed by weight; with delta, the sum goes to
   // the other residual buffer (every block reads res_), which becomes res_ (swap_residual()).
   kernels::gemv_norm_input normed_input(const float* delta, const float* weight) const;

@@ -204,6 +204,12 @@ bool gpu_device::qkv_normed(std::int64_t l) const {
          !takes_gemm(w.wk, T) && !takes_gemm(w.wv, T);
 }
 
+bool gpu_device::qkv_roped(std::int64_t l) const {
+  const model::hparams& hp = m_.hp;
+  return qkv_normed(l) && !hp.attn_out_gate && !hp.qk_norm && !hp.v_norm && q_temps_ == nullptr &&
+         hp.kv_source(l) == l && kv_layer(l).dtype == kernels::kv_dtype::f16;
+}
+
 bool gpu_device::glu_normed(const layer& w) const {
   return plain_norms_ && glu_fused(w);  // glu_fused: one token, int8 activations
 }
@@ -602,7 +608,11 @@ void gpu_device::run_attention_block(std::int64_t l, bool x8_embd) {
   float* q_in = stacked ? qkv_ : q_;
   float* k_in = stacked ? qkv_ + q_w : k_;
   float* v_in = stacked ? qkv_ + q_w + kv_w : v_;
-  prof_.mark("q/k/v projection", stream_);
+  // The token's cache slots (a sliding layer's are its window's).
+  const auto* slots = dev_at<std::int64_t>(kv_layers_.windowed(l) ? up_off_.window_slots : up_off_.slots);
+  const double* angles = hp.own_rope(l) ? rope_angles_swa_ : rope_angles_;
+  const bool roped = !stacked && qkv_roped(l);
+  prof_.mark(roped ? "norm + q/k/v projection + rope + kv write" : "q/k/v projection", stream_);
   if (stacked) {
     const kernels::gemm_fp8_projection p{.w = &w.qkv_fp8, .bias = w.bqkv, .y = qkv_};
     ok(kernels::launch_gemm_fp8_group(std::span(&p, 1), h_, T, fp8_context(), stream_), "fp8 gemm");
@@ -612,14 +622,25 @@ void gpu_device::run_attention_block(std::int64_t l, bool x8_embd) {
     // A layer sharing another's KV (gemma4 E2B / E4B) has neither: q alone.
     const projection qkv[] = {{&w.wq, w.bq, gated ? qg_ : q_}, {&w.wk, w.bk, k_}, {&w.wv, w.bv, v_}};
     if (qkv_normed(l)) {
-      // The attention norm (with the residual add of the layer before) in the same launch.
+      // The attention norm (with the residual add of the layer before) in the same launch, and
+      // where it can, the RoPE and the KV write too.
       kernels::matmul_params group[3];
       for (std::size_t i = 0; i < 3; ++i) {
         const matrix& m = *qkv[i].w;
         group[i] = {.w = m.w, .w_type = m.type, .in = m.in, .out = m.out, .bias = qkv[i].bias, .y = qkv[i].y, .n_tokens = T};
       }
-      ok(kernels::launch_gemv_group_norm(group, normed_input(pending_delta_, pending_norm_), stream_),
-         "norm + q/k/v gemv");
+      const kernels::gemv_norm_input norm = normed_input(pending_delta_, pending_norm_);
+      if (roped) {
+        const kernels::gemv_rope_kv rope{.angles = angles,
+                                         .head_dim = hd,
+                                         .rot_dim = hp.layer_rope_dim(l),
+                                         .style = hp.rope,
+                                         .cache = kv_layer(l),
+                                         .slot = slots};
+        ok(kernels::launch_gemv_qkv_rope(group, norm, rope, stream_), "norm + q/k/v gemv + rope + kv write");
+      } else {
+        ok(kernels::launch_gemv_group_norm(group, norm, stream_), "norm + q/k/v gemv");
+      }
       if (pending_delta_ != nullptr) swap_residual();
       pending_delta_ = pending_norm_ = nullptr;
     } else {
@@ -640,9 +661,8 @@ void gpu_device::run_attention_block(std::int64_t l, bool x8_embd) {
                                    .n_tokens = T,
                                    .n_heads = hp.n_head,
                                    .rot_dim = hp.layer_rope_dim(l),
-                                   .angles = hp.own_rope(l) ? rope_angles_swa_ : rope_angles_,
-                                   .slots = dev_at<std::int64_t>(kv_layers_.windowed(l) ? up_off_.window_slots
-                                                                                            : up_off_.slots),
+                                   .angles = angles,
+                                   .slots = slots,
                                    .style = hp.rope,
                                    // Q/K norms (qwen3, gemma3): per head, before the rotation, in the same launch.
                                    .q_norm = hp.qk_norm ? w.q_norm : nullptr,
@@ -654,8 +674,10 @@ void gpu_device::run_attention_block(std::int64_t l, bool x8_embd) {
                                    // (kv_layer(l) is the source's).
                                    .q_only = !own_kv};
   if (!own_kv) rp.k = rp.v = nullptr, rp.slots = nullptr, rp.k_norm = nullptr;
-  prof_.mark(hp.qk_norm ? "q/k norm + rope + kv write" : "rope + kv write", stream_);
-  ok(kernels::launch_rope_kv_write(rp, stream_), "rope + kv write");
+  if (!roped) {
+    prof_.mark(hp.qk_norm ? "q/k norm + rope + kv write" : "rope + kv write", stream_);
+    ok(kernels::launch_rope_kv_write(rp, stream_), "rope + kv write");
+  }
   // Decode-only steps: attention writes the o projection's 8-bit input itself (not when the gate
   // comes between them).
   const bool x8_attn = !gated && step_.n_pre == 0 && x8_fused(q_w);

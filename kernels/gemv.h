@@ -19,7 +19,9 @@
 #include <cstddef>
 #include <span>
 
+#include "kernels/attention.h"
 #include "kernels/matmul.h"
+#include "kernels/rope.h"
 #include "kernels/swiglu.h"
 
 #if defined(ANVIL_GPU_CUDA) || defined(ANVIL_GPU_HIP)
@@ -110,6 +112,29 @@ inline constexpr std::int64_t gemv_norm_max_cols = 1024;
 // launched). The outputs equal launch_rms_norm_residual's yq followed by launch_gemv_group with
 // gemv_x8_source::workspace, bit for bit.
 hipError_t launch_gemv_group_norm(std::span<const matmul_params> ps, const gemv_norm_input& norm, hipStream_t stream);
+
+// Where one token's q, k and v of a plain attention layer go after their GEMV: q rotated in place
+// of its output, k rotated and v as it is into the token's slot of an f16 cache, as
+// launch_rope_kv_write does with them (kernels/rope_kv_write.h; no Q/K norms, query temperature or
+// 8-bit cache: those need a whole head in one block).
+struct gemv_rope_kv {
+  const double* angles = nullptr;       // the token's rot_dim / 2 (sin, cos) pairs: launch_rope_angles
+  std::int64_t head_dim = 0;            // even
+  std::int64_t rot_dim = 0;             // even, <= head_dim
+  rope_style style = rope_style::normal;
+  paged_kv_device cache;                // f16, head_dim as above; its n_kv_heads * head_dim are k's and v's rows
+  const std::int64_t* slot = nullptr;   // the token's slot (block_id * block_size + offset); < 0: not cached
+};
+
+// launch_gemv_group_norm on {q, k, v} (ps[0..2]) followed by launch_rope_kv_write on its outputs,
+// in one launch: a warp's rows are rotary pairs, so each warp rotates what it computed and stores
+// it where the attention reads it. ps[0].y receives the rotated q; k and v go to the cache only
+// (ps[1].y and ps[2].y are not written). launch_gemv_group_norm's checks, and three matrices,
+// ps[0].out a multiple of head_dim, ps[1].out == ps[2].out == cache.n_kv_heads * head_dim, the rope
+// as gemv_rope_kv says (else hipErrorInvalidValue, nothing launched). Bit for bit what the two
+// launches give; a decode step of a small model saves a launch a layer.
+hipError_t launch_gemv_qkv_rope(std::span<const matmul_params> ps, const gemv_norm_input& norm,
+                                const gemv_rope_kv& rope, hipStream_t stream);
 
 // The feed-forward's gate and up projections and their gated product in one launch, for batch-1
 // decode: y[o] = act(W_gate[o] . x8, W_up[o] . x8) with act one of swiglu_ref's forms (limit,

@@ -35,6 +35,7 @@
 #include "kernels/gpu_quant.h"
 #include "kernels/gpu_quant_dot.h"
 #include "kernels/norm_device.h"
+#include "kernels/rope_device.h"
 
 namespace anvil::kernels {
 namespace {
@@ -68,13 +69,14 @@ struct group_member {
   float* y;
   std::int64_t out;
   unsigned block;
+  int g;  // which matrix of the group
 };
 __device__ __forceinline__ group_member member_of(const group_args& a) {
   const unsigned b = blockIdx.x;
   const int g = b >= a.first_block[2] ? 2 : b >= a.first_block[1] ? 1 : 0;
   return {static_cast<const u8*>(pick(g, a.w[0], a.w[1], a.w[2])), pick(g, a.bias[0], a.bias[1], a.bias[2]),
           pick(g, a.y[0], a.y[1], a.y[2]), pick(g, a.out[0], a.out[1], a.out[2]),
-          b - pick(g, a.first_block[0], a.first_block[1], a.first_block[2])};
+          b - pick(g, a.first_block[0], a.first_block[1], a.first_block[2]), g};
 }
 
 template <class F, int NT, int R>
@@ -258,9 +260,63 @@ __device__ __forceinline__ void q8_dots_normed(const u8* const (&rows)[R], std::
   });
 }
 
-template <class F, int NT, int R, int U, bool Norm = false>
+// The rotation and the cache of a q/k/v group that stores its rows where the attention reads them
+// (gemv_rope_kv): matrix 0 is q, 1 k, 2 v.
+struct rope_args {
+  const double* angles = nullptr;
+  int head_dim = 0, rot_dim = 0;
+  bool neox = false;
+  gpu::half_bits* k = nullptr;
+  gpu::half_bits* v = nullptr;
+  std::int64_t row = 0;  // a slot's elements: n_kv_heads * head_dim
+  const std::int64_t* slot = nullptr;
+};
+
+// The matrix row a warp's row L stands for. A warp's rows come in rotary pairs (L even, L + 1): the
+// identity for adjacent pairs (rope_style::normal) and v, and for GPT-NeoX's halves pair i of a
+// head as rows (i, i + rot_dim / 2) of that head; dimensions past rot_dim as they are.
+__device__ __forceinline__ std::int64_t rope_row(const rope_args& a, int g, std::int64_t L) {
+  if (g == 2 || !a.neox) return L;
+  const int k = int(L % a.head_dim);
+  if (k >= a.rot_dim) return L;
+  return L - k + (k >> 1) + (k & 1) * (a.rot_dim >> 1);
+}
+
+// Lane 0's store of a warp's R rows (R even) of a rope group: each pair's two sums with their bias,
+// rotated as launch_rope_kv_write rotates them (rope_device::rotate, pair k / 2 of the head), into y
+// (q) or the token's cache slot in f16 (k; v unrotated). Nothing of k or v without a slot.
+template <int R>
+__device__ __forceinline__ void store_rotated(const rope_args& a, const group_member& m, std::int64_t row0,
+                                              const float (&acc)[R][1]) {
+  static_assert(R % 2 == 0, "a warp's rows are rotary pairs");
+  const std::int64_t slot = *a.slot;
+  if (m.g > 0 && slot < 0) return;
+  gpu::half_bits* cache = (m.g == 1 ? a.k : a.v) + (slot < 0 ? 0 : slot) * a.row;
+#pragma unroll
+  for (int r = 0; r < R; r += 2) {
+    const std::int64_t L = row0 + r;
+    if (L >= m.out) break;
+    const std::int64_t p0 = rope_row(a, m.g, L), p1 = rope_row(a, m.g, L + 1);
+    float y0 = acc[r][0] + (m.bias ? m.bias[p0] : 0.f), y1 = acc[r + 1][0] + (m.bias ? m.bias[p1] : 0.f);
+    const int k = int(L % a.head_dim);
+    if (m.g < 2 && k < a.rot_dim) {
+      const double* sc = a.angles + 2 * (k >> 1);
+      rope_device::rotate(y0, y1, sc[0], sc[1], y0, y1);
+    }
+    if (m.g == 0) {
+      m.y[p0] = y0;
+      m.y[p1] = y1;
+    } else {
+      cache[p0] = gpu::float_to_half_bits(y0);
+      cache[p1] = gpu::float_to_half_bits(y1);
+    }
+  }
+}
+
+// Rope: a q/k/v group stored by store_rotated (one token; rows by rope_row).
+template <class F, int NT, int R, int U, bool Norm = false, bool Rope = false>
 __global__ void __launch_bounds__(gemv_threads) gemv_q8_kernel(group_args args, std::size_t row_bytes, const i8* xq,
-                                                              const float2* ds, norm_args norm) {
+                                                              const float2* ds, norm_args norm, rope_args rope) {
   const group_member m = member_of(args);
   const std::int64_t out = m.out;
   const int lane = int(threadIdx.x) % gpu::warp_size;
@@ -273,7 +329,7 @@ __global__ void __launch_bounds__(gemv_threads) gemv_q8_kernel(group_args args, 
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const std::int64_t row = row0 + r < out ? row0 + r : out - 1;  // tail rows: computed, not stored
-    rows[r] = m.w + std::size_t(row) * row_bytes;
+    rows[r] = m.w + std::size_t(Rope ? rope_row(rope, m.g, row) : row) * row_bytes;
   }
   float acc[R][NT];
   if constexpr (Norm) {
@@ -281,6 +337,11 @@ __global__ void __launch_bounds__(gemv_threads) gemv_q8_kernel(group_args args, 
     q8_dots_normed<gemv_threads, F, R, U>(rows, args.in, norm, acc);
   } else {
     q8_dots<F, NT, R, U>(rows, args.in, xq, ds, acc);
+  }
+  if constexpr (Rope) {
+    static_assert(NT == 1, "one token is rotated");
+    if (lane == 0 && row0 < out) store_rotated(rope, m, row0, acc);
+    return;
   }
   if (lane == 0 && row0 < out) {
     const float* bias = m.bias;
@@ -327,21 +388,22 @@ group_args make_group(std::span<const matmul_params> ps, std::int64_t rows_per_b
   return args;
 }
 
-// Norm: one token, the kernel that norms its own x (from `norm`; xq and ds are not read).
-template <class F, int NT, int R, int U, bool Norm = false>
+// Norm: one token, the kernel that norms its own x (from `norm`; xq and ds are not read). Rope: a
+// q/k/v group stored where the attention reads it (`rope`).
+template <class F, int NT, int R, int U, bool Norm = false, bool Rope = false>
 void launch_q8_tile(std::span<const matmul_params> ps, std::size_t row_bytes, const i8* xq, const float2* ds,
-                    hipStream_t stream, const norm_args& norm = {}) {
+                    hipStream_t stream, const norm_args& norm = {}, const rope_args& rope = {}) {
   constexpr std::int64_t rows_per_block = std::int64_t(R) * (gemv_threads / gpu::warp_size);
   std::int64_t blocks = 0;
   const group_args args = make_group(ps, rows_per_block, blocks);
   if (blocks == 0) return;
-  gpu::launch_dependent(gemv_q8_kernel<F, NT, R, U, Norm>, dim3(static_cast<unsigned>(blocks)), dim3(gemv_threads),
-                        stream, args, row_bytes, xq, ds, norm);
+  gpu::launch_dependent(gemv_q8_kernel<F, NT, R, U, Norm, Rope>, dim3(static_cast<unsigned>(blocks)),
+                        dim3(gemv_threads), stream, args, row_bytes, xq, ds, norm, rope);
 }
 
-template <class F, int NT, bool Norm = false>
+template <class F, int NT, bool Norm = false, bool Rope = false>
 void launch_q8_for(std::span<const matmul_params> ps, std::size_t row_bytes, const i8* xq, const float2* ds,
-                   hipStream_t stream, const norm_args& norm = {}) {
+                   hipStream_t stream, const norm_args& norm = {}, const rope_args& rope = {}) {
   // Batch 1 on rows of at most one block a lane (0.5B models' 896): slices past the first are never
   // there, so four rows a warp of one slice each instead (the head of 151,936 x 896 in Q8_0: 48% ->
   // 90% of the copy rate; Q4_0 32% -> 72%; gpu_roofline --small-gemv, bench/GPU_NOTES.md
@@ -350,12 +412,12 @@ void launch_q8_for(std::span<const matmul_params> ps, std::size_t row_bytes, con
   static_assert(gemv_norm_max_cols / 32 <= 32, "a normed row has at most one 32-element block a lane");
   if constexpr (NT == 1 && F::slices == 1) {
     if (Norm || ps[0].in / F::block_elems <= gpu::warp_size) {
-      launch_q8_tile<F, 1, 4, 1, Norm>(ps, row_bytes, xq, ds, stream, norm);
+      launch_q8_tile<F, 1, 4, 1, Norm, Rope>(ps, row_bytes, xq, ds, stream, norm, rope);
       return;
     }
   }
   if constexpr (!Norm || F::slices > 1) {
-    launch_q8_tile<F, NT, q8_tile<F, NT>::R, q8_tile<F, NT>::U, Norm>(ps, row_bytes, xq, ds, stream, norm);
+    launch_q8_tile<F, NT, q8_tile<F, NT>::R, q8_tile<F, NT>::U, Norm, Rope>(ps, row_bytes, xq, ds, stream, norm, rope);
   }
 }
 
@@ -621,6 +683,33 @@ hipError_t launch_gemv_group_norm(std::span<const matmul_params> ps, const gemv_
   const std::size_t row_bytes = *model::row_bytes(p.w_type, p.in);
   with_dot_format(p.w_type, [&](auto f) {
     launch_q8_for<decltype(f), 1, true>(ps, row_bytes, nullptr, nullptr, stream, args_of(norm, p.in));
+  });
+  return hipGetLastError();
+}
+
+hipError_t launch_gemv_qkv_rope(std::span<const matmul_params> ps, const gemv_norm_input& norm,
+                                const gemv_rope_kv& rope, hipStream_t stream) {
+  if (ps.size() != 3 || !valid_group(ps)) return hipErrorInvalidValue;
+  const matmul_params& p = ps[0];
+  const std::int64_t hd = rope.head_dim;
+  const paged_kv_device& c = rope.cache;
+  if (!uses_q8(p.w_type) || p.n_tokens != 1 || !valid_norm(norm, p.in) || hd <= 0 || hd % 2 != 0 ||
+      rope.rot_dim < 0 || rope.rot_dim % 2 != 0 || rope.rot_dim > hd || (rope.rot_dim > 0 && rope.angles == nullptr) ||
+      rope.slot == nullptr || c.dtype != kv_dtype::f16 || c.k == nullptr || c.v == nullptr || c.head_dim != hd ||
+      p.out % hd != 0 || ps[1].out != c.n_kv_heads * hd || ps[2].out != ps[1].out || hd > (std::int64_t(1) << 30)) {
+    return hipErrorInvalidValue;
+  }
+  const rope_args args{.angles = rope.angles,
+                       .head_dim = int(hd),
+                       .rot_dim = int(rope.rot_dim),
+                       .neox = rope.style == rope_style::neox,
+                       .k = static_cast<gpu::half_bits*>(c.k),
+                       .v = static_cast<gpu::half_bits*>(c.v),
+                       .row = ps[1].out,
+                       .slot = rope.slot};
+  const std::size_t row_bytes = *model::row_bytes(p.w_type, p.in);
+  with_dot_format(p.w_type, [&](auto f) {
+    launch_q8_for<decltype(f), 1, true, true>(ps, row_bytes, nullptr, nullptr, stream, args_of(norm, p.in), args);
   });
   return hipGetLastError();
 }

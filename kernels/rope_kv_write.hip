@@ -11,8 +11,12 @@
 // scales the same way and stores the normalised v.
 #include "kernels/rope_kv_write.h"
 
+#include "kernels/rope_device.h"
+
 namespace anvil::kernels {
 namespace {
+
+using rope_device::rotate;
 
 constexpr int block_size = 128;
 
@@ -45,12 +49,6 @@ __global__ void __launch_bounds__(block_size) rope_angles_kernel(rope_angles_par
   p.out[2 * e] = s;
   p.out[2 * e + 1] = c;
   if (p.q_scales && i == 0) p.q_scales[t] = attn_temperature(p.positions[t], p.attn_temp_scale, p.attn_temp_floor);
-}
-
-// (x0, x1) rotated by the angle with sine s and cosine c, in double, rounded to float as rope_ref stores.
-__device__ __forceinline__ void rotate(double x0, double x1, double s, double c, float& y0, float& y1) {
-  y0 = float(x0 * c - x1 * s);
-  y1 = float(x0 * s + x1 * c);
 }
 
 // Heads per block: enough pairs to give every thread one (at least one head).

@@ -5,8 +5,10 @@
 // updated h (and against h + delta added here). For every type with the integer path, rows of a
 // partial and of a whole 256-thread norm block, with and without delta, a group of three matrices
 // (one with a bias, rows that leave warps without a row). Outputs and h_out are poisoned and
-// guarded; h and delta must come out untouched. Label: gpu.
+// guarded; h and delta must come out untouched. launch_gemv_qkv_rope likewise against the normed
+// group followed by launch_rope_kv_write: the rotated q, the f16 cache's bytes. Label: gpu.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -16,6 +18,8 @@
 
 #include "kernels/gemv.h"
 #include "kernels/rms_norm_residual.h"
+#include "kernels/rope_kv_write.h"
+#include "tests/kernels/gpu_array.h"
 #include "tests/kernels/matmul_gpu_cases.h"
 
 namespace {
@@ -205,6 +209,118 @@ INSTANTIATE_TEST_SUITE_P(Types, GemvNormGpu, ::testing::ValuesIn(norm_cases()),
                                   (i.param.delta ? "_delta" : "");
                          });
 
+// launch_gemv_qkv_rope: per type, both pairings, whole and partial rotation, a token with a cache
+// slot and a padding token without one (nothing cached).
+class GemvQkvRopeGpu : public ::testing::TestWithParam<norm_case> {};
+
+TEST_P(GemvQkvRopeGpu, EqualsTheNormedGroupThenTheRopeKvWrite) {
+  require_device();
+  if (HasFatalFailure()) return;
+  const norm_case c = GetParam();
+  std::mt19937 rng(static_cast<unsigned>(int(c.type) * 521 + c.in));
+  constexpr std::int64_t hd = 64, n_heads = 6, n_kv = 2, block_size = 4, n_blocks = 3;
+  const std::int64_t outs[3] = {n_heads * hd, n_kv * hd, n_kv * hd};
+  const std::size_t cache_elems = std::size_t(n_blocks * block_size * n_kv * hd);
+  std::vector<host_weight> ws;
+  std::vector<std::unique_ptr<device_bytes>> dws;
+  std::vector<std::unique_ptr<guarded_buffer>> biases;
+  for (const std::int64_t o : outs) {
+    ws.emplace_back(c.type, o, c.in, rng);
+    dws.push_back(std::make_unique<device_bytes>(ws.back().bytes.size()));
+    dws.back()->upload(ws.back().bytes.data(), ws.back().bytes.size());
+    biases.push_back(std::make_unique<guarded_buffer>(std::size_t(o)));
+    biases.back()->upload(random_vector(std::size_t(o), rng, -1.f, 1.f));
+  }
+  const norm_inputs n(c.in, rng);
+  for (const rope_style style : {rope_style::normal, rope_style::neox}) {
+    for (const std::int64_t rot : {hd, hd / 2}) {
+      for (const std::int64_t slot : {std::int64_t(5), std::int64_t(-1)}) {
+        SCOPED_TRACE(::testing::Message() << (style == rope_style::neox ? "neox" : "normal") << " rot_dim " << rot
+                                          << " slot " << slot);
+        std::vector<double> angles(static_cast<std::size_t>(rot));
+        std::uniform_real_distribution<double> theta(-40.0, 40.0);
+        for (std::size_t i = 0; i < angles.size(); i += 2) {
+          const double t = theta(rng);
+          angles[i] = std::sin(t), angles[i + 1] = std::cos(t);
+        }
+        device_bytes dangles(angles.size() * sizeof(double)), dslot(sizeof slot);
+        dangles.upload(angles.data(), angles.size() * sizeof(double));
+        dslot.upload(&slot, sizeof slot);
+        guarded_array<anvil::gpu::half_bits> kref(cache_elems), vref(cache_elems), kc(cache_elems), vc(cache_elems);
+        for (auto* a : {&kref, &vref, &kc, &vc}) a->poison();
+        const auto cache = [&](const guarded_array<anvil::gpu::half_bits>& k, const guarded_array<anvil::gpu::half_bits>& v) {
+          return paged_kv_device{.k = k.data(), .v = v.data(), .n_blocks = n_blocks, .block_size = block_size,
+                                 .n_kv_heads = n_kv, .head_dim = hd, .dtype = kv_dtype::f16};
+        };
+        std::vector<std::unique_ptr<guarded_buffer>> ref_y, y;
+        std::vector<matmul_params> ps;
+        for (int g = 0; g < 3; ++g) {
+          ref_y.push_back(std::make_unique<guarded_buffer>(std::size_t(outs[g])));
+          y.push_back(std::make_unique<guarded_buffer>(std::size_t(outs[g])));
+          y.back()->poison();
+          ps.push_back({.w = dws[std::size_t(g)]->data(), .w_type = c.type, .in = c.in, .out = outs[g],
+                        .bias = biases[std::size_t(g)]->data(), .y = ref_y.back()->data(), .n_tokens = 1});
+        }
+        // The two launches.
+        guarded_buffer ref_h(std::size_t(c.in)), h_out(std::size_t(c.in));
+        h_out.poison();
+        ANVIL_GPU_CHECK(launch_gemv_group_norm(ps, n.input(true, ref_h.data()), nullptr));
+        ANVIL_GPU_CHECK(launch_rope_kv_write({.q = ref_y[0]->data(),
+                                              .k = ref_y[1]->data(),
+                                              .v = ref_y[2]->data(),
+                                              .cache = cache(kref, vref),
+                                              .n_tokens = 1,
+                                              .n_heads = n_heads,
+                                              .rot_dim = rot,
+                                              .angles = dangles.as<double>(),
+                                              .slots = dslot.as<std::int64_t>(),
+                                              .style = style},
+                                             nullptr));
+        // The one launch.
+        for (int g = 0; g < 3; ++g) ps[std::size_t(g)].y = y[std::size_t(g)]->data();
+        ANVIL_GPU_CHECK(launch_gemv_qkv_rope(ps, n.input(true, h_out.data()),
+                                             {.angles = dangles.as<double>(),
+                                              .head_dim = hd,
+                                              .rot_dim = rot,
+                                              .style = style,
+                                              .cache = cache(kc, vc),
+                                              .slot = dslot.as<std::int64_t>()},
+                                             nullptr));
+        ANVIL_GPU_CHECK(hipDeviceSynchronize());
+        EXPECT_TRUE(y[0]->download() == ref_y[0]->download()) << "the rotated q differs";
+        EXPECT_TRUE(kc.download() == kref.download()) << "the cache's k differs";
+        EXPECT_TRUE(vc.download() == vref.download()) << "the cache's v differs";
+        if (slot < 0) {
+          const std::vector<anvil::gpu::half_bits> untouched(cache_elems, 0xa5a5);
+          EXPECT_TRUE(kc.download() == untouched && vc.download() == untouched) << "a padding token was cached";
+        }
+        for (int g = 1; g < 3; ++g) {  // k and v go to the cache only
+          const std::vector<float> out = y[std::size_t(g)]->download();
+          EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float v) { return std::isnan(v); })) << "matrix " << g;
+        }
+        EXPECT_TRUE(h_out.download() == ref_h.download()) << "h_out differs";
+        for (int g = 0; g < 3; ++g) EXPECT_TRUE(y[std::size_t(g)]->guards_intact());
+        EXPECT_TRUE(h_out.guards_intact() && kc.guards_intact() && vc.guards_intact());
+      }
+    }
+  }
+  n.expect_untouched();
+}
+
+// One case a type: rows of 896 where the type's blocks divide them, else 768, with delta.
+std::vector<norm_case> rope_cases() {
+  std::vector<norm_case> cases;
+  for (const norm_case& c : norm_cases()) {
+    if (c.delta && (cases.empty() || cases.back().type != c.type)) cases.push_back(c);
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, GemvQkvRopeGpu, ::testing::ValuesIn(rope_cases()),
+                         [](const ::testing::TestParamInfo<norm_case>& i) {
+                           return type_name(i.param.type) + "_" + std::to_string(i.param.in);
+                         });
+
 TEST(GemvNormLaunch, RefusesWhatItCannotNorm) {
   require_device();
   if (HasFatalFailure()) return;
@@ -242,6 +358,51 @@ TEST(GemvNormLaunch, RefusesWhatItCannotNorm) {
     g.norm.h_out = p + 1024;  // h itself
     EXPECT_EQ(launch_gemv_glu(g, nullptr, 0, nullptr), hipErrorInvalidValue);
   }
+  ANVIL_GPU_CHECK(hipDeviceSynchronize());
+  EXPECT_EQ(hipGetLastError(), hipSuccess);
+  EXPECT_TRUE(buf.guards_intact());
+}
+
+TEST(GemvQkvRopeLaunch, RefusesWhatItCannotRotate) {
+  require_device();
+  if (HasFatalFailure()) return;
+  constexpr std::int64_t in = 256, hd = 64;
+  guarded_buffer buf(8 * 1024);
+  float* p = buf.data();
+  device_bytes w(std::size_t(256) * *anvil::model::row_bytes(ggml_type::Q8_0, in)), cache(8 * 1024), misc(1024);
+  const gemv_norm_input norm{.h = p + 1024, .delta = p + 2048, .weight = p + 3072, .h_out = p + 4096};
+  const matmul_params q{.w = w.data(), .w_type = ggml_type::Q8_0, .in = in, .out = 2 * hd, .y = p, .n_tokens = 1};
+  matmul_params kv = q;
+  kv.out = hd;
+  const std::int64_t slot = -1;  // a padding token: nothing reaches the cache
+  misc.upload(&slot, sizeof slot);
+  const gemv_rope_kv rope{.angles = reinterpret_cast<const double*>(misc.as<char>() + 64),
+                          .head_dim = hd,
+                          .rot_dim = hd,
+                          .style = rope_style::neox,
+                          .cache = {.k = cache.data(), .v = cache.as<char>() + 4096, .n_blocks = 1, .block_size = 16,
+                                    .n_kv_heads = 1, .head_dim = hd, .dtype = kv_dtype::f16},
+                          .slot = misc.as<std::int64_t>()};
+  auto with = [&](auto edit) {
+    matmul_params ps[3] = {q, kv, kv};
+    gemv_rope_kv r = rope;
+    edit(ps, r);
+    return launch_gemv_qkv_rope(ps, norm, r, nullptr);
+  };
+  using mp = matmul_params[3];
+  EXPECT_EQ(with([](mp&, gemv_rope_kv&) {}), hipSuccess);
+  EXPECT_EQ(with([](mp&, gemv_rope_kv& r) { r.rot_dim = hd / 2; }), hipSuccess);
+  EXPECT_EQ(with([](mp&, gemv_rope_kv& r) { r.rot_dim = hd + 2; }), hipErrorInvalidValue);
+  EXPECT_EQ(with([](mp&, gemv_rope_kv& r) { r.rot_dim = 3; }), hipErrorInvalidValue);
+  EXPECT_EQ(with([](mp&, gemv_rope_kv& r) { r.angles = nullptr; }), hipErrorInvalidValue);
+  EXPECT_EQ(with([](mp&, gemv_rope_kv& r) { r.slot = nullptr; }), hipErrorInvalidValue);
+  EXPECT_EQ(with([](mp&, gemv_rope_kv& r) { r.cache.dtype = kv_dtype::fp8; }), hipErrorInvalidValue);  // a head's scale
+  EXPECT_EQ(with([](mp&, gemv_rope_kv& r) { r.cache.head_dim = hd / 2; }), hipErrorInvalidValue);
+  EXPECT_EQ(with([](mp& ps, gemv_rope_kv&) { ps[0].out = hd + 2; }), hipErrorInvalidValue);  // not whole heads
+  EXPECT_EQ(with([](mp& ps, gemv_rope_kv&) { ps[2].out = 2 * hd; }), hipErrorInvalidValue);  // not the cache's row
+  EXPECT_EQ(with([](mp& ps, gemv_rope_kv&) { ps[0].n_tokens = ps[1].n_tokens = ps[2].n_tokens = 2; }),
+            hipErrorInvalidValue);
+  EXPECT_EQ(launch_gemv_qkv_rope(std::span(&q, 1), norm, rope, nullptr), hipErrorInvalidValue);  // q, k and v
   ANVIL_GPU_CHECK(hipDeviceSynchronize());
   EXPECT_EQ(hipGetLastError(), hipSuccess);
   EXPECT_TRUE(buf.guards_intact());
