@@ -33,6 +33,7 @@ constexpr int slice_len = int(candidates_slice_len);
 constexpr int per_thread = slice_len / slice_threads;       // tokens per thread in a slice
 constexpr int draw_items = slice_len / threads;             // consecutive tokens per thread in the tail draw
 static_assert(per_thread == 16 && draw_items * threads == slice_len, "a slice is one chunk of the draw");
+static_assert(candidates_max_slices <= threads, "the per-sequence kernels read a slice's sums a thread each");
 
 // Order-preserving key: a > b as floats (with -0 == +0) iff key(a) > key(b) as unsigned.
 __device__ __forceinline__ unsigned order_key(float x) {
@@ -319,11 +320,14 @@ __global__ void __launch_bounds__(threads) merge_kernel(candidates_params p, wor
   __shared__ unsigned hist[256], found[3];
   __shared__ entry sel[candidates_max_k];
   __shared__ int int_sums[32];
-  __shared__ int n_sel, tie_cut_s;
+  __shared__ int n_sel, tie_cut_s, flags_s;
   __shared__ float max_s;
   const int seq = int(blockIdx.x), tid = int(threadIdx.x);
   const candidates_seq sp = p.seqs[seq];
   const int k = seq_k(sp, p);
+  // The slices' flags, a thread each, read while the selection runs (one thread reading them in
+  // turn waited on each load: half the kernel's time).
+  const int slice_flags = tid < ws.slices ? ws.sums[std::int64_t(seq) * ws.slices + tid].flags : 0;
   // The union: slot m = (slice m / k, rank m % k); every slice but the last holds k members.
   const int slots = ws.slices * k;
   const entry* in = ws.entries + std::int64_t(seq) * ws.slices * p.max_k;
@@ -337,6 +341,7 @@ __global__ void __launch_bounds__(threads) merge_kernel(candidates_params p, wor
   if (tid == 0) {
     n_sel = 0;
     tie_cut_s = -1;
+    flags_s = 0;
   }
   // Thread t owns the slots [t * per, t * per + per): their keys stay in registers.
   const int per = (slots + threads - 1) / threads;
@@ -388,6 +393,7 @@ __global__ void __launch_bounds__(threads) merge_kernel(candidates_params p, wor
     }
     taken += chunk_total;  // uniform: the loop condition stays uniform
   }
+  if (slice_flags != 0) atomicOr(&flags_s, slice_flags);  // after the selection's barriers: flags_s is 0
   __syncthreads();
 
   unsigned char* rec = static_cast<unsigned char*>(p.out) + std::size_t(seq) * ws.record_bytes;
@@ -401,11 +407,7 @@ __global__ void __launch_bounds__(threads) merge_kernel(candidates_params p, wor
     if (rank == 0) max_s = e.logit;
   }
   __syncthreads();
-  if (tid == 0) {
-    int flags = 0;
-    for (int s = 0; s < ws.slices; ++s) flags |= ws.sums[std::int64_t(seq) * ws.slices + s].flags;
-    ws.states[seq] = {r.threshold, tie_cut_s, max_s, flags};
-  }
+  if (tid == 0) ws.states[seq] = {r.threshold, tie_cut_s, max_s, flags_s};
 }
 
 __device__ __forceinline__ bool in_top(const selection_state& st, int i, float x) {
@@ -475,17 +477,20 @@ __device__ void finish_record(const candidates_params& p, const workspace_view& 
   __shared__ double dbl_sums[32];
   __shared__ double total_s, tail_s, running_s;
   __shared__ int crossing_s, last_tail_s;
+  // The slices' sums, loaded by a thread each and then read in id order by one thread (which
+  // waited on each load when it read them from global memory: most of the kernel's time).
+  __shared__ slice_sums sums[candidates_max_slices];
   const int seq = int(blockIdx.x), tid = int(threadIdx.x), vocab = int(p.vocab);
   const selection_state st = ws.states[seq];
   const candidates_seq sp = p.seqs[seq];
-  const slice_sums* sums = ws.sums + std::int64_t(seq) * ws.slices;
+  if (tid < ws.slices) sums[tid] = ws.sums[std::int64_t(seq) * ws.slices + tid];
+  __syncthreads();
   const float* l = p.logits + std::int64_t(seq) * p.vocab;
   auto* hdr = reinterpret_cast<candidates_record_header*>(static_cast<unsigned char*>(p.out) +
                                                           std::size_t(seq) * ws.record_bytes);
   if (tid == 0) {
     double total = 0, tail = 0;
     int last = -1;
-#pragma unroll 8
     for (int s = 0; s < ws.slices; ++s) {  // id order
       total += sums[s].total;
       tail += sums[s].tail;
