@@ -191,7 +191,12 @@ class gpu_device {
   void run_scores();
   void softcap(std::int64_t rows, std::int64_t width);  // gemma4: the first rows of logits_ (of width) soft-capped in place
   void reduce(float* x);                               // tensor parallel: T rows summed over the ranks
-  void head_logits(std::int64_t rows, float* out);     // rows_ through the head (gathered over the ranks)
+  // `rows` rows of x through the head (gathered over the ranks); x8_ready: x's 8-bit form is in the
+  // GEMV workspace already (the final norm wrote it).
+  void head_logits(const float* x, std::int64_t rows, float* out, bool x8_ready = false);
+  // Whether the final norm writes its output's 8-bit form for the head: one-token rows that all
+  // need logits, in order, and no scored rows whose head would overwrite the workspace first.
+  bool head_x8_from_norm() const;
   // Whether the head's vocabulary is split over several ranks: candidates from each rank's slice,
   // merged (a rank's logits are never gathered for them; the scores still gather theirs).
   bool split_vocab() const;
@@ -389,6 +394,7 @@ class gpu_device {
   struct step_shape {
     std::int64_t tokens = 0, n_dec = 0, n_pre = 0, stride = 0, max_dec_context = 0, max_pre_tokens = 0;
     std::int64_t n_logit_rows = 0;
+    bool all_rows_logits = false;  // the logit rows are rows 0 .. tokens - 1 in order: the head reads h_ as it is
     std::int64_t n_scores = 0;  // score targets >= 0, all sequences
     std::int64_t n_feeds = 0;   // rows fed from the step before (feed_from)
   } step_;

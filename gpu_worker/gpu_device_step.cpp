@@ -222,6 +222,10 @@ kernels::gemv_norm_input gpu_device::normed_input(const float* delta, const floa
           .eps = m_.hp.rms_eps};
 }
 
+bool gpu_device::head_x8_from_norm() const {
+  return step_.all_rows_logits && step_.n_scores == 0 && x8_fused(m_.hp.n_embd);
+}
+
 void gpu_device::swap_residual() { res_ = res_ == x_ ? x_alt_ : x_; }
 
 void gpu_device::execute(const step_plan& plan, step_result& result) {
@@ -511,6 +515,10 @@ void gpu_device::lay_out(const step_plan& plan, bool for_graph, bool can_feed) {
     const seq_step& s = plan.seqs[i];
     if (s.want_candidates) logit_rows[step_.n_logit_rows++] = std::int32_t(first_token_[i] + std::int64_t(s.tokens.size()) - 1);
   }
+  step_.all_rows_logits = step_.n_logit_rows == t;
+  for (std::int64_t r = 0; r < step_.n_logit_rows && step_.all_rows_logits; ++r) {
+    step_.all_rows_logits = logit_rows[r] == std::int32_t(r);
+  }
   // Rows scored against a target token, in plan order.
   auto* score_rows = host_at<std::int32_t>(up_off_.score_rows);
   auto* score_targets = host_at<std::int32_t>(up_off_.score_targets);
@@ -583,6 +591,11 @@ void gpu_device::run_layer(std::int64_t l) {
                                               .rows = T,
                                               .cols = hp.n_embd,
                                               .eps = hp.rms_eps};
+  if (l + 1 == hp.n_layer && head_x8_from_norm()) {
+    const kernels::gemv_x8_rows x8 = kernels::gemv_x8_view(gemv_ws_, hp.n_embd, T);
+    p.yq = x8.q;
+    p.yq_scales = x8.ds;
+  }
   p.delta_weight = post_norm;
   p.h_scale = w.out_scale;  // gemma4: the residual stream scaled after the layer
   if (!summed) {
@@ -870,13 +883,13 @@ void gpu_device::reduce(float* x) {
 // The head's logits of `rows` rows of rows_ into `out` [rows, n_vocab]. Tensor parallel: each rank
 // multiplies its slice of the vocabulary into tp_local_, the slices are gathered into tp_all_
 // (rank after rank, each rows x stride floats), and laid out as whole rows.
-void gpu_device::head_logits(std::int64_t rows, float* out) {
+void gpu_device::head_logits(const float* x, std::int64_t rows, float* out, bool x8_ready) {
   if (comm_ == nullptr) {
-    matmul(output_, nullptr, rows_, out, rows);
+    matmul(output_, nullptr, x, out, rows, x8_ready);
     return;
   }
   const std::int64_t V = m_.hp.n_vocab, stride = vocab_.stride;
-  matmul(output_, nullptr, rows_, tp_local_, rows);
+  matmul(output_, nullptr, x, tp_local_, rows, x8_ready);
   prof_.mark("all-gather", stream_);
   comm_->all_gather(tp_local_, std::size_t(rows * stride), tp_all_, stream_);
   for (int q = 0; q < comm_->size(); ++q) {
@@ -1127,22 +1140,28 @@ void gpu_device::run_head() {
        "copy the scores back");
   }
   if (rows == 0) return;
-  // A row gather is the embedding op on an F32 table: the final hidden state [tokens, n_embd].
   prof_.mark("head", stream_);
-  ok(kernels::launch_embedding({.table = h_,
-                                .type = model::ggml_type::F32,
-                                .n_embd = hp.n_embd,
-                                .n_vocab = step_.tokens,
-                                .ids = dev_at<std::int32_t>(up_off_.logit_rows),
-                                .n_tokens = rows,
-                                .out = rows_},
-                               stream_),
-     "gather the logit rows");
+  // Every row needs logits, in order (decode steps): the head reads the final hidden state as it is,
+  // in 8 bits where the final norm wrote them.
+  const bool x8_ready = head_x8_from_norm();
+  const float* x = step_.all_rows_logits ? h_ : rows_;
+  // Else a row gather, the embedding op on an F32 table: the final hidden state [tokens, n_embd].
+  if (!step_.all_rows_logits) {
+    ok(kernels::launch_embedding({.table = h_,
+                                  .type = model::ggml_type::F32,
+                                  .n_embd = hp.n_embd,
+                                  .n_vocab = step_.tokens,
+                                  .ids = dev_at<std::int32_t>(up_off_.logit_rows),
+                                  .n_tokens = rows,
+                                  .out = rows_},
+                                 stream_),
+       "gather the logit rows");
+  }
   if (split_vocab()) {
-    matmul(output_, nullptr, rows_, logits_, rows);  // this rank's slice: the candidates op merges the ranks'
+    matmul(output_, nullptr, x, logits_, rows, x8_ready);  // this rank's slice: the candidates op merges the ranks'
     softcap(rows, vocab_.end - vocab_.begin);
   } else {
-    head_logits(rows, logits_);
+    head_logits(x, rows, logits_, x8_ready);
     softcap(rows, hp.n_vocab);
   }
 }
@@ -1283,7 +1302,7 @@ void gpu_device::run_scores() {
                                   .out = rows_},
                                  stream_),
        "gather the scored rows");
-    head_logits(rows, logits_);
+    head_logits(rows_, rows, logits_);
     softcap(rows, hp.n_vocab);
     ok(kernels::launch_token_logprob({.logits = logits_,
                                       .vocab = hp.n_vocab,
