@@ -20,7 +20,9 @@
 // grid's blocks are dealt to the matrices in order.
 // No shared memory, no block-level barrier: a warp past the last row simply returns — except in
 // the kernels that norm their own x (gemv_norm_input, one token): each block computes the norm
-// into shared memory (kernels/norm_device.h) while its first weight loads are in flight.
+// into shared memory (kernels/norm_device.h) while its first weight loads are in flight. The
+// q/k/v launch that also rotates (launch_gemv_qkv_rope) gives each warp rotary pairs of rows, so
+// its lane 0 rotates them and stores q, or k and v into the cache, with no block meeting another.
 //
 // launch_gemv_glu's kernel (one token) dots a feed-forward's gate and up rows on the same 8-bit x in
 // blocks of 32 rows of both, writes their gated product, and rounds each block's 32 products to the
