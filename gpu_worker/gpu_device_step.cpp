@@ -880,7 +880,7 @@ void gpu_device::reduce(float* x) {
   comm_->all_reduce_sum(x, std::size_t(step_.tokens * m_.hp.n_embd), stream_);
 }
 
-// The head's logits of `rows` rows of rows_ into `out` [rows, n_vocab]. Tensor parallel: each rank
+// The head's logits of `rows` rows of x (rows_ or h_) into `out` [rows, n_vocab]. Tensor parallel: each rank
 // multiplies its slice of the vocabulary into tp_local_, the slices are gathered into tp_all_
 // (rank after rank, each rows x stride floats), and laid out as whole rows.
 void gpu_device::head_logits(const float* x, std::int64_t rows, float* out, bool x8_ready) {

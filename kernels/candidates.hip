@@ -325,8 +325,8 @@ __global__ void __launch_bounds__(threads) merge_kernel(candidates_params p, wor
   const int seq = int(blockIdx.x), tid = int(threadIdx.x);
   const candidates_seq sp = p.seqs[seq];
   const int k = seq_k(sp, p);
-  // The slices' flags, a thread each, read while the selection runs (one thread reading them in
-  // turn waited on each load: half the kernel's time).
+  // The slices' flags, a thread each, read while the selection runs (not one thread waiting on
+  // each load in turn).
   const int slice_flags = tid < ws.slices ? ws.sums[std::int64_t(seq) * ws.slices + tid].flags : 0;
   // The union: slot m = (slice m / k, rank m % k); every slice but the last holds k members.
   const int slots = ws.slices * k;
@@ -477,8 +477,8 @@ __device__ void finish_record(const candidates_params& p, const workspace_view& 
   __shared__ double dbl_sums[32];
   __shared__ double total_s, tail_s, running_s;
   __shared__ int crossing_s, last_tail_s;
-  // The slices' sums, loaded by a thread each and then read in id order by one thread (which
-  // waited on each load when it read them from global memory: most of the kernel's time).
+  // The slices' sums, loaded by a thread each, then read in id order by one thread from shared
+  // memory (not waiting on each global load in turn).
   __shared__ slice_sums sums[candidates_max_slices];
   const int seq = int(blockIdx.x), tid = int(threadIdx.x), vocab = int(p.vocab);
   const selection_state st = ws.states[seq];
