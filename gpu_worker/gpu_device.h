@@ -194,8 +194,9 @@ class gpu_device {
   // `rows` rows of x through the head (gathered over the ranks); x8_ready: x's 8-bit form is in the
   // GEMV workspace already (the final norm wrote it).
   void head_logits(const float* x, std::int64_t rows, float* out, bool x8_ready = false);
-  // Whether the final norm writes its output's 8-bit form for the head: one-token rows that all
-  // need logits, in order, and no scored rows whose head would overwrite the workspace first.
+  // Whether the head reads the 8-bit form of its input that the final norm writes (wherever
+  // x8_fused(n_embd)): rows that all need logits, in order, and no scored rows whose head would
+  // overwrite the workspace first.
   bool head_x8_from_norm() const;
   // Whether the head's vocabulary is split over several ranks: candidates from each rank's slice,
   // merged (a rank's logits are never gathered for them; the scores still gather theirs).

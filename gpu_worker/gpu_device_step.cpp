@@ -591,7 +591,9 @@ void gpu_device::run_layer(std::int64_t l) {
                                               .rows = T,
                                               .cols = hp.n_embd,
                                               .eps = hp.rms_eps};
-  if (l + 1 == hp.n_layer && head_x8_from_norm()) {
+  // The final norm's output in 8 bits too, for the head (head_x8_from_norm) — whatever this step's
+  // logit rows, so that a decode graph holds it for every step it is replayed for.
+  if (l + 1 == hp.n_layer && x8_fused(hp.n_embd)) {
     const kernels::gemv_x8_rows x8 = kernels::gemv_x8_view(gemv_ws_, hp.n_embd, T);
     p.yq = x8.q;
     p.yq_scales = x8.ds;
