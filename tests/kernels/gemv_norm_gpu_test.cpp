@@ -97,6 +97,37 @@ std::vector<float> host_sum(const norm_inputs& n, bool with_delta) {
   return s;
 }
 
+// Three matrices on one x (a q/k/v-like group) on the device, with two sets of outputs: the
+// reference launches' and the checked launch's (poisoned). ps's outputs are the reference's until
+// checked() points them at the others.
+struct group_case {
+  std::vector<host_weight> ws;
+  std::vector<std::unique_ptr<device_bytes>> dws;
+  std::vector<std::unique_ptr<guarded_buffer>> ref_y, y;
+  std::vector<matmul_params> ps;
+  group_case(ggml_type type, std::int64_t in, const std::int64_t (&outs)[3], std::mt19937& rng) {
+    for (const std::int64_t o : outs) {
+      ws.emplace_back(type, o, in, rng);
+      dws.push_back(std::make_unique<device_bytes>(ws.back().bytes.size()));
+      dws.back()->upload(ws.back().bytes.data(), ws.back().bytes.size());
+      ref_y.push_back(std::make_unique<guarded_buffer>(std::size_t(o)));
+      y.push_back(std::make_unique<guarded_buffer>(std::size_t(o)));
+      ps.push_back({.w = dws.back()->data(), .w_type = type, .in = in, .out = o, .n_tokens = 1});
+    }
+    reference();
+  }
+  // Outputs to the reference buffers; the checked ones poisoned.
+  void reference() {
+    for (std::size_t g = 0; g < ps.size(); ++g) {
+      ps[g].y = ref_y[g]->data();
+      y[g]->poison();
+    }
+  }
+  void checked() {
+    for (std::size_t g = 0; g < ps.size(); ++g) ps[g].y = y[g]->data();
+  }
+};
+
 class GemvNormGpu : public ::testing::TestWithParam<norm_case> {};
 
 TEST_P(GemvNormGpu, GroupEqualsTheNormKernelThenTheGroup) {
@@ -105,16 +136,11 @@ TEST_P(GemvNormGpu, GroupEqualsTheNormKernelThenTheGroup) {
   const norm_case c = GetParam();
   std::mt19937 rng(static_cast<unsigned>(int(c.type) * 131 + c.in + (c.delta ? 7 : 0)));
   const std::int64_t outs[3] = {131, 8, 37};
-  std::vector<host_weight> ws;
-  std::vector<std::unique_ptr<device_bytes>> dws;
-  for (const std::int64_t o : outs) {
-    ws.emplace_back(c.type, o, c.in, rng);
-    dws.push_back(std::make_unique<device_bytes>(ws.back().bytes.size()));
-    dws.back()->upload(ws.back().bytes.data(), ws.back().bytes.size());
-  }
+  group_case q(c.type, c.in, outs, rng);
   const std::vector<float> bias = random_vector(std::size_t(outs[0]), rng, -1.f, 1.f);
   guarded_buffer db(bias.size());
   db.upload(bias);
+  q.ps[0].bias = db.data();
   const norm_inputs n(c.in, rng);
   device_bytes work(gemv_workspace_bytes(c.type, c.in, 1));
 
@@ -122,32 +148,18 @@ TEST_P(GemvNormGpu, GroupEqualsTheNormKernelThenTheGroup) {
   std::vector<float> normed_h;
   n.norm_into(work, c.in, c.delta, normed_h);
   if (HasFatalFailure()) return;
-  std::vector<std::unique_ptr<guarded_buffer>> ref_y, y;
-  std::vector<matmul_params> ps;
-  for (int g = 0; g < 3; ++g) {
-    ref_y.push_back(std::make_unique<guarded_buffer>(std::size_t(outs[g])));
-    y.push_back(std::make_unique<guarded_buffer>(std::size_t(outs[g])));
-    y.back()->poison();
-    ps.push_back({.w = dws[g]->data(),
-                  .w_type = c.type,
-                  .in = c.in,
-                  .out = outs[g],
-                  .bias = g == 0 ? db.data() : nullptr,
-                  .y = ref_y.back()->data(),
-                  .n_tokens = 1});
-  }
-  ANVIL_GPU_CHECK(launch_gemv_group(ps, work.data(), work.size(), nullptr, gemv_activations::int8,
+  ANVIL_GPU_CHECK(launch_gemv_group(q.ps, work.data(), work.size(), nullptr, gemv_activations::int8,
                                     gemv_x8_source::workspace));
 
   // The normed launch, h + delta stored at h_out.
   guarded_buffer h_out(std::size_t(c.in));
   h_out.poison();
-  for (int g = 0; g < 3; ++g) ps[std::size_t(g)].y = y[std::size_t(g)]->data();
-  ANVIL_GPU_CHECK(launch_gemv_group_norm(ps, n.input(c.delta, h_out.data()), nullptr));
+  q.checked();
+  ANVIL_GPU_CHECK(launch_gemv_group_norm(q.ps, n.input(c.delta, h_out.data()), nullptr));
   ANVIL_GPU_CHECK(hipDeviceSynchronize());
-  for (int g = 0; g < 3; ++g) {
-    EXPECT_TRUE(y[std::size_t(g)]->download() == ref_y[std::size_t(g)]->download()) << "matrix " << g << " of the group";
-    EXPECT_TRUE(y[std::size_t(g)]->guards_intact());
+  for (std::size_t g = 0; g < 3; ++g) {
+    EXPECT_TRUE(q.y[g]->download() == q.ref_y[g]->download()) << "matrix " << g << " of the group";
+    EXPECT_TRUE(q.y[g]->guards_intact());
   }
   const std::vector<float> stored = h_out.download();
   EXPECT_TRUE(stored == normed_h) << "h_out differs from the norm kernel's updated h";
@@ -221,15 +233,12 @@ TEST_P(GemvQkvRopeGpu, EqualsTheNormedGroupThenTheRopeKvWrite) {
   constexpr std::int64_t hd = 64, n_heads = 6, n_kv = 2, block_size = 4, n_blocks = 3;
   const std::int64_t outs[3] = {n_heads * hd, n_kv * hd, n_kv * hd};
   const std::size_t cache_elems = std::size_t(n_blocks * block_size * n_kv * hd);
-  std::vector<host_weight> ws;
-  std::vector<std::unique_ptr<device_bytes>> dws;
+  group_case q(c.type, c.in, outs, rng);
   std::vector<std::unique_ptr<guarded_buffer>> biases;
-  for (const std::int64_t o : outs) {
-    ws.emplace_back(c.type, o, c.in, rng);
-    dws.push_back(std::make_unique<device_bytes>(ws.back().bytes.size()));
-    dws.back()->upload(ws.back().bytes.data(), ws.back().bytes.size());
-    biases.push_back(std::make_unique<guarded_buffer>(std::size_t(o)));
-    biases.back()->upload(random_vector(std::size_t(o), rng, -1.f, 1.f));
+  for (std::size_t g = 0; g < 3; ++g) {
+    biases.push_back(std::make_unique<guarded_buffer>(std::size_t(outs[g])));
+    biases.back()->upload(random_vector(std::size_t(outs[g]), rng, -1.f, 1.f));
+    q.ps[g].bias = biases.back()->data();
   }
   const norm_inputs n(c.in, rng);
   for (const rope_style style : {rope_style::normal, rope_style::neox}) {
@@ -252,22 +261,14 @@ TEST_P(GemvQkvRopeGpu, EqualsTheNormedGroupThenTheRopeKvWrite) {
           return paged_kv_device{.k = k.data(), .v = v.data(), .n_blocks = n_blocks, .block_size = block_size,
                                  .n_kv_heads = n_kv, .head_dim = hd, .dtype = kv_dtype::f16};
         };
-        std::vector<std::unique_ptr<guarded_buffer>> ref_y, y;
-        std::vector<matmul_params> ps;
-        for (int g = 0; g < 3; ++g) {
-          ref_y.push_back(std::make_unique<guarded_buffer>(std::size_t(outs[g])));
-          y.push_back(std::make_unique<guarded_buffer>(std::size_t(outs[g])));
-          y.back()->poison();
-          ps.push_back({.w = dws[std::size_t(g)]->data(), .w_type = c.type, .in = c.in, .out = outs[g],
-                        .bias = biases[std::size_t(g)]->data(), .y = ref_y.back()->data(), .n_tokens = 1});
-        }
+        q.reference();
         // The two launches.
         guarded_buffer ref_h(std::size_t(c.in)), h_out(std::size_t(c.in));
         h_out.poison();
-        ANVIL_GPU_CHECK(launch_gemv_group_norm(ps, n.input(true, ref_h.data()), nullptr));
-        ANVIL_GPU_CHECK(launch_rope_kv_write({.q = ref_y[0]->data(),
-                                              .k = ref_y[1]->data(),
-                                              .v = ref_y[2]->data(),
+        ANVIL_GPU_CHECK(launch_gemv_group_norm(q.ps, n.input(true, ref_h.data()), nullptr));
+        ANVIL_GPU_CHECK(launch_rope_kv_write({.q = q.ref_y[0]->data(),
+                                              .k = q.ref_y[1]->data(),
+                                              .v = q.ref_y[2]->data(),
                                               .cache = cache(kref, vref),
                                               .n_tokens = 1,
                                               .n_heads = n_heads,
@@ -277,8 +278,8 @@ TEST_P(GemvQkvRopeGpu, EqualsTheNormedGroupThenTheRopeKvWrite) {
                                               .style = style},
                                              nullptr));
         // The one launch.
-        for (int g = 0; g < 3; ++g) ps[std::size_t(g)].y = y[std::size_t(g)]->data();
-        ANVIL_GPU_CHECK(launch_gemv_qkv_rope(ps, n.input(true, h_out.data()),
+        q.checked();
+        ANVIL_GPU_CHECK(launch_gemv_qkv_rope(q.ps, n.input(true, h_out.data()),
                                              {.angles = dangles.as<double>(),
                                               .head_dim = hd,
                                               .rot_dim = rot,
@@ -287,19 +288,19 @@ TEST_P(GemvQkvRopeGpu, EqualsTheNormedGroupThenTheRopeKvWrite) {
                                               .slot = dslot.as<std::int64_t>()},
                                              nullptr));
         ANVIL_GPU_CHECK(hipDeviceSynchronize());
-        EXPECT_TRUE(y[0]->download() == ref_y[0]->download()) << "the rotated q differs";
+        EXPECT_TRUE(q.y[0]->download() == q.ref_y[0]->download()) << "the rotated q differs";
         EXPECT_TRUE(kc.download() == kref.download()) << "the cache's k differs";
         EXPECT_TRUE(vc.download() == vref.download()) << "the cache's v differs";
         if (slot < 0) {
           const std::vector<anvil::gpu::half_bits> untouched(cache_elems, 0xa5a5);
           EXPECT_TRUE(kc.download() == untouched && vc.download() == untouched) << "a padding token was cached";
         }
-        for (int g = 1; g < 3; ++g) {  // k and v go to the cache only
-          const std::vector<float> out = y[std::size_t(g)]->download();
+        for (std::size_t g = 1; g < 3; ++g) {  // k and v go to the cache only
+          const std::vector<float> out = q.y[g]->download();
           EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float v) { return std::isnan(v); })) << "matrix " << g;
         }
         EXPECT_TRUE(h_out.download() == ref_h.download()) << "h_out differs";
-        for (int g = 0; g < 3; ++g) EXPECT_TRUE(y[std::size_t(g)]->guards_intact());
+        for (std::size_t g = 0; g < 3; ++g) EXPECT_TRUE(q.y[g]->guards_intact());
         EXPECT_TRUE(h_out.guards_intact() && kc.guards_intact() && vc.guards_intact());
       }
     }
