@@ -214,6 +214,8 @@ class gpu_device {
     const matrix* w = nullptr;
     const float* bias = nullptr;
     float* y = nullptr;
+    // The kernels' parameters for this projection of n_tokens rows of x.
+    kernels::matmul_params params(const float* x, std::int64_t n_tokens) const;
   };
   void project(std::span<const projection> ps, const float* x, std::int64_t n_tokens, bool x8_ready,
                void* x8_ws = nullptr);

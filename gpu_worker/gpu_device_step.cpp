@@ -71,6 +71,18 @@ kernels::gemm_fp8_context gpu_device::fp8_context() {
           .blas_workspace_bytes = gemm_.blas_workspace_bytes};
 }
 
+kernels::matmul_params gpu_device::projection::params(const float* x, std::int64_t n_tokens) const {
+  return {.w = w->w,
+          .w_type = w->type,
+          .in = w->in,
+          .out = w->out,
+          .bias = bias,
+          .x = x,
+          .y = y,
+          .n_tokens = n_tokens,
+          .w16 = w->w16};
+}
+
 void gpu_device::project(std::span<const projection> ps, const float* x, std::int64_t n_tokens, bool x8_ready,
                          void* x8_ws) {
   // GEMMs above gemv_max_tokens, and below it for the weights where the quantized GEMM beats the
@@ -102,17 +114,6 @@ void gpu_device::project(std::span<const projection> ps, const float* x, std::in
     }
     flush();
   }
-  const auto params = [&](const projection& p) {
-    return kernels::matmul_params{.w = p.w->w,
-                                  .w_type = p.w->type,
-                                  .in = p.w->in,
-                                  .out = p.w->out,
-                                  .bias = p.bias,
-                                  .x = x,
-                                  .y = p.y,
-                                  .n_tokens = n_tokens,
-                                  .w16 = p.w->w16};
-  };
   kernels::matmul_params quant[kernels::gemv_max_group];
   std::size_t n_quant = 0;
   for (const projection& p : ps) {
@@ -123,13 +124,13 @@ void gpu_device::project(std::span<const projection> ps, const float* x, std::in
          "quantized gemm");
       n_quant = 0;
     }
-    quant[n_quant++] = params(p);
+    quant[n_quant++] = p.params(x, n_tokens);
   }
   ok(kernels::launch_gemm_quant_group(std::span<const kernels::matmul_params>(quant, n_quant), gemm_.workspace,
                                       gemm_.workspace_bytes, stream_),
      "quantized gemm");
   for (const projection& p : ps) {
-    if (by_gemm(*p.w) && !by_quant(*p.w) && !by_fp8(*p.w)) ok(kernels::launch_gemm(params(p), gemm_, stream_), "gemm");
+    if (by_gemm(*p.w) && !by_quant(*p.w) && !by_fp8(*p.w)) ok(kernels::launch_gemm(p.params(x, n_tokens), gemm_, stream_), "gemm");
   }
   if (all_gemm) return;
   // Runs of one weight type share a launch; the first quantized launch rounds x (unless a
@@ -143,15 +144,7 @@ void gpu_device::project(std::span<const projection> ps, const float* x, std::in
     std::size_t n = 0;
     const model::ggml_type type = ps[i].w->type;
     for (; i < ps.size() && n < std::size(group) && ps[i].w->type == type && !by_gemm(*ps[i].w); ++i, ++n) {
-      const matrix& w = *ps[i].w;
-      group[n] = {.w = w.w,
-                  .w_type = w.type,
-                  .in = w.in,
-                  .out = w.out,
-                  .bias = ps[i].bias,
-                  .x = x,
-                  .y = ps[i].y,
-                  .n_tokens = n_tokens};
+      group[n] = ps[i].params(x, n_tokens);  // w16 unread by the GEMV
     }
     const auto source = x8_ready ? kernels::gemv_x8_source::workspace : kernels::gemv_x8_source::quantize;
     ok(kernels::launch_gemv_group(std::span<const kernels::matmul_params>(group, n), x8_ws ? x8_ws : gemv_ws_,
@@ -639,11 +632,8 @@ void gpu_device::run_attention_block(std::int64_t l, bool x8_embd) {
     if (qkv_normed(l)) {
       // The attention norm (with the residual add of the layer before) in the same launch, and
       // where it can, the RoPE and the KV write too.
-      kernels::matmul_params group[3];
-      for (std::size_t i = 0; i < 3; ++i) {
-        const matrix& m = *qkv[i].w;
-        group[i] = {.w = m.w, .w_type = m.type, .in = m.in, .out = m.out, .bias = qkv[i].bias, .y = qkv[i].y, .n_tokens = T};
-      }
+      const kernels::matmul_params group[] = {qkv[0].params(nullptr, T), qkv[1].params(nullptr, T),
+                                              qkv[2].params(nullptr, T)};  // x: normed in the launch
       const kernels::gemv_norm_input norm = normed_input(pending_delta_, pending_norm_);
       if (roped) {
         const kernels::gemv_rope_kv rope{.angles = angles,
