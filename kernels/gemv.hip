@@ -673,6 +673,19 @@ norm_args args_of(const gemv_norm_input& n, std::int64_t in) {
   return {.h = n.h, .delta = n.delta, .weight = n.weight, .h_out = n.h_out, .cols = int(in), .eps = n.eps};
 }
 
+// The one-token group launch that norms its own x (with Rope: rotates and caches too), for
+// callers that checked ps, norm and rope.
+template <bool Rope>
+hipError_t launch_normed(std::span<const matmul_params> ps, const gemv_norm_input& norm, const rope_args& rope,
+                         hipStream_t stream) {
+  const matmul_params& p = ps[0];
+  const std::size_t row_bytes = *model::row_bytes(p.w_type, p.in);
+  with_dot_format(p.w_type, [&](auto f) {
+    launch_q8_for<decltype(f), 1, true, Rope>(ps, row_bytes, nullptr, nullptr, stream, args_of(norm, p.in), rope);
+  });
+  return hipGetLastError();
+}
+
 }  // namespace
 
 hipError_t launch_gemv_group_norm(std::span<const matmul_params> ps, const gemv_norm_input& norm, hipStream_t stream) {
@@ -682,11 +695,7 @@ hipError_t launch_gemv_group_norm(std::span<const matmul_params> ps, const gemv_
   if (p.n_tokens == 0 || std::all_of(ps.begin(), ps.end(), [](const matmul_params& q) { return q.out == 0; })) {
     return hipSuccess;
   }
-  const std::size_t row_bytes = *model::row_bytes(p.w_type, p.in);
-  with_dot_format(p.w_type, [&](auto f) {
-    launch_q8_for<decltype(f), 1, true>(ps, row_bytes, nullptr, nullptr, stream, args_of(norm, p.in));
-  });
-  return hipGetLastError();
+  return launch_normed<false>(ps, norm, {}, stream);
 }
 
 hipError_t launch_gemv_qkv_rope(std::span<const matmul_params> ps, const gemv_norm_input& norm,
@@ -701,19 +710,16 @@ hipError_t launch_gemv_qkv_rope(std::span<const matmul_params> ps, const gemv_no
       p.out % hd != 0 || ps[1].out != c.n_kv_heads * hd || ps[2].out != ps[1].out || hd > (std::int64_t(1) << 30)) {
     return hipErrorInvalidValue;
   }
-  const rope_args args{.angles = rope.angles,
-                       .head_dim = int(hd),
-                       .rot_dim = int(rope.rot_dim),
-                       .neox = rope.style == rope_style::neox,
-                       .k = static_cast<gpu::half_bits*>(c.k),
-                       .v = static_cast<gpu::half_bits*>(c.v),
-                       .row = ps[1].out,
-                       .slot = rope.slot};
-  const std::size_t row_bytes = *model::row_bytes(p.w_type, p.in);
-  with_dot_format(p.w_type, [&](auto f) {
-    launch_q8_for<decltype(f), 1, true, true>(ps, row_bytes, nullptr, nullptr, stream, args_of(norm, p.in), args);
-  });
-  return hipGetLastError();
+  return launch_normed<true>(ps, norm,
+                             {.angles = rope.angles,
+                              .head_dim = int(hd),
+                              .rot_dim = int(rope.rot_dim),
+                              .neox = rope.style == rope_style::neox,
+                              .k = static_cast<gpu::half_bits*>(c.k),
+                              .v = static_cast<gpu::half_bits*>(c.v),
+                              .row = ps[1].out,
+                              .slot = rope.slot},
+                             stream);
 }
 
 hipError_t launch_gemv(const matmul_params& p, void* workspace, std::size_t workspace_bytes, hipStream_t stream,
