@@ -469,9 +469,8 @@ __global__ void __launch_bounds__(slice_threads) weights_kernel(candidates_param
   }
 }
 
-// 5. The record's header and the tail draw (block per sequence), then the draw (6).
-__device__ void draw_record(const candidates_params& p, std::size_t record_bytes);
-
+// 5. The record's header and the tail draw (block per sequence); finish_kernel runs it, then the
+// draw (6).
 __device__ void finish_record(const candidates_params& p, const workspace_view& ws) {
   __shared__ int int_sums[32];
   __shared__ double dbl_sums[32];
@@ -583,15 +582,6 @@ __device__ void finish_record(const candidates_params& p, const workspace_view& 
   }
 }
 
-__global__ void __launch_bounds__(threads) finish_kernel(candidates_params p, workspace_view ws) {
-  gpu::dependency_wait();  // launched with gpu::launch_dependent
-  gpu::allow_dependents();
-  finish_record(p, ws);
-  if (!p.draw) return;  // uniform
-  __syncthreads();  // the header's writers (thread 0, the tail's crossing thread) before its reader
-  draw_record(p, ws.record_bytes);
-}
-
 // 6. The draw (kernels/draw.h), in the finish kernel's block: the candidates' probabilities in
 // parallel, then the cut and the pick on one thread, summing in index order as the host does.
 __device__ void draw_record(const candidates_params& p, std::size_t record_bytes) {
@@ -611,6 +601,16 @@ __device__ void draw_record(const candidates_params& p, std::size_t record_bytes
   const draw_cut cut{.greedy = sp.draw == 1, .top_k = sp.draw_top_k, .top_p = sp.draw_top_p, .min_p = sp.draw_min_p};
   const int i = draw_pick(prob, k, tail, cut, sp.draw_u);
   hdr->drawn = i < k ? top[i].token : hdr->tail_token;
+}
+
+// The finish kernel: 5, then 6 when the launch draws.
+__global__ void __launch_bounds__(threads) finish_kernel(candidates_params p, workspace_view ws) {
+  gpu::dependency_wait();  // launched with gpu::launch_dependent
+  gpu::allow_dependents();
+  finish_record(p, ws);
+  if (!p.draw) return;  // uniform
+  __syncthreads();  // the header's writers (thread 0, the tail's crossing thread) before its reader
+  draw_record(p, ws.record_bytes);
 }
 
 using gpu::aligned16;
