@@ -44,12 +44,16 @@
 //   candidates (--candidates only): the logits -> candidates op of a decode step (greedy, 64
 //            candidates) over 128k-262k vocabularies for 1-64 sequences: µs in graphs, beside one
 //            read of the logits at the copy rate.
+//   small attention (--small-attention only): decode attention for one sequence at contexts of
+//            64-1024 on qwen2.5-0.5b's and llama3-8b's layers, f16 cache, each kernel at each split
+//            length it takes: µs in graphs, beside the K and V rows' time at the copy rate.
 // Timing: device events around back-to-back launches, after warm-up, median of repetitions. The
 // GEMV cycles through enough copies of the weight to exceed the L2 cache several times, as a
 // model's layers do, so no figure comes from L2. Weights are random bytes (the kernels' speed
 // does not depend on the values). A plain main: the GPU machine has none of the Debian libraries.
 // Usage: gpu_roofline [--quick] [--quant-gemm] [--fp8-gemm] [--decode-attention] [--prefill-attention] [--moe]
-//                     [--delta-rule] [--glu] [--small-gemv] [--candidates] [--attention-head-dim 128|256]
+//                     [--delta-rule] [--glu] [--small-gemv] [--candidates] [--small-attention]
+//                     [--attention-head-dim 128|256]
 // (--quick: fewer repetitions, skips the 128256-row shape; --quant-gemm / --fp8-gemm: the limits
 // and that GEMM table only; --decode-attention: the limits and the decode attention table only, at
 // the loads of 256-sequence serving, the tensor-core kernel at each split length it takes;
@@ -783,17 +787,74 @@ void candidates_table(double copy_gbs, int reps) {
   }
 }
 
+// Decode attention for one sequence at the short contexts of a batch-1 decode (--small-attention):
+// qwen2.5-0.5b's layer (14 heads over 2 KV heads of 64) and llama3-8b's, f16 cache, in graphs, at
+// each split length the kernels take (the merge kernel runs where a context has several splits):
+// few splits leave most multiprocessors idle, many add the merge.
+void small_attention_table(double copy_gbs, int reps) {
+  std::printf("\nDecode attention, one sequence, f16 cache, in graphs; limit: the K and V rows at %.0f GB/s\n", copy_gbs);
+  std::printf("%-6s %6s %6s %6s %-7s | %9s %9s\n", "layer", "ctx", "split", "splits", "kernel", "us", "limit us");
+  const attention_layer saved = att;
+  for (const attention_layer layer : {attention_layer{.kv_heads = 2, .head_dim = 64, .heads = 14},
+                                      attention_layer{.kv_heads = 8, .head_dim = 128, .heads = 32}}) {
+    att = layer;
+    for (const std::int64_t ctx : {std::int64_t(64), std::int64_t(128), std::int64_t(264), std::int64_t(512),
+                                   std::int64_t(1024)}) {
+      const std::int64_t per_seq = (ctx + att.block - 1) / att.block;
+      const bench_tables tables(per_seq);
+      const std::int32_t len = std::int32_t(ctx);
+      device_mem d_len(4);
+      CHECK(hipMemcpy(d_len.p, &len, 4, hipMemcpyHostToDevice));
+      device_mem q(std::size_t(att.heads * att.head_dim) * 4), out(q.n);
+      CHECK(hipMemset(q.p, 0, q.n));
+      const bench_cache cache(kernels::kv_dtype::f16, per_seq);
+      for (const bool cuda_cores : {false, true}) {
+        if (!cuda_cores && !kernels::attention_decode_tensor_cores(att.head_dim)) continue;
+        std::vector<std::int64_t> splits{kernels::attention_decode_short_split, kernels::attention_decode_split};
+        if (!cuda_cores) splits.push_back(kernels::attention_decode_longest_split);
+        for (const std::int64_t split : splits) {
+          device_mem ws(std::max<std::size_t>(kernels::attention_decode_workspace_bytes(1, att.heads, att.head_dim, ctx, split), 16));
+          const kernels::attention_decode_params p{.q = q.as<float>(),
+                                                   .out = out.as<float>(),
+                                                   .cache = cache.view,
+                                                   .n_heads = att.heads,
+                                                   .block_tables = tables.d.as<std::int32_t>(),
+                                                   .block_table_stride = per_seq,
+                                                   .context_lens = d_len.as<std::int32_t>(),
+                                                   .n_seqs = 1,
+                                                   .max_context = ctx,
+                                                   .scale = 0.125f,
+                                                   .split = split,
+                                                   .workspace = ws.p,
+                                                   .workspace_bytes = ws.n,
+                                                   .cuda_cores_only = cuda_cores};
+          const double us =
+              1e3 * time_graph_ms([&](int, hipStream_t st) { CHECK(kernels::launch_attention_decode(p, st)); }, 20, reps);
+          const double bytes =
+              double(ctx * att.kv_heads) * 2 * double(kernels::kv_row_bytes_device(kernels::kv_dtype::f16, att.head_dim));
+          std::printf("%-6s %6lld %6lld %6lld %-7s | %9.2f %9.3f\n", att.head_dim == 64 ? "0.5b" : "8b",
+                      static_cast<long long>(ctx), static_cast<long long>(split),
+                      static_cast<long long>(kernels::attention_decode_splits(ctx, split)), cuda_cores ? "cuda" : "tensor",
+                      us, bytes / (copy_gbs * 1e9) * 1e6);
+        }
+      }
+    }
+  }
+  att = saved;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   bool quick = false, quant_only = false, fp8_only = false, decode_only = false, prefill_only = false, moe_only = false;
-  bool delta_only = false, glu_only = false, small_gemv = false, candidates_only = false;
+  bool delta_only = false, glu_only = false, small_gemv = false, candidates_only = false, small_attention = false;
   for (int i = 1; i < argc; ++i) {
     quick = quick || std::strcmp(argv[i], "--quick") == 0;
     delta_only = delta_only || std::strcmp(argv[i], "--delta-rule") == 0;
     glu_only = glu_only || std::strcmp(argv[i], "--glu") == 0;
     small_gemv = small_gemv || std::strcmp(argv[i], "--small-gemv") == 0;
     candidates_only = candidates_only || std::strcmp(argv[i], "--candidates") == 0;
+    small_attention = small_attention || std::strcmp(argv[i], "--small-attention") == 0;
     moe_only = moe_only || std::strcmp(argv[i], "--moe") == 0;
     decode_only = decode_only || std::strcmp(argv[i], "--decode-attention") == 0;
     prefill_only = prefill_only || std::strcmp(argv[i], "--prefill-attention") == 0;
@@ -844,6 +905,10 @@ int main(int argc, char** argv) {
   }
   if (candidates_only) {
     candidates_table(copy_gbs, reps);
+    return 0;
+  }
+  if (small_attention) {
+    small_attention_table(copy_gbs, reps);
     return 0;
   }
   if (small_gemv) {
