@@ -947,6 +947,11 @@ bool gpu_device::run_experts(const layer& w, bool x8_embd, const float* pre_norm
                                  .bias = w.router_b},
                                 stream_),
      "router");
+  const bool x8_up = moe_x8_h_ != nullptr && kernels::moe_matmul_int8(w.gate_exps.type);
+  const bool x8_down = moe_x8_pairs_ != nullptr && kernels::moe_matmul_int8(w.down_exps.type);
+  // A step of one token on the integer path: each pair on its own, its expert read from the
+  // route's ids (kernels/moe.h), so the route makes no grouping.
+  const bool by_pair = T == 1 && x8_up && x8_down && kernels::moe_matmul_int8(w.up_exps.type);
   ok(kernels::launch_moe_route({.logits = router_logits_,
                                 .n_tokens = T,
                                 .n_expert = hp.n_expert,
@@ -955,9 +960,9 @@ bool gpu_device::run_experts(const layer& w, bool x8_embd, const float* pre_norm
                                 .expert_scale = w.expert_scale,
                                 .ids = moe_ids_,
                                 .weights = moe_weights_,
-                                .offsets = moe_offsets_,
-                                .sorted = moe_sorted_,
-                                .active = moe_active_},
+                                .offsets = by_pair ? nullptr : moe_offsets_,
+                                .sorted = by_pair ? nullptr : moe_sorted_,
+                                .active = by_pair ? nullptr : moe_active_},
                                stream_),
      "expert routing");
   // gemma4: the experts read the residual normed apart from the router's input.
@@ -967,7 +972,6 @@ bool gpu_device::run_experts(const layer& w, bool x8_embd, const float* pre_norm
   // as the norm left them in the GEMV workspace (decode-sized steps) or rounded here, and the
   // pairs' as SwiGLU writes them.
   prof_.mark("experts gate/up", stream_);
-  const bool x8_up = moe_x8_h_ != nullptr && kernels::moe_matmul_int8(w.gate_exps.type);
   kernels::gemv_x8_rows x8_h;
   if (x8_up && x8_embd) {
     x8_h = kernels::gemv_x8_view(gemv_ws_, hp.n_embd, T);
@@ -975,7 +979,6 @@ bool gpu_device::run_experts(const layer& w, bool x8_embd, const float* pre_norm
     x8_h = kernels::gemv_x8_view(moe_x8_h_, hp.n_embd, T);
     ok(kernels::launch_gemv_quantize_x(h_, hp.n_embd, T, x8_h, stream_), "experts' input to 8 bits");
   }
-  const bool x8_down = moe_x8_pairs_ != nullptr && kernels::moe_matmul_int8(w.down_exps.type);
   const kernels::gemv_x8_rows x8_pairs =
       x8_down ? kernels::gemv_x8_view(moe_x8_pairs_, hp.n_ff_exp, pairs) : kernels::gemv_x8_rows{};
   const auto experts = [&](const layer::stacked& s, const float* bias, float* y, const float* x, std::int64_t x_div,
@@ -997,13 +1000,14 @@ bool gpu_device::run_experts(const layer& w, bool x8_embd, const float* pre_norm
                                       .max_expert_pairs = T,
                                       .offsets = moe_offsets_,
                                       .sorted = moe_sorted_,
-                                      .active = moe_active_};
+                                      .active = moe_active_,
+                                      .pair_experts = by_pair ? moe_ids_ : nullptr};
   };
   // Steps of 64 pairs and more take the tensor-core GEMM on the blocks (kernels/gemm_quant.h: each
   // expert's rows read once per tile of up to 64 pairs, not once per 8), where the type has it;
   // not with f32 activations (its operands are f16).
   const auto matmul_experts = [&](const kernels::moe_matmul_params& p, const char* what) {
-    const bool by_gemm = moe_x8_h_ != nullptr && gemm_.algo == kernels::gemm_algo::quantized &&
+    const bool by_gemm = !by_pair && moe_x8_h_ != nullptr && gemm_.algo == kernels::gemm_algo::quantized &&
                          kernels::gemm_quant_experts_supported(p.w_type, p.in, p.out, p.stride) &&
                          kernels::gemm_quant_experts_preferred(p.w_type, p.n_pairs, p.n_expert, p.in, p.out);
     ok(by_gemm ? kernels::launch_gemm_quant_experts(p, gemm_.workspace, gemm_.workspace_bytes, stream_)

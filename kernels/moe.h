@@ -10,7 +10,9 @@
 //   2. matmul:  for each expert with pairs, y[p] = W_e x(p) (+ b_e) for each of its pairs p: the expert's
 //               rows are read once per group of pairs, not once per pair. x(p) is the token's row
 //               (the gate/up projections' input) or the pair's own row (the down projection's).
-//               Steps of many pairs: kernels/gemm_quant.h's experts form, on tensor cores.
+//               Steps of many pairs: kernels/gemm_quant.h's experts form, on tensor cores. A
+//               step of one token: each pair on its own, its expert read from the route's ids
+//               (the route then makes no grouping).
 //   3. combine: out[t] = sum over ranks j of weight[t, j] * y[t * k + j], plus the shared expert's
 //               output scaled by sigmoid(x[t] . shared_gate) where the model has one.
 // Pair p = t * k + j is token t's j-th choice. The references are the definition; the CPU forward
@@ -42,6 +44,8 @@ struct moe_route_params {
   std::int32_t* sorted = nullptr;   // [n_tokens * k] out (GPU): pair indices grouped by expert
   std::int32_t* active = nullptr;   // [n_expert + 1] out (GPU): the count of experts with pairs,
                                     // then their ids in ascending order
+                                    // (GPU) offsets, sorted and active all null: no grouping made,
+                                    // for matmuls that take the pairs by moe_matmul_params::pair_experts
 };
 
 struct moe_router_params {
@@ -81,6 +85,11 @@ struct moe_matmul_params {
   const std::int32_t* offsets = nullptr;  // from moe_route
   const std::int32_t* sorted = nullptr;
   const std::int32_t* active = nullptr;
+  // Optional (GPU, the integer path; meant for a step of one token, whose pairs share no expert):
+  // pair_experts[p] is pair p's expert (moe_route's ids), and each pair is computed on its own
+  // instead of grouped by expert, so offsets, sorted and active are neither needed nor read. Each
+  // pair's output is the grouped launch's, bit for bit.
+  const std::int32_t* pair_experts = nullptr;
 };
 
 struct moe_combine_params {

@@ -17,11 +17,14 @@
 //   block owns R rows per warp of one expert's matrix and walks that expert's pairs in chunks of
 //   8, 2 and 1, so each row is read once per chunk, not once per pair. With 8-bit activations,
 //   the GEMV's integer path on the same grid, a row per group of 4, 8 or 32 lanes (q8_kernel).
+//   One token's step: the grid's y over its k pairs instead (q8_pair_kernel), each block reading
+//   its pair's expert from the route's ids, which the route then makes without the grouping.
 // combine: a block per (256 columns, token); the shared expert's gate by a block reduction.
 #include "kernels/moe.h"
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/gpu_quant_dot.h"
 
@@ -196,6 +199,7 @@ __global__ void __launch_bounds__(Threads) route_group_kernel(moe_route_params p
     const std::int64_t t = threadIdx.x / gpu::warp_size;
     if (t < p.n_tokens) route_token(p, t, int(threadIdx.x) % gpu::warp_size);
   }
+  if (p.offsets == nullptr) return;  // ids and weights only
   __syncthreads();  // the ids this block wrote are visible to all its threads
   group_pairs<Threads>(p.ids, p.n_tokens * p.k, std::int32_t(p.n_expert), p.offsets, p.sorted, p.active);
 }
@@ -431,17 +435,15 @@ struct q8_args {
 
 constexpr int q8_slices_in_flight = 4;
 
-// y[p][row] (+ b) for the NT pairs at sorted[i..i + NT), by the L lanes (gl their index) owning `row`.
+// y[p][row] (+ b) for the NT pairs pair[], by the L lanes (gl their index) owning `row`.
 template <class F, int NT, int L>
 __device__ __forceinline__ void q8_chunk(const q8_args& a, const u8* row_w, std::int64_t row, bool store, float* y,
-                                         float b, int i, int gl) {
+                                         float b, const std::int32_t (&pair)[NT], int gl) {
   constexpr int U = q8_slices_in_flight;
   const std::int64_t in = a.in;
-  std::int32_t pair[NT];
   x8_view xs[NT];
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
-    pair[t] = a.sorted[i + t];
     const std::int64_t xr = std::int64_t(pair[t]) / a.x_div;
     xs[t] = x8_view{a.xq + xr * in, a.ds + xr * (in / 16)};
   }
@@ -497,12 +499,44 @@ __global__ void __launch_bounds__(matmul_threads) q8_kernel(q8_args a) {
   const float* bias = second ? a.b1 : a.b0;
   const float b = bias ? bias[std::int64_t(e) * a.out + row] : 0.f;
   const int gl = lane % L;
+  // The NT pairs at sorted[i..i + NT) in a chunk.
+  const auto chunk = [&](auto nt, int i) {
+    constexpr int NT = decltype(nt)::value;
+    std::int32_t pair[NT];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) pair[t] = a.sorted[i + t];
+    q8_chunk<F, NT, L>(a, row_w, row, store, y, b, pair, gl);
+  };
   int i = begin;
   if constexpr (MaxNT >= 8) {
-    for (; end - i >= 8; i += 8) q8_chunk<F, 8, L>(a, row_w, row, store, y, b, i, gl);
-    for (; end - i >= 2; i += 2) q8_chunk<F, 2, L>(a, row_w, row, store, y, b, i, gl);
+    for (; end - i >= 8; i += 8) chunk(std::integral_constant<int, 8>{}, i);
+    for (; end - i >= 2; i += 2) chunk(std::integral_constant<int, 2>{}, i);
   }
-  for (; i < end; ++i) q8_chunk<F, 1, L>(a, row_w, row, store, y, b, i, gl);
+  for (; i < end; ++i) chunk(std::integral_constant<int, 1>{}, i);
+}
+
+// A step's pairs each on its own (no grouping): block row y computes pair y, whose expert is
+// pair_experts[y] (the route's ids). A pair's rows and dots are q8_kernel's one-pair chunk: the
+// same floats. What it saves over q8_kernel for a token's step: the grouping, and the chain of
+// loads (active, offsets, sorted) before a block's first weight load.
+template <class F, int L>
+__global__ void __launch_bounds__(matmul_threads) q8_pair_kernel(q8_args a, const std::int32_t* pair_experts) {
+  constexpr int rows_per_warp = gpu::warp_size / L;
+  const bool second = blockIdx.z == 1;
+  const int lane = int(threadIdx.x) % gpu::warp_size;
+  const std::int64_t warp = std::int64_t(blockIdx.x) * (matmul_threads / gpu::warp_size) + threadIdx.x / gpu::warp_size;
+  const std::int64_t row0 = warp * rows_per_warp, r = row0 + lane / L;
+  const std::int32_t pair[1] = {std::int32_t(blockIdx.y)};
+  gpu::dependency_wait();  // the route and the activations are the kernels before's output
+  gpu::allow_dependents();
+  if (row0 >= a.out) return;  // whole warps: the shuffles need every lane
+  const int e = pair_experts[pair[0]];
+  const bool store = r < a.out;
+  const std::int64_t row = store ? r : a.out - 1;  // tail rows: computed, not stored
+  const u8* row_w = (second ? a.w1 : a.w0) + std::size_t(e) * a.stride + std::size_t(row) * a.row_bytes;
+  const float* bias = second ? a.b1 : a.b0;
+  q8_chunk<F, 1, L>(a, row_w, row, store, second ? a.y1 : a.y0, bias ? bias[std::int64_t(e) * a.out + row] : 0.f, pair,
+                    lane % L);
 }
 
 // Lanes per row: about a slice in flight per lane and more rows per warp when rows are short.
@@ -558,9 +592,10 @@ hipError_t launch_moe_router(const moe_router_params& p, hipStream_t stream) {
 hipError_t launch_moe_route(const moe_route_params& p, hipStream_t stream) {
   if (p.n_tokens < 0 || p.n_tokens > 65535 || p.n_expert < 1 || p.n_expert > moe_max_experts || p.k < 1 ||
       p.k > std::min(p.n_expert, moe_max_used) || p.logits == nullptr || p.ids == nullptr || p.weights == nullptr ||
-      p.offsets == nullptr || p.sorted == nullptr || p.active == nullptr) {
+      (p.offsets == nullptr) != (p.sorted == nullptr) || (p.offsets == nullptr) != (p.active == nullptr)) {
     return hipErrorInvalidValue;
   }
+  const bool grouped = p.offsets != nullptr;
   // One block for both: a thread for every expert, and (routing by warps) a warp per token.
   const bool by_block = p.n_tokens <= block_route_tokens;
   const std::int64_t threads = by_block ? p.n_expert : std::max(p.n_expert, p.n_tokens * gpu::warp_size);
@@ -588,6 +623,7 @@ hipError_t launch_moe_route(const moe_route_params& p, hipStream_t stream) {
     const dim3 grid(static_cast<unsigned>((p.n_tokens + per_block - 1) / per_block));
     gpu::launch_dependent(route_kernel, grid, dim3(route_threads), stream, p);
   }
+  if (!grouped) return hipGetLastError();
   // Even for no tokens: the offsets say every expert has no pairs.
   gpu::launch_dependent(group_kernel, dim3(1), dim3(group_threads), stream, static_cast<const std::int32_t*>(p.ids),
                         p.n_tokens * p.k, std::int32_t(p.n_expert), p.offsets, p.sorted, p.active);
@@ -604,9 +640,11 @@ bool moe_matmul_int8(model::ggml_type t) {
 }
 
 hipError_t launch_moe_matmul(const moe_matmul_params& p, hipStream_t stream) {
+  const bool by_pair = p.pair_experts != nullptr;  // the grouping is not read
   if (!moe_matmul_supports(p.w_type, p.in, p.stride) || p.out <= 0 || p.n_mats < 1 || p.n_mats > 2 ||
       p.n_expert < 1 || p.n_expert > moe_max_experts || p.x_div < 1 || p.n_pairs < 0 || p.in > (std::int64_t(1) << 30) ||
-      p.out > (std::int64_t(1) << 30) || p.offsets == nullptr || p.sorted == nullptr || p.active == nullptr) {
+      p.out > (std::int64_t(1) << 30) ||
+      (!by_pair && (p.offsets == nullptr || p.sorted == nullptr || p.active == nullptr))) {
     return hipErrorInvalidValue;
   }
   const std::size_t row_bytes = *model::row_bytes(p.w_type, p.in);
@@ -617,6 +655,7 @@ hipError_t launch_moe_matmul(const moe_matmul_params& p, hipStream_t stream) {
     if (!aligned16(p.w[m]) || p.y[m] == nullptr) return hipErrorInvalidValue;
   }
   if (!aligned16(p.x)) return hipErrorInvalidValue;
+  if (by_pair && (p.xq == nullptr || !moe_matmul_int8(p.w_type) || p.n_pairs > 65535)) return hipErrorInvalidValue;
   if (p.n_pairs == 0) return hipSuccess;
   const matmul_args a{.w0 = static_cast<const u8*>(p.w[0]),
                       .w1 = static_cast<const u8*>(p.n_mats > 1 ? p.w[1] : p.w[0]),
@@ -661,6 +700,20 @@ hipError_t launch_moe_matmul(const moe_matmul_params& p, hipStream_t stream) {
                         static_cast<unsigned>(p.n_mats));
         gpu::launch_dependent(kernel, grid, dim3(matmul_threads), stream, q);
       };
+      if (by_pair) {
+        const auto by_lanes = [&](auto kernel, int lanes) {
+          const std::int64_t rows_per_block = std::int64_t(gpu::warp_size / lanes) * (matmul_threads / gpu::warp_size);
+          const dim3 grid(static_cast<unsigned>((p.out + rows_per_block - 1) / rows_per_block),
+                          static_cast<unsigned>(p.n_pairs), static_cast<unsigned>(p.n_mats));
+          gpu::launch_dependent(kernel, grid, dim3(matmul_threads), stream, q, p.pair_experts);
+        };
+        switch (q8_lanes(p.in / F::block_elems * F::slices)) {
+          case 32: by_lanes(q8_pair_kernel<F, 32>, 32); break;
+          case 8: by_lanes(q8_pair_kernel<F, 8>, 8); break;
+          default: by_lanes(q8_pair_kernel<F, 4>, 4); break;
+        }
+        return;
+      }
       // A token's k experts are distinct: no expert has more pairs than the step has tokens.
       const std::int64_t per_expert = p.max_expert_pairs > 0 ? std::min(p.max_expert_pairs, p.n_pairs) : p.n_pairs;
       const auto by_lanes = [&](auto one, auto many, int lanes) { per_expert > 1 ? launch(many, lanes) : launch(one, lanes); };

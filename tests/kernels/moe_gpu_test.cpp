@@ -6,7 +6,9 @@
 //   matmul: every GEMV weight type, gate/up (one row per token, two matrices in one launch) and
 //     down (one row per pair): each pair's output equals matmul_ref of its expert's matrix on its
 //     row within 1e-5 of the |W|.|x| scale (float activations, exact decode); on 8-bit rows (the
-//     integer types), matmul_ref of the rounded rows within 1e-5. Poisoned and guarded.
+//     integer types), matmul_ref of the rounded rows within 1e-5. Poisoned and guarded. One token's
+//     pairs each on its own (by the route's ids): the grouped launches' floats bit for bit; the
+//     route without its grouping gives the same ids and weights.
 //   combine: within 1e-5, with and without the shared expert and its gate.
 //   the quantized GEMM's experts form (kernels/gemm_quant.h; Q4_K, Q5_K, Q6_K, MXFP4, tensor cores): the
 //     same gate/up and down launches against matmul_ref within 2e-3 of the |W|.|x| scale (f16
@@ -16,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <sstream>
 #include <string>
@@ -41,14 +44,20 @@ struct route_case {
   bool scaled = false;  // gemma4: each chosen weight times its expert's scale
 };
 
+// The same bytes (floats compared as bits: NaN weights included).
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
 // Routes `logits` on the device; returns ids, weights, offsets and sorted.
 struct routed {
   std::vector<std::int32_t> ids, offsets, sorted, active;
   std::vector<float> weights;
 };
 
+// grouped false: ids and weights only (offsets, sorted and active null; returned empty).
 routed route_on_device(const std::vector<float>& logits, std::int64_t tokens, std::int64_t n_expert, std::int64_t k,
-                       bool normalize, const std::vector<float>& expert_scale = {}) {
+                       bool normalize, const std::vector<float>& expert_scale = {}, bool grouped = true) {
   guarded_array<float> dl(logits), dscale(expert_scale.empty() ? std::vector<float>{0.f} : expert_scale);
   guarded_array<std::int32_t> ids(std::size_t(tokens * k)), offsets(std::size_t(n_expert + 1)),
       sorted(std::size_t(tokens * k)), active(std::size_t(n_expert + 1));
@@ -63,14 +72,15 @@ routed route_on_device(const std::vector<float>& logits, std::int64_t tokens, st
                               .expert_scale = expert_scale.empty() ? nullptr : dscale.data(),
                               .ids = ids.data(),
                               .weights = w.data(),
-                              .offsets = offsets.data(),
-                              .sorted = sorted.data(),
-                              .active = active.data()},
+                              .offsets = grouped ? offsets.data() : nullptr,
+                              .sorted = grouped ? sorted.data() : nullptr,
+                              .active = grouped ? active.data() : nullptr},
                              nullptr),
             hipSuccess);
   EXPECT_EQ(hipDeviceSynchronize(), hipSuccess);
   for (auto* a : {&ids, &offsets, &sorted, &active}) EXPECT_TRUE(a->guards_intact());
   EXPECT_TRUE(w.guards_intact());
+  if (!grouped) return {ids.download(), {}, {}, {}, w.download()};
   return {ids.download(), offsets.download(), sorted.download(), active.download(), w.download()};
 }
 
@@ -126,6 +136,10 @@ TEST_P(MoeRouteGpu, MatchesTheReferenceAndGroupsThePairs) {
   EXPECT_EQ(r.ids, ids);
   for (std::size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(r.weights[i], w[i], 1e-6f) << i;
   expect_grouping(r, c.n_expert);
+  // Without the grouping (a one-token step's matmuls by pair): the same ids and weights.
+  const routed alone = route_on_device(logits, c.tokens, c.n_expert, c.k, c.normalize, scale, false);
+  EXPECT_EQ(alone.ids, r.ids);
+  EXPECT_TRUE(same_bits(alone.weights, r.weights));
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, MoeRouteGpu,
@@ -188,6 +202,10 @@ TEST(MoeRouteGpu, RefusesOutOfRangeShapes) {
   EXPECT_TRUE(refused([](moe_route_params& q) { q.n_expert = moe_max_experts + 1; })) << "too many experts";
   EXPECT_TRUE(refused([](moe_route_params& q) { q.sorted = nullptr; })) << "no grouping";
   EXPECT_TRUE(refused([](moe_route_params& q) { q.active = nullptr; })) << "no active list";
+  EXPECT_TRUE(refused([](moe_route_params& q) { q.offsets = nullptr; })) << "a grouping without offsets";
+  EXPECT_FALSE(refused([](moe_route_params& q) {
+    q.offsets = nullptr, q.sorted = nullptr, q.active = nullptr;
+  })) << "no grouping asked";
   EXPECT_FALSE(refused([](moe_route_params&) {})) << "the valid shape";
   ANVIL_GPU_CHECK(hipDeviceSynchronize());
 }
@@ -371,7 +389,7 @@ TEST_P(MoeMatmulGpu, EachPairIsItsExpertsMatmulOfItsRow) {
   std::vector<matmul_case> cases = {matmul_case{type, 1, 8, 2, 256, 72},   matmul_case{type, 23, 6, 2, 512, 40},
                                     matmul_case{type, 40, 4, 3, 256, 130},  matmul_case{type, 9, 1, 1, 256, 8},
                                     matmul_case{type, 2, 16, 8, 768, 33},   matmul_case{type, 3, 4, 2, 2048, 20},
-                                    matmul_case{type, 1, 4, 2, 4096, 9}};
+                                    matmul_case{type, 1, 4, 2, 4096, 9},   matmul_case{type, 1, 128, 8, 2048, 24}};
   // gpt-oss's rows of 2,880 for the types of 32-element blocks.
   if (type == ggml_type::MXFP4 || type == ggml_type::Q8_0) cases.push_back(matmul_case{type, 1, 4, 2, 2880, 24});
   for (const matmul_case& c : cases) {
@@ -410,11 +428,12 @@ TEST_P(MoeMatmulGpu, EachPairIsItsExpertsMatmulOfItsRow) {
     const host_x8 x8(x), xp8(xp);
     guarded_array<std::int8_t> q_tok(x8.q), q_pair(xp8.q);
     guarded_array<float> s_tok(x8.ds), s_pair(xp8.ds);
+    moe_matmul_params gi = p, di = d;
+    gi.xq = q_tok.data(), gi.x_scales = s_tok.data(), gi.x = nullptr;
+    di.xq = q_pair.data(), di.x_scales = s_pair.data(), di.x = nullptr;
+    std::vector<float> grouped[3];  // gate, up, down of the last round
     for (const std::int64_t max_pairs : {0, 1}) {
       SCOPED_TRACE(::testing::Message() << "max_expert_pairs " << max_pairs);
-      moe_matmul_params gi = p, di = d;
-      gi.xq = q_tok.data(), gi.x_scales = s_tok.data(), gi.x = nullptr;
-      di.xq = q_pair.data(), di.x_scales = s_pair.data(), di.x = nullptr;
       gi.max_expert_pairs = di.max_expert_pairs = max_pairs;
       yg.poison();
       yu.poison();
@@ -423,10 +442,59 @@ TEST_P(MoeMatmulGpu, EachPairIsItsExpertsMatmulOfItsRow) {
       ANVIL_GPU_CHECK(launch_moe_matmul(di, nullptr));
       ANVIL_GPU_CHECK(hipDeviceSynchronize());
       for (const auto* a : {&yg, &yu, &yd}) EXPECT_TRUE(a->guards_intact());
-      expect_pairs_match(c, r, stacks, x8.rounded, xp8.rounded, bias, yg.download(), yu.download(), yd.download(), 1e-5,
+      grouped[0] = yg.download(), grouped[1] = yu.download(), grouped[2] = yd.download();
+      expect_pairs_match(c, r, stacks, x8.rounded, xp8.rounded, bias, grouped[0], grouped[1], grouped[2], 1e-5,
                          "integer path");
     }
+    if (c.tokens != 1) continue;
+    // One token's pairs each on its own, by the route's ids (no grouping read): the grouped
+    // launches' floats bit for bit.
+    guarded_array<std::int32_t> dids(r.ids);
+    moe_matmul_params ga = gi, da = di;
+    ga.offsets = ga.sorted = ga.active = da.offsets = da.sorted = da.active = nullptr;
+    ga.pair_experts = da.pair_experts = dids.data();
+    for (auto* a : {&yg, &yu, &yd}) a->poison();
+    ANVIL_GPU_CHECK(launch_moe_matmul(ga, nullptr));
+    ANVIL_GPU_CHECK(launch_moe_matmul(da, nullptr));
+    ANVIL_GPU_CHECK(hipDeviceSynchronize());
+    for (const auto* a : {&yg, &yu, &yd}) EXPECT_TRUE(a->guards_intact());
+    EXPECT_TRUE(same_bits(yg.download(), grouped[0])) << "gate, by pair";
+    EXPECT_TRUE(same_bits(yu.download(), grouped[1])) << "up, by pair";
+    EXPECT_TRUE(same_bits(yd.download(), grouped[2])) << "down, by pair";
   }
+}
+
+TEST(MoePairsGpu, RefusesWhatItCannotDoAlone) {
+  require_device();
+  const matmul_case c{ggml_type::Q8_0, 1, 8, 2, 256, 16};
+  std::mt19937 rng(3);
+  const expert_stacks stacks(c, rng);
+  guarded_array<std::int8_t> q(std::size_t(c.in));
+  guarded_array<float> qs(std::size_t(c.in / 8)), x(std::size_t(c.in)), y(std::size_t(c.k * c.out));
+  guarded_array<std::int32_t> ids(std::vector<std::int32_t>{3, 5});
+  const moe_matmul_params ok{.w = {stacks.dg.data()},
+                             .y = {y.data()},
+                             .w_type = c.type,
+                             .in = c.in,
+                             .out = c.out,
+                             .stride = stacks.stride,
+                             .x = x.data(),
+                             .x_div = c.k,
+                             .xq = q.data(),
+                             .x_scales = qs.data(),
+                             .n_pairs = c.k,
+                             .n_expert = c.n_expert,
+                             .pair_experts = ids.data()};
+  const auto refused = [&](auto change) {
+    moe_matmul_params p = ok;
+    change(p);
+    return launch_moe_matmul(p, nullptr) == hipErrorInvalidValue;
+  };
+  EXPECT_TRUE(refused([](moe_matmul_params& p) { p.xq = nullptr; })) << "float activations";
+  EXPECT_TRUE(refused([](moe_matmul_params& p) { p.n_pairs = 65536; })) << "more pairs than a grid's rows";
+  EXPECT_FALSE(refused([](moe_matmul_params&) {})) << "the valid launch, with no grouping";
+  EXPECT_TRUE(refused([](moe_matmul_params& p) { p.pair_experts = nullptr; })) << "neither ids nor a grouping";
+  ANVIL_GPU_CHECK(hipDeviceSynchronize());
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, MoeMatmulGpu, ::testing::ValuesIn(gpu_weight_types()),
