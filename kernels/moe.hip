@@ -694,19 +694,15 @@ hipError_t launch_moe_matmul(const moe_matmul_params& p, hipStream_t stream) {
                     .active = a.active};
     with_dot_format(p.w_type, [&](auto f) {
       using F = decltype(f);
-      const auto launch = [&](auto kernel, int lanes) {
+      // grid_y: the experts' slots, or the pairs (by pair).
+      const auto launch = [&](auto kernel, int lanes, std::int64_t grid_y, auto... extra) {
         const std::int64_t rows_per_block = std::int64_t(gpu::warp_size / lanes) * (matmul_threads / gpu::warp_size);
-        const dim3 grid(static_cast<unsigned>((p.out + rows_per_block - 1) / rows_per_block), static_cast<unsigned>(slots),
+        const dim3 grid(static_cast<unsigned>((p.out + rows_per_block - 1) / rows_per_block), static_cast<unsigned>(grid_y),
                         static_cast<unsigned>(p.n_mats));
-        gpu::launch_dependent(kernel, grid, dim3(matmul_threads), stream, q);
+        gpu::launch_dependent(kernel, grid, dim3(matmul_threads), stream, q, extra...);
       };
       if (by_pair) {
-        const auto by_lanes = [&](auto kernel, int lanes) {
-          const std::int64_t rows_per_block = std::int64_t(gpu::warp_size / lanes) * (matmul_threads / gpu::warp_size);
-          const dim3 grid(static_cast<unsigned>((p.out + rows_per_block - 1) / rows_per_block),
-                          static_cast<unsigned>(p.n_pairs), static_cast<unsigned>(p.n_mats));
-          gpu::launch_dependent(kernel, grid, dim3(matmul_threads), stream, q, p.pair_experts);
-        };
+        const auto by_lanes = [&](auto kernel, int lanes) { launch(kernel, lanes, p.n_pairs, p.pair_experts); };
         switch (q8_lanes(p.in / F::block_elems * F::slices)) {
           case 32: by_lanes(q8_pair_kernel<F, 32>, 32); break;
           case 8: by_lanes(q8_pair_kernel<F, 8>, 8); break;
@@ -716,7 +712,9 @@ hipError_t launch_moe_matmul(const moe_matmul_params& p, hipStream_t stream) {
       }
       // A token's k experts are distinct: no expert has more pairs than the step has tokens.
       const std::int64_t per_expert = p.max_expert_pairs > 0 ? std::min(p.max_expert_pairs, p.n_pairs) : p.n_pairs;
-      const auto by_lanes = [&](auto one, auto many, int lanes) { per_expert > 1 ? launch(many, lanes) : launch(one, lanes); };
+      const auto by_lanes = [&](auto one, auto many, int lanes) {
+        per_expert > 1 ? launch(many, lanes, slots) : launch(one, lanes, slots);
+      };
       switch (q8_lanes(p.in / F::block_elems * F::slices)) {
         case 32: by_lanes(q8_kernel<F, 32, 1>, q8_kernel<F, 32, 8>, 32); break;
         case 8: by_lanes(q8_kernel<F, 8, 1>, q8_kernel<F, 8, 8>, 8); break;
