@@ -47,12 +47,15 @@
 //   small attention (--small-attention only): decode attention for one sequence at contexts of
 //            64-1024 on qwen2.5-0.5b's and llama3-8b's layers, f16 cache, each kernel at each split
 //            length it takes: µs in graphs, beside the K and V rows' time at the copy rate.
+//   layer chain (--layer-chain only): one llama3-8b Q4_K_M layer of a one-token step after its
+//            q/k/v (decode attention, o, gate/up, SwiGLU, down, the next q/k/v) in graphs, with and
+//            without the attention: µs, beside the layer's weights at the copy rate.
 // Timing: device events around back-to-back launches, after warm-up, median of repetitions. The
 // GEMV cycles through enough copies of the weight to exceed the L2 cache several times, as a
 // model's layers do, so no figure comes from L2. Weights are random bytes (the kernels' speed
 // does not depend on the values). A plain main: the GPU machine has none of the Debian libraries.
 // Usage: gpu_roofline [--quick] [--quant-gemm] [--fp8-gemm] [--decode-attention] [--prefill-attention] [--moe]
-//                     [--delta-rule] [--glu] [--small-gemv] [--candidates] [--small-attention]
+//                     [--delta-rule] [--glu] [--small-gemv] [--candidates] [--small-attention] [--layer-chain]
 //                     [--attention-head-dim 128|256]
 // (--quick: fewer repetitions, skips the 128256-row shape; --quant-gemm / --fp8-gemm: the limits
 // and that GEMM table only; --decode-attention: the limits and the decode attention table only, at
@@ -843,11 +846,122 @@ void small_attention_table(double copy_gbs, int reps) {
   att = saved;
 }
 
+
+// One llama3-8b layer of a one-token step as the worker runs Q4_K_M's (Q4_K q/k/v, o, gate and up;
+// Q6_K down) after its q/k/v: decode attention at a context of 264 (f16 cache, the worker's split),
+// o, gate and up as one launch, the SwiGLU writing down's 8-bit rows, down, then the next layer's
+// q/k/v; the projections on 8-bit x already in their workspaces. In graphs; the layer's weights
+// cycle through copies past L2, as a model's layers do. Also without the attention (o first).
+// Limit: the layer's weight bytes at the copy rate.
+void layer_chain_table(double copy_gbs, std::size_t l2, int reps) {
+  const attention_layer saved = att;
+  att = {.kv_heads = 8, .head_dim = 128, .heads = 32};
+  constexpr std::int64_t embd = 4096, ff = 14336, kv = 1024, ctx = 264;
+  const auto bytes_of = [](ggml_type t, std::int64_t out, std::int64_t in) {
+    return (*model::row_bytes(t, in) * std::size_t(out) + 255) / 256 * 256;
+  };
+  struct part {
+    ggml_type t;
+    std::int64_t out, in;
+    std::size_t at = 0;
+  };
+  part parts[] = {{ggml_type::Q4_K, embd, embd},  // o
+                  {ggml_type::Q4_K, ff, embd},    // gate
+                  {ggml_type::Q4_K, ff, embd},    // up
+                  {ggml_type::Q6_K, embd, ff},    // down
+                  {ggml_type::Q4_K, embd, embd},  // q
+                  {ggml_type::Q4_K, kv, embd},    // k
+                  {ggml_type::Q4_K, kv, embd}};   // v
+  std::size_t layer = 0;
+  for (part& pt : parts) {
+    pt.at = layer;
+    layer += bytes_of(pt.t, pt.out, pt.in);
+  }
+  device_mem pool(std::max<std::size_t>(3 * layer, 4 * l2 + layer));
+  fill_random(pool.p, pool.n, 17);
+  const weight_copies copies(pool, l2, layer);
+  device_mem x(std::size_t(ff) * 4), y(std::size_t(ff) * 4), g(y.n), u(y.n);
+  CHECK(hipMemset(x.p, 0, x.n));
+  device_mem ws(kernels::gemv_x8_bytes(embd, 1)), ws_down(kernels::gemv_x8_bytes(ff, 1));
+  const kernels::gemv_x8_rows down8 = kernels::gemv_x8_view(ws_down.p, ff, 1);
+  // x in 8 bits in both workspaces (zeros), as the producers before each projection leave it.
+  CHECK(kernels::launch_gemv({.w = pool.p, .w_type = ggml_type::Q4_K, .in = embd, .out = 1, .x = x.as<float>(),
+                              .y = y.as<float>(), .n_tokens = 1},
+                             ws.p, ws.n, nullptr));
+  CHECK(kernels::launch_gemv({.w = pool.p, .w_type = ggml_type::Q6_K, .in = ff, .out = 1, .x = x.as<float>(),
+                              .y = y.as<float>(), .n_tokens = 1},
+                             ws_down.p, ws_down.n, nullptr));
+
+  const std::int64_t per_seq = (ctx + att.block - 1) / att.block;
+  const bench_tables tables(per_seq);
+  const std::int32_t len = std::int32_t(ctx);
+  device_mem d_len(4);
+  CHECK(hipMemcpy(d_len.p, &len, 4, hipMemcpyHostToDevice));
+  device_mem q(std::size_t(att.heads * att.head_dim) * 4), out(q.n);
+  CHECK(hipMemset(q.p, 0, q.n));
+  const bench_cache cache(kernels::kv_dtype::f16, per_seq);
+  const bool tensor_cores = kernels::attention_decode_tensor_cores(att.head_dim);
+  const std::int64_t split = kernels::attention_decode_split_for(ctx, tensor_cores);
+  device_mem att_ws(std::max<std::size_t>(kernels::attention_decode_workspace_bytes(1, att.heads, att.head_dim, ctx, split), 16));
+  const kernels::attention_decode_params ap{.q = q.as<float>(),
+                                            .out = out.as<float>(),
+                                            .cache = cache.view,
+                                            .n_heads = att.heads,
+                                            .block_tables = tables.d.as<std::int32_t>(),
+                                            .block_table_stride = per_seq,
+                                            .context_lens = d_len.as<std::int32_t>(),
+                                            .n_seqs = 1,
+                                            .max_context = ctx,
+                                            .scale = 0.088f,
+                                            .split = split,
+                                            .workspace = att_ws.p,
+                                            .workspace_bytes = att_ws.n};
+  const auto mp = [&](const char* base, const part& pt, float* dst) {
+    return kernels::matmul_params{.w = base + pt.at, .w_type = pt.t, .in = pt.in, .out = pt.out, .x = x.as<float>(),
+                                  .y = dst, .n_tokens = 1};
+  };
+  const auto chain = [&](int i, hipStream_t st, bool attention) {
+    const char* w = static_cast<const char*>(copies.at(i));
+    constexpr auto ready = kernels::gemv_x8_source::workspace;
+    constexpr auto int8 = kernels::gemv_activations::int8;
+    if (attention) CHECK(kernels::launch_attention_decode(ap, st));
+    CHECK(kernels::launch_gemv(mp(w, parts[0], y.as<float>()), ws.p, ws.n, st, int8, ready));
+    const kernels::matmul_params gate_up[2] = {mp(w, parts[1], g.as<float>()), mp(w, parts[2], u.as<float>())};
+    CHECK(kernels::launch_gemv_group(gate_up, ws.p, ws.n, st, int8, ready));
+    CHECK(kernels::launch_swiglu({.gate = g.as<float>(),
+                                  .up = u.as<float>(),
+                                  .out = g.as<float>(),
+                                  .rows = 1,
+                                  .cols = ff,
+                                  .gate_stride = ff,
+                                  .up_stride = ff,
+                                  .out_stride = ff,
+                                  .yq = down8.q,
+                                  .yq_scales = down8.ds},
+                                 st));
+    CHECK(kernels::launch_gemv(mp(w, parts[3], y.as<float>()), ws_down.p, ws_down.n, st, int8, ready));
+    const kernels::matmul_params qkv[3] = {mp(w, parts[4], y.as<float>()), mp(w, parts[5], g.as<float>()),
+                                           mp(w, parts[6], u.as<float>())};
+    CHECK(kernels::launch_gemv_group(qkv, ws.p, ws.n, st, int8, ready));
+  };
+  const double limit_us = double(layer) / (copy_gbs * 1e9) * 1e6;
+  std::printf("\nOne llama3-8b Q4_K_M layer, one token, in graphs (weights %.1f MB, %d copies; limit %.2f us at %.0f GB/s)\n",
+              double(layer) / 1e6, copies.count, limit_us, copy_gbs);
+  for (const bool attention : {true, false}) {
+    const double us = 1e3 * time_graph_ms([&](int i, hipStream_t st) { chain(i, st, attention); },
+                                          std::max(copies.batch(), 16), reps);
+    std::printf("%-44s | %8.2f us  %5.1f%% of the limit\n",
+                attention ? "attention, o, gate/up, swiglu, down, q/k/v" : "o, gate/up, swiglu, down, q/k/v", us,
+                100 * limit_us / us);
+  }
+  att = saved;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
   bool quick = false, quant_only = false, fp8_only = false, decode_only = false, prefill_only = false, moe_only = false;
   bool delta_only = false, glu_only = false, small_gemv = false, candidates_only = false, small_attention = false;
+  bool layer_chain = false;
   for (int i = 1; i < argc; ++i) {
     quick = quick || std::strcmp(argv[i], "--quick") == 0;
     delta_only = delta_only || std::strcmp(argv[i], "--delta-rule") == 0;
@@ -855,6 +969,7 @@ int main(int argc, char** argv) {
     small_gemv = small_gemv || std::strcmp(argv[i], "--small-gemv") == 0;
     candidates_only = candidates_only || std::strcmp(argv[i], "--candidates") == 0;
     small_attention = small_attention || std::strcmp(argv[i], "--small-attention") == 0;
+    layer_chain = layer_chain || std::strcmp(argv[i], "--layer-chain") == 0;
     moe_only = moe_only || std::strcmp(argv[i], "--moe") == 0;
     decode_only = decode_only || std::strcmp(argv[i], "--decode-attention") == 0;
     prefill_only = prefill_only || std::strcmp(argv[i], "--prefill-attention") == 0;
@@ -909,6 +1024,10 @@ int main(int argc, char** argv) {
   }
   if (small_attention) {
     small_attention_table(copy_gbs, reps);
+    return 0;
+  }
+  if (layer_chain) {
+    layer_chain_table(copy_gbs, l2, reps);
     return 0;
   }
   if (small_gemv) {
