@@ -846,7 +846,6 @@ void small_attention_table(double copy_gbs, int reps) {
   att = saved;
 }
 
-
 // One llama3-8b layer of a one-token step as the worker runs Q4_K_M's (Q4_K q/k/v, o, gate and up;
 // Q6_K down) after its q/k/v: decode attention at a context of 264 (f16 cache, the worker's split),
 // o, gate and up as one launch, the SwiGLU writing down's 8-bit rows, down, then the next layer's
