@@ -269,6 +269,46 @@ struct bench_cache {
   }
 };
 
+// One sequence of `ctx` positions in an f16 cache of the layer `att` describes (its query zero),
+// and decode attention over it at a split length, with a workspace of its own.
+struct one_sequence {
+  std::int64_t ctx, per_seq;
+  bench_tables tables;
+  device_mem len, q, out;
+  bench_cache cache;
+  explicit one_sequence(std::int64_t context)
+      : ctx(context),
+        per_seq((context + att.block - 1) / att.block),
+        tables(per_seq),
+        len(4),
+        q(std::size_t(att.heads * att.head_dim) * 4),
+        out(q.n),
+        cache(kernels::kv_dtype::f16, per_seq) {
+    const std::int32_t n = std::int32_t(ctx);
+    CHECK(hipMemcpy(len.p, &n, 4, hipMemcpyHostToDevice));
+    CHECK(hipMemset(q.p, 0, q.n));
+  }
+  std::size_t workspace_bytes(std::int64_t split) const {
+    return std::max<std::size_t>(kernels::attention_decode_workspace_bytes(1, att.heads, att.head_dim, ctx, split), 16);
+  }
+  kernels::attention_decode_params params(std::int64_t split, float scale, bool cuda_cores, const device_mem& ws) const {
+    return {.q = q.as<float>(),
+            .out = out.as<float>(),
+            .cache = cache.view,
+            .n_heads = att.heads,
+            .block_tables = tables.d.as<std::int32_t>(),
+            .block_table_stride = per_seq,
+            .context_lens = len.as<std::int32_t>(),
+            .n_seqs = 1,
+            .max_context = ctx,
+            .scale = scale,
+            .split = split,
+            .workspace = ws.p,
+            .workspace_bytes = ws.n,
+            .cuda_cores_only = cuda_cores};
+  }
+};
+
 // ---- the FP8 GEMM (kernels/gemm_fp8.h) at the step sizes of prefill and heavy decode ----
 struct fp8_table_args {
   double copy_gbs, gemm_tflops;
@@ -803,34 +843,14 @@ void small_attention_table(double copy_gbs, int reps) {
     att = layer;
     for (const std::int64_t ctx : {std::int64_t(64), std::int64_t(128), std::int64_t(264), std::int64_t(512),
                                    std::int64_t(1024)}) {
-      const std::int64_t per_seq = (ctx + att.block - 1) / att.block;
-      const bench_tables tables(per_seq);
-      const std::int32_t len = std::int32_t(ctx);
-      device_mem d_len(4);
-      CHECK(hipMemcpy(d_len.p, &len, 4, hipMemcpyHostToDevice));
-      device_mem q(std::size_t(att.heads * att.head_dim) * 4), out(q.n);
-      CHECK(hipMemset(q.p, 0, q.n));
-      const bench_cache cache(kernels::kv_dtype::f16, per_seq);
+      const one_sequence seq(ctx);
       for (const bool cuda_cores : {false, true}) {
         if (!cuda_cores && !kernels::attention_decode_tensor_cores(att.head_dim)) continue;
         std::vector<std::int64_t> splits{kernels::attention_decode_short_split, kernels::attention_decode_split};
         if (!cuda_cores) splits.push_back(kernels::attention_decode_longest_split);
         for (const std::int64_t split : splits) {
-          device_mem ws(std::max<std::size_t>(kernels::attention_decode_workspace_bytes(1, att.heads, att.head_dim, ctx, split), 16));
-          const kernels::attention_decode_params p{.q = q.as<float>(),
-                                                   .out = out.as<float>(),
-                                                   .cache = cache.view,
-                                                   .n_heads = att.heads,
-                                                   .block_tables = tables.d.as<std::int32_t>(),
-                                                   .block_table_stride = per_seq,
-                                                   .context_lens = d_len.as<std::int32_t>(),
-                                                   .n_seqs = 1,
-                                                   .max_context = ctx,
-                                                   .scale = 0.125f,
-                                                   .split = split,
-                                                   .workspace = ws.p,
-                                                   .workspace_bytes = ws.n,
-                                                   .cuda_cores_only = cuda_cores};
+          device_mem ws(seq.workspace_bytes(split));
+          const kernels::attention_decode_params p = seq.params(split, 0.125f, cuda_cores, ws);
           const double us =
               1e3 * time_graph_ms([&](int, hipStream_t st) { CHECK(kernels::launch_attention_decode(p, st)); }, 20, reps);
           const double bytes =
@@ -891,30 +911,10 @@ void layer_chain_table(double copy_gbs, std::size_t l2, int reps) {
                               .y = y.as<float>(), .n_tokens = 1},
                              ws_down.p, ws_down.n, nullptr));
 
-  const std::int64_t per_seq = (ctx + att.block - 1) / att.block;
-  const bench_tables tables(per_seq);
-  const std::int32_t len = std::int32_t(ctx);
-  device_mem d_len(4);
-  CHECK(hipMemcpy(d_len.p, &len, 4, hipMemcpyHostToDevice));
-  device_mem q(std::size_t(att.heads * att.head_dim) * 4), out(q.n);
-  CHECK(hipMemset(q.p, 0, q.n));
-  const bench_cache cache(kernels::kv_dtype::f16, per_seq);
-  const bool tensor_cores = kernels::attention_decode_tensor_cores(att.head_dim);
-  const std::int64_t split = kernels::attention_decode_split_for(ctx, tensor_cores);
-  device_mem att_ws(std::max<std::size_t>(kernels::attention_decode_workspace_bytes(1, att.heads, att.head_dim, ctx, split), 16));
-  const kernels::attention_decode_params ap{.q = q.as<float>(),
-                                            .out = out.as<float>(),
-                                            .cache = cache.view,
-                                            .n_heads = att.heads,
-                                            .block_tables = tables.d.as<std::int32_t>(),
-                                            .block_table_stride = per_seq,
-                                            .context_lens = d_len.as<std::int32_t>(),
-                                            .n_seqs = 1,
-                                            .max_context = ctx,
-                                            .scale = 0.088f,
-                                            .split = split,
-                                            .workspace = att_ws.p,
-                                            .workspace_bytes = att_ws.n};
+  const one_sequence seq(ctx);
+  const std::int64_t split = kernels::attention_decode_split_for(ctx, kernels::attention_decode_tensor_cores(att.head_dim));
+  const device_mem att_ws(seq.workspace_bytes(split));
+  const kernels::attention_decode_params ap = seq.params(split, 0.088f, false, att_ws);
   const auto mp = [&](const char* base, const part& pt, float* dst) {
     return kernels::matmul_params{.w = base + pt.at, .w_type = pt.t, .in = pt.in, .out = pt.out, .x = x.as<float>(),
                                   .y = dst, .n_tokens = 1};
