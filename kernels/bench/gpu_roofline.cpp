@@ -867,7 +867,8 @@ void small_attention_table(double copy_gbs, int reps) {
 }
 
 // One llama3-8b layer of a one-token step as the worker runs Q4_K_M's (Q4_K q/k/v, o, gate and up;
-// Q6_K down) after its q/k/v: decode attention at a context of 264 (f16 cache, the worker's split),
+// Q6_K down: the recipe gives v and down Q6_K in about half the layers, Q4_K in the rest) after its
+// q/k/v: decode attention at a context of 264 (f16 cache, the worker's split),
 // o, gate and up as one launch, the SwiGLU writing down's 8-bit rows, down, then the next layer's
 // q/k/v; the projections on 8-bit x already in their workspaces. In graphs; the layer's weights
 // cycle through copies past L2, as a model's layers do. Also without the attention (o first).
@@ -955,6 +956,7 @@ void layer_chain_table(double copy_gbs, std::size_t l2, int reps) {
   }
   att = saved;
 }
+
 }  // namespace
 
 int main(int argc, char** argv) {
