@@ -50,12 +50,17 @@
 //   layer chain (--layer-chain only): one llama3-8b Q4_K_M layer of a one-token step after its
 //            q/k/v (decode attention, o, gate/up, SwiGLU, down, the next q/k/v) in graphs, with and
 //            without the attention: µs, beside the layer's weights at the copy rate.
+//   phase chain (--phase-chain only): a micro-benchmark (kernels/bench/phase_chain.h): qwen2.5-0.5b's
+//            four projections a layer, 24 layers, int8 weights, as a launch per projection in a graph
+//            against one persistent launch with a grid-wide barrier between projections (and without
+//            it: the work alone): µs a token, beside the weights at the copy rate.
 // Timing: device events around back-to-back launches, after warm-up, median of repetitions. The
 // GEMV cycles through enough copies of the weight to exceed the L2 cache several times, as a
 // model's layers do, so no figure comes from L2. Weights are random bytes (the kernels' speed
 // does not depend on the values). A plain main: the GPU machine has none of the Debian libraries.
 // Usage: gpu_roofline [--quick] [--quant-gemm] [--fp8-gemm] [--decode-attention] [--prefill-attention] [--moe]
 //                     [--delta-rule] [--glu] [--small-gemv] [--candidates] [--small-attention] [--layer-chain]
+//                     [--phase-chain]
 //                     [--attention-head-dim 128|256]
 // (--quick: fewer repetitions, skips the 128256-row shape; --quant-gemm / --fp8-gemm: the limits
 // and that GEMM table only; --decode-attention: the limits and the decode attention table only, at
@@ -72,6 +77,7 @@
 #include <vector>
 
 #include "kernels/attention_decode.h"
+#include "kernels/bench/phase_chain.h"
 #include "kernels/attention_prefill.h"
 #include "kernels/blas_runtime.h"
 #include "kernels/candidates.h"
@@ -957,12 +963,60 @@ void layer_chain_table(double copy_gbs, std::size_t l2, int reps) {
   att = saved;
 }
 
+void phase_chain_table(double copy_gbs, int reps) {
+  using bench::phase_mode;
+  constexpr int layers = 24;
+  const std::size_t bytes = bench::phase_chain_layer_bytes() * layers;
+  device_mem w(bytes), buf(2 * std::size_t(bench::phase_chain_max_width) * 4), sync(256);
+  fill_random(w.p, w.n, 23);
+  CHECK(hipMemset(sync.p, 0, sync.n));
+  // x: small values, so that one layer's outputs stay finite for the check below.
+  std::vector<float> x(std::size_t(bench::phase_chain_max_width), 1.f / 1024);
+  const auto reset = [&] { CHECK(hipMemcpy(buf.p, x.data(), x.size() * 4, hipMemcpyHostToDevice)); };
+  const int sms = gpu::multiprocessors();
+  const auto params = [&](int blocks_per_sm, int n_layers) {
+    return bench::phase_chain_params{.w = static_cast<const std::int8_t*>(w.p),
+                                     .buf = buf.as<float>(),
+                                     .sync = sync.as<unsigned>(),
+                                     .layers = n_layers,
+                                     .blocks = blocks_per_sm * sms};
+  };
+  // One layer from the same x: the barrier's outputs are the launches' bit for bit (the same rows
+  // in the same order), or the barrier is wrong.
+  std::vector<float> by_launches(x.size()), by_barrier(x.size());
+  for (const phase_mode m : {phase_mode::launches, phase_mode::persistent}) {
+    reset();
+    CHECK(bench::launch_phase_chain(params(2, 1), m, nullptr));
+    CHECK(hipDeviceSynchronize());
+    // Four phases from buf[0]: the last output is back in buf[0].
+    CHECK(hipMemcpy((m == phase_mode::launches ? by_launches : by_barrier).data(), buf.p, x.size() * 4,
+                    hipMemcpyDeviceToHost));
+  }
+  const bool same = std::memcmp(by_launches.data(), by_barrier.data(), 896 * 4) == 0;
+  const double limit_us = double(bytes) / (copy_gbs * 1e9) * 1e6;
+  std::printf("\nqwen2.5-0.5b's projections, int8, %d layers x %d, one token, in graphs (weights %.1f MB; limit %.1f us at %.0f GB/s)\n",
+              layers, bench::phase_chain_phases, double(bytes) / 1e6, limit_us, copy_gbs);
+  std::printf("one layer through the barrier equals the launches' result: %s\n", same ? "yes" : "NO");
+  reset();
+  for (const phase_mode m : {phase_mode::launches, phase_mode::persistent, phase_mode::persistent_unsynced}) {
+    for (const int per_sm : {1, 2}) {
+      const bench::phase_chain_params p = params(per_sm, layers);
+      const double us = 1e3 * time_graph_ms([&](int, hipStream_t st) { CHECK(bench::launch_phase_chain(p, m, st)); }, 8, reps);
+      const char* name = m == phase_mode::launches     ? "a launch per projection"
+                         : m == phase_mode::persistent ? "one launch, grid barriers"
+                                                       : "one launch, no barrier (work alone)";
+      std::printf("%-36s %d block(s)/SM | %8.1f us a token  %6.2f us a projection  %5.1f%% of the limit\n", name, per_sm,
+                  us, us / (layers * bench::phase_chain_phases), 100 * limit_us / us);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   bool quick = false, quant_only = false, fp8_only = false, decode_only = false, prefill_only = false, moe_only = false;
   bool delta_only = false, glu_only = false, small_gemv = false, candidates_only = false, small_attention = false;
-  bool layer_chain = false;
+  bool layer_chain = false, phase_chain = false;
   for (int i = 1; i < argc; ++i) {
     quick = quick || std::strcmp(argv[i], "--quick") == 0;
     delta_only = delta_only || std::strcmp(argv[i], "--delta-rule") == 0;
@@ -971,6 +1025,7 @@ int main(int argc, char** argv) {
     candidates_only = candidates_only || std::strcmp(argv[i], "--candidates") == 0;
     small_attention = small_attention || std::strcmp(argv[i], "--small-attention") == 0;
     layer_chain = layer_chain || std::strcmp(argv[i], "--layer-chain") == 0;
+    phase_chain = phase_chain || std::strcmp(argv[i], "--phase-chain") == 0;
     moe_only = moe_only || std::strcmp(argv[i], "--moe") == 0;
     decode_only = decode_only || std::strcmp(argv[i], "--decode-attention") == 0;
     prefill_only = prefill_only || std::strcmp(argv[i], "--prefill-attention") == 0;
@@ -1029,6 +1084,10 @@ int main(int argc, char** argv) {
   }
   if (layer_chain) {
     layer_chain_table(copy_gbs, l2, reps);
+    return 0;
+  }
+  if (phase_chain) {
+    phase_chain_table(copy_gbs, reps);
     return 0;
   }
   if (small_gemv) {
