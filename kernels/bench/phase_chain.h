@@ -4,6 +4,8 @@
 // barrier between projections? The shapes are qwen2.5-0.5b's (q/k/v 896 -> 1152, o 896 -> 896,
 // gate/up 896 -> 9728, down 4864 -> 896) with int8 weights, so a layer's bytes are close to its
 // Q8_0 ones; every phase reads the one before's output, as the model's projections do.
+// Measured on an H100 (bench/GPU_NOTES.md, session 44): the barrier costs about twice what a
+// dependent launch costs, so the launches stay.
 #pragma once
 
 #include <cstddef>
