@@ -77,8 +77,8 @@
 #include <vector>
 
 #include "kernels/attention_decode.h"
-#include "kernels/bench/phase_chain.h"
 #include "kernels/attention_prefill.h"
+#include "kernels/bench/phase_chain.h"
 #include "kernels/blas_runtime.h"
 #include "kernels/candidates.h"
 #include "kernels/delta_net.h"
@@ -992,7 +992,8 @@ void phase_chain_table(double copy_gbs, int reps) {
     CHECK(hipMemcpy((m == phase_mode::launches ? by_launches : by_barrier).data(), buf.p, x.size() * 4,
                     hipMemcpyDeviceToHost));
   }
-  const bool same = std::memcmp(by_launches.data(), by_barrier.data(), 896 * 4) == 0;
+  constexpr std::size_t down_rows = 896;  // the layer's last projection's outputs
+  const bool same = std::memcmp(by_launches.data(), by_barrier.data(), down_rows * 4) == 0;
   const double limit_us = double(bytes) / (copy_gbs * 1e9) * 1e6;
   std::printf("\nqwen2.5-0.5b's projections, int8, %d layers x %d, one token, in graphs (weights %.1f MB; limit %.1f us at %.0f GB/s)\n",
               layers, bench::phase_chain_phases, double(bytes) / 1e6, limit_us, copy_gbs);

@@ -14,7 +14,10 @@ struct phase_shape {
 };
 // q/k/v, o, gate/up, down.
 __host__ __device__ constexpr phase_shape shape_of(int phase) {
-  return phase == 0 ? phase_shape{896, 1152} : phase == 1 ? phase_shape{896, 896} : phase == 2 ? phase_shape{896, 9728} : phase_shape{4864, 896};
+  return phase == 0   ? phase_shape{896, 1152}
+         : phase == 1 ? phase_shape{896, 896}
+         : phase == 2 ? phase_shape{896, 9728}
+                      : phase_shape{4864, 896};
 }
 __host__ __device__ constexpr std::size_t matrix_bytes(phase_shape s) {
   return (std::size_t(s.in) * std::size_t(s.out) + 255) / 256 * 256;
