@@ -1015,19 +1015,33 @@ void phase_chain_table(double copy_gbs, int reps) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, quant_only = false, fp8_only = false, decode_only = false, prefill_only = false, moe_only = false;
-  bool delta_only = false, glu_only = false, small_gemv = false, candidates_only = false, small_attention = false;
-  bool layer_chain = false, phase_chain = false;
+  bool quick = false, quant_only = false, fp8_only = false, decode_only = false, prefill_only = false;
+  // The tables that run alone, after the copy bandwidth: the first of this list asked for runs.
+  struct solo_table {
+    const char* flag;
+    void (*run)(double copy_gbs, std::size_t l2, int reps);
+  };
+  static constexpr solo_table solo_tables[] = {
+      {"--moe", [](double c, std::size_t l2, int r) { moe_table(c, l2, r); }},
+      {"--delta-rule", [](double, std::size_t, int r) { delta_table(r); }},
+      {"--glu", [](double c, std::size_t l2, int r) { glu_table(c, l2, r); }},
+      {"--candidates", [](double c, std::size_t, int r) { candidates_table(c, r); }},
+      {"--small-attention", [](double c, std::size_t, int r) { small_attention_table(c, r); }},
+      {"--layer-chain", [](double c, std::size_t l2, int r) { layer_chain_table(c, l2, r); }},
+      {"--phase-chain", [](double c, std::size_t, int r) { phase_chain_table(c, r); }},
+      {"--small-gemv",
+       [](double c, std::size_t l2, int r) {
+         // qwen2.5-0.5b's matrices: the head, q/k/v stacked, o, gate (or up), down.
+         gemv_tile_table(c, l2, r, {{151936, 896}, {1152, 896}, {896, 896}, {4864, 896}, {896, 4864}},
+                         {ggml_type::Q8_0, ggml_type::Q4_0});
+       }},
+  };
+  const solo_table* solo = nullptr;
   for (int i = 1; i < argc; ++i) {
     quick = quick || std::strcmp(argv[i], "--quick") == 0;
-    delta_only = delta_only || std::strcmp(argv[i], "--delta-rule") == 0;
-    glu_only = glu_only || std::strcmp(argv[i], "--glu") == 0;
-    small_gemv = small_gemv || std::strcmp(argv[i], "--small-gemv") == 0;
-    candidates_only = candidates_only || std::strcmp(argv[i], "--candidates") == 0;
-    small_attention = small_attention || std::strcmp(argv[i], "--small-attention") == 0;
-    layer_chain = layer_chain || std::strcmp(argv[i], "--layer-chain") == 0;
-    phase_chain = phase_chain || std::strcmp(argv[i], "--phase-chain") == 0;
-    moe_only = moe_only || std::strcmp(argv[i], "--moe") == 0;
+    for (const solo_table& t : solo_tables) {
+      if (std::strcmp(argv[i], t.flag) == 0 && (solo == nullptr || &t < solo)) solo = &t;
+    }
     decode_only = decode_only || std::strcmp(argv[i], "--decode-attention") == 0;
     prefill_only = prefill_only || std::strcmp(argv[i], "--prefill-attention") == 0;
     quant_only = quant_only || std::strcmp(argv[i], "--quant-gemm") == 0;
@@ -1063,38 +1077,8 @@ int main(int argc, char** argv) {
     copy_gbs = 2.0 * double(bytes) / (ms * 1e-3) / 1e9;
     std::printf("limit: device copy bandwidth %.0f GB/s (1 GiB D2D, read + written)\n", copy_gbs);
   }
-  if (moe_only) {
-    moe_table(copy_gbs, l2, reps);
-    return 0;
-  }
-  if (delta_only) {
-    delta_table(reps);
-    return 0;
-  }
-  if (glu_only) {
-    glu_table(copy_gbs, l2, reps);
-    return 0;
-  }
-  if (candidates_only) {
-    candidates_table(copy_gbs, reps);
-    return 0;
-  }
-  if (small_attention) {
-    small_attention_table(copy_gbs, reps);
-    return 0;
-  }
-  if (layer_chain) {
-    layer_chain_table(copy_gbs, l2, reps);
-    return 0;
-  }
-  if (phase_chain) {
-    phase_chain_table(copy_gbs, reps);
-    return 0;
-  }
-  if (small_gemv) {
-    // qwen2.5-0.5b's matrices: the head, q/k/v stacked, o, gate (or up), down.
-    gemv_tile_table(copy_gbs, l2, reps, {{151936, 896}, {1152, 896}, {896, 896}, {4864, 896}, {896, 4864}},
-                    {ggml_type::Q8_0, ggml_type::Q4_0});
+  if (solo != nullptr) {
+    solo->run(copy_gbs, l2, reps);
     return 0;
   }
 
