@@ -242,10 +242,13 @@ class gpu_device {
   // (kernels::gemv_norm_input) instead of by a launch of its own. q, k and v must share a launch
   // (one type with the integer path, every one by the GEMV) and n_embd fit the normed GEMVs.
   bool qkv_normed(std::int64_t l) const;
+  bool qkv_gemv8(std::int64_t l) const;  // one token's q, k and v each on the integer GEMV
   bool glu_normed(const layer& w) const;
-  // Such a layer's q/k/v launch also rotates q and k and stores k and v in the cache
-  // (kernels::launch_gemv_qkv_rope) where nothing needs a whole head at once: no Q/K or V norms,
-  // no query temperature or output gate, an f16 cache of the layer's own.
+  // One-token steps on int8 activations whose q, k and v all take the integer GEMV (any types,
+  // any width) rotate q and k and store k and v in the cache inside those launches
+  // (kernels::launch_gemv_qkv_rope where the norm is in the launch too, else
+  // kernels::launch_gemv_rope_run a run of one type) where nothing needs a whole head at once: no
+  // Q/K or V norms, no query temperature or output gate, an f16 cache of the layer's own.
   bool qkv_roped(std::int64_t l) const;
   // The norm input of such a launch: res_ (+ delta) normed by weight; with delta, the sum goes to
   // the other residual buffer (every block reads res_), which becomes res_ (swap_residual()).

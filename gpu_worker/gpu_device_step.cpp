@@ -185,21 +185,26 @@ kernels::rms_norm_residual_params gpu_device::norm_params(const float* delta, co
   return p;
 }
 
-bool gpu_device::qkv_normed(std::int64_t l) const {
+// One token's q, k and v, all three there, each on the integer GEMV (8-bit x), none on a GEMM.
+bool gpu_device::qkv_gemv8(std::int64_t l) const {
   const layer& w = layers_[std::size_t(l)];
   const std::int64_t T = step_.tokens;
-  if (!plain_norms_ || T != 1 || gemv_activations_ != kernels::gemv_activations::int8 || fp8_step(T) ||
-      w.wq.w == nullptr || w.wk.w == nullptr || w.wv.w == nullptr) {
+  if (T != 1 || gemv_activations_ != kernels::gemv_activations::int8 || fp8_step(T) || w.wq.w == nullptr ||
+      w.wk.w == nullptr || w.wv.w == nullptr) {
     return false;
   }
-  const model::ggml_type t = w.wq.type;
-  return w.wk.type == t && w.wv.type == t && kernels::gemv_glu_supports(t) && !takes_gemm(w.wq, T) &&
-         !takes_gemm(w.wk, T) && !takes_gemm(w.wv, T);
+  const auto gemv8 = [&](const matrix& m) { return kernels::gemv_glu_supports(m.type) && !takes_gemm(m, T); };
+  return gemv8(w.wq) && gemv8(w.wk) && gemv8(w.wv);
+}
+
+bool gpu_device::qkv_normed(std::int64_t l) const {
+  const layer& w = layers_[std::size_t(l)];
+  return plain_norms_ && qkv_gemv8(l) && w.wk.type == w.wq.type && w.wv.type == w.wq.type;
 }
 
 bool gpu_device::qkv_roped(std::int64_t l) const {
   const model::hparams& hp = m_.hp;
-  return qkv_normed(l) && !hp.attn_out_gate && !hp.qk_norm && !hp.v_norm && q_temps_ == nullptr &&
+  return qkv_gemv8(l) && !hp.attn_out_gate && !hp.qk_norm && !hp.v_norm && q_temps_ == nullptr &&
          hp.kv_source(l) == l && kv_layer(l).dtype == kernels::kv_dtype::f16;
 }
 
@@ -620,7 +625,9 @@ void gpu_device::run_attention_block(std::int64_t l, bool x8_embd) {
   const auto* slots = dev_at<std::int64_t>(kv_layers_.windowed(l) ? up_off_.window_slots : up_off_.slots);
   const double* angles = hp.own_rope(l) ? rope_angles_swa_ : rope_angles_;
   const bool roped = !stacked && qkv_roped(l);
-  prof_.mark(roped ? "norm + q/k/v projection + rope + kv write" : "q/k/v projection", stream_);
+  prof_.mark(roped ? (qkv_normed(l) ? "norm + q/k/v projection + rope + kv write" : "q/k/v projection + rope + kv write")
+                   : "q/k/v projection",
+             stream_);
   if (stacked) {
     const kernels::gemm_fp8_projection p{.w = &w.qkv_fp8, .bias = w.bqkv, .y = qkv_};
     ok(kernels::launch_gemm_fp8_group(std::span(&p, 1), h_, T, fp8_context(), stream_), "fp8 gemm");
@@ -629,6 +636,12 @@ void gpu_device::run_attention_block(std::int64_t l, bool x8_embd) {
     // Without wv (gemma4's global layers) V is K's projection: the RoPE reads k_ for both.
     // A layer sharing another's KV (gemma4 E2B / E4B) has neither: q alone.
     const projection qkv[] = {{&w.wq, w.bq, gated ? qg_ : q_}, {&w.wk, w.bk, k_}, {&w.wv, w.bv, v_}};
+    const kernels::gemv_rope_kv rope{.angles = angles,
+                                     .head_dim = hd,
+                                     .rot_dim = hp.layer_rope_dim(l),
+                                     .style = hp.rope,
+                                     .cache = kv_layer(l),
+                                     .slot = slots};  // where roped
     if (qkv_normed(l)) {
       // The attention norm (with the residual add of the layer before) in the same launch, and
       // where it can, the RoPE and the KV write too.
@@ -636,18 +649,27 @@ void gpu_device::run_attention_block(std::int64_t l, bool x8_embd) {
                                               qkv[2].params(nullptr, T)};  // x: normed in the launch
       const kernels::gemv_norm_input norm = normed_input(pending_delta_, pending_norm_);
       if (roped) {
-        const kernels::gemv_rope_kv rope{.angles = angles,
-                                         .head_dim = hd,
-                                         .rot_dim = hp.layer_rope_dim(l),
-                                         .style = hp.rope,
-                                         .cache = kv_layer(l),
-                                         .slot = slots};
         ok(kernels::launch_gemv_qkv_rope(group, norm, rope, stream_), "norm + q/k/v gemv + rope + kv write");
       } else {
         ok(kernels::launch_gemv_group_norm(group, norm, stream_), "norm + q/k/v gemv");
       }
       if (pending_delta_ != nullptr) swap_residual();
       pending_delta_ = pending_norm_ = nullptr;
+    } else if (roped) {
+      // Each run of one weight type rotates and caches its parts; the first rounds h_ to 8 bits
+      // unless the norm kernel did.
+      bool x8_ready = x8_embd;
+      for (int first = 0; first < 3;) {
+        kernels::matmul_params run[3];
+        int n = 0;
+        for (; first + n < 3 && qkv[first + n].w->type == qkv[first].w->type; ++n) run[n] = qkv[first + n].params(h_, T);
+        ok(kernels::launch_gemv_rope_run(std::span<const kernels::matmul_params>(run, std::size_t(n)), first, rope,
+                                         gemv_ws_, gemv_ws_bytes_, stream_,
+                                         x8_ready ? kernels::gemv_x8_source::workspace : kernels::gemv_x8_source::quantize),
+           "q/k/v gemv + rope + kv write");
+        x8_ready = true;
+        first += n;
+      }
     } else {
       project(std::span(qkv, w.wk.w == nullptr ? 1 : w.wv.w != nullptr ? 3 : 2), h_, T, x8_embd);
     }

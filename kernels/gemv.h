@@ -136,6 +136,19 @@ struct gemv_rope_kv {
 hipError_t launch_gemv_qkv_rope(std::span<const matmul_params> ps, const gemv_norm_input& norm,
                                 const gemv_rope_kv& rope, hipStream_t stream);
 
+// The same rotation and caching for rows of any width, on the 8-bit x of launch_gemv_group (rounded
+// from ps[0].x by this launch, or already in the workspace: `source`): launch_gemv_group on one
+// token's q/k/v followed by launch_rope_kv_write's work on them, in one launch. Where the three
+// differ in weight type (a Q4_K_M file's Q6_K v), each run of one type is its own launch: ps holds
+// parts first, first + 1, ... of {q, k, v} (0 q, 1 k, 2 v), q's output rotated into its y, k's and
+// v's into the cache only. launch_gemv_group's checks (int8 activations), one token, first and the
+// run inside {q, k, v}, and the shapes and rope launch_gemv_qkv_rope checks for the parts present
+// (else hipErrorInvalidValue, nothing launched). Bit for bit what the two launches give; a decode
+// step of a model too wide for the normed launches saves a launch a layer.
+hipError_t launch_gemv_rope_run(std::span<const matmul_params> ps, int first, const gemv_rope_kv& rope, void* workspace,
+                                std::size_t workspace_bytes, hipStream_t stream,
+                                gemv_x8_source source = gemv_x8_source::quantize);
+
 // The feed-forward's gate and up projections and their gated product in one launch, for batch-1
 // decode: y[o] = act(W_gate[o] . x8, W_up[o] . x8) with act one of swiglu_ref's forms (limit,
 // alpha, act as in swiglu_rows_params). What launch_gemv_group on {gate, up} followed by

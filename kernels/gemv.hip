@@ -263,7 +263,8 @@ __device__ __forceinline__ void q8_dots_normed(const u8* const (&rows)[R], std::
 }
 
 // The rotation and the cache of a q/k/v group that stores its rows where the attention reads them
-// (gemv_rope_kv): matrix 0 is q, 1 k, 2 v.
+// (gemv_rope_kv). A matrix's part is its place in the group plus `first`: 0 q, 1 k, 2 v (a group
+// of the three starts at 0; a run of them sharing a weight type at the first part it holds).
 struct rope_args {
   const double* angles = nullptr;
   int head_dim = 0, rot_dim = 0;
@@ -272,13 +273,14 @@ struct rope_args {
   gpu::half_bits* v = nullptr;
   std::int64_t row = 0;  // a slot's elements: n_kv_heads * head_dim
   const std::int64_t* slot = nullptr;
+  int first = 0;
 };
 
 // The matrix row a warp's row L stands for. A warp's rows come in rotary pairs (L even, L + 1): the
 // identity for adjacent pairs (rope_style::normal) and v, and for GPT-NeoX's halves pair i of a
 // head as rows (i, i + rot_dim / 2) of that head; dimensions past rot_dim as they are.
-__device__ __forceinline__ std::int64_t rope_row(const rope_args& a, int g, std::int64_t L) {
-  if (g == 2 || !a.neox) return L;
+__device__ __forceinline__ std::int64_t rope_row(const rope_args& a, int part, std::int64_t L) {
+  if (part == 2 || !a.neox) return L;
   const int k = int(L % a.head_dim);
   if (k >= a.rot_dim) return L;
   return L - k + (k >> 1) + (k & 1) * (a.rot_dim >> 1);
@@ -291,21 +293,22 @@ template <int R>
 __device__ __forceinline__ void store_rotated(const rope_args& a, const group_member& m, std::int64_t row0,
                                               const float (&acc)[R][1]) {
   static_assert(R % 2 == 0, "a warp's rows are rotary pairs");
+  const int part = m.g + a.first;
   const std::int64_t slot = *a.slot;
-  if (m.g > 0 && slot < 0) return;
-  gpu::half_bits* cache = (m.g == 1 ? a.k : a.v) + (slot < 0 ? 0 : slot) * a.row;
+  if (part > 0 && slot < 0) return;
+  gpu::half_bits* cache = (part == 1 ? a.k : a.v) + (slot < 0 ? 0 : slot) * a.row;
 #pragma unroll
   for (int r = 0; r < R; r += 2) {
     const std::int64_t L = row0 + r;
     if (L >= m.out) break;
-    const std::int64_t p0 = rope_row(a, m.g, L), p1 = rope_row(a, m.g, L + 1);
+    const std::int64_t p0 = rope_row(a, part, L), p1 = rope_row(a, part, L + 1);
     float y0 = acc[r][0] + (m.bias ? m.bias[p0] : 0.f), y1 = acc[r + 1][0] + (m.bias ? m.bias[p1] : 0.f);
     const int k = int(L % a.head_dim);
-    if (m.g < 2 && k < a.rot_dim) {
+    if (part < 2 && k < a.rot_dim) {
       const double* sc = a.angles + 2 * (k >> 1);
       rope_device::rotate(y0, y1, sc[0], sc[1], y0, y1);
     }
-    if (m.g == 0) {
+    if (part == 0) {
       m.y[p0] = y0;
       m.y[p1] = y1;
     } else {
@@ -331,7 +334,7 @@ __global__ void __launch_bounds__(gemv_threads) gemv_q8_kernel(group_args args, 
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const std::int64_t row = row0 + r < out ? row0 + r : out - 1;  // tail rows: computed, not stored
-    rows[r] = m.w + std::size_t(Rope ? rope_row(rope, m.g, row) : row) * row_bytes;
+    rows[r] = m.w + std::size_t(Rope ? rope_row(rope, m.g + rope.first, row) : row) * row_bytes;
   }
   float acc[R][NT];
   if constexpr (Norm) {
@@ -418,7 +421,11 @@ void launch_q8_for(std::span<const matmul_params> ps, std::size_t row_bytes, con
       return;
     }
   }
-  if constexpr (!Norm || F::slices > 1) {
+  if constexpr (Rope && !Norm && q8_tile<F, NT>::R % 2 != 0) {
+    // A rotating warp holds rotary pairs: two rows of two slices each in flight, the loads a lane
+    // of the table's one row of four.
+    launch_q8_tile<F, 1, 2, 2, Norm, Rope>(ps, row_bytes, xq, ds, stream, norm, rope);
+  } else if constexpr (!Norm || F::slices > 1) {
     launch_q8_tile<F, NT, q8_tile<F, NT>::R, q8_tile<F, NT>::U, Norm, Rope>(ps, row_bytes, xq, ds, stream, norm, rope);
   }
 }
@@ -698,28 +705,62 @@ hipError_t launch_gemv_group_norm(std::span<const matmul_params> ps, const gemv_
   return launch_normed<false>(ps, norm, {}, stream);
 }
 
-hipError_t launch_gemv_qkv_rope(std::span<const matmul_params> ps, const gemv_norm_input& norm,
-                                const gemv_rope_kv& rope, hipStream_t stream) {
-  if (ps.size() != 3 || !valid_group(ps)) return hipErrorInvalidValue;
-  const matmul_params& p = ps[0];
+namespace {
+
+// The checks gemv_rope_kv documents, for a run of q/k/v parts from `first` (ps, one token, checked
+// as a group by the caller): q whole heads, k and v the cache's rows.
+bool valid_rope(std::span<const matmul_params> ps, int first, const gemv_rope_kv& rope) {
   const std::int64_t hd = rope.head_dim;
   const paged_kv_device& c = rope.cache;
-  if (!uses_q8(p.w_type) || p.n_tokens != 1 || !valid_norm(norm, p.in) || hd <= 0 || hd % 2 != 0 ||
-      rope.rot_dim < 0 || rope.rot_dim % 2 != 0 || rope.rot_dim > hd || (rope.rot_dim > 0 && rope.angles == nullptr) ||
-      rope.slot == nullptr || c.dtype != kv_dtype::f16 || c.k == nullptr || c.v == nullptr || c.head_dim != hd ||
-      p.out % hd != 0 || ps[1].out != c.n_kv_heads * hd || ps[2].out != ps[1].out || hd > (std::int64_t(1) << 30)) {
+  if (first < 0 || first + std::int64_t(ps.size()) > gemv_max_group || ps[0].n_tokens != 1 || hd <= 0 || hd % 2 != 0 ||
+      hd > (std::int64_t(1) << 30) || rope.rot_dim < 0 || rope.rot_dim % 2 != 0 || rope.rot_dim > hd ||
+      (rope.rot_dim > 0 && rope.angles == nullptr) || rope.slot == nullptr || c.dtype != kv_dtype::f16 ||
+      c.k == nullptr || c.v == nullptr || c.head_dim != hd) {
+    return false;
+  }
+  for (std::size_t g = 0; g < ps.size(); ++g) {
+    const std::int64_t out = ps[g].out;
+    if (first + int(g) == 0 ? out % hd != 0 : out != c.n_kv_heads * hd) return false;
+  }
+  return true;
+}
+
+rope_args rope_args_of(const gemv_rope_kv& rope, int first) {
+  return {.angles = rope.angles,
+          .head_dim = int(rope.head_dim),
+          .rot_dim = int(rope.rot_dim),
+          .neox = rope.style == rope_style::neox,
+          .k = static_cast<gpu::half_bits*>(rope.cache.k),
+          .v = static_cast<gpu::half_bits*>(rope.cache.v),
+          .row = rope.cache.n_kv_heads * rope.head_dim,
+          .slot = rope.slot,
+          .first = first};
+}
+
+}  // namespace
+
+hipError_t launch_gemv_qkv_rope(std::span<const matmul_params> ps, const gemv_norm_input& norm,
+                                const gemv_rope_kv& rope, hipStream_t stream) {
+  if (ps.size() != 3 || !valid_group(ps) || !uses_q8(ps[0].w_type) || !valid_norm(norm, ps[0].in) ||
+      !valid_rope(ps, 0, rope)) {
     return hipErrorInvalidValue;
   }
-  return launch_normed<true>(ps, norm,
-                             {.angles = rope.angles,
-                              .head_dim = int(hd),
-                              .rot_dim = int(rope.rot_dim),
-                              .neox = rope.style == rope_style::neox,
-                              .k = static_cast<gpu::half_bits*>(c.k),
-                              .v = static_cast<gpu::half_bits*>(c.v),
-                              .row = ps[1].out,
-                              .slot = rope.slot},
-                             stream);
+  return launch_normed<true>(ps, norm, rope_args_of(rope, 0), stream);
+}
+
+hipError_t launch_gemv_rope_run(std::span<const matmul_params> ps, int first, const gemv_rope_kv& rope, void* workspace,
+                                std::size_t workspace_bytes, hipStream_t stream, gemv_x8_source source) {
+  if (!valid_group(ps) || !uses_q8(ps[0].w_type) || !valid_rope(ps, first, rope)) return hipErrorInvalidValue;
+  const matmul_params& p = ps[0];
+  if (workspace == nullptr || !aligned16(workspace) || workspace_bytes < x8_bytes(p.in, 1)) return hipErrorInvalidValue;
+  const gemv_x8_rows x8 = gemv_x8_view(workspace, p.in, 1);
+  auto* ds = reinterpret_cast<float2*>(x8.ds);
+  if (source == gemv_x8_source::quantize) launch_quantize_x(p.x, p.in, x8.q, ds, stream);
+  const std::size_t row_bytes = *model::row_bytes(p.w_type, p.in);
+  with_dot_format(p.w_type, [&](auto f) {
+    launch_q8_for<decltype(f), 1, false, true>(ps, row_bytes, x8.q, ds, stream, {}, rope_args_of(rope, first));
+  });
+  return hipGetLastError();
 }
 
 hipError_t launch_gemv(const matmul_params& p, void* workspace, std::size_t workspace_bytes, hipStream_t stream,

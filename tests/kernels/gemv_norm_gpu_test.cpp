@@ -6,7 +6,9 @@
 // partial and of a whole 256-thread norm block, with and without delta, a group of three matrices
 // (one with a bias, rows that leave warps without a row). Outputs and h_out are poisoned and
 // guarded; h and delta must come out untouched. launch_gemv_qkv_rope likewise against the normed
-// group followed by launch_rope_kv_write: the rotated q, the f16 cache's bytes. Label: gpu.
+// group followed by launch_rope_kv_write: the rotated q, the f16 cache's bytes; and
+// launch_gemv_rope_run (no norm: rows of any width, runs of one type) against the GEMVs followed by
+// launch_rope_kv_write. Label: gpu.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -105,14 +107,17 @@ struct group_case {
   std::vector<std::unique_ptr<device_bytes>> dws;
   std::vector<std::unique_ptr<guarded_buffer>> ref_y, y;
   std::vector<matmul_params> ps;
-  group_case(ggml_type type, std::int64_t in, const std::int64_t (&outs)[3], std::mt19937& rng) {
-    for (const std::int64_t o : outs) {
-      ws.emplace_back(type, o, in, rng);
+  group_case(ggml_type type, std::int64_t in, const std::int64_t (&outs)[3], std::mt19937& rng)
+      : group_case({type, type, type}, in, outs, rng) {}
+  group_case(const ggml_type (&types)[3], std::int64_t in, const std::int64_t (&outs)[3], std::mt19937& rng) {
+    for (std::size_t g = 0; g < 3; ++g) {
+      const std::int64_t o = outs[g];
+      ws.emplace_back(types[g], o, in, rng);
       dws.push_back(std::make_unique<device_bytes>(ws.back().bytes.size()));
       dws.back()->upload(ws.back().bytes.data(), ws.back().bytes.size());
       ref_y.push_back(std::make_unique<guarded_buffer>(std::size_t(o)));
       y.push_back(std::make_unique<guarded_buffer>(std::size_t(o)));
-      ps.push_back({.w = dws.back()->data(), .w_type = type, .in = in, .out = o, .n_tokens = 1});
+      ps.push_back({.w = dws.back()->data(), .w_type = types[g], .in = in, .out = o, .n_tokens = 1});
     }
     reference();
   }
@@ -221,8 +226,105 @@ INSTANTIATE_TEST_SUITE_P(Types, GemvNormGpu, ::testing::ValuesIn(norm_cases()),
                                   (i.param.delta ? "_delta" : "");
                          });
 
-// launch_gemv_qkv_rope: per type, both pairings, whole and partial rotation, a token with a cache
-// slot and a padding token without one (nothing cached).
+// The rotations both rope launches are checked over: both pairings, whole and half rotation, a
+// token with a cache slot and a padding token without one (nothing cached). For each, `check`
+// gets a rope_setup: the angles and the slot on the device, and two f16 caches each (the reference
+// launches' and the checked launch's), poisoned.
+constexpr std::int64_t rope_hd = 64, rope_heads = 6, rope_kv_heads = 2, rope_block_size = 4, rope_blocks = 3;
+constexpr std::size_t rope_cache_elems = std::size_t(rope_blocks * rope_block_size * rope_kv_heads * rope_hd);
+constexpr std::int64_t rope_outs[3] = {rope_heads * rope_hd, rope_kv_heads * rope_hd, rope_kv_heads * rope_hd};
+
+struct rope_setup {
+  rope_style style;
+  std::int64_t rot, slot;
+  device_bytes dangles, dslot;
+  guarded_array<anvil::gpu::half_bits> kref{rope_cache_elems}, vref{rope_cache_elems}, kc{rope_cache_elems},
+      vc{rope_cache_elems};
+  rope_setup(rope_style st, std::int64_t r, std::int64_t sl, std::mt19937& rng)
+      : style(st), rot(r), slot(sl), dangles(std::size_t(r) * sizeof(double)), dslot(sizeof sl) {
+    std::vector<double> angles(static_cast<std::size_t>(rot));
+    std::uniform_real_distribution<double> theta(-40.0, 40.0);
+    for (std::size_t i = 0; i < angles.size(); i += 2) {
+      const double t = theta(rng);
+      angles[i] = std::sin(t), angles[i + 1] = std::cos(t);
+    }
+    dangles.upload(angles.data(), angles.size() * sizeof(double));
+    dslot.upload(&slot, sizeof slot);
+    for (auto* a : {&kref, &vref, &kc, &vc}) a->poison();
+  }
+  static paged_kv_device cache(const guarded_array<anvil::gpu::half_bits>& k, const guarded_array<anvil::gpu::half_bits>& v) {
+    return paged_kv_device{.k = k.data(), .v = v.data(), .n_blocks = rope_blocks, .block_size = rope_block_size,
+                           .n_kv_heads = rope_kv_heads, .head_dim = rope_hd, .dtype = kv_dtype::f16};
+  }
+  // launch_rope_kv_write on the reference outputs of q, k and v, into the reference cache.
+  void reference(const group_case& q) {
+    ANVIL_GPU_CHECK(launch_rope_kv_write({.q = q.ref_y[0]->data(),
+                                          .k = q.ref_y[1]->data(),
+                                          .v = q.ref_y[2]->data(),
+                                          .cache = cache(kref, vref),
+                                          .n_tokens = 1,
+                                          .n_heads = rope_heads,
+                                          .rot_dim = rot,
+                                          .angles = dangles.as<double>(),
+                                          .slots = dslot.as<std::int64_t>(),
+                                          .style = style},
+                                         nullptr));
+  }
+  // The checked launch's rope, into the other cache.
+  gemv_rope_kv checked() const {
+    return {.angles = dangles.as<double>(),
+            .head_dim = rope_hd,
+            .rot_dim = rot,
+            .style = style,
+            .cache = cache(kc, vc),
+            .slot = dslot.as<std::int64_t>()};
+  }
+  // After both (synchronized): q rotated in place of its output, the caches' bytes, k's and v's
+  // outputs never written.
+  void expect_equal(const group_case& q) const {
+    EXPECT_TRUE(q.y[0]->download() == q.ref_y[0]->download()) << "the rotated q differs";
+    EXPECT_TRUE(kc.download() == kref.download()) << "the cache's k differs";
+    EXPECT_TRUE(vc.download() == vref.download()) << "the cache's v differs";
+    if (slot < 0) {
+      const std::vector<anvil::gpu::half_bits> untouched(rope_cache_elems, 0xa5a5);
+      EXPECT_TRUE(kc.download() == untouched && vc.download() == untouched) << "a padding token was cached";
+    }
+    for (std::size_t g = 1; g < 3; ++g) {  // k and v go to the cache only
+      const std::vector<float> out = q.y[g]->download();
+      EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float v) { return std::isnan(v); })) << "matrix " << g;
+    }
+    for (std::size_t g = 0; g < 3; ++g) EXPECT_TRUE(q.y[g]->guards_intact());
+    EXPECT_TRUE(kc.guards_intact() && vc.guards_intact());
+  }
+};
+
+template <class Check>
+void for_each_rope(std::mt19937& rng, Check check) {
+  for (const rope_style style : {rope_style::normal, rope_style::neox}) {
+    for (const std::int64_t rot : {rope_hd, rope_hd / 2}) {
+      for (const std::int64_t slot : {std::int64_t(5), std::int64_t(-1)}) {
+        SCOPED_TRACE(::testing::Message() << (style == rope_style::neox ? "neox" : "normal") << " rot_dim " << rot
+                                          << " slot " << slot);
+        rope_setup r(style, rot, slot, rng);
+        check(r);
+      }
+    }
+  }
+}
+
+// Random biases on every matrix of a q/k/v group.
+struct group_biases {
+  std::vector<std::unique_ptr<guarded_buffer>> b;
+  group_biases(group_case& q, std::mt19937& rng) {
+    for (std::size_t g = 0; g < 3; ++g) {
+      b.push_back(std::make_unique<guarded_buffer>(std::size_t(q.ps[g].out)));
+      b.back()->upload(random_vector(std::size_t(q.ps[g].out), rng, -1.f, 1.f));
+      q.ps[g].bias = b.back()->data();
+    }
+  }
+};
+
+// launch_gemv_qkv_rope: per type, every rotation of for_each_rope.
 class GemvQkvRopeGpu : public ::testing::TestWithParam<norm_case> {};
 
 TEST_P(GemvQkvRopeGpu, EqualsTheNormedGroupThenTheRopeKvWrite) {
@@ -230,81 +332,24 @@ TEST_P(GemvQkvRopeGpu, EqualsTheNormedGroupThenTheRopeKvWrite) {
   if (HasFatalFailure()) return;
   const norm_case c = GetParam();
   std::mt19937 rng(static_cast<unsigned>(int(c.type) * 521 + c.in));
-  constexpr std::int64_t hd = 64, n_heads = 6, n_kv = 2, block_size = 4, n_blocks = 3;
-  const std::int64_t outs[3] = {n_heads * hd, n_kv * hd, n_kv * hd};
-  const std::size_t cache_elems = std::size_t(n_blocks * block_size * n_kv * hd);
-  group_case q(c.type, c.in, outs, rng);
-  std::vector<std::unique_ptr<guarded_buffer>> biases;
-  for (std::size_t g = 0; g < 3; ++g) {
-    biases.push_back(std::make_unique<guarded_buffer>(std::size_t(outs[g])));
-    biases.back()->upload(random_vector(std::size_t(outs[g]), rng, -1.f, 1.f));
-    q.ps[g].bias = biases.back()->data();
-  }
+  group_case q(c.type, c.in, rope_outs, rng);
+  const group_biases biases(q, rng);
   const norm_inputs n(c.in, rng);
-  for (const rope_style style : {rope_style::normal, rope_style::neox}) {
-    for (const std::int64_t rot : {hd, hd / 2}) {
-      for (const std::int64_t slot : {std::int64_t(5), std::int64_t(-1)}) {
-        SCOPED_TRACE(::testing::Message() << (style == rope_style::neox ? "neox" : "normal") << " rot_dim " << rot
-                                          << " slot " << slot);
-        std::vector<double> angles(static_cast<std::size_t>(rot));
-        std::uniform_real_distribution<double> theta(-40.0, 40.0);
-        for (std::size_t i = 0; i < angles.size(); i += 2) {
-          const double t = theta(rng);
-          angles[i] = std::sin(t), angles[i + 1] = std::cos(t);
-        }
-        device_bytes dangles(angles.size() * sizeof(double)), dslot(sizeof slot);
-        dangles.upload(angles.data(), angles.size() * sizeof(double));
-        dslot.upload(&slot, sizeof slot);
-        guarded_array<anvil::gpu::half_bits> kref(cache_elems), vref(cache_elems), kc(cache_elems), vc(cache_elems);
-        for (auto* a : {&kref, &vref, &kc, &vc}) a->poison();
-        const auto cache = [&](const guarded_array<anvil::gpu::half_bits>& k, const guarded_array<anvil::gpu::half_bits>& v) {
-          return paged_kv_device{.k = k.data(), .v = v.data(), .n_blocks = n_blocks, .block_size = block_size,
-                                 .n_kv_heads = n_kv, .head_dim = hd, .dtype = kv_dtype::f16};
-        };
-        q.reference();
-        // The two launches.
-        guarded_buffer ref_h(std::size_t(c.in)), h_out(std::size_t(c.in));
-        h_out.poison();
-        ANVIL_GPU_CHECK(launch_gemv_group_norm(q.ps, n.input(true, ref_h.data()), nullptr));
-        ANVIL_GPU_CHECK(launch_rope_kv_write({.q = q.ref_y[0]->data(),
-                                              .k = q.ref_y[1]->data(),
-                                              .v = q.ref_y[2]->data(),
-                                              .cache = cache(kref, vref),
-                                              .n_tokens = 1,
-                                              .n_heads = n_heads,
-                                              .rot_dim = rot,
-                                              .angles = dangles.as<double>(),
-                                              .slots = dslot.as<std::int64_t>(),
-                                              .style = style},
-                                             nullptr));
-        // The one launch.
-        q.checked();
-        ANVIL_GPU_CHECK(launch_gemv_qkv_rope(q.ps, n.input(true, h_out.data()),
-                                             {.angles = dangles.as<double>(),
-                                              .head_dim = hd,
-                                              .rot_dim = rot,
-                                              .style = style,
-                                              .cache = cache(kc, vc),
-                                              .slot = dslot.as<std::int64_t>()},
-                                             nullptr));
-        ANVIL_GPU_CHECK(hipDeviceSynchronize());
-        EXPECT_TRUE(q.y[0]->download() == q.ref_y[0]->download()) << "the rotated q differs";
-        EXPECT_TRUE(kc.download() == kref.download()) << "the cache's k differs";
-        EXPECT_TRUE(vc.download() == vref.download()) << "the cache's v differs";
-        if (slot < 0) {
-          const std::vector<anvil::gpu::half_bits> untouched(cache_elems, 0xa5a5);
-          EXPECT_TRUE(kc.download() == untouched && vc.download() == untouched) << "a padding token was cached";
-        }
-        for (std::size_t g = 1; g < 3; ++g) {  // k and v go to the cache only
-          const std::vector<float> out = q.y[g]->download();
-          EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float v) { return std::isnan(v); })) << "matrix " << g;
-        }
-        EXPECT_TRUE(h_out.download() == ref_h.download()) << "h_out differs";
-        for (std::size_t g = 0; g < 3; ++g) EXPECT_TRUE(q.y[g]->guards_intact());
-        EXPECT_TRUE(h_out.guards_intact() && kc.guards_intact() && vc.guards_intact());
-      }
-    }
-  }
+  for_each_rope(rng, [&](rope_setup& r) {
+    q.reference();
+    // The two launches.
+    guarded_buffer ref_h(std::size_t(c.in)), h_out(std::size_t(c.in));
+    h_out.poison();
+    ANVIL_GPU_CHECK(launch_gemv_group_norm(q.ps, n.input(true, ref_h.data()), nullptr));
+    r.reference(q);
+    // The one launch.
+    q.checked();
+    ANVIL_GPU_CHECK(launch_gemv_qkv_rope(q.ps, n.input(true, h_out.data()), r.checked(), nullptr));
+    ANVIL_GPU_CHECK(hipDeviceSynchronize());
+    r.expect_equal(q);
+    EXPECT_TRUE(h_out.download() == ref_h.download()) << "h_out differs";
+    EXPECT_TRUE(h_out.guards_intact());
+  });
   n.expect_untouched();
 }
 
@@ -320,6 +365,67 @@ std::vector<norm_case> rope_cases() {
 INSTANTIATE_TEST_SUITE_P(Types, GemvQkvRopeGpu, ::testing::ValuesIn(rope_cases()),
                          [](const ::testing::TestParamInfo<norm_case>& i) {
                            return type_name(i.param.type) + "_" + std::to_string(i.param.in);
+                         });
+
+// launch_gemv_rope_run: q, k and v of the given types on rows of `in`, each run of one type one
+// launch (the first rounding x, the others reading its 8-bit x), against each matrix's
+// launch_gemv_group then launch_rope_kv_write, for every rotation of for_each_rope.
+struct rope_run_case {
+  ggml_type types[3];
+  std::int64_t in;
+};
+
+std::vector<rope_run_case> rope_run_cases() {
+  std::vector<rope_run_case> cases;
+  for (ggml_type t : gpu_weight_types()) {
+    if (gemv_glu_supports(t)) cases.push_back({{t, t, t}, 2048});
+  }
+  using enum ggml_type;
+  cases.push_back({{Q8_0, Q8_0, Q8_0}, 896});  // rows of one 32-element block a lane: four rows a warp
+  cases.push_back({{Q4_K, Q4_K, Q6_K}, 4096});  // a Q4_K_M file's layers with a Q6_K v
+  cases.push_back({{Q6_K, Q4_K, Q4_K}, 2048});  // a run from k
+  cases.push_back({{Q4_0, Q8_0, Q5_K}, 1536});  // three runs
+  return cases;
+}
+
+class GemvRopeRunGpu : public ::testing::TestWithParam<rope_run_case> {};
+
+TEST_P(GemvRopeRunGpu, EqualsTheGemvsThenTheRopeKvWrite) {
+  require_device();
+  if (HasFatalFailure()) return;
+  const rope_run_case c = GetParam();
+  std::mt19937 rng(static_cast<unsigned>(int(c.types[0]) * 97 + int(c.types[2]) * 13 + c.in));
+  group_case q(c.types, c.in, rope_outs, rng);
+  const group_biases biases(q, rng);
+  guarded_buffer x(std::size_t(c.in));
+  x.upload(random_vector(std::size_t(c.in), rng, -2.f, 2.f));
+  for (matmul_params& p : q.ps) p.x = x.data();
+  device_bytes work(gemv_x8_bytes(c.in, 1));
+  for_each_rope(rng, [&](rope_setup& r) {
+    q.reference();
+    for (const matmul_params& p : q.ps) ANVIL_GPU_CHECK(launch_gemv(p, work.data(), work.size(), nullptr));
+    r.reference(q);
+    ANVIL_GPU_CHECK(hipMemset(work.data(), 0x5A, work.size()));  // the first run must round x itself
+    q.checked();
+    for (int first = 0; first < 3;) {
+      int n = 1;
+      while (first + n < 3 && c.types[first + n] == c.types[first]) ++n;
+      ANVIL_GPU_CHECK(launch_gemv_rope_run(std::span(q.ps).subspan(std::size_t(first), std::size_t(n)), first,
+                                           r.checked(), work.data(), work.size(), nullptr,
+                                           first == 0 ? gemv_x8_source::quantize : gemv_x8_source::workspace));
+      first += n;
+    }
+    ANVIL_GPU_CHECK(hipDeviceSynchronize());
+    r.expect_equal(q);
+  });
+  EXPECT_TRUE(x.guards_intact());
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, GemvRopeRunGpu, ::testing::ValuesIn(rope_run_cases()),
+                         [](const ::testing::TestParamInfo<rope_run_case>& i) {
+                           const auto& ts = i.param.types;
+                           return type_name(ts[0]) + "_" + type_name(ts[1]) + "_" + type_name(ts[2]) + "_" +
+                                  std::to_string(i.param.in);
                          });
 
 TEST(GemvNormLaunch, RefusesWhatItCannotNorm) {
@@ -404,6 +510,58 @@ TEST(GemvQkvRopeLaunch, RefusesWhatItCannotRotate) {
   EXPECT_EQ(with([](mp& ps, gemv_rope_kv&) { ps[0].n_tokens = ps[1].n_tokens = ps[2].n_tokens = 2; }),
             hipErrorInvalidValue);
   EXPECT_EQ(launch_gemv_qkv_rope(std::span(&q, 1), norm, rope, nullptr), hipErrorInvalidValue);  // q, k and v
+  ANVIL_GPU_CHECK(hipDeviceSynchronize());
+  EXPECT_EQ(hipGetLastError(), hipSuccess);
+  EXPECT_TRUE(buf.guards_intact());
+}
+
+TEST(GemvRopeRunLaunch, RefusesWhatItCannotRotate) {
+  require_device();
+  if (HasFatalFailure()) return;
+  constexpr std::int64_t in = 256, hd = 64;
+  guarded_buffer buf(8 * 1024);
+  float* p = buf.data();
+  device_bytes w(std::size_t(256) * *anvil::model::row_bytes(ggml_type::Q8_0, in)), cache(8 * 1024), misc(1024),
+      work(gemv_x8_bytes(in, 1));
+  const matmul_params q{.w = w.data(), .w_type = ggml_type::Q8_0, .in = in, .out = 2 * hd, .x = p + 1024, .y = p,
+                        .n_tokens = 1};
+  matmul_params kv = q;
+  kv.out = hd;
+  const std::int64_t slot = -1;  // a padding token: nothing reaches the cache
+  misc.upload(&slot, sizeof slot);
+  const gemv_rope_kv rope{.angles = reinterpret_cast<const double*>(misc.as<char>() + 64),
+                          .head_dim = hd,
+                          .rot_dim = hd,
+                          .style = rope_style::normal,
+                          .cache = {.k = cache.data(), .v = cache.as<char>() + 4096, .n_blocks = 1, .block_size = 16,
+                                    .n_kv_heads = 1, .head_dim = hd, .dtype = kv_dtype::f16},
+                          .slot = misc.as<std::int64_t>()};
+  const matmul_params qkv[3] = {q, kv, kv};
+  const auto run = [&](std::size_t from, std::size_t n, int first, const gemv_rope_kv& r) {
+    return launch_gemv_rope_run(std::span(qkv).subspan(from, n), first, r, work.data(), work.size(), nullptr);
+  };
+  EXPECT_EQ(run(0, 3, 0, rope), hipSuccess);
+  EXPECT_EQ(run(0, 2, 0, rope), hipSuccess);  // q and k; v its own launch
+  EXPECT_EQ(run(1, 2, 1, rope), hipSuccess);  // k and v
+  EXPECT_EQ(run(2, 1, 2, rope), hipSuccess);  // v
+  EXPECT_EQ(run(0, 1, 1, rope), hipErrorInvalidValue);  // q's rows as k's: not the cache's row
+  EXPECT_EQ(run(1, 2, 2, rope), hipErrorInvalidValue);  // past v
+  EXPECT_EQ(run(1, 1, -1, rope), hipErrorInvalidValue);
+  EXPECT_EQ(run(0, 3, 1, rope), hipErrorInvalidValue);
+  gemv_rope_kv r = rope;
+  r.cache.dtype = kv_dtype::int8;
+  EXPECT_EQ(run(0, 3, 0, r), hipErrorInvalidValue);  // a head's scale
+  r = rope;
+  r.rot_dim = hd + 2;
+  EXPECT_EQ(run(0, 3, 0, r), hipErrorInvalidValue);
+  EXPECT_EQ(launch_gemv_rope_run(qkv, 0, rope, nullptr, 0, nullptr), hipErrorInvalidValue);  // no workspace
+  EXPECT_EQ(launch_gemv_rope_run(qkv, 0, rope, work.data(), work.size() - 16, nullptr), hipErrorInvalidValue);
+  matmul_params two[3] = {q, kv, kv};
+  for (matmul_params& m : two) m.n_tokens = 2;
+  EXPECT_EQ(launch_gemv_rope_run(two, 0, rope, work.data(), work.size(), nullptr), hipErrorInvalidValue);
+  matmul_params f16[3] = {q, kv, kv};
+  for (matmul_params& m : f16) m.w_type = ggml_type::F16;
+  EXPECT_EQ(launch_gemv_rope_run(f16, 0, rope, work.data(), work.size(), nullptr), hipErrorInvalidValue);
   ANVIL_GPU_CHECK(hipDeviceSynchronize());
   EXPECT_EQ(hipGetLastError(), hipSuccess);
   EXPECT_TRUE(buf.guards_intact());
