@@ -470,26 +470,46 @@ TEST(GemvNormLaunch, RefusesWhatItCannotNorm) {
   EXPECT_TRUE(buf.guards_intact());
 }
 
+// The launches' refusal tests: a Q8_0 q of two heads of 64 and k and v of one, on rows of 256 (x
+// at buf + 1024), and a rope whose token is a padding one (slot -1: nothing reaches the cache).
+struct rope_refusal_setup {
+  static constexpr std::int64_t in = 256, hd = 64;
+  guarded_buffer buf{8 * 1024};
+  device_bytes w{std::size_t(256) * *anvil::model::row_bytes(ggml_type::Q8_0, in)}, cache{8 * 1024}, misc{1024};
+  matmul_params q, kv;
+  gemv_rope_kv rope;
+  explicit rope_refusal_setup(rope_style style) {
+    float* p = buf.data();
+    q = {.w = w.data(), .w_type = ggml_type::Q8_0, .in = in, .out = 2 * hd, .x = p + 1024, .y = p, .n_tokens = 1};
+    kv = q;
+    kv.out = hd;
+    const std::int64_t slot = -1;
+    misc.upload(&slot, sizeof slot);
+    rope = {.angles = reinterpret_cast<const double*>(misc.as<char>() + 64),
+            .head_dim = hd,
+            .rot_dim = hd,
+            .style = style,
+            .cache = {.k = cache.data(), .v = cache.as<char>() + 4096, .n_blocks = 1, .block_size = 16, .n_kv_heads = 1,
+                      .head_dim = hd, .dtype = kv_dtype::f16},
+            .slot = misc.as<std::int64_t>()};
+  }
+  // Nothing launched went wrong, and nothing was written past the buffer.
+  void expect_clean() const {
+    ANVIL_GPU_CHECK(hipDeviceSynchronize());
+    EXPECT_EQ(hipGetLastError(), hipSuccess);
+    EXPECT_TRUE(buf.guards_intact());
+  }
+};
+
 TEST(GemvQkvRopeLaunch, RefusesWhatItCannotRotate) {
   require_device();
   if (HasFatalFailure()) return;
-  constexpr std::int64_t in = 256, hd = 64;
-  guarded_buffer buf(8 * 1024);
-  float* p = buf.data();
-  device_bytes w(std::size_t(256) * *anvil::model::row_bytes(ggml_type::Q8_0, in)), cache(8 * 1024), misc(1024);
+  const rope_refusal_setup t(rope_style::neox);
+  constexpr std::int64_t hd = rope_refusal_setup::hd;
+  float* p = t.buf.data();
   const gemv_norm_input norm{.h = p + 1024, .delta = p + 2048, .weight = p + 3072, .h_out = p + 4096};
-  const matmul_params q{.w = w.data(), .w_type = ggml_type::Q8_0, .in = in, .out = 2 * hd, .y = p, .n_tokens = 1};
-  matmul_params kv = q;
-  kv.out = hd;
-  const std::int64_t slot = -1;  // a padding token: nothing reaches the cache
-  misc.upload(&slot, sizeof slot);
-  const gemv_rope_kv rope{.angles = reinterpret_cast<const double*>(misc.as<char>() + 64),
-                          .head_dim = hd,
-                          .rot_dim = hd,
-                          .style = rope_style::neox,
-                          .cache = {.k = cache.data(), .v = cache.as<char>() + 4096, .n_blocks = 1, .block_size = 16,
-                                    .n_kv_heads = 1, .head_dim = hd, .dtype = kv_dtype::f16},
-                          .slot = misc.as<std::int64_t>()};
+  const matmul_params &q = t.q, &kv = t.kv;
+  const gemv_rope_kv& rope = t.rope;
   auto with = [&](auto edit) {
     matmul_params ps[3] = {q, kv, kv};
     gemv_rope_kv r = rope;
@@ -510,32 +530,17 @@ TEST(GemvQkvRopeLaunch, RefusesWhatItCannotRotate) {
   EXPECT_EQ(with([](mp& ps, gemv_rope_kv&) { ps[0].n_tokens = ps[1].n_tokens = ps[2].n_tokens = 2; }),
             hipErrorInvalidValue);
   EXPECT_EQ(launch_gemv_qkv_rope(std::span(&q, 1), norm, rope, nullptr), hipErrorInvalidValue);  // q, k and v
-  ANVIL_GPU_CHECK(hipDeviceSynchronize());
-  EXPECT_EQ(hipGetLastError(), hipSuccess);
-  EXPECT_TRUE(buf.guards_intact());
+  t.expect_clean();
 }
 
 TEST(GemvRopeRunLaunch, RefusesWhatItCannotRotate) {
   require_device();
   if (HasFatalFailure()) return;
-  constexpr std::int64_t in = 256, hd = 64;
-  guarded_buffer buf(8 * 1024);
-  float* p = buf.data();
-  device_bytes w(std::size_t(256) * *anvil::model::row_bytes(ggml_type::Q8_0, in)), cache(8 * 1024), misc(1024),
-      work(gemv_x8_bytes(in, 1));
-  const matmul_params q{.w = w.data(), .w_type = ggml_type::Q8_0, .in = in, .out = 2 * hd, .x = p + 1024, .y = p,
-                        .n_tokens = 1};
-  matmul_params kv = q;
-  kv.out = hd;
-  const std::int64_t slot = -1;  // a padding token: nothing reaches the cache
-  misc.upload(&slot, sizeof slot);
-  const gemv_rope_kv rope{.angles = reinterpret_cast<const double*>(misc.as<char>() + 64),
-                          .head_dim = hd,
-                          .rot_dim = hd,
-                          .style = rope_style::normal,
-                          .cache = {.k = cache.data(), .v = cache.as<char>() + 4096, .n_blocks = 1, .block_size = 16,
-                                    .n_kv_heads = 1, .head_dim = hd, .dtype = kv_dtype::f16},
-                          .slot = misc.as<std::int64_t>()};
+  const rope_refusal_setup t(rope_style::normal);
+  constexpr std::int64_t hd = rope_refusal_setup::hd;
+  device_bytes work(gemv_x8_bytes(rope_refusal_setup::in, 1));
+  const matmul_params &q = t.q, &kv = t.kv;
+  const gemv_rope_kv& rope = t.rope;
   const matmul_params qkv[3] = {q, kv, kv};
   const auto run = [&](std::size_t from, std::size_t n, int first, const gemv_rope_kv& r) {
     return launch_gemv_rope_run(std::span(qkv).subspan(from, n), first, r, work.data(), work.size(), nullptr);
@@ -562,9 +567,7 @@ TEST(GemvRopeRunLaunch, RefusesWhatItCannotRotate) {
   matmul_params f16[3] = {q, kv, kv};
   for (matmul_params& m : f16) m.w_type = ggml_type::F16;
   EXPECT_EQ(launch_gemv_rope_run(f16, 0, rope, work.data(), work.size(), nullptr), hipErrorInvalidValue);
-  ANVIL_GPU_CHECK(hipDeviceSynchronize());
-  EXPECT_EQ(hipGetLastError(), hipSuccess);
-  EXPECT_TRUE(buf.guards_intact());
+  t.expect_clean();
 }
 
 }  // namespace
