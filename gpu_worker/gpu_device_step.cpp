@@ -624,8 +624,8 @@ void gpu_device::run_attention_block(std::int64_t l, bool x8_embd) {
   // The token's cache slots (a sliding layer's are its window's).
   const auto* slots = dev_at<std::int64_t>(kv_layers_.windowed(l) ? up_off_.window_slots : up_off_.slots);
   const double* angles = hp.own_rope(l) ? rope_angles_swa_ : rope_angles_;
-  const bool roped = !stacked && qkv_roped(l);
-  prof_.mark(roped ? (qkv_normed(l) ? "norm + q/k/v projection + rope + kv write" : "q/k/v projection + rope + kv write")
+  const bool normed = !stacked && qkv_normed(l), roped = !stacked && qkv_roped(l);
+  prof_.mark(roped ? (normed ? "norm + q/k/v projection + rope + kv write" : "q/k/v projection + rope + kv write")
                    : "q/k/v projection",
              stream_);
   if (stacked) {
@@ -642,7 +642,7 @@ void gpu_device::run_attention_block(std::int64_t l, bool x8_embd) {
                                      .style = hp.rope,
                                      .cache = kv_layer(l),
                                      .slot = slots};  // where roped
-    if (qkv_normed(l)) {
+    if (normed) {
       // The attention norm (with the residual add of the layer before) in the same launch, and
       // where it can, the RoPE and the KV write too.
       const kernels::matmul_params group[] = {qkv[0].params(nullptr, T), qkv[1].params(nullptr, T),

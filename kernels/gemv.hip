@@ -605,6 +605,23 @@ bool valid_group(std::span<const matmul_params> ps) {
   });
 }
 
+// The 8-bit x of p's tokens that the integer GEMVs read, in the workspace: rounded there from p.x
+// first (launch_quantize_x) unless `source` says it is already there. False, nothing launched, for
+// a workspace that is missing, misaligned or short.
+struct x8_input {
+  const i8* q = nullptr;
+  const float2* ds = nullptr;
+};
+bool x8_of(const matmul_params& p, void* workspace, std::size_t workspace_bytes, gemv_x8_source source,
+           hipStream_t stream, x8_input& in) {
+  if (workspace == nullptr || !aligned16(workspace) || workspace_bytes < x8_bytes(p.in, p.n_tokens)) return false;
+  const gemv_x8_rows x8 = gemv_x8_view(workspace, p.in, p.n_tokens);
+  auto* ds = reinterpret_cast<float2*>(x8.ds);
+  if (source == gemv_x8_source::quantize) launch_quantize_x(p.x, p.in * p.n_tokens, x8.q, ds, stream);
+  in = {.q = x8.q, .ds = ds};
+  return true;
+}
+
 }  // namespace
 
 hipError_t launch_gemv_group(std::span<const matmul_params> ps, void* workspace, std::size_t workspace_bytes,
@@ -619,30 +636,21 @@ hipError_t launch_gemv_group(std::span<const matmul_params> ps, void* workspace,
     with_format(p.w_type, [&](auto f) { launch_tokens<decltype(f)>(ps, row_bytes, stream); });
     return hipGetLastError();
   }
-  if (workspace == nullptr || !aligned16(workspace) || workspace_bytes < x8_bytes(p.in, p.n_tokens)) {
-    return hipErrorInvalidValue;
-  }
-  const gemv_x8_rows x8 = gemv_x8_view(workspace, p.in, p.n_tokens);
-  auto* ds = reinterpret_cast<float2*>(x8.ds);
-  if (source == gemv_x8_source::quantize) {
-    launch_quantize_x(p.x, p.in * p.n_tokens, x8.q, ds, stream);
-  }
-  with_dot_format(p.w_type, [&](auto f) { launch_q8_tokens<decltype(f)>(ps, row_bytes, x8.q, ds, stream); });
+  x8_input x8;
+  if (!x8_of(p, workspace, workspace_bytes, source, stream, x8)) return hipErrorInvalidValue;
+  with_dot_format(p.w_type, [&](auto f) { launch_q8_tokens<decltype(f)>(ps, row_bytes, x8.q, x8.ds, stream); });
   return hipGetLastError();
 }
 
 hipError_t launch_gemv_b1_tile(const matmul_params& p, void* workspace, std::size_t workspace_bytes, hipStream_t stream,
                                int rows_per_warp, int slices_per_lane, gemv_x8_source source) {
-  if (!valid_single(p) || p.n_tokens != 1 || !uses_q8(p.w_type) || p.out == 0 || workspace == nullptr ||
-      !aligned16(workspace) || workspace_bytes < x8_bytes(p.in, 1)) {
+  x8_input x8;
+  if (!valid_single(p) || p.n_tokens != 1 || !uses_q8(p.w_type) || p.out == 0 ||
+      !x8_of(p, workspace, workspace_bytes, source, stream, x8)) {
     return hipErrorInvalidValue;
   }
   const std::size_t row_bytes = *model::row_bytes(p.w_type, p.in);
-  const gemv_x8_rows x8 = gemv_x8_view(workspace, p.in, 1);
-  auto* ds = reinterpret_cast<float2*>(x8.ds);
-  if (source == gemv_x8_source::quantize) {
-    launch_quantize_x(p.x, p.in, x8.q, ds, stream);
-  }
+  const float2* ds = x8.ds;
   const std::span<const matmul_params> ps(&p, 1);
   bool known = true;
   with_dot_format(p.w_type, [&](auto f) {
@@ -752,13 +760,11 @@ hipError_t launch_gemv_rope_run(std::span<const matmul_params> ps, int first, co
                                 std::size_t workspace_bytes, hipStream_t stream, gemv_x8_source source) {
   if (!valid_group(ps) || !uses_q8(ps[0].w_type) || !valid_rope(ps, first, rope)) return hipErrorInvalidValue;
   const matmul_params& p = ps[0];
-  if (workspace == nullptr || !aligned16(workspace) || workspace_bytes < x8_bytes(p.in, 1)) return hipErrorInvalidValue;
-  const gemv_x8_rows x8 = gemv_x8_view(workspace, p.in, 1);
-  auto* ds = reinterpret_cast<float2*>(x8.ds);
-  if (source == gemv_x8_source::quantize) launch_quantize_x(p.x, p.in, x8.q, ds, stream);
+  x8_input x8;
+  if (!x8_of(p, workspace, workspace_bytes, source, stream, x8)) return hipErrorInvalidValue;
   const std::size_t row_bytes = *model::row_bytes(p.w_type, p.in);
   with_dot_format(p.w_type, [&](auto f) {
-    launch_q8_for<decltype(f), 1, false, true>(ps, row_bytes, x8.q, ds, stream, {}, rope_args_of(rope, first));
+    launch_q8_for<decltype(f), 1, false, true>(ps, row_bytes, x8.q, x8.ds, stream, {}, rope_args_of(rope, first));
   });
   return hipGetLastError();
 }
