@@ -41,6 +41,8 @@
 //            takes.
 //   small GEMV tiles (--small-gemv only): the batch-1 tile table on qwen2.5-0.5b's matrices (Q8_0,
 //            Q4_0), rows of 896 and 4864.
+//   8B GEMV tiles (--gemv-tiles-8b only): the same table on llama3-8b's matrices as a Q4_K_M file
+//            holds them (Q4_K, Q6_K): the head, q or o, k or v, gate or up, down.
 //   candidates (--candidates only): the logits -> candidates op of a decode step (greedy, 64
 //            candidates) over 128k-262k vocabularies for 1-64 sequences: µs in graphs, beside one
 //            read of the logits at the copy rate.
@@ -59,8 +61,8 @@
 // model's layers do, so no figure comes from L2. Weights are random bytes (the kernels' speed
 // does not depend on the values). A plain main: the GPU machine has none of the Debian libraries.
 // Usage: gpu_roofline [--quick] [--quant-gemm] [--fp8-gemm] [--decode-attention] [--prefill-attention] [--moe]
-//                     [--delta-rule] [--glu] [--small-gemv] [--candidates] [--small-attention] [--layer-chain]
-//                     [--phase-chain]
+//                     [--delta-rule] [--glu] [--small-gemv] [--gemv-tiles-8b] [--candidates] [--small-attention]
+//                     [--layer-chain] [--phase-chain]
 //                     [--attention-head-dim 128|256]
 // (--quick: fewer repetitions, skips the 128256-row shape; --quant-gemm / --fp8-gemm: the limits
 // and that GEMM table only; --decode-attention: the limits and the decode attention table only, at
@@ -1034,6 +1036,12 @@ int main(int argc, char** argv) {
          // qwen2.5-0.5b's matrices: the head, q/k/v stacked, o, gate (or up), down.
          gemv_tile_table(c, l2, r, {{151936, 896}, {1152, 896}, {896, 896}, {4864, 896}, {896, 4864}},
                          {ggml_type::Q8_0, ggml_type::Q4_0});
+       }},
+      {"--gemv-tiles-8b",
+       [](double c, std::size_t l2, int r) {
+         // llama3-8b's matrices: the head, q (and o), k (and v), gate (and up), down.
+         gemv_tile_table(c, l2, r, {{128256, 4096}, {4096, 4096}, {1024, 4096}, {14336, 4096}, {4096, 14336}},
+                         {ggml_type::Q4_K, ggml_type::Q6_K});
        }},
   };
   const solo_table* solo = nullptr;
