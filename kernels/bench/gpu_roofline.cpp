@@ -55,7 +55,8 @@
 //   phase chain (--phase-chain only): a micro-benchmark (kernels/bench/phase_chain.h): qwen2.5-0.5b's
 //            four projections a layer, 24 layers, int8 weights, as a launch per projection in a graph
 //            against one persistent launch with a grid-wide barrier between projections (and without
-//            it: the work alone): µs a token, beside the weights at the copy rate.
+//            it: the work alone), the launches with each warp's weights requested before the wait,
+//            and the launches with no work: µs a token, beside the weights at the copy rate.
 // Timing: device events around back-to-back launches, after warm-up, median of repetitions. The
 // GEMV cycles through enough copies of the weight to exceed the L2 cache several times, as a
 // model's layers do, so no figure comes from L2. Weights are random bytes (the kernels' speed
@@ -985,30 +986,35 @@ void phase_chain_table(double copy_gbs, int reps) {
   };
   // One layer from the same x: the barrier's outputs are the launches' bit for bit (the same rows
   // in the same order), or the barrier is wrong.
-  std::vector<float> by_launches(x.size()), by_barrier(x.size());
-  for (const phase_mode m : {phase_mode::launches, phase_mode::persistent}) {
+  std::vector<float> by_launches(x.size()), by_barrier(x.size()), by_prefetch(x.size());
+  for (const phase_mode m : {phase_mode::launches, phase_mode::persistent, phase_mode::launches_prefetched}) {
     reset();
     CHECK(bench::launch_phase_chain(params(2, 1), m, nullptr));
     CHECK(hipDeviceSynchronize());
     // Four phases from buf[0]: the last output is back in buf[0].
-    CHECK(hipMemcpy((m == phase_mode::launches ? by_launches : by_barrier).data(), buf.p, x.size() * 4,
-                    hipMemcpyDeviceToHost));
+    std::vector<float>& out = m == phase_mode::launches ? by_launches : m == phase_mode::persistent ? by_barrier : by_prefetch;
+    CHECK(hipMemcpy(out.data(), buf.p, x.size() * 4, hipMemcpyDeviceToHost));
   }
   constexpr std::size_t down_rows = 896;  // the layer's last projection's outputs
   const bool same = std::memcmp(by_launches.data(), by_barrier.data(), down_rows * 4) == 0;
+  const bool same_prefetched = std::memcmp(by_launches.data(), by_prefetch.data(), down_rows * 4) == 0;
   const double limit_us = double(bytes) / (copy_gbs * 1e9) * 1e6;
   std::printf("\nqwen2.5-0.5b's projections, int8, %d layers x %d, one token, in graphs (weights %.1f MB; limit %.1f us at %.0f GB/s)\n",
               layers, bench::phase_chain_phases, double(bytes) / 1e6, limit_us, copy_gbs);
   std::printf("one layer through the barrier equals the launches' result: %s\n", same ? "yes" : "NO");
+  std::printf("one layer with the weights requested before the wait equals it: %s\n", same_prefetched ? "yes" : "NO");
   reset();
-  for (const phase_mode m : {phase_mode::launches, phase_mode::persistent, phase_mode::persistent_unsynced}) {
+  for (const phase_mode m : {phase_mode::launches, phase_mode::persistent, phase_mode::persistent_unsynced,
+                             phase_mode::launches_prefetched, phase_mode::launches_empty}) {
     for (const int per_sm : {1, 2}) {
       const bench::phase_chain_params p = params(per_sm, layers);
       const double us = 1e3 * time_graph_ms([&](int, hipStream_t st) { CHECK(bench::launch_phase_chain(p, m, st)); }, 8, reps);
-      const char* name = m == phase_mode::launches     ? "a launch per projection"
-                         : m == phase_mode::persistent ? "one launch, grid barriers"
-                                                       : "one launch, no barrier (work alone)";
-      std::printf("%-36s %d block(s)/SM | %8.1f us a token  %6.2f us a projection  %5.1f%% of the limit\n", name, per_sm,
+      const char* name = m == phase_mode::launches              ? "a launch per projection"
+                         : m == phase_mode::persistent          ? "one launch, grid barriers"
+                         : m == phase_mode::persistent_unsynced ? "one launch, no barrier (work alone)"
+                         : m == phase_mode::launches_prefetched ? "a launch each, weights before the wait"
+                                                                : "a launch each, no work (the chain)";
+      std::printf("%-40s %d block(s)/SM | %8.1f us a token  %6.2f us a projection  %5.1f%% of the limit\n", name, per_sm,
                   us, us / (layers * bench::phase_chain_phases), 100 * limit_us / us);
     }
   }

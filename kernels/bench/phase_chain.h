@@ -5,7 +5,8 @@
 // gate/up 896 -> 9728, down 4864 -> 896) with int8 weights, so a layer's bytes are close to its
 // Q8_0 ones; every phase reads the one before's output, as the model's projections do.
 // Measured on an H100 (bench/GPU_NOTES.md, session 44): the barrier costs about twice what a
-// dependent launch costs, so the launches stay.
+// dependent launch costs, so the launches stay. Two more chains bound the launches' own cost: the
+// same launches with every row's weights requested before the wait, and launches with no work.
 #pragma once
 
 #include <cstddef>
@@ -23,6 +24,9 @@ enum class phase_mode {
   persistent,           // one launch; a grid-wide barrier between projections
   persistent_unsynced,  // as persistent without the barrier: the projections' work alone (the
                         // outputs are not the model's: a phase may read its input while written)
+  launches_prefetched,  // as launches, each warp's rows' weights (up to 12 16-byte loads a lane)
+                        // requested before the wait instead of its first row's only
+  launches_empty,       // as launches with no work: the chain of dependent launches alone
 };
 
 struct phase_chain_params {

@@ -100,6 +100,72 @@ __device__ __forceinline__ void run_phase(const std::int8_t* w, const float* x, 
   }
 }
 
+// run_phase with up to prefetch_loads 16-byte weight loads a lane requested before `ready`: the
+// warp's first rows whole (as many as fit), the rest as run_phase takes them. The same sums in the
+// same order as run_phase.
+constexpr int prefetch_loads = 12;
+template <int Phase, class Ready>
+__device__ __forceinline__ void run_phase_prefetched(const std::int8_t* w, const float* x, float* y, float* xs,
+                                                     Ready ready) {
+  constexpr phase_shape s = shape_of(Phase);
+  constexpr int chunks = s.in / chunk, per_row = (chunks + gpu::warp_size - 1) / gpu::warp_size;
+  constexpr int rows = prefetch_loads / per_row > 0 ? prefetch_loads / per_row : 1;
+  const int warp = int(threadIdx.x) / gpu::warp_size, lane = int(threadIdx.x) % gpu::warp_size;
+  const int first = int(blockIdx.x) * warps + warp, stride = int(gridDim.x) * warps;
+  uint4 pre[rows][per_row];
+#pragma unroll
+  for (int r = 0; r < rows; ++r) {
+    const int row = first + r * stride;
+#pragma unroll
+    for (int k = 0; k < per_row; ++k) {
+      const int ci = lane + k * gpu::warp_size;
+      pre[r][k] = row < s.out && ci < chunks
+                      ? *reinterpret_cast<const uint4*>(w + std::size_t(row) * std::size_t(s.in) + std::size_t(ci) * chunk)
+                      : make_uint4(0, 0, 0, 0);
+    }
+  }
+  ready();
+  for (int i = int(threadIdx.x); i < s.in; i += threads) xs[i] = x[i];
+  __syncthreads();
+#pragma unroll
+  for (int r = 0; r < rows; ++r) {
+    const int row = first + r * stride;
+    if (row >= s.out) break;  // uniform over the warp
+    float sum = 0.f;
+#pragma unroll
+    for (int k = 0; k < per_row; ++k) {
+      const int ci = lane + k * gpu::warp_size;
+      if (ci < chunks) sum += dot16(pre[r][k], xs + ci * chunk);
+    }
+    sum = gpu::warp_reduce_sum(sum);
+    if (lane == 0) y[row] = sum;
+  }
+  for (int row = first + rows * stride; row < s.out; row += stride) {
+    float sum = 0.f;
+    const std::int8_t* wr = w + std::size_t(row) * std::size_t(s.in);
+    for (int ci = lane; ci < chunks; ci += gpu::warp_size) {
+      sum += dot16(*reinterpret_cast<const uint4*>(wr + std::size_t(ci) * chunk), xs + ci * chunk);
+    }
+    sum = gpu::warp_reduce_sum(sum);
+    if (lane == 0) y[row] = sum;
+  }
+}
+
+template <int Phase>
+__global__ void __launch_bounds__(threads) phase_prefetched_kernel(const std::int8_t* w, const float* x, float* y) {
+  __shared__ __align__(16) float xs[max_in];
+  run_phase_prefetched<Phase>(w, x, y, xs, [] {
+    gpu::dependency_wait();  // launched with gpu::launch_dependent
+    gpu::allow_dependents();
+  });
+}
+
+// No work: the wait and the release alone, as a dependent launch in the chain.
+__global__ void __launch_bounds__(threads) phase_empty_kernel() {
+  gpu::dependency_wait();  // launched with gpu::launch_dependent
+  gpu::allow_dependents();
+}
+
 template <int Phase>
 __global__ void __launch_bounds__(threads) phase_kernel(const std::int8_t* w, const float* x, float* y) {
   __shared__ __align__(16) float xs[max_in];
@@ -137,11 +203,16 @@ std::size_t phase_chain_layer_bytes() { return layer_bytes; }
 
 hipError_t launch_phase_chain(const phase_chain_params& p, phase_mode mode, hipStream_t stream) {
   if (p.blocks < 1 || p.layers < 1) return hipErrorInvalidValue;
-  if (mode == phase_mode::launches) {
+  if (mode == phase_mode::launches_empty) {
+    for (int i = 0; i < p.layers * phase_chain_phases; ++i) {
+      gpu::launch_dependent(phase_empty_kernel, dim3(unsigned(p.blocks)), dim3(threads), stream);
+    }
+  } else if (mode == phase_mode::launches || mode == phase_mode::launches_prefetched) {
     static_assert(phase_chain_phases == 4 && phase_chain_phases % 2 == 0, "a layer's phases leave x where it began");
+    const bool prefetched = mode == phase_mode::launches_prefetched;
     const auto launch = [&]<int P>(int l) {
-      gpu::launch_dependent(phase_kernel<P>, dim3(unsigned(p.blocks)), dim3(threads), stream,
-                            p.w + std::size_t(l) * layer_bytes + matrix_offset(P),
+      gpu::launch_dependent(prefetched ? phase_prefetched_kernel<P> : phase_kernel<P>, dim3(unsigned(p.blocks)),
+                            dim3(threads), stream, p.w + std::size_t(l) * layer_bytes + matrix_offset(P),
                             static_cast<const float*>(p.buf + (P % 2) * phase_chain_max_width),
                             p.buf + ((P + 1) % 2) * phase_chain_max_width);
     };
