@@ -644,30 +644,31 @@ hipError_t launch_gemv_group(std::span<const matmul_params> ps, void* workspace,
 
 hipError_t launch_gemv_b1_tile(const matmul_params& p, void* workspace, std::size_t workspace_bytes, hipStream_t stream,
                                int rows_per_warp, int slices_per_lane, gemv_x8_source source) {
+  // The tiles gemv.h names: (1|2|4, 1|2|4), not (4, 4). Checked before x is rounded, so that a
+  // refused launch queues nothing.
+  const auto one_two_four = [](int n) { return n == 1 || n == 2 || n == 4; };
   x8_input x8;
-  if (!valid_single(p) || p.n_tokens != 1 || !uses_q8(p.w_type) || p.out == 0 ||
+  if (!valid_single(p) || p.n_tokens != 1 || !uses_q8(p.w_type) || p.out == 0 || !one_two_four(rows_per_warp) ||
+      !one_two_four(slices_per_lane) || (rows_per_warp == 4 && slices_per_lane == 4) ||
       !x8_of(p, workspace, workspace_bytes, source, stream, x8)) {
     return hipErrorInvalidValue;
   }
   const std::size_t row_bytes = *model::row_bytes(p.w_type, p.in);
-  const float2* ds = x8.ds;
   const std::span<const matmul_params> ps(&p, 1);
-  bool known = true;
   with_dot_format(p.w_type, [&](auto f) {
     using F = decltype(f);
     switch (rows_per_warp * 10 + slices_per_lane) {
-      case 11: launch_q8_tile<F, 1, 1, 1>(ps, row_bytes, x8.q, ds, stream); break;
-      case 12: launch_q8_tile<F, 1, 1, 2>(ps, row_bytes, x8.q, ds, stream); break;
-      case 14: launch_q8_tile<F, 1, 1, 4>(ps, row_bytes, x8.q, ds, stream); break;
-      case 21: launch_q8_tile<F, 1, 2, 1>(ps, row_bytes, x8.q, ds, stream); break;
-      case 22: launch_q8_tile<F, 1, 2, 2>(ps, row_bytes, x8.q, ds, stream); break;
-      case 24: launch_q8_tile<F, 1, 2, 4>(ps, row_bytes, x8.q, ds, stream); break;
-      case 41: launch_q8_tile<F, 1, 4, 1>(ps, row_bytes, x8.q, ds, stream); break;
-      case 42: launch_q8_tile<F, 1, 4, 2>(ps, row_bytes, x8.q, ds, stream); break;
-      default: known = false; break;
+      case 11: launch_q8_tile<F, 1, 1, 1>(ps, row_bytes, x8.q, x8.ds, stream); break;
+      case 12: launch_q8_tile<F, 1, 1, 2>(ps, row_bytes, x8.q, x8.ds, stream); break;
+      case 14: launch_q8_tile<F, 1, 1, 4>(ps, row_bytes, x8.q, x8.ds, stream); break;
+      case 21: launch_q8_tile<F, 1, 2, 1>(ps, row_bytes, x8.q, x8.ds, stream); break;
+      case 22: launch_q8_tile<F, 1, 2, 2>(ps, row_bytes, x8.q, x8.ds, stream); break;
+      case 24: launch_q8_tile<F, 1, 2, 4>(ps, row_bytes, x8.q, x8.ds, stream); break;
+      case 41: launch_q8_tile<F, 1, 4, 1>(ps, row_bytes, x8.q, x8.ds, stream); break;
+      default: launch_q8_tile<F, 1, 4, 2>(ps, row_bytes, x8.q, x8.ds, stream); break;  // 42: the last left
     }
   });
-  return known ? hipGetLastError() : hipErrorInvalidValue;
+  return hipGetLastError();
 }
 
 namespace {
